@@ -1,0 +1,23 @@
+# The README's two commands are `make run` and `make test`.
+.PHONY: run test deps fuzz bench
+
+deps:
+	@Tools/ensure-system-packages.sh
+
+## Runs the gateway with its embedded defaults (TCP 127.0.0.1:7400, ./switchboard.sock, ./switchboard.sqlite).
+run: deps
+	swift run -c release switchboard
+
+## Runs the whole test suite: generated code up to date, the Python reference codec against the vectors, swift test.
+test: deps
+	python3 Tools/codegen/generate.py --check
+	python3 Protocol/reference/sbwire.py --selftest
+	swift test
+
+## A bounded libFuzzer run of the frame decoder (FUZZ_SECONDS, default 60).
+fuzz: deps
+	Tools/fuzz/run.sh $${FUZZ_SECONDS:-60}
+
+## The codec benchmark (release build).
+bench: deps
+	swift run -c release sbcodecbench

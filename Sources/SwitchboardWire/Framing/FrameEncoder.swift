@@ -1,0 +1,84 @@
+import NIOCore
+
+/// Writes typed messages as frames (`Protocol/SPEC.md` §2, §4).
+///
+/// Bodies of at least ``compressionThreshold`` bytes are compressed when compression is on, and sent plain when
+/// zlib does not make them smaller. The encoder writes straight into the caller's buffer: for an uncompressed frame
+/// no intermediate buffer exists.
+public struct FrameEncoder: Sendable {
+    /// Smallest body worth compressing; nil turns compression off (it must be negotiated first).
+    public var compressionThreshold: Int?
+    /// zlib level 1-9 used when compressing.
+    public var compressionLevel: Int32
+
+    /// Creates an encoder.
+    public init(compressionThreshold: Int? = nil, compressionLevel: Int32 = 6) {
+        self.compressionThreshold = compressionThreshold
+        self.compressionLevel = compressionLevel
+    }
+
+    /// The default threshold: 512 bytes; below it zlib's 6-byte overhead rarely pays.
+    public static let defaultCompressionThreshold = 512
+
+    /// Appends `message` as one frame to `buffer`.
+    ///
+    /// - Returns: the number of bytes written.
+    @inlinable
+    @discardableResult
+    public func encode(_ message: SwitchboardMessage, into buffer: inout ByteBuffer) -> Int {
+        let header = message.header
+        let bodySize = message.bodySize
+        if let threshold = self.compressionThreshold, bodySize >= threshold {
+            return self.encodeCompressed(message, header: header, bodySize: bodySize, into: &buffer)
+        }
+        let start = buffer.writerIndex
+        let length = header.encodedSize + bodySize
+        buffer.reserveCapacity(minimumWritableBytes: length + 4)
+        buffer.writeSwitchboardVarint(UInt64(length))
+        Self.writeHeader(header, into: &buffer)
+        message.encodeBody(into: &buffer)
+        return buffer.writerIndex - start
+    }
+
+    @inlinable
+    static func writeHeader(_ header: FrameHeader, into buffer: inout ByteBuffer) {
+        buffer.writeInteger(header.flags.rawValue)
+        buffer.writeInteger(header.typeByte)
+        if header.kind.hasRequestID {
+            buffer.writeSwitchboardVarint(UInt64(header.requestID))
+        }
+    }
+
+    @usableFromInline
+    func encodeCompressed(
+        _ message: SwitchboardMessage, header: FrameHeader, bodySize: Int, into buffer: inout ByteBuffer
+    ) -> Int {
+        let start = buffer.writerIndex
+        var plain = ByteBufferAllocator().buffer(capacity: bodySize)
+        message.encodeBody(into: &plain)
+        var compressed = ByteBufferAllocator().buffer(capacity: bodySize / 2 + 64)
+        compressed.writeSwitchboardVarint(UInt64(bodySize))
+        if Zlib.deflate(plain, into: &compressed, level: self.compressionLevel) != nil,
+            compressed.readableBytes < bodySize
+        {
+            var compressedHeader = header
+            compressedHeader.flags.insert(.compressed)
+            buffer.writeSwitchboardVarint(UInt64(compressedHeader.encodedSize + compressed.readableBytes))
+            Self.writeHeader(compressedHeader, into: &buffer)
+            buffer.writeImmutableBuffer(compressed)
+        } else {
+            // zlib did not help: send the body as it is.
+            buffer.writeSwitchboardVarint(UInt64(header.encodedSize + bodySize))
+            Self.writeHeader(header, into: &buffer)
+            buffer.writeImmutableBuffer(plain)
+        }
+        return buffer.writerIndex - start
+    }
+
+    /// Encodes one frame whose body is given raw (tools and tests that forge frames).
+    public static func encodeRaw(header: FrameHeader, body: ByteBuffer, into buffer: inout ByteBuffer) {
+        buffer.writeSwitchboardVarint(UInt64(header.encodedSize + body.readableBytes))
+        Self.writeHeader(header, into: &buffer)
+        buffer.writeImmutableBuffer(body)
+    }
+}

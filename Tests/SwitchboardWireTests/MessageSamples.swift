@@ -1,0 +1,64 @@
+import NIOCore
+import SwitchboardWire
+
+/// Random whole messages of every class, for the fuzz tests.
+extension SwitchboardMessage {
+    static func random(using generator: inout RandomValueGenerator) -> SwitchboardMessage {
+        let id = UInt32.random(in: 1...UInt32.max, using: &generator.rng)
+        switch generator.index(below: 5) {
+        case 0: return .control(.random(using: &generator))
+        case 1: return .request(id: id, .random(using: &generator))
+        case 2: return .response(id: id, .random(using: &generator))
+        case 3:
+            let op = Operation.allCases[generator.index(below: Operation.allCases.count)].rawValue
+            return .error(id: id, op: op, .random(using: &generator))
+        default: return .push(.random(using: &generator))
+        }
+    }
+}
+
+/// Helpers shared by the codec tests.
+enum Codec {
+    static func encode(_ message: SwitchboardMessage, threshold: Int? = nil) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        FrameEncoder(compressionThreshold: threshold).encode(message, into: &buffer)
+        return buffer
+    }
+
+    /// Decodes every frame in `bytes`; throws on the first error, fails if bytes are left over.
+    static func decodeAll(_ bytes: ByteBuffer, limits: FrameLimits = .default) throws -> [SwitchboardMessage] {
+        var decoder = FrameDecoder(limits: limits)
+        var buffer = bytes
+        var messages: [SwitchboardMessage] = []
+        while let frame = try decoder.decodeFrame(from: &buffer) {
+            messages.append(try SwitchboardMessage.decode(frame))
+        }
+        if buffer.readableBytes > 0 {
+            throw SwitchboardWireError(.truncatedFrame, "\(buffer.readableBytes) bytes left")
+        }
+        return messages
+    }
+
+    static func hex(_ buffer: ByteBuffer) -> String {
+        buffer.readableBytesView.map { byte in
+            let digits = String(byte, radix: 16)
+            return byte < 16 ? "0" + digits : digits
+        }.joined()
+    }
+
+    static func bytes(hex: String) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        var iterator = hex.utf8.makeIterator()
+        func nibble(_ c: UInt8) -> UInt8 {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+            default: return c - UInt8(ascii: "A") + 10
+            }
+        }
+        while let high = iterator.next(), let low = iterator.next() {
+            buffer.writeInteger(nibble(high) << 4 | nibble(low))
+        }
+        return buffer
+    }
+}

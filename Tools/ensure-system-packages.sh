@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the C libraries the package links (zlib, SQLite) when they are missing. Debian/Ubuntu only.
+set -euo pipefail
+needed=(zlib1g-dev libsqlite3-dev)
+missing=()
+for pkg in "${needed[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing missing system packages: ${missing[*]}" >&2
+if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
