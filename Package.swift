@@ -36,6 +36,12 @@ let package = Package(
             path: "Tools/sbcodecbench",
             swiftSettings: strictSettings
         ),
+        .executableTarget(
+            name: "sbfuzz",
+            dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Tools/fuzz/sbfuzz",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "SwitchboardWireTests",
             dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],

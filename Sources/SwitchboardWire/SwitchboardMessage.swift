@@ -48,15 +48,21 @@ public enum SwitchboardMessage: Sendable, Hashable {
 
     /// Writes the (uncompressed) body.
     @inlinable
-    public func encodeBody(into buffer: inout ByteBuffer) {
+    public func encodeBody(to writer: inout WireWriter) {
         switch self {
-        case .control(let control): control.encode(into: &buffer)
-        case .request(_, let request): request.encode(into: &buffer)
-        case .response(_, let response): response.encode(into: &buffer)
-        case .error(_, _, let body): body.encode(into: &buffer)
-        case .push(let push): push.encode(into: &buffer)
+        case .control(let control): control.encode(to: &writer)
+        case .request(_, let request): request.encode(to: &writer)
+        case .response(_, let response): response.encode(to: &writer)
+        case .error(_, _, let body): body.encode(to: &writer)
+        case .push(let push): push.encode(to: &writer)
         case .unknownPush: break
         }
+    }
+
+    /// Appends the (uncompressed) body to `buffer`.
+    @inlinable
+    public func encodeBody(into buffer: inout ByteBuffer) {
+        buffer.writeSwitchboardEncoded(size: self.bodySize) { self.encodeBody(to: &$0) }
     }
 
     /// Decodes the body of a frame into a typed message.
@@ -65,8 +71,20 @@ public enum SwitchboardMessage: Sendable, Hashable {
     ///   ``ErrorCode/unknownOperation`` or ``ErrorCode/malformedBody`` leave the connection usable.
     public static func decode(_ frame: Frame) throws(SwitchboardWireError) -> SwitchboardMessage {
         let header = frame.header
-        var reader = WireReader(body: frame.body)
         do throws(SwitchboardWireError) {
+            return try WireReader.read(frame.body) { (reader: inout WireReader) throws(SwitchboardWireError) in
+                try Self.decodeBody(header: header, reader: &reader)
+            }
+        } catch {
+            var located = error
+            located.op = header.op
+            located.kind = header.kind
+            if header.kind.hasRequestID { located.requestID = header.requestID }
+            throw located
+        }
+    }
+
+    static func decodeBody(header: FrameHeader, reader: inout WireReader) throws(SwitchboardWireError) -> SwitchboardMessage {
             switch header.kind {
             case .control:
                 guard let op = ControlOp(rawValue: header.op) else {
@@ -92,13 +110,6 @@ public enum SwitchboardMessage: Sendable, Hashable {
                 }
                 return .push(try Push.decode(code, from: &reader))
             }
-        } catch {
-            var located = error
-            located.op = header.op
-            located.kind = header.kind
-            if header.kind.hasRequestID { located.requestID = header.requestID }
-            throw located
-        }
     }
 }
 

@@ -189,3 +189,29 @@ import Testing
         #expect(Self.feed(bytes, limits: limits)?.code == .compressionNotNegotiated)
     }
 }
+
+/// The codec's own UTF-8 validator must agree with the standard library's on every input.
+@Suite struct UTF8ValidationTests {
+    @Test func stringFieldsAreRejectedExactlyWhenTheyAreNotUTF8() throws {
+        let seed = fuzzSeed(14)
+        var generator = RandomValueGenerator(seed: seed)
+        let interesting: [UInt8] = [0x00, 0x41, 0x7F, 0x80, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF, 0x9F, 0xA0, 0x8F, 0x90]
+        for _ in 0..<fuzzIterations(50_000) {
+            var bytes: [UInt8] = []
+            for _ in 0..<generator.index(below: 12) {
+                bytes.append(generator.bool() ? interesting[generator.index(below: interesting.count)] : UInt8.random(in: 0...255, using: &generator.rng))
+            }
+            var body = ByteBuffer()
+            body.writeInteger(UInt8(0x0A))  // field 1, length-delimited
+            body.writeSwitchboardVarint(UInt64(bytes.count))
+            body.writeBytes(bytes)
+            let expected = String(validating: bytes, as: UTF8.self)
+            do {
+                let decoded = try GetUserMetadataRequest(decoding: body)
+                try #require(expected == decoded.userId, "seed \(seed): \(bytes) decoded as \(decoded.userId)")
+            } catch {
+                try #require(expected == nil && (error as? SwitchboardWireError)?.code == .invalidUtf8, "seed \(seed): \(bytes) gave \(error)")
+            }
+        }
+    }
+}

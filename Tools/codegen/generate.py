@@ -221,10 +221,10 @@ def write_one(field, ref):
     n = field["n"]
     t = field["type"]
     if t == "string":
-        return "buffer.writeSwitchboardStringField(%d, %s)" % (n, ref)
+        return "writer.writeStringField(%d, %s)" % (n, ref)
     if t in STRUCTS:
-        return "buffer.writeSwitchboardMessageField(%d, %s)" % (n, ref)
-    return "buffer.writeSwitchboardVarintField(%d, %s)" % (n, varint_expr(t, ref))
+        return "writer.writeMessageField(%d, %s)" % (n, ref)
+    return "writer.writeVarintField(%d, %s)" % (n, varint_expr(t, ref))
 
 
 def read_one(t):
@@ -304,7 +304,7 @@ def gen_struct(name, doc, fields):
             if f.get("repeated"):
                 if t in ENUMS:
                     o.append("                if field.wireType == .lengthDelimited {  // packed, as protobuf encoders write it\n")
-                    o.append("                    var packed = WireReader(body: try reader.readLengthDelimited())\n")
+                    o.append("                    var packed = try reader.readLengthDelimited()\n")
                     o.append("                    while !packed.isAtEnd {\n")
                     o.append("                        try reader.requireRoom(in: self.%s.count, field: %d)\n" % (f["name"], n))
                     o.append("                        self.%s.append(%s(rawValue: try packed.readUInt32()))\n" % (f["name"], t))
@@ -335,7 +335,7 @@ def gen_struct(name, doc, fields):
                 o.append("        if !(%s) { size += %s }\n" % (is_default_expr(f, ref), size_of_one(f, ref)))
         o.append("        return size\n    }\n\n")
     # encode
-    o.append("    public func encode(into buffer: inout ByteBuffer) {\n")
+    o.append("    public func encode(to writer: inout WireWriter) {\n")
     for f in fields:
         ref = "self.%s" % f["name"]
         if f.get("repeated"):
@@ -390,6 +390,23 @@ def gen_structs(all_payloads):
 
 # ---------------------------------------------------------------- Swift: dispatch enums
 
+INLINE_PAYLOAD_LIMIT = 64
+
+
+def estimated_size(fields):
+    """Rough in-memory size of a generated struct (for deciding which enum payloads to box)."""
+    size = 0
+    for f in fields:
+        t = f["type"]
+        if f.get("repeated"):
+            size += 8
+        elif t in STRUCTS:
+            size += estimated_size(STRUCTS[t]["fields"]) + 1
+        else:
+            size += {"string": 16, "uint": 8, "sint": 8, "bool": 1}.get(t, 4)
+    return size
+
+
 def gen_dispatch(ops, controls, pushes):
     o = [HEADER, "import NIOCore\n\n"]
     # aliases for shared payloads
@@ -416,7 +433,9 @@ def gen_dispatch(ops, controls, pushes):
         o.append("public enum %s: Sendable, Hashable {\n" % enum_name)
         for e in entries:
             o.append(doc_lines(e["doc"], "    "))
-            o.append("    case %s(%s)\n" % (e["name"], e[type_key]))
+            # Large payloads live in a box so the enum stays small and cheap to move on the hot path.
+            boxed = estimated_size(e.get("fieldsFor_" + type_key, [])) > INLINE_PAYLOAD_LIMIT
+            o.append("    %scase %s(%s)\n" % ("indirect " if boxed else "", e["name"], e[type_key]))
         o.append("\n    /// The op this value travels under.\n")
         o.append("    public var %s: %s {\n        switch self {\n" % (key_prop, key_type))
         for e in entries:
@@ -426,9 +445,9 @@ def gen_dispatch(ops, controls, pushes):
         for e in entries:
             o.append("        case .%s(let body): return body.wireSize\n" % e["name"])
         o.append("        }\n    }\n\n")
-        o.append("    /// Writes the body.\n    public func encode(into buffer: inout ByteBuffer) {\n        switch self {\n")
+        o.append("    /// Writes the body.\n    public func encode(to writer: inout WireWriter) {\n        switch self {\n")
         for e in entries:
-            o.append("        case .%s(let body): body.encode(into: &buffer)\n" % e["name"])
+            o.append("        case .%s(let body): body.encode(to: &writer)\n" % e["name"])
         o.append("        }\n    }\n\n")
         o.append(decode_doc)
         o.append("    public static func decode(_ key: %s, from reader: inout WireReader) throws(SwitchboardWireError) -> %s {\n"
@@ -449,6 +468,11 @@ def gen_dispatch(ops, controls, pushes):
             o.append("        case .%s: return .%s(try %s(json: body))\n" % (e["name"], e["name"], e[type_key]))
         o.append("        }\n    }\n}\n\n")
 
+    for e in ops:
+        e["fieldsFor_request"] = e["requestFields"]
+        e["fieldsFor_response"] = e["responseFields"]
+    for e in controls + pushes:
+        e["fieldsFor_type"] = e["fields"]
     dispatch_enum("Request", "Operation", "operation", ops, "request",
                   "/// A request a client sends, one case per op.\n", "    /// Decodes the body of a request with op `key`.\n")
     dispatch_enum("Response", "Operation", "operation", ops, "response",

@@ -31,13 +31,17 @@ public struct FrameEncoder: Sendable {
         if let threshold = self.compressionThreshold, bodySize >= threshold {
             return self.encodeCompressed(message, header: header, bodySize: bodySize, into: &buffer)
         }
-        let start = buffer.writerIndex
         let length = header.encodedSize + bodySize
-        buffer.reserveCapacity(minimumWritableBytes: length + 4)
-        buffer.writeSwitchboardVarint(UInt64(length))
-        Self.writeHeader(header, into: &buffer)
-        message.encodeBody(into: &buffer)
-        return buffer.writerIndex - start
+        let total = Varint.size(UInt64(length)) + length
+        // One capacity check for the whole frame; every byte then goes straight to memory.
+        buffer.writeSwitchboardEncoded(size: total) { writer in
+            writer.writeVarint(UInt64(length))
+            writer.writeByte(header.flags.rawValue)
+            writer.writeByte(header.typeByte)
+            if header.kind.hasRequestID { writer.writeVarint(UInt64(header.requestID)) }
+            message.encodeBody(to: &writer)
+        }
+        return total
     }
 
     @inlinable

@@ -207,15 +207,15 @@ public enum Request: Sendable, Hashable {
     /// The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.
     case queryEventSubscriptions(QueryEventSubscriptionsRequest)
     /// Stores (replaces) a user's profile record. A user may set only their own; a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this is also the refresh operation).
-    case setUserInfo(SetUserInfoRequest)
+    indirect case setUserInfo(SetUserInfoRequest)
     /// User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.
     case getUserInfo(GetUserInfoRequest)
     /// Stores (replaces) a group's record. Admin only.
-    case setGroupInfo(SetGroupInfoRequest)
+    indirect case setGroupInfo(SetGroupInfoRequest)
     /// Group records for up to 100 group ids, from the directory or the group-info provider.
     case getGroupInfo(GetGroupInfoRequest)
     /// Stores (replaces) a user's record in a group. A user may set their own; admins anyone's.
-    case setGroupMemberInfo(SetGroupMemberInfoRequest)
+    indirect case setGroupMemberInfo(SetGroupMemberInfoRequest)
     /// Member records of up to 100 users in one group, from the directory or the group-member provider.
     case getGroupMemberInfo(GetGroupMemberInfoRequest)
     /// Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.
@@ -231,7 +231,7 @@ public enum Request: Sendable, Hashable {
     /// Registers the session as the provider of the named kinds of record (admin only). The latest registration of a kind wins; it ends with the session.
     case registerProvider(RegisterProviderRequest)
     /// A provider's answer to a providerRequest push. found false means the provider does not know the record.
-    case answerProvider(AnswerProviderRequest)
+    indirect case answerProvider(AnswerProviderRequest)
 
     /// The op this value travels under.
     public var operation: Operation {
@@ -330,50 +330,50 @@ public enum Request: Sendable, Hashable {
     }
 
     /// Writes the body.
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(to writer: inout WireWriter) {
         switch self {
-        case .logout(let body): body.encode(into: &buffer)
-        case .renewToken(let body): body.encode(into: &buffer)
-        case .setChannelMetadata(let body): body.encode(into: &buffer)
-        case .getChannelMetadata(let body): body.encode(into: &buffer)
-        case .updateChannelMetadata(let body): body.encode(into: &buffer)
-        case .removeChannelMetadata(let body): body.encode(into: &buffer)
-        case .setUserMetadata(let body): body.encode(into: &buffer)
-        case .getUserMetadata(let body): body.encode(into: &buffer)
-        case .updateUserMetadata(let body): body.encode(into: &buffer)
-        case .removeUserMetadata(let body): body.encode(into: &buffer)
-        case .subscribeUserMetadata(let body): body.encode(into: &buffer)
-        case .unsubscribeUserMetadata(let body): body.encode(into: &buffer)
-        case .setLock(let body): body.encode(into: &buffer)
-        case .acquireLock(let body): body.encode(into: &buffer)
-        case .releaseLock(let body): body.encode(into: &buffer)
-        case .removeLock(let body): body.encode(into: &buffer)
-        case .revokeLock(let body): body.encode(into: &buffer)
-        case .getLocks(let body): body.encode(into: &buffer)
-        case .subscribeChannel(let body): body.encode(into: &buffer)
-        case .unsubscribeChannel(let body): body.encode(into: &buffer)
-        case .whoNow(let body): body.encode(into: &buffer)
-        case .whereNow(let body): body.encode(into: &buffer)
-        case .setState(let body): body.encode(into: &buffer)
-        case .getState(let body): body.encode(into: &buffer)
-        case .removeState(let body): body.encode(into: &buffer)
-        case .subscribeEvent(let body): body.encode(into: &buffer)
-        case .unsubscribeEvent(let body): body.encode(into: &buffer)
-        case .publishEvent(let body): body.encode(into: &buffer)
-        case .queryEventSubscriptions(let body): body.encode(into: &buffer)
-        case .setUserInfo(let body): body.encode(into: &buffer)
-        case .getUserInfo(let body): body.encode(into: &buffer)
-        case .setGroupInfo(let body): body.encode(into: &buffer)
-        case .getGroupInfo(let body): body.encode(into: &buffer)
-        case .setGroupMemberInfo(let body): body.encode(into: &buffer)
-        case .getGroupMemberInfo(let body): body.encode(into: &buffer)
-        case .updateGroupMembers(let body): body.encode(into: &buffer)
-        case .getGroupMembers(let body): body.encode(into: &buffer)
-        case .clearProfile(let body): body.encode(into: &buffer)
-        case .subscribeProfiles(let body): body.encode(into: &buffer)
-        case .unsubscribeProfiles(let body): body.encode(into: &buffer)
-        case .registerProvider(let body): body.encode(into: &buffer)
-        case .answerProvider(let body): body.encode(into: &buffer)
+        case .logout(let body): body.encode(to: &writer)
+        case .renewToken(let body): body.encode(to: &writer)
+        case .setChannelMetadata(let body): body.encode(to: &writer)
+        case .getChannelMetadata(let body): body.encode(to: &writer)
+        case .updateChannelMetadata(let body): body.encode(to: &writer)
+        case .removeChannelMetadata(let body): body.encode(to: &writer)
+        case .setUserMetadata(let body): body.encode(to: &writer)
+        case .getUserMetadata(let body): body.encode(to: &writer)
+        case .updateUserMetadata(let body): body.encode(to: &writer)
+        case .removeUserMetadata(let body): body.encode(to: &writer)
+        case .subscribeUserMetadata(let body): body.encode(to: &writer)
+        case .unsubscribeUserMetadata(let body): body.encode(to: &writer)
+        case .setLock(let body): body.encode(to: &writer)
+        case .acquireLock(let body): body.encode(to: &writer)
+        case .releaseLock(let body): body.encode(to: &writer)
+        case .removeLock(let body): body.encode(to: &writer)
+        case .revokeLock(let body): body.encode(to: &writer)
+        case .getLocks(let body): body.encode(to: &writer)
+        case .subscribeChannel(let body): body.encode(to: &writer)
+        case .unsubscribeChannel(let body): body.encode(to: &writer)
+        case .whoNow(let body): body.encode(to: &writer)
+        case .whereNow(let body): body.encode(to: &writer)
+        case .setState(let body): body.encode(to: &writer)
+        case .getState(let body): body.encode(to: &writer)
+        case .removeState(let body): body.encode(to: &writer)
+        case .subscribeEvent(let body): body.encode(to: &writer)
+        case .unsubscribeEvent(let body): body.encode(to: &writer)
+        case .publishEvent(let body): body.encode(to: &writer)
+        case .queryEventSubscriptions(let body): body.encode(to: &writer)
+        case .setUserInfo(let body): body.encode(to: &writer)
+        case .getUserInfo(let body): body.encode(to: &writer)
+        case .setGroupInfo(let body): body.encode(to: &writer)
+        case .getGroupInfo(let body): body.encode(to: &writer)
+        case .setGroupMemberInfo(let body): body.encode(to: &writer)
+        case .getGroupMemberInfo(let body): body.encode(to: &writer)
+        case .updateGroupMembers(let body): body.encode(to: &writer)
+        case .getGroupMembers(let body): body.encode(to: &writer)
+        case .clearProfile(let body): body.encode(to: &writer)
+        case .subscribeProfiles(let body): body.encode(to: &writer)
+        case .unsubscribeProfiles(let body): body.encode(to: &writer)
+        case .registerProvider(let body): body.encode(to: &writer)
+        case .answerProvider(let body): body.encode(to: &writer)
         }
     }
 
@@ -706,50 +706,50 @@ public enum Response: Sendable, Hashable {
     }
 
     /// Writes the body.
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(to writer: inout WireWriter) {
         switch self {
-        case .logout(let body): body.encode(into: &buffer)
-        case .renewToken(let body): body.encode(into: &buffer)
-        case .setChannelMetadata(let body): body.encode(into: &buffer)
-        case .getChannelMetadata(let body): body.encode(into: &buffer)
-        case .updateChannelMetadata(let body): body.encode(into: &buffer)
-        case .removeChannelMetadata(let body): body.encode(into: &buffer)
-        case .setUserMetadata(let body): body.encode(into: &buffer)
-        case .getUserMetadata(let body): body.encode(into: &buffer)
-        case .updateUserMetadata(let body): body.encode(into: &buffer)
-        case .removeUserMetadata(let body): body.encode(into: &buffer)
-        case .subscribeUserMetadata(let body): body.encode(into: &buffer)
-        case .unsubscribeUserMetadata(let body): body.encode(into: &buffer)
-        case .setLock(let body): body.encode(into: &buffer)
-        case .acquireLock(let body): body.encode(into: &buffer)
-        case .releaseLock(let body): body.encode(into: &buffer)
-        case .removeLock(let body): body.encode(into: &buffer)
-        case .revokeLock(let body): body.encode(into: &buffer)
-        case .getLocks(let body): body.encode(into: &buffer)
-        case .subscribeChannel(let body): body.encode(into: &buffer)
-        case .unsubscribeChannel(let body): body.encode(into: &buffer)
-        case .whoNow(let body): body.encode(into: &buffer)
-        case .whereNow(let body): body.encode(into: &buffer)
-        case .setState(let body): body.encode(into: &buffer)
-        case .getState(let body): body.encode(into: &buffer)
-        case .removeState(let body): body.encode(into: &buffer)
-        case .subscribeEvent(let body): body.encode(into: &buffer)
-        case .unsubscribeEvent(let body): body.encode(into: &buffer)
-        case .publishEvent(let body): body.encode(into: &buffer)
-        case .queryEventSubscriptions(let body): body.encode(into: &buffer)
-        case .setUserInfo(let body): body.encode(into: &buffer)
-        case .getUserInfo(let body): body.encode(into: &buffer)
-        case .setGroupInfo(let body): body.encode(into: &buffer)
-        case .getGroupInfo(let body): body.encode(into: &buffer)
-        case .setGroupMemberInfo(let body): body.encode(into: &buffer)
-        case .getGroupMemberInfo(let body): body.encode(into: &buffer)
-        case .updateGroupMembers(let body): body.encode(into: &buffer)
-        case .getGroupMembers(let body): body.encode(into: &buffer)
-        case .clearProfile(let body): body.encode(into: &buffer)
-        case .subscribeProfiles(let body): body.encode(into: &buffer)
-        case .unsubscribeProfiles(let body): body.encode(into: &buffer)
-        case .registerProvider(let body): body.encode(into: &buffer)
-        case .answerProvider(let body): body.encode(into: &buffer)
+        case .logout(let body): body.encode(to: &writer)
+        case .renewToken(let body): body.encode(to: &writer)
+        case .setChannelMetadata(let body): body.encode(to: &writer)
+        case .getChannelMetadata(let body): body.encode(to: &writer)
+        case .updateChannelMetadata(let body): body.encode(to: &writer)
+        case .removeChannelMetadata(let body): body.encode(to: &writer)
+        case .setUserMetadata(let body): body.encode(to: &writer)
+        case .getUserMetadata(let body): body.encode(to: &writer)
+        case .updateUserMetadata(let body): body.encode(to: &writer)
+        case .removeUserMetadata(let body): body.encode(to: &writer)
+        case .subscribeUserMetadata(let body): body.encode(to: &writer)
+        case .unsubscribeUserMetadata(let body): body.encode(to: &writer)
+        case .setLock(let body): body.encode(to: &writer)
+        case .acquireLock(let body): body.encode(to: &writer)
+        case .releaseLock(let body): body.encode(to: &writer)
+        case .removeLock(let body): body.encode(to: &writer)
+        case .revokeLock(let body): body.encode(to: &writer)
+        case .getLocks(let body): body.encode(to: &writer)
+        case .subscribeChannel(let body): body.encode(to: &writer)
+        case .unsubscribeChannel(let body): body.encode(to: &writer)
+        case .whoNow(let body): body.encode(to: &writer)
+        case .whereNow(let body): body.encode(to: &writer)
+        case .setState(let body): body.encode(to: &writer)
+        case .getState(let body): body.encode(to: &writer)
+        case .removeState(let body): body.encode(to: &writer)
+        case .subscribeEvent(let body): body.encode(to: &writer)
+        case .unsubscribeEvent(let body): body.encode(to: &writer)
+        case .publishEvent(let body): body.encode(to: &writer)
+        case .queryEventSubscriptions(let body): body.encode(to: &writer)
+        case .setUserInfo(let body): body.encode(to: &writer)
+        case .getUserInfo(let body): body.encode(to: &writer)
+        case .setGroupInfo(let body): body.encode(to: &writer)
+        case .getGroupInfo(let body): body.encode(to: &writer)
+        case .setGroupMemberInfo(let body): body.encode(to: &writer)
+        case .getGroupMemberInfo(let body): body.encode(to: &writer)
+        case .updateGroupMembers(let body): body.encode(to: &writer)
+        case .getGroupMembers(let body): body.encode(to: &writer)
+        case .clearProfile(let body): body.encode(to: &writer)
+        case .subscribeProfiles(let body): body.encode(to: &writer)
+        case .unsubscribeProfiles(let body): body.encode(to: &writer)
+        case .registerProvider(let body): body.encode(to: &writer)
+        case .answerProvider(let body): body.encode(to: &writer)
         }
     }
 
@@ -935,9 +935,9 @@ public enum ControlOp: UInt8, Sendable, Hashable, CaseIterable, CustomStringConv
 /// A control frame.
 public enum Control: Sendable, Hashable {
     /// First frame a client sends. Opens the session: protocol version, features, credentials, who the client is.
-    case hello(Hello)
+    indirect case hello(Hello)
     /// The server's answer to a valid HELLO. After it both sides may send any frame.
-    case welcome(Welcome)
+    indirect case welcome(Welcome)
     /// Keep-alive. The receiver answers with PONG carrying the same nonce.
     case ping(Ping)
     /// Answer to PING.
@@ -968,13 +968,13 @@ public enum Control: Sendable, Hashable {
     }
 
     /// Writes the body.
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(to writer: inout WireWriter) {
         switch self {
-        case .hello(let body): body.encode(into: &buffer)
-        case .welcome(let body): body.encode(into: &buffer)
-        case .ping(let body): body.encode(into: &buffer)
-        case .pong(let body): body.encode(into: &buffer)
-        case .goAway(let body): body.encode(into: &buffer)
+        case .hello(let body): body.encode(to: &writer)
+        case .welcome(let body): body.encode(to: &writer)
+        case .ping(let body): body.encode(to: &writer)
+        case .pong(let body): body.encode(to: &writer)
+        case .goAway(let body): body.encode(to: &writer)
         }
     }
 
@@ -1055,15 +1055,15 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
 /// A push (server event), one case per push code.
 public enum Push: Sendable, Hashable {
     /// A metadata set changed (or a snapshot after subscribing). Sent to channel members that asked for metadata events, or to sessions that subscribed to the user's metadata.
-    case storageEvent(StorageEvent)
+    indirect case storageEvent(StorageEvent)
     /// Locks of a channel changed (or a snapshot after subscribing with lock events).
     case lockEvent(LockEvent)
     /// Presence in a channel changed (or a snapshot after subscribing with presence events). In interval mode one event lists every change since the previous one.
-    case presenceEvent(PresenceEvent)
+    indirect case presenceEvent(PresenceEvent)
     /// One or more events from publishers the session subscribed to (batched).
     case subscribedEvents(SubscribedEvents)
     /// A subscribed user's or group's record changed or was removed.
-    case profileChanged(ProfileChanged)
+    indirect case profileChanged(ProfileChanged)
     /// Asks a registered provider for a record the directory does not hold. Answer with answerProvider before the server's provider timeout.
     case providerRequest(ProviderRequest)
     /// Something the client should know about its session: the server is shutting down, the token expires soon, the session is about to be cut for being slow.
@@ -1096,15 +1096,15 @@ public enum Push: Sendable, Hashable {
     }
 
     /// Writes the body.
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(to writer: inout WireWriter) {
         switch self {
-        case .storageEvent(let body): body.encode(into: &buffer)
-        case .lockEvent(let body): body.encode(into: &buffer)
-        case .presenceEvent(let body): body.encode(into: &buffer)
-        case .subscribedEvents(let body): body.encode(into: &buffer)
-        case .profileChanged(let body): body.encode(into: &buffer)
-        case .providerRequest(let body): body.encode(into: &buffer)
-        case .serverNotice(let body): body.encode(into: &buffer)
+        case .storageEvent(let body): body.encode(to: &writer)
+        case .lockEvent(let body): body.encode(to: &writer)
+        case .presenceEvent(let body): body.encode(to: &writer)
+        case .subscribedEvents(let body): body.encode(to: &writer)
+        case .profileChanged(let body): body.encode(to: &writer)
+        case .providerRequest(let body): body.encode(to: &writer)
+        case .serverNotice(let body): body.encode(to: &writer)
         }
     }
 

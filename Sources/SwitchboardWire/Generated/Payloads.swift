@@ -18,7 +18,7 @@ public struct EmptyBody: WireCodable {
         0
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(to writer: inout WireWriter) {
     }
 }
 
@@ -101,12 +101,12 @@ public struct MetadataItem: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.key.isEmpty) { buffer.writeSwitchboardStringField(1, self.key) }
-        if !(self.value.isEmpty) { buffer.writeSwitchboardStringField(2, self.value) }
-        if !(self.revision == -1) { buffer.writeSwitchboardVarintField(3, Varint.zigzag(self.revision)) }
-        if !(self.updateTs == 0) { buffer.writeSwitchboardVarintField(4, self.updateTs) }
-        if !(self.authorUserId.isEmpty) { buffer.writeSwitchboardStringField(5, self.authorUserId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.key.isEmpty) { writer.writeStringField(1, self.key) }
+        if !(self.value.isEmpty) { writer.writeStringField(2, self.value) }
+        if !(self.revision == -1) { writer.writeVarintField(3, Varint.zigzag(self.revision)) }
+        if !(self.updateTs == 0) { writer.writeVarintField(4, self.updateTs) }
+        if !(self.authorUserId.isEmpty) { writer.writeStringField(5, self.authorUserId) }
     }
 }
 
@@ -184,10 +184,10 @@ public struct LockDetail: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.lockName.isEmpty) { buffer.writeSwitchboardStringField(1, self.lockName) }
-        if !(self.owner.isEmpty) { buffer.writeSwitchboardStringField(2, self.owner) }
-        if !(self.ttlSeconds == 0) { buffer.writeSwitchboardVarintField(3, self.ttlSeconds) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.lockName.isEmpty) { writer.writeStringField(1, self.lockName) }
+        if !(self.owner.isEmpty) { writer.writeStringField(2, self.owner) }
+        if !(self.ttlSeconds == 0) { writer.writeVarintField(3, self.ttlSeconds) }
     }
 }
 
@@ -252,9 +252,9 @@ public struct StateItem: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.key.isEmpty) { buffer.writeSwitchboardStringField(1, self.key) }
-        if !(self.value.isEmpty) { buffer.writeSwitchboardStringField(2, self.value) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.key.isEmpty) { writer.writeStringField(1, self.key) }
+        if !(self.value.isEmpty) { writer.writeStringField(2, self.value) }
     }
 }
 
@@ -318,9 +318,9 @@ public struct UserState: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
-        for element in self.states { buffer.writeSwitchboardMessageField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        for element in self.states { writer.writeMessageField(2, element) }
     }
 }
 
@@ -386,9 +386,9 @@ public struct ChannelRef: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
     }
 }
 
@@ -475,12 +475,12 @@ public struct EventSubscription: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.publisher.isEmpty) { buffer.writeSwitchboardStringField(1, self.publisher) }
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(2, self.eventType) }
-        if !(self.subscribedAtMs == 0) { buffer.writeSwitchboardVarintField(3, self.subscribedAtMs) }
-        if !(self.expiresAtMs == 0) { buffer.writeSwitchboardVarintField(4, self.expiresAtMs) }
-        if !(self.remainingSeconds == 0) { buffer.writeSwitchboardVarintField(5, self.remainingSeconds) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.publisher.isEmpty) { writer.writeStringField(1, self.publisher) }
+        if !(self.eventType == 1) { writer.writeVarintField(2, self.eventType) }
+        if !(self.subscribedAtMs == 0) { writer.writeVarintField(3, self.subscribedAtMs) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(4, self.expiresAtMs) }
+        if !(self.remainingSeconds == 0) { writer.writeVarintField(5, self.remainingSeconds) }
     }
 }
 
@@ -574,7 +574,7 @@ public struct SubscribedEvent: WireCodable {
                 self.expiresAtMs = try reader.readVarint()
             case 7:
                 if field.wireType == .lengthDelimited {  // packed, as protobuf encoders write it
-                    var packed = WireReader(body: try reader.readLengthDelimited())
+                    var packed = try reader.readLengthDelimited()
                     while !packed.isAtEnd {
                         try reader.requireRoom(in: self.onlineClientTypes.count, field: 7)
                         self.onlineClientTypes.append(ClientType(rawValue: try packed.readUInt32()))
@@ -606,15 +606,15 @@ public struct SubscribedEvent: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventId.isEmpty) { buffer.writeSwitchboardStringField(1, self.eventId) }
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(2, self.eventType) }
-        if !(self.value == 0) { buffer.writeSwitchboardVarintField(3, self.value) }
-        if !(self.publisher.isEmpty) { buffer.writeSwitchboardStringField(4, self.publisher) }
-        if !(self.timestampMs == 0) { buffer.writeSwitchboardVarintField(5, self.timestampMs) }
-        if !(self.expiresAtMs == 0) { buffer.writeSwitchboardVarintField(6, self.expiresAtMs) }
-        for element in self.onlineClientTypes { buffer.writeSwitchboardVarintField(7, UInt64(element.rawValue)) }
-        if !(self.ext.isEmpty) { buffer.writeSwitchboardStringField(8, self.ext) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventId.isEmpty) { writer.writeStringField(1, self.eventId) }
+        if !(self.eventType == 1) { writer.writeVarintField(2, self.eventType) }
+        if !(self.value == 0) { writer.writeVarintField(3, self.value) }
+        if !(self.publisher.isEmpty) { writer.writeStringField(4, self.publisher) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(5, self.timestampMs) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(6, self.expiresAtMs) }
+        for element in self.onlineClientTypes { writer.writeVarintField(7, UInt64(element.rawValue)) }
+        if !(self.ext.isEmpty) { writer.writeStringField(8, self.ext) }
     }
 }
 
@@ -714,12 +714,12 @@ public struct UserInfo: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
-        if !(self.name.isEmpty) { buffer.writeSwitchboardStringField(2, self.name) }
-        if !(self.portraitUri.isEmpty) { buffer.writeSwitchboardStringField(3, self.portraitUri) }
-        if !(self.extra.isEmpty) { buffer.writeSwitchboardStringField(4, self.extra) }
-        if !(self.updatedAtMs == 0) { buffer.writeSwitchboardVarintField(5, self.updatedAtMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        if !(self.name.isEmpty) { writer.writeStringField(2, self.name) }
+        if !(self.portraitUri.isEmpty) { writer.writeStringField(3, self.portraitUri) }
+        if !(self.extra.isEmpty) { writer.writeStringField(4, self.extra) }
+        if !(self.updatedAtMs == 0) { writer.writeVarintField(5, self.updatedAtMs) }
     }
 }
 
@@ -810,12 +810,12 @@ public struct GroupInfo: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.groupId.isEmpty) { buffer.writeSwitchboardStringField(1, self.groupId) }
-        if !(self.name.isEmpty) { buffer.writeSwitchboardStringField(2, self.name) }
-        if !(self.portraitUri.isEmpty) { buffer.writeSwitchboardStringField(3, self.portraitUri) }
-        if !(self.extra.isEmpty) { buffer.writeSwitchboardStringField(4, self.extra) }
-        if !(self.updatedAtMs == 0) { buffer.writeSwitchboardVarintField(5, self.updatedAtMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.groupId.isEmpty) { writer.writeStringField(1, self.groupId) }
+        if !(self.name.isEmpty) { writer.writeStringField(2, self.name) }
+        if !(self.portraitUri.isEmpty) { writer.writeStringField(3, self.portraitUri) }
+        if !(self.extra.isEmpty) { writer.writeStringField(4, self.extra) }
+        if !(self.updatedAtMs == 0) { writer.writeVarintField(5, self.updatedAtMs) }
     }
 }
 
@@ -906,12 +906,12 @@ public struct GroupMemberInfo: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.groupId.isEmpty) { buffer.writeSwitchboardStringField(1, self.groupId) }
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(2, self.userId) }
-        if !(self.nickname.isEmpty) { buffer.writeSwitchboardStringField(3, self.nickname) }
-        if !(self.extra.isEmpty) { buffer.writeSwitchboardStringField(4, self.extra) }
-        if !(self.updatedAtMs == 0) { buffer.writeSwitchboardVarintField(5, self.updatedAtMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.groupId.isEmpty) { writer.writeStringField(1, self.groupId) }
+        if !(self.userId.isEmpty) { writer.writeStringField(2, self.userId) }
+        if !(self.nickname.isEmpty) { writer.writeStringField(3, self.nickname) }
+        if !(self.extra.isEmpty) { writer.writeStringField(4, self.extra) }
+        if !(self.updatedAtMs == 0) { writer.writeVarintField(5, self.updatedAtMs) }
     }
 }
 
@@ -1006,12 +1006,12 @@ public struct ErrorBody: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.code == 0) { buffer.writeSwitchboardVarintField(1, self.code) }
-        if !(self.message.isEmpty) { buffer.writeSwitchboardStringField(2, self.message) }
-        if !(self.retryAfterMs == 0) { buffer.writeSwitchboardVarintField(3, self.retryAfterMs) }
-        if !(self.currentRevision == -1) { buffer.writeSwitchboardVarintField(4, Varint.zigzag(self.currentRevision)) }
-        if !(self.key.isEmpty) { buffer.writeSwitchboardStringField(5, self.key) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.code == 0) { writer.writeVarintField(1, self.code) }
+        if !(self.message.isEmpty) { writer.writeStringField(2, self.message) }
+        if !(self.retryAfterMs == 0) { writer.writeVarintField(3, self.retryAfterMs) }
+        if !(self.currentRevision == -1) { writer.writeVarintField(4, Varint.zigzag(self.currentRevision)) }
+        if !(self.key.isEmpty) { writer.writeStringField(5, self.key) }
     }
 }
 
@@ -1073,8 +1073,8 @@ public struct RenewTokenRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.token.isEmpty) { buffer.writeSwitchboardStringField(1, self.token) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.token.isEmpty) { writer.writeStringField(1, self.token) }
     }
 }
 
@@ -1129,8 +1129,8 @@ public struct RenewTokenResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.expiresAtMs == 0) { buffer.writeSwitchboardVarintField(1, self.expiresAtMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(1, self.expiresAtMs) }
     }
 }
 
@@ -1231,14 +1231,14 @@ public struct SetChannelMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        for element in self.items { buffer.writeSwitchboardMessageField(3, element) }
-        if !(self.majorRevision == -1) { buffer.writeSwitchboardVarintField(4, Varint.zigzag(self.majorRevision)) }
-        if !(!self.recordTs) { buffer.writeSwitchboardVarintField(5, (self.recordTs ? 1 : 0)) }
-        if !(!self.recordUserId) { buffer.writeSwitchboardVarintField(6, (self.recordUserId ? 1 : 0)) }
-        if !(self.lock.isEmpty) { buffer.writeSwitchboardStringField(7, self.lock) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        for element in self.items { writer.writeMessageField(3, element) }
+        if !(self.majorRevision == -1) { writer.writeVarintField(4, Varint.zigzag(self.majorRevision)) }
+        if !(!self.recordTs) { writer.writeVarintField(5, (self.recordTs ? 1 : 0)) }
+        if !(!self.recordUserId) { writer.writeVarintField(6, (self.recordUserId ? 1 : 0)) }
+        if !(self.lock.isEmpty) { writer.writeStringField(7, self.lock) }
     }
 }
 
@@ -1308,8 +1308,8 @@ public struct SetChannelMetadataResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.majorRevision == 0) { buffer.writeSwitchboardVarintField(1, self.majorRevision) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
     }
 }
 
@@ -1370,9 +1370,9 @@ public struct GetChannelMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
     }
 }
 
@@ -1437,9 +1437,9 @@ public struct GetChannelMetadataResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.majorRevision == 0) { buffer.writeSwitchboardVarintField(1, self.majorRevision) }
-        for element in self.items { buffer.writeSwitchboardMessageField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
+        for element in self.items { writer.writeMessageField(2, element) }
     }
 }
 
@@ -1529,12 +1529,12 @@ public struct SetUserMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
-        for element in self.items { buffer.writeSwitchboardMessageField(2, element) }
-        if !(self.majorRevision == -1) { buffer.writeSwitchboardVarintField(3, Varint.zigzag(self.majorRevision)) }
-        if !(!self.recordTs) { buffer.writeSwitchboardVarintField(4, (self.recordTs ? 1 : 0)) }
-        if !(!self.recordUserId) { buffer.writeSwitchboardVarintField(5, (self.recordUserId ? 1 : 0)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        for element in self.items { writer.writeMessageField(2, element) }
+        if !(self.majorRevision == -1) { writer.writeVarintField(3, Varint.zigzag(self.majorRevision)) }
+        if !(!self.recordTs) { writer.writeVarintField(4, (self.recordTs ? 1 : 0)) }
+        if !(!self.recordUserId) { writer.writeVarintField(5, (self.recordUserId ? 1 : 0)) }
     }
 }
 
@@ -1600,8 +1600,8 @@ public struct SetUserMetadataResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.majorRevision == 0) { buffer.writeSwitchboardVarintField(1, self.majorRevision) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
     }
 }
 
@@ -1655,8 +1655,8 @@ public struct GetUserMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
     }
 }
 
@@ -1727,10 +1727,10 @@ public struct GetUserMetadataResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.majorRevision == 0) { buffer.writeSwitchboardVarintField(1, self.majorRevision) }
-        for element in self.items { buffer.writeSwitchboardMessageField(2, element) }
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(3, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
+        for element in self.items { writer.writeMessageField(2, element) }
+        if !(self.userId.isEmpty) { writer.writeStringField(3, self.userId) }
     }
 }
 
@@ -1792,8 +1792,8 @@ public struct SubscribeUserMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
     }
 }
 
@@ -1847,8 +1847,8 @@ public struct UnsubscribeUserMetadataRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
     }
 }
 
@@ -1923,11 +1923,11 @@ public struct SetLockRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.lockName.isEmpty) { buffer.writeSwitchboardStringField(3, self.lockName) }
-        if !(self.ttlSeconds == 10) { buffer.writeSwitchboardVarintField(4, self.ttlSeconds) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.lockName.isEmpty) { writer.writeStringField(3, self.lockName) }
+        if !(self.ttlSeconds == 10) { writer.writeVarintField(4, self.ttlSeconds) }
     }
 }
 
@@ -2008,11 +2008,11 @@ public struct AcquireLockRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.lockName.isEmpty) { buffer.writeSwitchboardStringField(3, self.lockName) }
-        if !(!self.retry) { buffer.writeSwitchboardVarintField(4, (self.retry ? 1 : 0)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.lockName.isEmpty) { writer.writeStringField(3, self.lockName) }
+        if !(!self.retry) { writer.writeVarintField(4, (self.retry ? 1 : 0)) }
     }
 }
 
@@ -2086,10 +2086,10 @@ public struct ReleaseLockRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.lockName.isEmpty) { buffer.writeSwitchboardStringField(3, self.lockName) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.lockName.isEmpty) { writer.writeStringField(3, self.lockName) }
     }
 }
 
@@ -2169,11 +2169,11 @@ public struct RevokeLockRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.lockName.isEmpty) { buffer.writeSwitchboardStringField(3, self.lockName) }
-        if !(self.owner.isEmpty) { buffer.writeSwitchboardStringField(4, self.owner) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.lockName.isEmpty) { writer.writeStringField(3, self.lockName) }
+        if !(self.owner.isEmpty) { writer.writeStringField(4, self.owner) }
     }
 }
 
@@ -2240,9 +2240,9 @@ public struct GetLocksRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
     }
 }
 
@@ -2299,8 +2299,8 @@ public struct GetLocksResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.locks { buffer.writeSwitchboardMessageField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.locks { writer.writeMessageField(1, element) }
     }
 }
 
@@ -2396,13 +2396,13 @@ public struct SubscribeChannelRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(!self.withMetadata) { buffer.writeSwitchboardVarintField(3, (self.withMetadata ? 1 : 0)) }
-        if !(self.withPresence) { buffer.writeSwitchboardVarintField(4, (self.withPresence ? 1 : 0)) }
-        if !(!self.withLock) { buffer.writeSwitchboardVarintField(5, (self.withLock ? 1 : 0)) }
-        if !(!self.beQuiet) { buffer.writeSwitchboardVarintField(6, (self.beQuiet ? 1 : 0)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(!self.withMetadata) { writer.writeVarintField(3, (self.withMetadata ? 1 : 0)) }
+        if !(self.withPresence) { writer.writeVarintField(4, (self.withPresence ? 1 : 0)) }
+        if !(!self.withLock) { writer.writeVarintField(5, (self.withLock ? 1 : 0)) }
+        if !(!self.beQuiet) { writer.writeVarintField(6, (self.beQuiet ? 1 : 0)) }
     }
 }
 
@@ -2473,9 +2473,9 @@ public struct UnsubscribeChannelRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
     }
 }
 
@@ -2561,12 +2561,12 @@ public struct WhoNowRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.includeUserId) { buffer.writeSwitchboardVarintField(3, (self.includeUserId ? 1 : 0)) }
-        if !(!self.includeState) { buffer.writeSwitchboardVarintField(4, (self.includeState ? 1 : 0)) }
-        if !(self.page.isEmpty) { buffer.writeSwitchboardStringField(5, self.page) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.includeUserId) { writer.writeVarintField(3, (self.includeUserId ? 1 : 0)) }
+        if !(!self.includeState) { writer.writeVarintField(4, (self.includeState ? 1 : 0)) }
+        if !(self.page.isEmpty) { writer.writeStringField(5, self.page) }
     }
 }
 
@@ -2645,10 +2645,10 @@ public struct WhoNowResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.totalOccupancy == 0) { buffer.writeSwitchboardVarintField(1, self.totalOccupancy) }
-        for element in self.users { buffer.writeSwitchboardMessageField(2, element) }
-        if !(self.nextPage.isEmpty) { buffer.writeSwitchboardStringField(3, self.nextPage) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.totalOccupancy == 0) { writer.writeVarintField(1, self.totalOccupancy) }
+        for element in self.users { writer.writeMessageField(2, element) }
+        if !(self.nextPage.isEmpty) { writer.writeStringField(3, self.nextPage) }
     }
 }
 
@@ -2710,8 +2710,8 @@ public struct WhereNowRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
     }
 }
 
@@ -2773,9 +2773,9 @@ public struct WhereNowResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.channels { buffer.writeSwitchboardMessageField(1, element) }
-        if !(self.totalChannel == 0) { buffer.writeSwitchboardVarintField(2, self.totalChannel) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.channels { writer.writeMessageField(1, element) }
+        if !(self.totalChannel == 0) { writer.writeVarintField(2, self.totalChannel) }
     }
 }
 
@@ -2849,10 +2849,10 @@ public struct SetStateRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        for element in self.items { buffer.writeSwitchboardMessageField(3, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        for element in self.items { writer.writeMessageField(3, element) }
     }
 }
 
@@ -2928,10 +2928,10 @@ public struct GetStateRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(3, self.userId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.userId.isEmpty) { writer.writeStringField(3, self.userId) }
     }
 }
 
@@ -2997,9 +2997,9 @@ public struct GetStateResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(1, self.userId) }
-        for element in self.items { buffer.writeSwitchboardMessageField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        for element in self.items { writer.writeMessageField(2, element) }
     }
 }
 
@@ -3073,10 +3073,10 @@ public struct RemoveStateRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        for element in self.keys { buffer.writeSwitchboardStringField(3, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        for element in self.keys { writer.writeStringField(3, element) }
     }
 }
 
@@ -3160,11 +3160,11 @@ public struct SubscribeEventRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(1, self.eventType) }
-        if !(self.expirySeconds == 0) { buffer.writeSwitchboardVarintField(2, self.expirySeconds) }
-        if !(!self.syncEnabled) { buffer.writeSwitchboardVarintField(3, (self.syncEnabled ? 1 : 0)) }
-        for element in self.publishers { buffer.writeSwitchboardStringField(4, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventType == 1) { writer.writeVarintField(1, self.eventType) }
+        if !(self.expirySeconds == 0) { writer.writeVarintField(2, self.expirySeconds) }
+        if !(!self.syncEnabled) { writer.writeVarintField(3, (self.syncEnabled ? 1 : 0)) }
+        for element in self.publishers { writer.writeStringField(4, element) }
     }
 }
 
@@ -3229,8 +3229,8 @@ public struct SubscribeEventResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.failedPublishers { buffer.writeSwitchboardStringField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.failedPublishers { writer.writeStringField(1, element) }
     }
 }
 
@@ -3295,9 +3295,9 @@ public struct UnsubscribeEventRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(1, self.eventType) }
-        for element in self.publishers { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventType == 1) { writer.writeVarintField(1, self.eventType) }
+        for element in self.publishers { writer.writeStringField(2, element) }
     }
 }
 
@@ -3393,13 +3393,13 @@ public struct PublishEventRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(1, self.eventType) }
-        if !(self.value == 0) { buffer.writeSwitchboardVarintField(2, self.value) }
-        if !(self.expirySeconds == 604800) { buffer.writeSwitchboardVarintField(3, self.expirySeconds) }
-        if !(self.onlineOnly) { buffer.writeSwitchboardVarintField(4, (self.onlineOnly ? 1 : 0)) }
-        if !(self.multiDeviceSync) { buffer.writeSwitchboardVarintField(5, (self.multiDeviceSync ? 1 : 0)) }
-        if !(self.ext.isEmpty) { buffer.writeSwitchboardStringField(6, self.ext) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventType == 1) { writer.writeVarintField(1, self.eventType) }
+        if !(self.value == 0) { writer.writeVarintField(2, self.value) }
+        if !(self.expirySeconds == 604800) { writer.writeVarintField(3, self.expirySeconds) }
+        if !(self.onlineOnly) { writer.writeVarintField(4, (self.onlineOnly ? 1 : 0)) }
+        if !(self.multiDeviceSync) { writer.writeVarintField(5, (self.multiDeviceSync ? 1 : 0)) }
+        if !(self.ext.isEmpty) { writer.writeStringField(6, self.ext) }
     }
 }
 
@@ -3470,9 +3470,9 @@ public struct PublishEventResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventId.isEmpty) { buffer.writeSwitchboardStringField(1, self.eventId) }
-        if !(self.timestampMs == 0) { buffer.writeSwitchboardVarintField(2, self.timestampMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventId.isEmpty) { writer.writeStringField(1, self.eventId) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(2, self.timestampMs) }
     }
 }
 
@@ -3536,9 +3536,9 @@ public struct QueryEventSubscriptionsRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.eventType == 1) { buffer.writeSwitchboardVarintField(1, self.eventType) }
-        for element in self.publishers { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.eventType == 1) { writer.writeVarintField(1, self.eventType) }
+        for element in self.publishers { writer.writeStringField(2, element) }
     }
 }
 
@@ -3598,8 +3598,8 @@ public struct QueryEventSubscriptionsResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.subscriptions { buffer.writeSwitchboardMessageField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.subscriptions { writer.writeMessageField(1, element) }
     }
 }
 
@@ -3656,8 +3656,8 @@ public struct SetUserInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if let value = self.info { buffer.writeSwitchboardMessageField(1, value) }
+    public func encode(to writer: inout WireWriter) {
+        if let value = self.info { writer.writeMessageField(1, value) }
     }
 }
 
@@ -3712,8 +3712,8 @@ public struct GetUserInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.userIds { buffer.writeSwitchboardStringField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.userIds { writer.writeStringField(1, element) }
     }
 }
 
@@ -3779,9 +3779,9 @@ public struct GetUserInfoResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.users { buffer.writeSwitchboardMessageField(1, element) }
-        for element in self.missing { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.users { writer.writeMessageField(1, element) }
+        for element in self.missing { writer.writeStringField(2, element) }
     }
 }
 
@@ -3843,8 +3843,8 @@ public struct SetGroupInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if let value = self.info { buffer.writeSwitchboardMessageField(1, value) }
+    public func encode(to writer: inout WireWriter) {
+        if let value = self.info { writer.writeMessageField(1, value) }
     }
 }
 
@@ -3899,8 +3899,8 @@ public struct GetGroupInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.groupIds { buffer.writeSwitchboardStringField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.groupIds { writer.writeStringField(1, element) }
     }
 }
 
@@ -3966,9 +3966,9 @@ public struct GetGroupInfoResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.groups { buffer.writeSwitchboardMessageField(1, element) }
-        for element in self.missing { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.groups { writer.writeMessageField(1, element) }
+        for element in self.missing { writer.writeStringField(2, element) }
     }
 }
 
@@ -4030,8 +4030,8 @@ public struct SetGroupMemberInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if let value = self.info { buffer.writeSwitchboardMessageField(1, value) }
+    public func encode(to writer: inout WireWriter) {
+        if let value = self.info { writer.writeMessageField(1, value) }
     }
 }
 
@@ -4093,9 +4093,9 @@ public struct GetGroupMemberInfoRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.groupId.isEmpty) { buffer.writeSwitchboardStringField(1, self.groupId) }
-        for element in self.userIds { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.groupId.isEmpty) { writer.writeStringField(1, self.groupId) }
+        for element in self.userIds { writer.writeStringField(2, element) }
     }
 }
 
@@ -4163,9 +4163,9 @@ public struct GetGroupMemberInfoResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.members { buffer.writeSwitchboardMessageField(1, element) }
-        for element in self.missing { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.members { writer.writeMessageField(1, element) }
+        for element in self.missing { writer.writeStringField(2, element) }
     }
 }
 
@@ -4250,11 +4250,11 @@ public struct UpdateGroupMembersRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.groupId.isEmpty) { buffer.writeSwitchboardStringField(1, self.groupId) }
-        for element in self.add { buffer.writeSwitchboardStringField(2, element) }
-        for element in self.remove { buffer.writeSwitchboardStringField(3, element) }
-        if !(!self.replace) { buffer.writeSwitchboardVarintField(4, (self.replace ? 1 : 0)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.groupId.isEmpty) { writer.writeStringField(1, self.groupId) }
+        for element in self.add { writer.writeStringField(2, element) }
+        for element in self.remove { writer.writeStringField(3, element) }
+        if !(!self.replace) { writer.writeVarintField(4, (self.replace ? 1 : 0)) }
     }
 }
 
@@ -4320,8 +4320,8 @@ public struct UpdateGroupMembersResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.memberCount == 0) { buffer.writeSwitchboardVarintField(1, self.memberCount) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.memberCount == 0) { writer.writeVarintField(1, self.memberCount) }
     }
 }
 
@@ -4390,10 +4390,10 @@ public struct GetGroupMembersRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.groupId.isEmpty) { buffer.writeSwitchboardStringField(1, self.groupId) }
-        if !(self.page.isEmpty) { buffer.writeSwitchboardStringField(2, self.page) }
-        if !(self.limit == 100) { buffer.writeSwitchboardVarintField(3, self.limit) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.groupId.isEmpty) { writer.writeStringField(1, self.groupId) }
+        if !(self.page.isEmpty) { writer.writeStringField(2, self.page) }
+        if !(self.limit == 100) { writer.writeVarintField(3, self.limit) }
     }
 }
 
@@ -4466,10 +4466,10 @@ public struct GetGroupMembersResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.userIds { buffer.writeSwitchboardStringField(1, element) }
-        if !(self.nextPage.isEmpty) { buffer.writeSwitchboardStringField(2, self.nextPage) }
-        if !(self.totalMembers == 0) { buffer.writeSwitchboardVarintField(3, self.totalMembers) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.userIds { writer.writeStringField(1, element) }
+        if !(self.nextPage.isEmpty) { writer.writeStringField(2, self.nextPage) }
+        if !(self.totalMembers == 0) { writer.writeVarintField(3, self.totalMembers) }
     }
 }
 
@@ -4553,11 +4553,11 @@ public struct ClearProfileRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.kind == .user) { buffer.writeSwitchboardVarintField(1, UInt64(self.kind.rawValue)) }
-        if !(self.id.isEmpty) { buffer.writeSwitchboardStringField(2, self.id) }
-        if !(self.memberUserId.isEmpty) { buffer.writeSwitchboardStringField(3, self.memberUserId) }
-        if !(!self.all) { buffer.writeSwitchboardVarintField(4, (self.all ? 1 : 0)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.kind == .user) { writer.writeVarintField(1, UInt64(self.kind.rawValue)) }
+        if !(self.id.isEmpty) { writer.writeStringField(2, self.id) }
+        if !(self.memberUserId.isEmpty) { writer.writeStringField(3, self.memberUserId) }
+        if !(!self.all) { writer.writeVarintField(4, (self.all ? 1 : 0)) }
     }
 }
 
@@ -4617,8 +4617,8 @@ public struct ClearProfileResponse: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.removed == 0) { buffer.writeSwitchboardVarintField(1, self.removed) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.removed == 0) { writer.writeVarintField(1, self.removed) }
     }
 }
 
@@ -4681,9 +4681,9 @@ public struct SubscribeProfilesRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.userIds { buffer.writeSwitchboardStringField(1, element) }
-        for element in self.groupIds { buffer.writeSwitchboardStringField(2, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.userIds { writer.writeStringField(1, element) }
+        for element in self.groupIds { writer.writeStringField(2, element) }
     }
 }
 
@@ -4732,7 +4732,7 @@ public struct RegisterProviderRequest: WireCodable {
             switch field.number {
             case 1:
                 if field.wireType == .lengthDelimited {  // packed, as protobuf encoders write it
-                    var packed = WireReader(body: try reader.readLengthDelimited())
+                    var packed = try reader.readLengthDelimited()
                     while !packed.isAtEnd {
                         try reader.requireRoom(in: self.kinds.count, field: 1)
                         self.kinds.append(ProfileKind(rawValue: try packed.readUInt32()))
@@ -4754,8 +4754,8 @@ public struct RegisterProviderRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.kinds { buffer.writeSwitchboardVarintField(1, UInt64(element.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.kinds { writer.writeVarintField(1, UInt64(element.rawValue)) }
     }
 }
 
@@ -4848,13 +4848,13 @@ public struct AnswerProviderRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.providerRequestId == 0) { buffer.writeSwitchboardVarintField(1, self.providerRequestId) }
-        if !(!self.found) { buffer.writeSwitchboardVarintField(2, (self.found ? 1 : 0)) }
-        if let value = self.user { buffer.writeSwitchboardMessageField(3, value) }
-        if let value = self.group { buffer.writeSwitchboardMessageField(4, value) }
-        if let value = self.member { buffer.writeSwitchboardMessageField(5, value) }
-        for element in self.memberUserIds { buffer.writeSwitchboardStringField(6, element) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.providerRequestId == 0) { writer.writeVarintField(1, self.providerRequestId) }
+        if !(!self.found) { writer.writeVarintField(2, (self.found ? 1 : 0)) }
+        if let value = self.user { writer.writeMessageField(3, value) }
+        if let value = self.group { writer.writeMessageField(4, value) }
+        if let value = self.member { writer.writeMessageField(5, value) }
+        for element in self.memberUserIds { writer.writeStringField(6, element) }
     }
 }
 
@@ -4986,16 +4986,16 @@ public struct Hello: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.protocolVersion == 0) { buffer.writeSwitchboardVarintField(1, self.protocolVersion) }
-        for element in self.features { buffer.writeSwitchboardStringField(2, element) }
-        if !(self.token.isEmpty) { buffer.writeSwitchboardStringField(3, self.token) }
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(4, self.userId) }
-        if !(self.clientType == .unknown) { buffer.writeSwitchboardVarintField(5, UInt64(self.clientType.rawValue)) }
-        if !(self.deviceId.isEmpty) { buffer.writeSwitchboardStringField(6, self.deviceId) }
-        if !(self.maxFrameSize == 0) { buffer.writeSwitchboardVarintField(7, self.maxFrameSize) }
-        if !(self.heartbeatMs == 0) { buffer.writeSwitchboardVarintField(8, self.heartbeatMs) }
-        if !(self.clientName.isEmpty) { buffer.writeSwitchboardStringField(9, self.clientName) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.protocolVersion == 0) { writer.writeVarintField(1, self.protocolVersion) }
+        for element in self.features { writer.writeStringField(2, element) }
+        if !(self.token.isEmpty) { writer.writeStringField(3, self.token) }
+        if !(self.userId.isEmpty) { writer.writeStringField(4, self.userId) }
+        if !(self.clientType == .unknown) { writer.writeVarintField(5, UInt64(self.clientType.rawValue)) }
+        if !(self.deviceId.isEmpty) { writer.writeStringField(6, self.deviceId) }
+        if !(self.maxFrameSize == 0) { writer.writeVarintField(7, self.maxFrameSize) }
+        if !(self.heartbeatMs == 0) { writer.writeVarintField(8, self.heartbeatMs) }
+        if !(self.clientName.isEmpty) { writer.writeStringField(9, self.clientName) }
     }
 }
 
@@ -5172,21 +5172,21 @@ public struct Welcome: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.protocolVersion == 0) { buffer.writeSwitchboardVarintField(1, self.protocolVersion) }
-        for element in self.features { buffer.writeSwitchboardStringField(2, element) }
-        if !(self.sessionId.isEmpty) { buffer.writeSwitchboardStringField(3, self.sessionId) }
-        if !(self.userId.isEmpty) { buffer.writeSwitchboardStringField(4, self.userId) }
-        if !(self.maxFrameSize == 0) { buffer.writeSwitchboardVarintField(5, self.maxFrameSize) }
-        if !(self.maxInflatedSize == 0) { buffer.writeSwitchboardVarintField(6, self.maxInflatedSize) }
-        if !(self.maxInflight == 0) { buffer.writeSwitchboardVarintField(7, self.maxInflight) }
-        if !(self.heartbeatMs == 0) { buffer.writeSwitchboardVarintField(8, self.heartbeatMs) }
-        if !(self.heartbeatMisses == 0) { buffer.writeSwitchboardVarintField(9, self.heartbeatMisses) }
-        if !(self.serverTimeMs == 0) { buffer.writeSwitchboardVarintField(10, self.serverTimeMs) }
-        if !(self.compressThreshold == 0) { buffer.writeSwitchboardVarintField(11, self.compressThreshold) }
-        if !(self.serverName.isEmpty) { buffer.writeSwitchboardStringField(12, self.serverName) }
-        if !(!self.isAdmin) { buffer.writeSwitchboardVarintField(13, (self.isAdmin ? 1 : 0)) }
-        if !(self.requestsPerSecond == 0) { buffer.writeSwitchboardVarintField(14, self.requestsPerSecond) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.protocolVersion == 0) { writer.writeVarintField(1, self.protocolVersion) }
+        for element in self.features { writer.writeStringField(2, element) }
+        if !(self.sessionId.isEmpty) { writer.writeStringField(3, self.sessionId) }
+        if !(self.userId.isEmpty) { writer.writeStringField(4, self.userId) }
+        if !(self.maxFrameSize == 0) { writer.writeVarintField(5, self.maxFrameSize) }
+        if !(self.maxInflatedSize == 0) { writer.writeVarintField(6, self.maxInflatedSize) }
+        if !(self.maxInflight == 0) { writer.writeVarintField(7, self.maxInflight) }
+        if !(self.heartbeatMs == 0) { writer.writeVarintField(8, self.heartbeatMs) }
+        if !(self.heartbeatMisses == 0) { writer.writeVarintField(9, self.heartbeatMisses) }
+        if !(self.serverTimeMs == 0) { writer.writeVarintField(10, self.serverTimeMs) }
+        if !(self.compressThreshold == 0) { writer.writeVarintField(11, self.compressThreshold) }
+        if !(self.serverName.isEmpty) { writer.writeStringField(12, self.serverName) }
+        if !(!self.isAdmin) { writer.writeVarintField(13, (self.isAdmin ? 1 : 0)) }
+        if !(self.requestsPerSecond == 0) { writer.writeVarintField(14, self.requestsPerSecond) }
     }
 }
 
@@ -5269,8 +5269,8 @@ public struct Ping: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.nonce == 0) { buffer.writeSwitchboardVarintField(1, self.nonce) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.nonce == 0) { writer.writeVarintField(1, self.nonce) }
     }
 }
 
@@ -5324,8 +5324,8 @@ public struct Pong: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.nonce == 0) { buffer.writeSwitchboardVarintField(1, self.nonce) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.nonce == 0) { writer.writeVarintField(1, self.nonce) }
     }
 }
 
@@ -5403,11 +5403,11 @@ public struct GoAway: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.code == 0) { buffer.writeSwitchboardVarintField(1, self.code) }
-        if !(self.message.isEmpty) { buffer.writeSwitchboardStringField(2, self.message) }
-        if !(self.lastRequestId == 0) { buffer.writeSwitchboardVarintField(3, self.lastRequestId) }
-        if !(self.reason == .protocolError) { buffer.writeSwitchboardVarintField(4, UInt64(self.reason.rawValue)) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.code == 0) { writer.writeVarintField(1, self.code) }
+        if !(self.message.isEmpty) { writer.writeStringField(2, self.message) }
+        if !(self.lastRequestId == 0) { writer.writeVarintField(3, self.lastRequestId) }
+        if !(self.reason == .protocolError) { writer.writeVarintField(4, UInt64(self.reason.rawValue)) }
     }
 }
 
@@ -5522,15 +5522,15 @@ public struct StorageEvent: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.storageType == .user) { buffer.writeSwitchboardVarintField(1, UInt64(self.storageType.rawValue)) }
-        if !(self.eventType == .snapshot) { buffer.writeSwitchboardVarintField(2, UInt64(self.eventType.rawValue)) }
-        if !(self.target.isEmpty) { buffer.writeSwitchboardStringField(3, self.target) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(4, UInt64(self.channelType.rawValue)) }
-        if !(self.majorRevision == 0) { buffer.writeSwitchboardVarintField(5, self.majorRevision) }
-        for element in self.items { buffer.writeSwitchboardMessageField(6, element) }
-        if !(self.publisher.isEmpty) { buffer.writeSwitchboardStringField(7, self.publisher) }
-        if !(self.timestampMs == 0) { buffer.writeSwitchboardVarintField(8, self.timestampMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.storageType == .user) { writer.writeVarintField(1, UInt64(self.storageType.rawValue)) }
+        if !(self.eventType == .snapshot) { writer.writeVarintField(2, UInt64(self.eventType.rawValue)) }
+        if !(self.target.isEmpty) { writer.writeStringField(3, self.target) }
+        if !(self.channelType == .message) { writer.writeVarintField(4, UInt64(self.channelType.rawValue)) }
+        if !(self.majorRevision == 0) { writer.writeVarintField(5, self.majorRevision) }
+        for element in self.items { writer.writeMessageField(6, element) }
+        if !(self.publisher.isEmpty) { writer.writeStringField(7, self.publisher) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(8, self.timestampMs) }
     }
 }
 
@@ -5630,12 +5630,12 @@ public struct LockEvent: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.eventType == .snapshot) { buffer.writeSwitchboardVarintField(3, UInt64(self.eventType.rawValue)) }
-        for element in self.locks { buffer.writeSwitchboardMessageField(4, element) }
-        if !(self.timestampMs == 0) { buffer.writeSwitchboardVarintField(5, self.timestampMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.eventType == .snapshot) { writer.writeVarintField(3, UInt64(self.eventType.rawValue)) }
+        for element in self.locks { writer.writeMessageField(4, element) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(5, self.timestampMs) }
     }
 }
 
@@ -5790,19 +5790,19 @@ public struct PresenceEvent: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.channel.isEmpty) { buffer.writeSwitchboardStringField(1, self.channel) }
-        if !(self.channelType == .message) { buffer.writeSwitchboardVarintField(2, UInt64(self.channelType.rawValue)) }
-        if !(self.eventType == .snapshot) { buffer.writeSwitchboardVarintField(3, UInt64(self.eventType.rawValue)) }
-        if !(self.publisher.isEmpty) { buffer.writeSwitchboardStringField(4, self.publisher) }
-        for element in self.states { buffer.writeSwitchboardMessageField(5, element) }
-        for element in self.snapshot { buffer.writeSwitchboardMessageField(6, element) }
-        for element in self.joined { buffer.writeSwitchboardStringField(7, element) }
-        for element in self.left { buffer.writeSwitchboardStringField(8, element) }
-        for element in self.timedOut { buffer.writeSwitchboardStringField(9, element) }
-        for element in self.stateChanged { buffer.writeSwitchboardMessageField(10, element) }
-        if !(self.totalOccupancy == 0) { buffer.writeSwitchboardVarintField(11, self.totalOccupancy) }
-        if !(self.timestampMs == 0) { buffer.writeSwitchboardVarintField(12, self.timestampMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.eventType == .snapshot) { writer.writeVarintField(3, UInt64(self.eventType.rawValue)) }
+        if !(self.publisher.isEmpty) { writer.writeStringField(4, self.publisher) }
+        for element in self.states { writer.writeMessageField(5, element) }
+        for element in self.snapshot { writer.writeMessageField(6, element) }
+        for element in self.joined { writer.writeStringField(7, element) }
+        for element in self.left { writer.writeStringField(8, element) }
+        for element in self.timedOut { writer.writeStringField(9, element) }
+        for element in self.stateChanged { writer.writeMessageField(10, element) }
+        if !(self.totalOccupancy == 0) { writer.writeVarintField(11, self.totalOccupancy) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(12, self.timestampMs) }
     }
 }
 
@@ -5897,8 +5897,8 @@ public struct SubscribedEvents: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        for element in self.events { buffer.writeSwitchboardMessageField(1, element) }
+    public func encode(to writer: inout WireWriter) {
+        for element in self.events { writer.writeMessageField(1, element) }
     }
 }
 
@@ -5999,14 +5999,14 @@ public struct ProfileChanged: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.kind == .user) { buffer.writeSwitchboardVarintField(1, UInt64(self.kind.rawValue)) }
-        if let value = self.user { buffer.writeSwitchboardMessageField(2, value) }
-        if let value = self.group { buffer.writeSwitchboardMessageField(3, value) }
-        if let value = self.member { buffer.writeSwitchboardMessageField(4, value) }
-        if !(!self.removed) { buffer.writeSwitchboardVarintField(5, (self.removed ? 1 : 0)) }
-        if !(self.id.isEmpty) { buffer.writeSwitchboardStringField(6, self.id) }
-        if !(self.memberCount == 0) { buffer.writeSwitchboardVarintField(7, self.memberCount) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.kind == .user) { writer.writeVarintField(1, UInt64(self.kind.rawValue)) }
+        if let value = self.user { writer.writeMessageField(2, value) }
+        if let value = self.group { writer.writeMessageField(3, value) }
+        if let value = self.member { writer.writeMessageField(4, value) }
+        if !(!self.removed) { writer.writeVarintField(5, (self.removed ? 1 : 0)) }
+        if !(self.id.isEmpty) { writer.writeStringField(6, self.id) }
+        if !(self.memberCount == 0) { writer.writeVarintField(7, self.memberCount) }
     }
 }
 
@@ -6095,11 +6095,11 @@ public struct ProviderRequest: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.providerRequestId == 0) { buffer.writeSwitchboardVarintField(1, self.providerRequestId) }
-        if !(self.kind == .user) { buffer.writeSwitchboardVarintField(2, UInt64(self.kind.rawValue)) }
-        if !(self.id.isEmpty) { buffer.writeSwitchboardStringField(3, self.id) }
-        if !(self.memberUserId.isEmpty) { buffer.writeSwitchboardStringField(4, self.memberUserId) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.providerRequestId == 0) { writer.writeVarintField(1, self.providerRequestId) }
+        if !(self.kind == .user) { writer.writeVarintField(2, UInt64(self.kind.rawValue)) }
+        if !(self.id.isEmpty) { writer.writeStringField(3, self.id) }
+        if !(self.memberUserId.isEmpty) { writer.writeStringField(4, self.memberUserId) }
     }
 }
 
@@ -6174,10 +6174,10 @@ public struct ServerNotice: WireCodable {
         return size
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
-        if !(self.code == 0) { buffer.writeSwitchboardVarintField(1, self.code) }
-        if !(self.message.isEmpty) { buffer.writeSwitchboardStringField(2, self.message) }
-        if !(self.atMs == 0) { buffer.writeSwitchboardVarintField(3, self.atMs) }
+    public func encode(to writer: inout WireWriter) {
+        if !(self.code == 0) { writer.writeVarintField(1, self.code) }
+        if !(self.message.isEmpty) { writer.writeStringField(2, self.message) }
+        if !(self.atMs == 0) { writer.writeVarintField(3, self.atMs) }
     }
 }
 

@@ -2,29 +2,53 @@ import NIOCore
 
 /// Reads the tagged fields of one message body (`Protocol/SPEC.md` §3.2).
 ///
-/// The reader never reads past the body it was given: every length is checked against the bytes that remain, so a
-/// forged length is a ``SwitchboardWireError`` and never an allocation.
+/// A reader works on the body's memory directly and exists only inside ``read(_:_:)``. It never reads past the
+/// body: every length is checked against the bytes that remain, so a forged length is a ``SwitchboardWireError``
+/// and never an allocation.
 public struct WireReader {
     @usableFromInline
-    var buffer: ByteBuffer
+    let base: UnsafeRawPointer?
+    @usableFromInline
+    var index: Int
+    @usableFromInline
+    let end: Int
 
     /// Most elements a repeated field may hold in one message.
     public static let maxRepeatedCount = 10_000
 
-    /// Creates a reader over `body`; the reader consumes it whole.
     @inlinable
-    public init(body: ByteBuffer) {
-        self.buffer = body
+    init(base: UnsafeRawPointer?, index: Int, end: Int) {
+        self.base = base
+        self.index = index
+        self.end = end
+    }
+
+    /// Runs `body` with a reader over the readable bytes of `buffer`.
+    @inlinable
+    public static func read<T>(
+        _ buffer: ByteBuffer, _ body: (inout WireReader) throws(SwitchboardWireError) -> T
+    ) throws(SwitchboardWireError) -> T {
+        let result: Result<T, SwitchboardWireError> = buffer.withUnsafeReadableBytes { raw in
+            var reader = WireReader(base: raw.baseAddress, index: 0, end: raw.count)
+            return Result { () throws(SwitchboardWireError) -> T in try body(&reader) }
+        }
+        return try result.get()
     }
 
     /// Whether every byte has been read.
     @inlinable
-    public var isAtEnd: Bool { self.buffer.readableBytes == 0 }
+    public var isAtEnd: Bool { self.index >= self.end }
+
+    @inlinable
+    func byte(at position: Int) -> UInt8 {
+        // Only called with position < end, and end is within the buffer the reader was made for.
+        self.base.unsafelyUnwrapped.load(fromByteOffset: position, as: UInt8.self)
+    }
 
     /// Reads the next field tag, or returns nil at the end of the body.
     @inlinable
     public mutating func nextField() throws(SwitchboardWireError) -> (number: UInt32, wireType: WireType)? {
-        if self.buffer.readableBytes == 0 { return nil }
+        if self.index >= self.end { return nil }
         let tag = try self.readVarint()
         guard let wireType = WireType(rawValue: UInt8(truncatingIfNeeded: tag & 7)) else {
             throw SwitchboardWireError(.malformedBody, "wire type \(tag & 7) is not allowed")
@@ -33,25 +57,43 @@ public struct WireReader {
         guard number > 0, number <= UInt64(UInt32.max >> 3) else {
             throw SwitchboardWireError(.malformedBody, "field number \(number) is out of range")
         }
-        return (UInt32(number), wireType)
+        return (UInt32(truncatingIfNeeded: number), wireType)
     }
 
-    /// Reads a varint of at most 10 bytes.
+    /// Reads a minimal varint of at most 10 bytes.
     @inlinable
     public mutating func readVarint() throws(SwitchboardWireError) -> UInt64 {
-        // Fast path: most varints in a body are one byte.
-        if let first = self.buffer.getInteger(at: self.buffer.readerIndex, as: UInt8.self), first < 0x80 {
-            self.buffer.moveReaderIndex(forwardBy: 1)
+        guard self.index < self.end else {
+            throw SwitchboardWireError(.malformedBody, "varint runs past the end of the body")
+        }
+        let first = self.byte(at: self.index)
+        if first < 0x80 {  // fast path: most varints in a body are one byte
+            self.index &+= 1
             return UInt64(first)
         }
-        switch self.buffer.peekSwitchboardVarint(maxBytes: 10) {
-        case .value(let value, let length):
-            self.buffer.moveReaderIndex(forwardBy: length)
-            return value
-        case .needMoreBytes:
-            throw SwitchboardWireError(.malformedBody, "varint runs past the end of the body")
-        case .invalid:
-            throw SwitchboardWireError(.malformedBody, "varint is overlong or overflows 64 bits")
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        var position = self.index
+        var count = 0
+        while true {
+            guard position < self.end else {
+                throw SwitchboardWireError(.malformedBody, "varint runs past the end of the body")
+            }
+            let byte = self.byte(at: position)
+            position &+= 1
+            count &+= 1
+            if count == 10 && byte > 1 {
+                throw SwitchboardWireError(.malformedBody, "varint overflows 64 bits")
+            }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 {
+                if byte == 0 {
+                    throw SwitchboardWireError(.malformedBody, "varint is overlong")
+                }
+                self.index = position
+                return result
+            }
+            shift &+= 7
         }
     }
 
@@ -81,37 +123,36 @@ public struct WireReader {
         return narrow
     }
 
-    /// Reads a length prefix and returns that many bytes as a slice.
+    /// Reads a length prefix and returns a reader over that many bytes, skipping them here.
     @inlinable
-    public mutating func readLengthDelimited() throws(SwitchboardWireError) -> ByteBuffer {
+    public mutating func readLengthDelimited() throws(SwitchboardWireError) -> WireReader {
         let length = try self.readVarint()
-        guard length <= UInt64(self.buffer.readableBytes),
-            let slice = self.buffer.readSlice(length: Int(length))
-        else {
+        guard length <= UInt64(self.end - self.index) else {
             throw SwitchboardWireError(.malformedBody, "length \(length) runs past the end of the body")
         }
-        return slice
+        let nested = WireReader(base: self.base, index: self.index, end: self.index + Int(length))
+        self.index = nested.end
+        return nested
     }
 
     /// Reads a length-prefixed UTF-8 string; invalid UTF-8 is ``ErrorCode/invalidUtf8``.
     @inlinable
     public mutating func readString() throws(SwitchboardWireError) -> String {
         let slice = try self.readLengthDelimited()
-        if slice.readableBytes == 0 { return "" }
-        let decoded: String? = slice.withUnsafeReadableBytes { raw in
-            String(validating: raw.bindMemory(to: UInt8.self), as: UTF8.self)
-        }
-        guard let string = decoded else {
+        let count = slice.end - slice.index
+        if count == 0 { return "" }
+        let bytes = UnsafeBufferPointer(
+            start: (self.base.unsafelyUnwrapped + slice.index).assumingMemoryBound(to: UInt8.self), count: count)
+        guard UTF8Validation.isValid(bytes) else {
             throw SwitchboardWireError(.invalidUtf8, "string field is not valid UTF-8")
         }
-        return string
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Reads a nested message.
     @inlinable
     public mutating func readMessage<M: WireCodable>(_: M.Type) throws(SwitchboardWireError) -> M {
-        let slice = try self.readLengthDelimited()
-        var nested = WireReader(body: slice)
+        var nested = try self.readLengthDelimited()
         return try M(from: &nested)
     }
 
@@ -141,10 +182,10 @@ public struct WireReader {
             _ = try self.readLengthDelimited()
         case .fixed64, .fixed32:
             let width = wireType == .fixed64 ? 8 : 4
-            guard self.buffer.readableBytes >= width else {
+            guard self.end - self.index >= width else {
                 throw SwitchboardWireError(.malformedBody, "fixed-width field runs past the end of the body")
             }
-            self.buffer.moveReaderIndex(forwardBy: width)
+            self.index += width
         }
     }
 }
@@ -153,8 +194,8 @@ public struct WireReader {
 public protocol WireCodable: Sendable, Hashable {
     /// Decodes the value from the fields of `reader`, consuming all of them.
     init(from reader: inout WireReader) throws(SwitchboardWireError)
-    /// Number of bytes ``encode(into:)`` writes.
+    /// Number of bytes ``encode(to:)`` writes.
     var wireSize: Int { get }
     /// Writes the value's fields, in ascending field order, omitting fields that hold their default.
-    func encode(into buffer: inout ByteBuffer)
+    func encode(to writer: inout WireWriter)
 }
