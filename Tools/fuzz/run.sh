@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
 scratch=.build-fuzz
 swift build --scratch-path "$scratch" --product sbfuzz \
-  -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -parse-as-library 2>&1 | grep -v '^\[' || true
+  -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING 2>&1 | grep -v '^\[' || true
 binary="$scratch/debug/sbfuzz"
 [ -x "$binary" ] || { echo "fuzz build failed"; exit 1; }
 corpus="$scratch/corpus"

@@ -53,13 +53,32 @@ public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt
     checkOneInput(UnsafeRawBufferPointer(start: data, count: size))
     return 0
 }
-#else
+
+/// libFuzzer's entry point for programs that keep their own `main` (SwiftPM gives executables one).
+@_silgen_name("LLVMFuzzerRunDriver")
+func LLVMFuzzerRunDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+) -> CInt
+#endif
+
 @main
-struct Replay {
+struct FuzzMain {
     static func main() throws {
-        let paths = CommandLine.arguments.dropFirst()
+        #if FUZZING
+        var argc = CommandLine.argc
+        var argv = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv, fuzzTestOneInput))
+        #else
+        try replay(CommandLine.arguments.dropFirst())
+        #endif
+    }
+
+    /// Replays fuzzer inputs (a crash file, a corpus) through the same checks, without the sanitizer build.
+    static func replay(_ paths: ArraySlice<String>) throws {
         if paths.isEmpty {
-            print("usage: sbfuzz FILE...  (replays fuzzer inputs; build with Tools/fuzz/run.sh to fuzz)")
+            print("usage: sbfuzz FILE...  (replays fuzzer inputs; Tools/fuzz/run.sh builds the fuzzer)")
             return
         }
         for path in paths {
@@ -80,4 +99,3 @@ struct Replay {
         }
     }
 }
-#endif

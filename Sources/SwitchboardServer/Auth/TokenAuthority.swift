@@ -1,0 +1,103 @@
+import Crypto
+import Foundation
+import SwitchboardWire
+
+/// The role a token grants.
+public enum SessionRole: String, Sendable, Hashable {
+    /// May act for itself only.
+    case user
+    /// May act for anyone (write other users' metadata and profiles, register providers).
+    case admin
+}
+
+/// What a verified token says.
+public struct AccessToken: Sendable, Hashable {
+    /// The user the token is for.
+    public var userID: String
+    /// Expiry, seconds since the Unix epoch.
+    public var expiresAt: Int64
+    /// The granted role.
+    public var role: SessionRole
+
+    /// Creates a token's claims.
+    public init(userID: String, expiresAt: Int64, role: SessionRole) {
+        self.userID = userID
+        self.expiresAt = expiresAt
+        self.role = role
+    }
+}
+
+/// Mints and verifies login tokens: `sb1.<payload>.<signature>` (`Protocol/SPEC.md` §5.3).
+///
+/// The payload is base64url (no padding) of `{"u": userId, "e": expiry seconds, "r": "user"|"admin"}`; the signature
+/// is base64url of HMAC-SHA256(secret, "sb1." + payload). Verification compares signatures in constant time.
+public struct TokenAuthority: Sendable {
+    private let secret: [UInt8]
+    private var key: SymmetricKey { SymmetricKey(data: self.secret) }
+
+    /// Token prefix and version.
+    public static let prefix = "sb1."
+
+    /// Creates an authority for `secret` (at least 16 bytes recommended).
+    public init(secret: some Sequence<UInt8>) {
+        self.secret = Array(secret)
+    }
+
+    /// Mints a token.
+    public func mint(userID: String, expiresAt: Int64, role: SessionRole = .user) -> String {
+        let payload: JSONValue = .object([
+            ("u", .string(userID)), ("e", .int(expiresAt)), ("r", .string(role.rawValue)),
+        ])
+        let encodedPayload = Base64URL.encode(Array(payload.description.utf8))
+        let signingInput = Self.prefix + encodedPayload
+        let signature = HMAC<SHA256>.authenticationCode(for: Array(signingInput.utf8), using: self.key)
+        return signingInput + "." + Base64URL.encode(Array(signature))
+    }
+
+    /// Verifies a token's signature and expiry.
+    ///
+    /// - Parameter now: current time, seconds since the Unix epoch.
+    /// - Throws: ``ErrorCode/invalidToken`` for anything malformed or forged, ``ErrorCode/tokenExpired`` when expired.
+    public func verify(_ token: String, now: Int64) throws(SwitchboardWireError) -> AccessToken {
+        guard token.hasPrefix(Self.prefix) else { throw SwitchboardWireError(.invalidToken, "token is not an sb1 token") }
+        let parts = token.dropFirst(Self.prefix.count).split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, let signature = Base64URL.decode(parts[1]) else {
+            throw SwitchboardWireError(.invalidToken, "token is malformed")
+        }
+        let signingInput = Self.prefix + parts[0]
+        guard HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: Array(signingInput.utf8), using: self.key)
+        else {
+            throw SwitchboardWireError(.invalidToken, "token signature does not verify")
+        }
+        guard let payloadBytes = Base64URL.decode(parts[0]),
+            let payloadText = String(validating: payloadBytes, as: UTF8.self),
+            let payload = try? JSONValue.parse(payloadText),
+            let userID = payload["u"]?.stringValue, !userID.isEmpty,
+            let expiresAt = payload["e"]?.int64Value,
+            let role = SessionRole(rawValue: payload["r"]?.stringValue ?? "user")
+        else {
+            throw SwitchboardWireError(.invalidToken, "token payload is malformed")
+        }
+        guard expiresAt > now else { throw SwitchboardWireError(.tokenExpired, "token expired at \(expiresAt)") }
+        return AccessToken(userID: userID, expiresAt: expiresAt, role: role)
+    }
+}
+
+/// base64url without padding (RFC 4648 §5).
+enum Base64URL {
+    static func encode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func decode(_ text: Substring) -> [UInt8]? {
+        guard text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+            return nil
+        }
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while standard.count % 4 != 0 { standard += "=" }
+        return Data(base64Encoded: standard).map { Array($0) }
+    }
+}

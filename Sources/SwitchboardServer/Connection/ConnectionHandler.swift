@@ -1,0 +1,580 @@
+import CoreMetrics
+import Logging
+import NIOCore
+import SwitchboardWire
+
+/// One connection: framing, handshake, dispatch, heartbeats, limits and output batching, in a single handler.
+///
+/// The handler does its own cumulation and decoding (no hop through a second handler per frame), appends every
+/// reply of a read batch to one output buffer and writes it once in `channelReadComplete`. Replies that complete
+/// later (durable writes, lock waits) and pushes are coalesced the same way with one flush per event-loop tick.
+final class ConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private enum State {
+        /// Connected; HELLO not yet received.
+        case awaitingHello
+        /// Logged in.
+        case ready
+        /// GOAWAY sent for shutdown; answering requests already in flight, then closing.
+        case draining
+        /// Closing or closed; nothing more is read or sent.
+        case closed
+    }
+
+    private let core: GatewayCore
+    private var logger: Logger
+    private var state: State = .awaitingHello
+    private var connectionID: UInt64 = 0
+    private var decoder: FrameDecoder
+    private var encoder = FrameEncoder()
+    private var cumulation: ByteBuffer?
+    private var output: ByteBuffer?
+    private var inReadCycle = false
+    private var flushScheduled = false
+    private var context: ChannelHandlerContext?
+
+    private var session: SessionHandle?
+    private var endReason: SessionEndReason?
+    private var inFlight: [UInt32: NIODeadline] = [:]
+    private var highestRequestID: UInt32 = 0
+    private var rateLimiter: TokenBucket?
+    private var lastReceived = NIODeadline.now()
+    private var heartbeatInterval: TimeAmount = .seconds(15)
+    private var heartbeatTask: Scheduled<Void>?
+    private var handshakeTimer: Scheduled<Void>?
+    private var readBlocked = false
+    private var readPending = false
+    private var supportsCompression = false
+
+    init(core: GatewayCore) {
+        self.core = core
+        self.logger = core.logger
+        let limits = core.configuration.limits
+        self.decoder = FrameDecoder(
+            limits: FrameLimits(
+                maxFrameSize: limits.handshakeMaxFrameSize, maxInflatedSize: limits.handshakeMaxFrameSize,
+                compressionEnabled: false),
+            direction: .clientToServer)
+    }
+
+    // MARK: lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let limits = self.core.configuration.limits
+        guard let id = self.core.registry.admitConnection(
+            limit: limits.maxConnections, eventLoop: context.eventLoop, handler: self)
+        else {
+            self.core.metrics.recordLimitHit("maxConnections")
+            self.state = .closed
+            var goAway = ByteBuffer()
+            self.encoder.encode(
+                .control(.goAway(GoAway(code: UInt64(ErrorCode.tooManyConnections.rawValue), message: "server is full"))),
+                into: &goAway)
+            let written = context.eventLoop.makePromise(of: Void.self)
+            context.writeAndFlush(self.wrapOutboundOut(goAway), promise: written)
+            written.futureResult.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+            return
+        }
+        self.connectionID = id
+        self.logger[metadataKey: "connection"] = "\(id)"
+        self.core.metrics.connections.increment()
+        self.core.metrics.connectionsAccepted.increment()
+        self.lastReceived = .now()
+        self.handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(
+            in: self.core.configuration.handshakeTimeout
+        ) { [weak self] in
+            guard let self, case .awaitingHello = self.state else { return }
+            self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.heartbeatTask?.cancel()
+        self.handshakeTimer?.cancel()
+        let wasAdmitted = self.connectionID != 0
+        self.state = .closed
+        if let session = self.session {
+            let reason = self.endReason ?? .abnormal
+            self.session = nil
+            self.core.registry.unregister(session)
+            self.core.metrics.sessions.decrement()
+            self.core.metrics.recordSessionEnd(reason)
+            self.logger.debug("session ended", metadata: ["user": "\(session.info.userID)", "reason": "\(reason)"])
+            for observer in self.core.observers { observer.sessionEnded(session, reason: reason) }
+        }
+        if wasAdmitted {
+            self.core.registry.connectionClosed(self.connectionID)
+            self.core.metrics.connections.decrement()
+        }
+        self.inFlight.removeAll()
+        self.context = nil
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Socket errors (reset by peer and the like): the session ends abnormally.
+        self.logger.debug("connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    // MARK: reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard self.state != .closed else { return }
+        let bytes = self.unwrapInboundIn(data)
+        self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
+        self.lastReceived = .now()
+        self.inReadCycle = true
+        if var existing = self.cumulation {
+            self.cumulation = nil  // keep the buffer uniquely referenced while appending
+            var incoming = bytes
+            existing.writeBuffer(&incoming)
+            self.cumulation = existing
+        } else {
+            self.cumulation = bytes
+        }
+        guard var buffer = self.cumulation else { return }
+        self.cumulation = nil
+        while self.state != .closed {
+            let frame: Frame
+            do {
+                guard let next = try self.decoder.decodeFrame(from: &buffer) else { break }
+                frame = next
+            } catch {
+                self.frameError(error)
+                continue
+            }
+            self.core.metrics.framesIn.increment()
+            self.frameReceived(frame)
+        }
+        if buffer.readableBytes > 0 && self.state != .closed {
+            buffer.discardReadBytes()
+            self.cumulation = buffer
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        self.inReadCycle = false
+        self.flushOutput()
+        context.fireChannelReadComplete()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        // Backpressure: while the client does not drain its replies, stop reading its requests.
+        if self.readBlocked {
+            self.readPending = true
+            return
+        }
+        context.read()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            self.readBlocked = false
+            if self.readPending {
+                self.readPending = false
+                context.read()
+            }
+        } else {
+            self.readBlocked = true
+            self.core.metrics.recordLimitHit("outboundHighWaterMark")
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func frameError(_ error: SwitchboardWireError) {
+        self.core.metrics.recordError(error.code)
+        if let requestID = error.requestID, error.keepsConnectionOpen, self.state == .ready || self.state == .draining {
+            self.send(.error(id: requestID, op: error.op ?? 0, ErrorBody(error.code, error.message)))
+            return
+        }
+        let reason: SessionEndReason = error.code == .heartbeatTimeout ? .abnormal : .protocolError
+        self.fail(code: error.code, message: error.message, reason: reason)
+    }
+
+    private func frameReceived(_ frame: Frame) {
+        switch self.state {
+        case .awaitingHello:
+            guard frame.header.kind == .control, frame.header.op == ControlOp.hello.rawValue else {
+                self.fail(code: .handshakeRequired, message: "the first frame must be HELLO", reason: .protocolError)
+                return
+            }
+            do {
+                guard case .control(.hello(let hello)) = try SwitchboardMessage.decode(frame) else { return }
+                self.helloReceived(hello)
+            } catch {
+                self.fail(code: error.code, message: error.message, reason: .protocolError)
+            }
+        case .ready, .draining:
+            switch frame.header.kind {
+            case .control:
+                self.controlReceived(frame)
+            case .request:
+                self.requestReceived(frame)
+            case .response, .push:
+                // The decoder's direction check rejects these before they get here.
+                self.fail(code: .badHeader, message: "clients may not send \(frame.header.kind)", reason: .protocolError)
+            }
+        case .closed:
+            return
+        }
+    }
+
+    // MARK: handshake
+
+    private func helloReceived(_ hello: Hello) {
+        guard hello.protocolVersion == 1 else {
+            self.fail(
+                code: .unsupportedVersion, message: "protocol version \(hello.protocolVersion) is not supported; this server speaks 1",
+                reason: .protocolError)
+            return
+        }
+        let now = self.core.nowMillis()
+        let userID: String
+        let role: SessionRole
+        if let authority = self.core.authority {
+            do {
+                let token = try authority.verify(hello.token, now: now / 1000)
+                if !hello.userId.isEmpty && hello.userId != token.userID {
+                    self.fail(code: .permissionDenied, message: "HELLO.userId differs from the token's user", reason: .protocolError)
+                    return
+                }
+                userID = token.userID
+                role = token.role
+            } catch {
+                self.core.metrics.recordError(error.code)
+                self.fail(code: error.code, message: error.message, reason: .protocolError)
+                return
+            }
+        } else {
+            guard !hello.userId.isEmpty else {
+                self.fail(code: .notAuthenticated, message: "open mode: HELLO.userId is required", reason: .protocolError)
+                return
+            }
+            userID = hello.userId
+            role = .admin  // open development mode: no roles to check
+        }
+        guard userID.utf8.count <= 64, hello.deviceId.utf8.count <= 64 else {
+            self.fail(code: .identifierTooLong, message: "user and device ids are at most 64 bytes", reason: .protocolError)
+            return
+        }
+        let configuration = self.core.configuration
+        let features = Set(hello.features).intersection(GatewayCore.supportedFeatures).sorted()
+        self.supportsCompression = features.contains("zlib")
+        let heartbeat = configuration.heartbeat
+        var interval = heartbeat.defaultInterval
+        if hello.heartbeatMs > 0 {
+            let requested = TimeAmount.milliseconds(Int64(clamping: hello.heartbeatMs))
+            interval = min(max(requested, heartbeat.minimumInterval), heartbeat.maximumInterval)
+        }
+        self.heartbeatInterval = interval
+        guard let context = self.context else { return }
+
+        let info = SessionInfo(
+            sessionID: "\(configuration.serverName.split(separator: "/").first ?? "sb")-\(self.connectionID)-\(UInt32.random(in: 0...UInt32.max))",
+            connectionID: self.connectionID, userID: userID, role: role, clientType: hello.clientType,
+            deviceID: hello.deviceId, features: features)
+        let session = SessionHandle(
+            info: info, eventLoop: context.eventLoop, connection: self,
+            maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)
+        self.session = session
+        self.state = .ready
+        self.handshakeTimer?.cancel()
+        self.handshakeTimer = nil
+        self.logger[metadataKey: "user"] = "\(userID)"
+        let limits = configuration.limits
+        self.decoder.limits = FrameLimits(
+            maxFrameSize: limits.maxFrameSize, maxInflatedSize: limits.maxInflatedSize,
+            compressionEnabled: self.supportsCompression)
+        if self.supportsCompression {
+            self.encoder.compressionThreshold = configuration.compressionThreshold
+        }
+        if limits.requestsPerSecond > 0 {
+            self.rateLimiter = TokenBucket(rate: limits.requestsPerSecond, burst: limits.requestBurst, now: .now())
+        }
+        let welcome = Welcome(
+            protocolVersion: 1, features: features, sessionId: info.sessionID, userId: userID,
+            maxFrameSize: UInt64(limits.maxFrameSize), maxInflatedSize: UInt64(limits.maxInflatedSize),
+            maxInflight: UInt64(limits.maxInflight), heartbeatMs: UInt64(interval.nanoseconds / 1_000_000),
+            heartbeatMisses: UInt64(heartbeat.misses), serverTimeMs: UInt64(max(now, 0)),
+            compressThreshold: UInt64(configuration.compressionThreshold), serverName: configuration.serverName,
+            isAdmin: role == .admin, requestsPerSecond: UInt64(limits.requestsPerSecond))
+        self.send(.control(.welcome(welcome)))
+        self.core.registry.register(session)
+        self.core.metrics.sessions.increment()
+        self.logger.debug("session started", metadata: ["device": "\(hello.deviceId)", "client": "\(hello.clientType)"])
+        for observer in self.core.observers { observer.sessionStarted(session) }
+        self.startHeartbeatWatch(context: context)
+    }
+
+    private func startHeartbeatWatch(context: ChannelHandlerContext) {
+        let interval = self.heartbeatInterval
+        let misses = Int64(self.core.configuration.heartbeat.misses)
+        let check = TimeAmount.nanoseconds(max(interval.nanoseconds / 4, 50_000_000))
+        self.heartbeatTask = context.eventLoop.assumeIsolated().scheduleTask(in: check) { [weak self] in
+            guard let self, self.state == .ready || self.state == .draining else { return }
+            if NIODeadline.now() - self.lastReceived > TimeAmount.nanoseconds(interval.nanoseconds * misses) {
+                self.fail(
+                    code: .heartbeatTimeout, message: "nothing received for \(misses) heartbeat intervals",
+                    reason: .abnormal)
+            } else {
+                self.startHeartbeatWatch(context: context)
+            }
+        }
+    }
+
+    // MARK: control and requests
+
+    private func controlReceived(_ frame: Frame) {
+        let message: SwitchboardMessage
+        do {
+            message = try SwitchboardMessage.decode(frame)
+        } catch {
+            self.fail(code: error.code, message: error.message, reason: .protocolError)
+            return
+        }
+        switch message {
+        case .control(.ping(let ping)):
+            self.send(.control(.pong(Pong(nonce: ping.nonce))))
+        case .control(.pong):
+            break
+        case .control(.goAway(let goAway)):
+            // The client is leaving; code 0 is a normal close, like logout.
+            self.endReason = goAway.code == 0 ? .logout : .abnormal
+            self.closeConnection()
+        case .control(.hello):
+            self.fail(code: .handshakeRequired, message: "HELLO after the handshake", reason: .protocolError)
+        case .control(.welcome):
+            self.fail(code: .badHeader, message: "clients may not send WELCOME", reason: .protocolError)
+        default:
+            break
+        }
+    }
+
+    private func requestReceived(_ frame: Frame) {
+        let requestID = frame.header.requestID
+        let op = frame.header.op
+        if requestID > self.highestRequestID { self.highestRequestID = requestID }
+        if self.state == .draining {
+            self.reject(requestID, op, .shuttingDown, "the server is shutting down")
+            return
+        }
+        if self.inFlight[requestID] != nil {
+            self.reject(requestID, op, .duplicateRequestId, "request id \(requestID) is already in flight")
+            return
+        }
+        let limits = self.core.configuration.limits
+        if self.inFlight.count >= limits.maxInflight {
+            self.core.metrics.recordLimitHit("maxInflight")
+            self.reject(requestID, op, .tooManyInflight, "more than \(limits.maxInflight) requests in flight")
+            return
+        }
+        let now = NIODeadline.now()
+        if let wait = self.rateLimiter?.take(now: now) {
+            self.core.metrics.recordLimitHit("requestsPerSecond")
+            var body = ErrorBody(.rateLimited, "over \(limits.requestsPerSecond) requests per second")
+            body.retryAfterMs = UInt64(max(1, wait.nanoseconds / 1_000_000))
+            self.send(.error(id: requestID, op: op, body))
+            self.core.metrics.recordError(.rateLimited)
+            return
+        }
+        let request: Request
+        do {
+            guard case .request(_, let decoded) = try SwitchboardMessage.decode(frame) else { return }
+            request = decoded
+        } catch {
+            self.frameError(error)
+            return
+        }
+        guard let session = self.session, let context = self.context else { return }
+        guard let handler = self.core.handler(for: request.operation) else {
+            self.reject(requestID, op, .unavailable, "\(request.operation.name) is not available on this server")
+            return
+        }
+        self.inFlight[requestID] = now
+        let requestContext = RequestContext(
+            session: session, requestID: requestID,
+            responder: Responder(
+                requestID: requestID, op: op, connection: NIOLoopBound(self, eventLoop: context.eventLoop),
+                eventLoop: context.eventLoop),
+            nowMillis: self.core.nowMillis())
+        switch handler.handle(request, context: requestContext) {
+        case .response(let response):
+            self.completeDeferred(id: requestID, .response(id: requestID, response))
+        case .failure(let error):
+            self.completeDeferred(id: requestID, .error(id: requestID, op: op, error))
+        case .deferred:
+            break
+        }
+    }
+
+    private func reject(_ requestID: UInt32, _ op: UInt8, _ code: ErrorCode, _ message: String) {
+        self.core.metrics.recordError(code)
+        self.send(.error(id: requestID, op: op, ErrorBody(code, message)))
+    }
+
+    /// Sends the one answer to request `id`; a second answer for the same id is dropped.
+    func completeDeferred(id: UInt32, _ message: SwitchboardMessage) {
+        guard let started = self.inFlight.removeValue(forKey: id) else { return }
+        if case .error(_, _, let body) = message { self.core.metrics.recordError(body.errorCode) }
+        self.core.metrics.recordRequest(op: message.header.op, nanoseconds: (NIODeadline.now() - started).nanoseconds)
+        self.send(message)
+        if case .logout = self.operation(of: message) {
+            self.endReason = .logout
+            self.sendGoAway(code: 0, reason: .logout, message: "logged out")
+            self.closeConnection()
+            return
+        }
+        if self.state == .draining && self.inFlight.isEmpty {
+            self.closeConnection()
+        }
+    }
+
+    private func operation(of message: SwitchboardMessage) -> Operation? {
+        if case .response(_, let response) = message { return response.operation }
+        return nil
+    }
+
+    // MARK: writing
+
+    /// Appends a frame to this tick's output.
+    func send(_ message: SwitchboardMessage) {
+        guard self.state != .closed else { return }
+        if self.output == nil {
+            self.output = self.context?.channel.allocator.buffer(capacity: 256)
+        }
+        guard var output = self.output else { return }
+        self.output = nil  // unique while appending
+        self.encoder.encode(message, into: &output)
+        self.output = output
+        self.core.metrics.framesOut.increment()
+        self.scheduleFlush()
+    }
+
+    func sendPush(_ message: SwitchboardMessage) {
+        guard self.state == .ready || self.state == .draining else { return }
+        self.send(message)
+    }
+
+    func sendEncodedPush(_ push: EncodedPush) {
+        guard self.state == .ready || self.state == .draining else { return }
+        let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
+        if self.output == nil {
+            self.output = self.context?.channel.allocator.buffer(capacity: frame.readableBytes)
+        }
+        guard var output = self.output else { return }
+        self.output = nil
+        output.writeImmutableBuffer(frame)
+        self.output = output
+        self.core.metrics.framesOut.increment()
+        self.scheduleFlush()
+    }
+
+    private func scheduleFlush() {
+        guard !self.inReadCycle, !self.flushScheduled, let context = self.context else { return }
+        self.flushScheduled = true
+        context.eventLoop.assumeIsolated().execute { [weak self] in
+            guard let self else { return }
+            self.flushScheduled = false
+            self.flushOutput()
+        }
+    }
+
+    private func flushOutput() {
+        guard let output = self.output, output.readableBytes > 0, let context = self.context else { return }
+        self.output = nil
+        self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+        context.writeAndFlush(self.wrapOutboundOut(output), promise: nil)
+        // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
+        if let queued = try? context.channel.syncOptions?.getOption(.bufferedWritableBytes),
+            queued > self.core.configuration.limits.outboundHardCap
+        {
+            self.core.metrics.recordLimitHit("outboundHardCap")
+            self.core.metrics.recordError(.slowConsumer)
+            self.endReason = .slowConsumer
+            self.logger.info("slow consumer disconnected", metadata: ["queuedBytes": "\(queued)"])
+            self.state = .closed
+            context.close(promise: nil)
+        }
+    }
+
+    private func sendGoAway(code: UInt32, reason: SessionEndReason, message: String) {
+        self.send(
+            .control(
+                .goAway(
+                    GoAway(
+                        code: UInt64(code), message: message, lastRequestId: UInt64(self.highestRequestID),
+                        reason: reason))))
+    }
+
+    // MARK: ending
+
+    /// Sends GOAWAY with `code` and closes.
+    func disconnect(code: ErrorCode, reason: SessionEndReason, message: String) {
+        guard self.state != .closed else { return }
+        self.fail(code: code, message: message, reason: reason)
+    }
+
+    private func fail(code: ErrorCode, message: String, reason: SessionEndReason) {
+        guard self.state != .closed else { return }
+        self.core.metrics.recordError(code)
+        if self.endReason == nil { self.endReason = reason }
+        self.logger.debug("closing connection", metadata: ["code": "\(code)", "message": "\(message)"])
+        self.sendGoAway(code: code.rawValue, reason: reason, message: message)
+        self.closeConnection()
+    }
+
+    /// Writes what is pending (a response, GOAWAY), then closes. A client that does not read gets 2 s.
+    private func closeConnection() {
+        guard self.state != .closed, let context = self.context else { return }
+        self.state = .closed
+        self.heartbeatTask?.cancel()
+        guard let output = self.output, output.readableBytes > 0 else {
+            context.close(promise: nil)
+            return
+        }
+        self.output = nil
+        self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(self.wrapOutboundOut(output), promise: written)
+        let loop = context.eventLoop.assumeIsolated()
+        let fallback = loop.scheduleTask(in: .seconds(2)) { context.close(promise: nil) }
+        written.futureResult.assumeIsolated().whenComplete { _ in
+            fallback.cancel()
+            context.close(promise: nil)
+        }
+    }
+
+    /// Graceful shutdown: tell the client, answer what is in flight, then close.
+    func drain() {
+        switch self.state {
+        case .awaitingHello:
+            self.fail(code: .shuttingDown, message: "the server is shutting down", reason: .serverShutdown)
+        case .ready:
+            self.state = .draining
+            self.endReason = .serverShutdown
+            self.sendGoAway(code: ErrorCode.shuttingDown.rawValue, reason: .serverShutdown, message: "the server is shutting down")
+            self.core.metrics.recordError(.shuttingDown)
+            if self.inFlight.isEmpty { self.closeConnection() }
+        case .draining, .closed:
+            break
+        }
+    }
+
+    /// End of the shutdown grace period: close whatever is still open.
+    func forceClose() {
+        if self.endReason == nil { self.endReason = .serverShutdown }
+        self.closeConnection()
+    }
+}
+
+@available(*, unavailable)
+extension ConnectionHandler: Sendable {}

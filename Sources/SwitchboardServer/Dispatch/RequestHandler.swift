@@ -1,0 +1,68 @@
+import NIOCore
+import SwitchboardWire
+
+/// What a handler did with a request.
+public enum RequestOutcome: Sendable {
+    /// Answer now with this response.
+    case response(Response)
+    /// Answer now with this error.
+    case failure(ErrorBody)
+    /// The handler answers later through ``RequestContext/responder`` (a durable write, a lock wait, a provider).
+    case deferred
+}
+
+/// Answers one request exactly once, from any thread.
+public struct Responder: Sendable {
+    let requestID: UInt32
+    let op: UInt8
+    let connection: NIOLoopBound<ConnectionHandler>
+    let eventLoop: any EventLoop
+
+    /// Answers with a response.
+    public func succeed(_ response: Response) {
+        self.complete(.response(id: self.requestID, response))
+    }
+
+    /// Answers with an error.
+    public func fail(_ error: ErrorBody) {
+        self.complete(.error(id: self.requestID, op: self.op, error))
+    }
+
+    private func complete(_ message: SwitchboardMessage) {
+        let connection = self.connection
+        let id = self.requestID
+        if self.eventLoop.inEventLoop {
+            connection.value.completeDeferred(id: id, message)
+        } else {
+            self.eventLoop.execute { connection.value.completeDeferred(id: id, message) }
+        }
+    }
+}
+
+/// Everything a handler knows about the request it serves.
+public struct RequestContext: Sendable {
+    /// The session that sent the request.
+    public var session: SessionHandle
+    /// The request id.
+    public var requestID: UInt32
+    /// Answers a ``RequestOutcome/deferred`` request.
+    public var responder: Responder
+    /// Server time in ms since the Unix epoch.
+    public var nowMillis: Int64
+}
+
+/// A command area: serves a set of operations. Called on the connection's event loop; must not block it.
+public protocol RequestHandler: Sendable {
+    /// The operations this handler serves.
+    var operations: [Operation] { get }
+    /// Serves one request.
+    func handle(_ request: Request, context: RequestContext) -> RequestOutcome
+}
+
+/// Learns when sessions start and end (presence, online state, locks hang on this).
+public protocol SessionObserver: Sendable {
+    /// A session completed its handshake.
+    func sessionStarted(_ session: SessionHandle)
+    /// A session ended, and why.
+    func sessionEnded(_ session: SessionHandle, reason: SessionEndReason)
+}

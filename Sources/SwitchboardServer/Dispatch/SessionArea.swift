@@ -1,0 +1,31 @@
+import SwitchboardWire
+
+/// The session operations: logout and token renewal (`Protocol/SPEC.md` §5.3, §5.7).
+struct SessionArea: RequestHandler {
+    let authority: TokenAuthority?
+
+    var operations: [Operation] { [.logout, .renewToken] }
+
+    func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
+        switch request {
+        case .logout:
+            // The connection handler sends GOAWAY and closes once this response is written.
+            return .response(.logout(EmptyBody()))
+        case .renewToken(let renew):
+            guard let authority else {
+                return .response(.renewToken(RenewTokenResponse(expiresAtMs: 0)))
+            }
+            do {
+                let token = try authority.verify(renew.token, now: context.nowMillis / 1000)
+                guard token.userID == context.session.info.userID, token.role == context.session.info.role else {
+                    return .failure(ErrorBody(.permissionDenied, "the new token is for another user or role"))
+                }
+                return .response(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(token.expiresAt, 0)) * 1000)))
+            } catch {
+                return .failure(ErrorBody(error.code, error.message))
+            }
+        default:
+            return .failure(ErrorBody(.unavailable, "not a session operation"))
+        }
+    }
+}

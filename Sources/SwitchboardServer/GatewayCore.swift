@@ -1,0 +1,54 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import SwitchboardWire
+
+/// State every connection shares: configuration, sessions, handlers, authentication, metrics.
+final class GatewayCore: Sendable {
+    let configuration: ServerConfiguration
+    let registry: SessionRegistry
+    let authority: TokenAuthority?
+    let metrics: GatewayMetrics
+    let logger: Logger
+    let observers: [any SessionObserver]
+    /// Handlers indexed by op (0...63).
+    private let handlers: [(any RequestHandler)?]
+    /// Server time in ms since the Unix epoch (injectable for tests).
+    let nowMillis: @Sendable () -> Int64
+
+    init(
+        configuration: ServerConfiguration, registry: SessionRegistry, handlers: [any RequestHandler],
+        observers: [any SessionObserver], metrics: GatewayMetrics, logger: Logger,
+        nowMillis: @escaping @Sendable () -> Int64
+    ) {
+        self.configuration = configuration
+        self.registry = registry
+        self.authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
+        self.metrics = metrics
+        self.logger = logger
+        self.observers = observers
+        self.nowMillis = nowMillis
+        var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
+        for handler in handlers {
+            for op in handler.operations { table[Int(op.rawValue)] = handler }
+        }
+        self.handlers = table
+    }
+
+    func handler(for op: Operation) -> (any RequestHandler)? {
+        self.handlers[Int(op.rawValue)]
+    }
+
+    /// Features this server supports.
+    static let supportedFeatures: Set<String> = ["zlib"]
+}
+
+/// The wall clock in milliseconds since the Unix epoch.
+@Sendable
+public func systemNowMillis() -> Int64 {
+    var spec = timespec()
+    clock_gettime(CLOCK_REALTIME, &spec)
+    return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
+}

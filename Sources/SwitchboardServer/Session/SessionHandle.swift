@@ -1,0 +1,113 @@
+import NIOCore
+import Synchronization
+import SwitchboardWire
+
+/// Who a logged-in session is: a value that can be passed anywhere.
+public struct SessionInfo: Sendable, Hashable {
+    /// Server-assigned id, unique for the server's lifetime; announced in WELCOME.
+    public var sessionID: String
+    /// The connection's number, for logs.
+    public var connectionID: UInt64
+    /// The authenticated user.
+    public var userID: String
+    /// The token's role.
+    public var role: SessionRole
+    /// The kind of client, from HELLO.
+    public var clientType: ClientType
+    /// The device, from HELLO; one user may be online from several.
+    public var deviceID: String
+    /// Negotiated features.
+    public var features: [String]
+
+    /// Whether the session may act for other users.
+    public var isAdmin: Bool { self.role == .admin }
+}
+
+/// Sends to a session from any thread. Command areas keep these to push events to their subscribers.
+public final class SessionHandle: Sendable, Hashable {
+    /// Who the session is.
+    public let info: SessionInfo
+    /// The event loop of the session's connection.
+    public let eventLoop: any EventLoop
+    private let connection: NIOLoopBound<ConnectionHandler>
+    private let subscriptions = Atomic<Int>(0)
+    private let maxSubscriptions: Int
+
+    init(info: SessionInfo, eventLoop: any EventLoop, connection: ConnectionHandler, maxSubscriptions: Int) {
+        self.info = info
+        self.eventLoop = eventLoop
+        self.connection = NIOLoopBound(connection, eventLoop: eventLoop)
+        self.maxSubscriptions = maxSubscriptions
+    }
+
+    /// Counts `count` new subscriptions against the connection's limit.
+    ///
+    /// - Returns: false, counting nothing, when they would pass ``ServerConfiguration/Limits/maxSubscriptionsPerConnection``
+    ///   (answer with ``ErrorCode/tooManySubscriptions``).
+    public func reserveSubscriptions(_ count: Int = 1) -> Bool {
+        while true {
+            let current = self.subscriptions.load(ordering: .relaxed)
+            guard current + count <= self.maxSubscriptions else { return false }
+            if self.subscriptions.compareExchange(expected: current, desired: current + count, ordering: .relaxed).exchanged {
+                return true
+            }
+        }
+    }
+
+    /// Gives back subscriptions counted with ``reserveSubscriptions(_:)``.
+    public func releaseSubscriptions(_ count: Int = 1) {
+        self.subscriptions.subtract(count, ordering: .relaxed)
+    }
+
+    /// Subscriptions currently counted.
+    public var subscriptionCount: Int { self.subscriptions.load(ordering: .relaxed) }
+
+    /// Sends a push; encodes it on the session's event loop.
+    public func send(_ push: Push) {
+        self.onLoop { $0.sendPush(.push(push)) }
+    }
+
+    /// Sends a push encoded once for many sessions.
+    public func send(_ push: EncodedPush) {
+        self.onLoop { $0.sendEncodedPush(push) }
+    }
+
+    /// Ends the session: the client gets GOAWAY with `code` and the connection closes.
+    public func disconnect(code: ErrorCode, reason: SessionEndReason, message: String) {
+        self.onLoop { $0.disconnect(code: code, reason: reason, message: message) }
+    }
+
+    private func onLoop(_ body: @escaping @Sendable (ConnectionHandler) -> Void) {
+        if self.eventLoop.inEventLoop {
+            body(self.connection.value)
+        } else {
+            let connection = self.connection
+            self.eventLoop.execute { body(connection.value) }
+        }
+    }
+
+    public static func == (lhs: SessionHandle, rhs: SessionHandle) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// A push encoded once (plain, and compressed when it is large) and written to many sessions.
+public final class EncodedPush: Sendable {
+    /// The frame without compression.
+    public let plain: ByteBuffer
+    /// The frame compressed, when the body is at least the threshold and zlib made it smaller.
+    public let compressed: ByteBuffer?
+
+    /// Encodes `push` for fan-out.
+    public init(_ push: Push, compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold) {
+        var plain = ByteBuffer()
+        FrameEncoder().encode(.push(push), into: &plain)
+        self.plain = plain
+        if SwitchboardMessage.push(push).bodySize >= compressionThreshold {
+            var compressed = ByteBuffer()
+            FrameEncoder(compressionThreshold: compressionThreshold).encode(.push(push), into: &compressed)
+            self.compressed = compressed.readableBytes < plain.readableBytes ? compressed : nil
+        } else {
+            self.compressed = nil
+        }
+    }
+}

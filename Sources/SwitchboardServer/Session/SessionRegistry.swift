@@ -1,0 +1,74 @@
+import NIOCore
+import Synchronization
+
+/// Every live connection and every logged-in session, by user. Thread-safe.
+public final class SessionRegistry: Sendable {
+    struct ConnectionRef: Sendable {
+        var eventLoop: any EventLoop
+        var handler: NIOLoopBound<ConnectionHandler>
+    }
+
+    private struct State {
+        var connections: [UInt64: ConnectionRef] = [:]
+        var sessionsByUser: [String: [SessionHandle]] = [:]
+        var nextConnectionID: UInt64 = 1
+        var draining = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Creates an empty registry.
+    public init() {}
+
+    /// Admits a new connection unless `limit` connections are open or the server is draining.
+    func admitConnection(limit: Int, eventLoop: any EventLoop, handler: ConnectionHandler) -> UInt64? {
+        let ref = ConnectionRef(eventLoop: eventLoop, handler: NIOLoopBound(handler, eventLoop: eventLoop))
+        return self.state.withLock { state in
+            guard state.connections.count < limit, !state.draining else { return nil }
+            let id = state.nextConnectionID
+            state.nextConnectionID += 1
+            state.connections[id] = ref
+            return id
+        }
+    }
+
+    func connectionClosed(_ id: UInt64) {
+        self.state.withLock { _ = $0.connections.removeValue(forKey: id) }
+    }
+
+    func register(_ session: SessionHandle) {
+        self.state.withLock { $0.sessionsByUser[session.info.userID, default: []].append(session) }
+    }
+
+    func unregister(_ session: SessionHandle) {
+        self.state.withLock { state in
+            state.sessionsByUser[session.info.userID]?.removeAll { $0 === session }
+            if state.sessionsByUser[session.info.userID]?.isEmpty == true {
+                state.sessionsByUser.removeValue(forKey: session.info.userID)
+            }
+        }
+    }
+
+    /// Every session of `userID` (one per device or connection).
+    public func sessions(ofUser userID: String) -> [SessionHandle] {
+        self.state.withLock { $0.sessionsByUser[userID] ?? [] }
+    }
+
+    /// Number of open connections, logged in or not.
+    public var connectionCount: Int { self.state.withLock { $0.connections.count } }
+
+    /// Number of users with at least one session.
+    public var onlineUserCount: Int { self.state.withLock { $0.sessionsByUser.count } }
+
+    /// Stops admitting connections and returns every open one, for graceful shutdown.
+    func beginDraining() -> [ConnectionRef] {
+        self.state.withLock { state in
+            state.draining = true
+            return Array(state.connections.values)
+        }
+    }
+
+    func allConnections() -> [ConnectionRef] {
+        self.state.withLock { Array($0.connections.values) }
+    }
+}

@@ -1,0 +1,194 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import SwitchboardWire
+import Synchronization
+
+/// Errors the gateway reports at start.
+public struct GatewayStartError: Error, CustomStringConvertible {
+    /// What went wrong.
+    public var description: String
+}
+
+/// The gateway: TCP and Unix-socket listeners feeding ``ConnectionHandler``s, run as a ServiceLifecycle service.
+///
+/// On graceful shutdown it stops accepting, sends every client GOAWAY (8002), answers the requests already in
+/// flight, waits up to ``ServerConfiguration/shutdownGracePeriod`` for connections to finish, then closes the rest.
+public final class SwitchboardGateway: Service, Sendable {
+    /// Addresses the listeners bound, once running.
+    public struct BoundAddresses: Sendable {
+        /// The TCP address, if TCP is on.
+        public var tcp: SocketAddress?
+        /// The Unix socket path, if on.
+        public var unixSocketPath: String?
+    }
+
+    private let configuration: ServerConfiguration
+    private let core: GatewayCore
+    private let eventLoopGroup: MultiThreadedEventLoopGroup
+    private let onRunning: @Sendable (BoundAddresses) -> Void
+    private let listeners = Mutex<[any Channel]>([])
+
+    /// The sessions of this gateway (command areas use it to reach users).
+    public var registry: SessionRegistry { self.core.registry }
+
+    /// Creates a gateway.
+    ///
+    /// - Parameters:
+    ///   - handlers: the command areas; ops without a handler are answered with `unavailable` (8004).
+    ///   - observers: told when sessions start and end.
+    ///   - onRunning: called with the bound addresses once the listeners are up.
+    public init(
+        configuration: ServerConfiguration,
+        handlers: [any RequestHandler] = [],
+        observers: [any SessionObserver] = [],
+        registry: SessionRegistry = SessionRegistry(),
+        metrics: GatewayMetrics = GatewayMetrics(),
+        logger: Logger = Logger(label: "switchboard"),
+        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
+        onRunning: @escaping @Sendable (BoundAddresses) -> Void = { _ in }
+    ) {
+        self.configuration = configuration
+        let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
+        self.core = GatewayCore(
+            configuration: configuration, registry: registry,
+            handlers: [SessionArea(authority: authority)] + handlers, observers: observers, metrics: metrics,
+            logger: logger, nowMillis: nowMillis)
+        self.eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
+        self.onRunning = onRunning
+    }
+
+    /// Runs until graceful shutdown (or cancellation) and returns once every connection is closed.
+    public func run() async throws {
+        do {
+            try await self.runListeners()
+        } catch {
+            try? await self.eventLoopGroup.shutdownGracefully()
+            throw error
+        }
+        try await self.eventLoopGroup.shutdownGracefully()
+    }
+
+    private func runListeners() async throws {
+        let configuration = self.configuration
+        if configuration.tokenSecret == nil, let host = configuration.tcpHost, !Self.isLoopback(host) {
+            throw GatewayStartError(
+                description: "open development mode (no token secret) only listens on loopback, not \(host)")
+        }
+        var bound = BoundAddresses()
+        var channels: [any Channel] = []
+        if let host = configuration.tcpHost {
+            let channel = try await self.bootstrap().bind(host: host, port: configuration.tcpPort).get()
+            bound.tcp = channel.localAddress
+            channels.append(channel)
+        }
+        if let path = configuration.unixSocketPath {
+            try Self.removeStaleSocket(at: path)
+            let channel = try await self.bootstrap().bind(unixDomainSocketPath: path, cleanupExistingSocketFile: false).get()
+            bound.unixSocketPath = path
+            channels.append(channel)
+        }
+        guard !channels.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
+        self.listeners.withLock { $0 = channels }
+        self.core.logger.info(
+            "switchboard listening",
+            metadata: [
+                "tcp": "\(bound.tcp.map { "\($0)" } ?? "off")", "unix": "\(bound.unixSocketPath ?? "off")",
+                "auth": "\(configuration.tokenSecret == nil ? "open development mode (any user id)" : "tokens")",
+            ])
+        self.onRunning(bound)
+
+        await withGracefulShutdownHandler {
+            for channel in channels {
+                try? await channel.closeFuture.get()
+            }
+        } onGracefulShutdown: {
+            self.listeners.withLock { listeners in
+                for channel in listeners { channel.close(promise: nil) }
+            }
+        }
+        if let path = bound.unixSocketPath { unlink(path) }
+        await self.drainConnections()
+    }
+
+    private func drainConnections() async {
+        let connections = self.core.registry.beginDraining()
+        self.core.logger.info("shutting down", metadata: ["connections": "\(connections.count)"])
+        for connection in connections {
+            let handler = connection.handler
+            connection.eventLoop.execute { handler.value.drain() }
+        }
+        let deadline = NIODeadline.now() + self.configuration.shutdownGracePeriod
+        while self.core.registry.connectionCount > 0 && NIODeadline.now() < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        for connection in self.core.registry.allConnections() {
+            let handler = connection.handler
+            connection.eventLoop.execute { handler.value.forceClose() }
+        }
+        while self.core.registry.connectionCount > 0 {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    private func bootstrap() -> ServerBootstrap {
+        let core = self.core
+        let limits = self.configuration.limits
+        return ServerBootstrap(group: self.eventLoopGroup)
+            .serverChannelOption(.backlog, value: 4096)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.so_keepalive), value: 1)
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: .init(low: limits.outboundLowWaterMark, high: limits.outboundHighWaterMark)
+            )
+            .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    if channel.localAddress?.protocol != .unix {
+                        try channel.syncOptions?.setOption(.socketOption(.tcp_nodelay), value: 1)
+                    }
+                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core))
+                }
+            }
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
+    /// Removes a socket file left by a crashed run; refuses to steal one a live server is listening on.
+    static func removeStaleSocket(at path: String) throws {
+        var status = stat()
+        guard lstat(path, &status) == 0 else { return }  // nothing there
+        guard (status.st_mode & S_IFMT) == S_IFSOCK else {
+            throw GatewayStartError(description: "\(path) exists and is not a socket")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw GatewayStartError(description: "unix socket path is too long: \(path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        if connected == 0 {
+            throw GatewayStartError(description: "another server is listening on \(path)")
+        }
+        unlink(path)
+    }
+}
