@@ -59,4 +59,9 @@ public struct SwitchboardClientError: Error, Hashable, Sendable, CustomStringCon
     }
 
     public var description: String { "\(self.code): \(self.message)" }
+
+    /// Errors compare by code only: the message is for people and not stable.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.code == rhs.code }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(self.code) }
 }

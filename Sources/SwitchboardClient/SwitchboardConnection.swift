@@ -41,6 +41,9 @@ public final class SwitchboardConnection: Sendable {
     ) async throws -> SwitchboardConnection {
         let (pushes, pushSink) = AsyncStream<Push>.makeStream()
         let (controls, controlSink) = AsyncStream<Control>.makeStream()
+        // The handler is made on the channel's event loop; this box hands it back even if the server closes the
+        // connection at once (a full server answers GOAWAY and closes before the handshake starts).
+        let handlerBox = Mutex<NIOLoopBound<ClientHandler>?>(nil)
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(configuration.connectTimeout)
             .channelInitializer { channel in
@@ -48,6 +51,7 @@ public final class SwitchboardConnection: Sendable {
                     let handler = ClientHandler(
                         configuration: configuration, pushSink: pushSink, controlSink: controlSink)
                     try channel.pipeline.syncOperations.addHandler(handler)
+                    handlerBox.withLock { $0 = NIOLoopBound(handler, eventLoop: channel.eventLoop) }
                 }
             }
         let channel: any Channel
@@ -57,11 +61,11 @@ public final class SwitchboardConnection: Sendable {
         case .unix(let path):
             channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
         }
+        guard let boundHandler = handlerBox.withLock({ $0 }) else {
+            throw SwitchboardClientError(code: .unavailable, message: "connection set-up failed")
+        }
         let handlerAndWelcome: (NIOLoopBound<ClientHandler>, EventLoopFuture<Welcome>) = try await channel.eventLoop
-            .submit {
-                let handler = try channel.pipeline.syncOperations.handler(type: ClientHandler.self)
-                return (NIOLoopBound(handler, eventLoop: channel.eventLoop), handler.startHandshake())
-            }.get()
+            .submit { (boundHandler, boundHandler.value.startHandshake(on: channel.eventLoop)) }.get()
         do {
             let welcome = try await handlerAndWelcome.1.get()
             return SwitchboardConnection(
@@ -159,10 +163,9 @@ final class ClientHandler: ChannelDuplexHandler {
         self.context = context
     }
 
-    func startHandshake() -> EventLoopFuture<Welcome> {
-        guard let context = self.context else {
-            return MultiThreadedEventLoopGroup.singleton.next().makeFailedFuture(
-                SwitchboardClientError(code: .unavailable, message: "not connected"))
+    func startHandshake(on eventLoop: any EventLoop) -> EventLoopFuture<Welcome> {
+        guard let context = self.context, context.channel.isActive else {
+            return eventLoop.makeFailedFuture(self.closedError())
         }
         let promise = context.eventLoop.makePromise(of: Welcome.self)
         self.welcomePromise = promise

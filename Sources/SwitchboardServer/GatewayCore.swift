@@ -37,7 +37,7 @@ final class GatewayCore: Sendable {
         self.handlers = table
     }
 
-    func handler(for op: Operation) -> (any RequestHandler)? {
+    func handler(for op: Opcode) -> (any RequestHandler)? {
         self.handlers[Int(op.rawValue)]
     }
 

@@ -25,6 +25,12 @@ public final class SwitchboardGateway: Service, Sendable {
         public var tcp: SocketAddress?
         /// The Unix socket path, if on.
         public var unixSocketPath: String?
+
+        /// Creates addresses (clients and tests that know where a gateway listens).
+        public init(tcp: SocketAddress? = nil, unixSocketPath: String? = nil) {
+            self.tcp = tcp
+            self.unixSocketPath = unixSocketPath
+        }
     }
 
     private let configuration: ServerConfiguration

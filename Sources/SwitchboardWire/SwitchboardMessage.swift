@@ -92,7 +92,7 @@ public enum SwitchboardMessage: Sendable, Hashable {
                 }
                 return .control(try Control.decode(op, from: &reader))
             case .request:
-                guard let op = Operation(rawValue: header.op) else {
+                guard let op = Opcode(rawValue: header.op) else {
                     throw SwitchboardWireError(.unknownOperation, "unknown op 0x\(String(header.op, radix: 16))")
                 }
                 return .request(id: header.requestID, try Request.decode(op, from: &reader))
@@ -100,7 +100,7 @@ public enum SwitchboardMessage: Sendable, Hashable {
                 if header.flags.contains(.error) {
                     return .error(id: header.requestID, op: header.op, try ErrorBody(from: &reader))
                 }
-                guard let op = Operation(rawValue: header.op) else {
+                guard let op = Opcode(rawValue: header.op) else {
                     throw SwitchboardWireError(.unknownOperation, "unknown op 0x\(String(header.op, radix: 16))")
                 }
                 return .response(id: header.requestID, try Response.decode(op, from: &reader))
@@ -130,7 +130,7 @@ extension SwitchboardMessage: JSONRepresentable {
                 ("requestId", .uint(UInt64(id))), ("body", response.jsonBody),
             ])
         case .error(let id, let op, let body):
-            let opName: JSONValue = Operation(rawValue: op).map { .string($0.name) } ?? .uint(UInt64(op))
+            let opName: JSONValue = Opcode(rawValue: op).map { .string($0.name) } ?? .uint(UInt64(op))
             var error = body.jsonValue
             if case .object(var members) = error, let code = ErrorCode(rawValue: UInt32(exactly: body.code) ?? 0).nameIfKnown {
                 members.insert(("name", .string(code)), at: 1)
@@ -161,14 +161,14 @@ extension SwitchboardMessage: JSONRepresentable {
             }
             self = .control(try Control.fromJSON(op, body: body))
         case "request":
-            guard let op = Operation(name: try JSONField.string(opValue, "op")) else {
+            guard let op = Opcode(name: try JSONField.string(opValue, "op")) else {
                 throw JSONField.failure("op", "an op name", opValue)
             }
             self = .request(id: try requestID(), try Request.fromJSON(op, body: body))
         case "response":
             if let error = json["error"] {
                 let op: UInt8
-                if let name = opValue.stringValue, let known = Operation(name: name) {
+                if let name = opValue.stringValue, let known = Opcode(name: name) {
                     op = known.rawValue
                 } else if let raw = opValue.uint64Value, let narrow = UInt8(exactly: raw), narrow < 64 {
                     op = narrow
@@ -179,7 +179,7 @@ extension SwitchboardMessage: JSONRepresentable {
                 members.removeAll { $0.key == "name" }  // derived from the code
                 self = .error(id: try requestID(), op: op, try ErrorBody(json: .object(members)))
             } else {
-                guard let op = Operation(name: try JSONField.string(opValue, "op")) else {
+                guard let op = Opcode(name: try JSONField.string(opValue, "op")) else {
                     throw JSONField.failure("op", "an op name", opValue)
                 }
                 self = .response(id: try requestID(), try Response.fromJSON(op, body: body))

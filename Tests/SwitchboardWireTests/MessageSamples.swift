@@ -10,7 +10,7 @@ extension SwitchboardMessage {
         case 1: return .request(id: id, .random(using: &generator))
         case 2: return .response(id: id, .random(using: &generator))
         case 3:
-            let op = Operation.allCases[generator.index(below: Operation.allCases.count)].rawValue
+            let op = Opcode.allCases[generator.index(below: Opcode.allCases.count)].rawValue
             return .error(id: id, op: op, .random(using: &generator))
         default: return .push(.random(using: &generator))
         }

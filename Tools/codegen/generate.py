@@ -416,7 +416,7 @@ def gen_dispatch(ops, controls, pushes):
                 pass
     # Operation enum
     o.append("/// Request and response ops (`Protocol/SPEC.md` §6): the low six bits of a request's or response's type byte.\n")
-    o.append("public enum Operation: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {\n")
+    o.append("public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {\n")
     for e in ops:
         o.append("    case %s = %d\n" % (swift_ident(e["name"]), e["op"]))
     o.append("\n    /// The op's name in the spec.\n    public var name: String {\n        switch self {\n")
@@ -473,9 +473,9 @@ def gen_dispatch(ops, controls, pushes):
         e["fieldsFor_response"] = e["responseFields"]
     for e in controls + pushes:
         e["fieldsFor_type"] = e["fields"]
-    dispatch_enum("Request", "Operation", "operation", ops, "request",
+    dispatch_enum("Request", "Opcode", "operation", ops, "request",
                   "/// A request a client sends, one case per op.\n", "    /// Decodes the body of a request with op `key`.\n")
-    dispatch_enum("Response", "Operation", "operation", ops, "response",
+    dispatch_enum("Response", "Opcode", "operation", ops, "response",
                   "/// A successful response, one case per op.\n", "    /// Decodes the body of a successful response with op `key`.\n")
 
     o.append("/// Control ops (`Protocol/SPEC.md` §5).\npublic enum ControlOp: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {\n")

@@ -438,7 +438,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    private func operation(of message: SwitchboardMessage) -> Operation? {
+    private func operation(of message: SwitchboardMessage) -> Opcode? {
         if case .response(_, let response) = message { return response.operation }
         return nil
     }
@@ -498,11 +498,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             queued > self.core.configuration.limits.outboundHardCap
         {
             self.core.metrics.recordLimitHit("outboundHardCap")
-            self.core.metrics.recordError(.slowConsumer)
-            self.endReason = .slowConsumer
             self.logger.info("slow consumer disconnected", metadata: ["queuedBytes": "\(queued)"])
-            self.state = .closed
-            context.close(promise: nil)
+            // GOAWAY goes behind the backlog; the close follows it, or comes after 2 s if the client never reads.
+            self.fail(code: .slowConsumer, message: "outbound queue passed \(queued) bytes", reason: .slowConsumer)
         }
     }
 

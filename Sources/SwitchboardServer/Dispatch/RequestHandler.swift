@@ -54,7 +54,7 @@ public struct RequestContext: Sendable {
 /// A command area: serves a set of operations. Called on the connection's event loop; must not block it.
 public protocol RequestHandler: Sendable {
     /// The operations this handler serves.
-    var operations: [Operation] { get }
+    var operations: [Opcode] { get }
     /// Serves one request.
     func handle(_ request: Request, context: RequestContext) -> RequestOutcome
 }

@@ -4,7 +4,7 @@ import SwitchboardWire
 struct SessionArea: RequestHandler {
     let authority: TokenAuthority?
 
-    var operations: [Operation] { [.logout, .renewToken] }
+    var operations: [Opcode] { [.logout, .renewToken] }
 
     func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         switch request {

@@ -41,7 +41,7 @@ public final class GatewayMetrics: Sendable {
         self.bytesIn = counter("switchboard_bytes_in_total")
         self.bytesOut = counter("switchboard_bytes_out_total")
         var timers: [Timer?] = Array(repeating: nil, count: 64)
-        for op in Operation.allCases {
+        for op in Opcode.allCases {
             let dimensions = [("op", op.name)]
             timers[Int(op.rawValue)] =
                 factory.map {

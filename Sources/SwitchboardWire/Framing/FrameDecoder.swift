@@ -1,6 +1,6 @@
 import NIOCore
 
-/// Splits a byte stream into frames, whatever the split or coalescing of the reads (`Protocol/SPEC.md` §2, §9).
+/// Splits a byte stream into frames, whatever the split or coalescing of the reads (`Protocol/SPEC.md` §2, §12).
 ///
 /// ```
 /// +----------------+-------+------+---------------------+-------------------------+

@@ -2,7 +2,7 @@
 import NIOCore
 
 /// Request and response ops (`Protocol/SPEC.md` §6): the low six bits of a request's or response's type byte.
-public enum Operation: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     case logout = 1
     case renewToken = 2
     case setChannelMetadata = 8
@@ -184,7 +184,7 @@ public enum Request: Sendable, Hashable {
     case revokeLock(RevokeLockRequest)
     /// Lists a channel's locks with their holders.
     case getLocks(GetLocksRequest)
-    /// Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event.
+    /// Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error).
     case subscribeChannel(SubscribeChannelRequest)
     /// Leaves a channel. The user stays a member while another of their sessions is in it.
     case unsubscribeChannel(UnsubscribeChannelRequest)
@@ -234,7 +234,7 @@ public enum Request: Sendable, Hashable {
     indirect case answerProvider(AnswerProviderRequest)
 
     /// The op this value travels under.
-    public var operation: Operation {
+    public var operation: Opcode {
         switch self {
         case .logout: return .logout
         case .renewToken: return .renewToken
@@ -378,7 +378,7 @@ public enum Request: Sendable, Hashable {
     }
 
     /// Decodes the body of a request with op `key`.
-    public static func decode(_ key: Operation, from reader: inout WireReader) throws(SwitchboardWireError) -> Request {
+    public static func decode(_ key: Opcode, from reader: inout WireReader) throws(SwitchboardWireError) -> Request {
         switch key {
         case .logout: return .logout(try EmptyBody(from: &reader))
         case .renewToken: return .renewToken(try RenewTokenRequest(from: &reader))
@@ -474,7 +474,7 @@ public enum Request: Sendable, Hashable {
     }
 
     /// A value from its op and its body in the canonical JSON rendering.
-    public static func fromJSON(_ key: Operation, body: JSONValue) throws(SwitchboardWireError) -> Request {
+    public static func fromJSON(_ key: Opcode, body: JSONValue) throws(SwitchboardWireError) -> Request {
         switch key {
         case .logout: return .logout(try EmptyBody(json: body))
         case .renewToken: return .renewToken(try RenewTokenRequest(json: body))
@@ -560,7 +560,7 @@ public enum Response: Sendable, Hashable {
     case revokeLock(EmptyBody)
     /// Lists a channel's locks with their holders.
     case getLocks(GetLocksResponse)
-    /// Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event.
+    /// Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error).
     case subscribeChannel(EmptyBody)
     /// Leaves a channel. The user stays a member while another of their sessions is in it.
     case unsubscribeChannel(EmptyBody)
@@ -610,7 +610,7 @@ public enum Response: Sendable, Hashable {
     case answerProvider(EmptyBody)
 
     /// The op this value travels under.
-    public var operation: Operation {
+    public var operation: Opcode {
         switch self {
         case .logout: return .logout
         case .renewToken: return .renewToken
@@ -754,7 +754,7 @@ public enum Response: Sendable, Hashable {
     }
 
     /// Decodes the body of a successful response with op `key`.
-    public static func decode(_ key: Operation, from reader: inout WireReader) throws(SwitchboardWireError) -> Response {
+    public static func decode(_ key: Opcode, from reader: inout WireReader) throws(SwitchboardWireError) -> Response {
         switch key {
         case .logout: return .logout(try EmptyBody(from: &reader))
         case .renewToken: return .renewToken(try RenewTokenResponse(from: &reader))
@@ -850,7 +850,7 @@ public enum Response: Sendable, Hashable {
     }
 
     /// A value from its op and its body in the canonical JSON rendering.
-    public static func fromJSON(_ key: Operation, body: JSONValue) throws(SwitchboardWireError) -> Response {
+    public static func fromJSON(_ key: Opcode, body: JSONValue) throws(SwitchboardWireError) -> Response {
         switch key {
         case .logout: return .logout(try EmptyBody(json: body))
         case .renewToken: return .renewToken(try RenewTokenResponse(json: body))

@@ -42,9 +42,9 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let duplicateRequestId = ErrorCode(rawValue: 1014)
     /// 2000: No valid credentials were presented.
     public static let notAuthenticated = ErrorCode(rawValue: 2000)
-    /// 2001: The token is malformed or its signature does not verify.
+    /// 2001: The token is malformed or its signature does not verify. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let invalidToken = ErrorCode(rawValue: 2001)
-    /// 2002: The token's expiry has passed.
+    /// 2002: The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let tokenExpired = ErrorCode(rawValue: 2002)
     /// 2003: The caller may not do this (another user's metadata or profile, an admin-only call).
     public static let permissionDenied = ErrorCode(rawValue: 2003)
@@ -128,7 +128,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let `internal` = ErrorCode(rawValue: 8000)
     /// 8001: The database refused the write (disk full, read-only, locked); nothing was changed.
     public static let storageFailure = ErrorCode(rawValue: 8001)
-    /// 8002: The server is shutting down (sent in GOAWAY).
+    /// 8002: The server is shutting down (sent in GOAWAY). Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let shuttingDown = ErrorCode(rawValue: 8002)
     /// 8003: The provider did not answer in time.
     public static let providerTimeout = ErrorCode(rawValue: 8003)
@@ -342,7 +342,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// Whether the connection stays open after this error.
     public var keepsConnectionOpen: Bool {
         switch self.rawValue {
-        case 1001, 1002, 1003, 1004, 1005, 1007, 1008, 1009, 1010, 1011, 1012, 2000, 2001, 2002, 3002, 3004, 8002: return false
+        case 1001, 1002, 1003, 1004, 1005, 1007, 1008, 1009, 1010, 1011, 1012, 2000, 3002, 3004: return false
         default: return true
         }
     }

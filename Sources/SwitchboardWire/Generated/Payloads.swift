@@ -2325,7 +2325,7 @@ extension GetLocksResponse: JSONRepresentable {
     }
 }
 
-/// Request of `subscribeChannel` (op 0x18). Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event.
+/// Request of `subscribeChannel` (op 0x18). Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error).
 ///
 /// | # | field | type |
 /// |---|---|---|

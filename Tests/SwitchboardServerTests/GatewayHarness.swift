@@ -1,0 +1,249 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardWire
+import Synchronization
+
+/// The two transports every server scenario runs over.
+enum Transport: String, CaseIterable, Sendable, CustomStringConvertible {
+    case tcp
+    case unix
+    var description: String { self.rawValue }
+}
+
+/// A gateway running in-process on a free loopback port and a temporary Unix socket, for one test.
+struct RunningGateway: Sendable {
+    var addresses: SwitchboardGateway.BoundAddresses
+    var gateway: SwitchboardGateway!
+
+    func endpoint(_ transport: Transport) -> ClientConfiguration.Endpoint {
+        switch transport {
+        case .tcp: return .tcp(host: "127.0.0.1", port: self.addresses.tcp?.port ?? 0)
+        case .unix: return .unix(path: self.addresses.unixSocketPath ?? "")
+        }
+    }
+
+    func connect(
+        _ transport: Transport, user: String, token: String = "", device: String = "",
+        configure: (inout ClientConfiguration) -> Void = { _ in }
+    ) async throws -> SwitchboardConnection {
+        var configuration = ClientConfiguration(endpoint: self.endpoint(transport), userID: user, token: token)
+        configuration.deviceID = device
+        configure(&configuration)
+        return try await SwitchboardConnection.connect(configuration)
+    }
+}
+
+/// A temporary directory for a Unix socket path (kept short: sun_path holds 108 bytes).
+func temporarySocketPath() -> String {
+    "/tmp/sbt-\(UInt32.random(in: 0...UInt32.max)).sock"
+}
+
+/// Runs `body` against a gateway started with `configuration` and stops the gateway gracefully afterwards.
+func withGateway<T: Sendable>(
+    _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: [any RequestHandler] = [],
+    observers: [any SessionObserver] = [],
+    nowMillis: (@Sendable () -> Int64)? = nil,
+    _ body: @Sendable (RunningGateway) async throws -> T
+) async throws -> T {
+    var configuration = ServerConfiguration()
+    configuration.tcpHost = "127.0.0.1"
+    configuration.tcpPort = 0
+    configuration.unixSocketPath = temporarySocketPath()
+    configuration.shutdownGracePeriod = .seconds(5)
+    configure(&configuration)
+    let (addressStream, addressSink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
+    var logger = Logger(label: "test-gateway")
+    logger.logLevel = .critical
+    let gateway = SwitchboardGateway(
+        configuration: configuration, handlers: handlers, observers: observers, logger: logger,
+        nowMillis: nowMillis ?? systemNowMillis, onRunning: { addressSink.yield($0) })
+    let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
+    return try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask {
+            defer { addressSink.finish() }  // a gateway that fails to start ends the wait below
+            try await group.run()
+        }
+        var iterator = addressStream.makeAsyncIterator()
+        guard let addresses = await iterator.next() else {
+            try await tasks.waitForAll()  // rethrows the start error
+            throw CancellationError()
+        }
+        do {
+            let result = try await body(RunningGateway(addresses: addresses, gateway: gateway))
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+            return result
+        } catch {
+            await group.triggerGracefulShutdown()
+            try? await tasks.waitForAll()
+            throw error
+        }
+    }
+}
+
+/// Records session starts and ends.
+final class SessionRecorder: SessionObserver {
+    struct Ended: Sendable {
+        var user: String
+        var reason: SessionEndReason
+    }
+
+    private let state = Mutex<(started: [SessionInfo], ended: [Ended])>(([], []))
+
+    func sessionStarted(_ session: SessionHandle) {
+        self.state.withLock { $0.started.append(session.info) }
+    }
+
+    func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
+        self.state.withLock { $0.ended.append(Ended(user: session.info.userID, reason: reason)) }
+    }
+
+    var started: [SessionInfo] { self.state.withLock { $0.started } }
+    var ended: [Ended] { self.state.withLock { $0.ended } }
+
+    /// Waits until `condition` holds (polling), at most `seconds`.
+    func wait(seconds: Double = 5, until condition: @Sendable (SessionRecorder) -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition(self) { return true }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return condition(self)
+    }
+}
+
+/// A command area for tests: answers `getUserMetadata` after a delay, counts `subscribeUserMetadata` against the
+/// subscription limit, and answers `publishEvent` by flooding the caller with pushes.
+struct TestArea: RequestHandler {
+    var delay: TimeAmount = .milliseconds(200)
+    var operations: [Opcode] { [.getUserMetadata, .subscribeUserMetadata, .publishEvent] }
+
+    func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
+        switch request {
+        case .getUserMetadata(let get):
+            let responder = context.responder
+            context.session.eventLoop.scheduleTask(in: self.delay) {
+                responder.succeed(.getUserMetadata(GetUserMetadataResponse(majorRevision: 1, userId: get.userId)))
+            }
+            return .deferred
+        case .subscribeUserMetadata:
+            guard context.session.reserveSubscriptions() else {
+                return .failure(ErrorBody(.tooManySubscriptions, "subscription limit"))
+            }
+            return .response(.subscribeUserMetadata(EmptyBody()))
+        case .publishEvent(let publish):
+            // value = number of 64 KiB pushes to send to the caller.
+            let push = EncodedPush(
+                .serverNotice(ServerNotice(code: 1, message: String(repeating: "x", count: 64 << 10))),
+                compressionThreshold: Int.max)
+            for _ in 0..<publish.value { context.session.send(push) }
+            return .response(.publishEvent(PublishEventResponse(eventId: "flood")))
+        default:
+            return .failure(ErrorBody(.unavailable, ""))
+        }
+    }
+}
+
+/// A raw socket to the gateway, for bytes no well-behaved client sends.
+final class RawSocket: @unchecked Sendable {
+    // Used from one test task at a time.
+    let fd: Int32
+
+    init(_ running: RunningGateway, _ transport: Transport) throws {
+        switch transport {
+        case .tcp:
+            self.fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(running.addresses.tcp?.port ?? 0)).bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard result == 0 else { throw SwitchboardClientError(code: .unavailable, message: "connect failed") }
+        case .unix:
+            self.fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let path = Array((running.addresses.unixSocketPath ?? "").utf8)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                raw.copyBytes(from: path)
+                raw[path.count] = 0
+            }
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
+            }
+            guard result == 0 else { throw SwitchboardClientError(code: .unavailable, message: "connect failed") }
+        }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(self.fd) }
+
+    func send(_ message: SwitchboardMessage) {
+        var buffer = ByteBuffer()
+        FrameEncoder().encode(message, into: &buffer)
+        self.send(buffer)
+    }
+
+    func send(_ buffer: ByteBuffer) {
+        let bytes = Array(buffer.readableBytesView)
+        _ = bytes.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    func login(_ user: String) throws -> Welcome {
+        self.send(.control(.hello(Hello(protocolVersion: 1, userId: user))))
+        guard case .control(.welcome(let welcome)) = try self.next() else {
+            throw SwitchboardClientError(code: .handshakeRequired, message: "no WELCOME")
+        }
+        return welcome
+    }
+
+    private var pending = ByteBuffer()
+    private var decoder = FrameDecoder(direction: .serverToClient)
+
+    /// The next message from the server; nil when the server closed the connection.
+    func next() throws -> SwitchboardMessage? {
+        while true {
+            if let frame = try self.decoder.decodeFrame(from: &self.pending) {
+                return try SwitchboardMessage.decode(frame)
+            }
+            var chunk = [UInt8](repeating: 0, count: 65_536)
+            let count = recv(self.fd, &chunk, chunk.count, 0)
+            if count <= 0 { return nil }
+            self.pending.writeBytes(chunk[0..<count])
+        }
+    }
+
+    /// Reads until the server closes; returns every message received.
+    func drainUntilClosed() throws -> [SwitchboardMessage] {
+        var messages: [SwitchboardMessage] = []
+        while let message = try self.next() { messages.append(message) }
+        return messages
+    }
+}
+
+enum Codec {
+    static func bytes(hex: String) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        var iterator = hex.utf8.makeIterator()
+        func nibble(_ c: UInt8) -> UInt8 {
+            c <= UInt8(ascii: "9") ? c - UInt8(ascii: "0") : c - UInt8(ascii: "a") + 10
+        }
+        while let high = iterator.next(), let low = iterator.next() {
+            buffer.writeInteger(nibble(high) << 4 | nibble(low))
+        }
+        return buffer
+    }
+}

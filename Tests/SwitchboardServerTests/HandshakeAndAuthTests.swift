@@ -1,0 +1,201 @@
+import Foundation
+import NIOCore
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardWire
+import Testing
+
+@Suite struct HandshakeAndAuthTests {
+    static let secret = Array("test-secret-0123456789".utf8)
+    static let authority = TokenAuthority(secret: secret)
+    static var now: Int64 { Int64(Date().timeIntervalSince1970) }
+
+    @Test(arguments: Transport.allCases)
+    func handshakeReturnsWelcomeWithSessionAndLimits(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxInflight = 77 }) { gateway in
+            let connection = try await gateway.connect(transport, user: "Tony", device: "phone")
+            let welcome = connection.welcome
+            #expect(welcome.protocolVersion == 1)
+            #expect(welcome.userId == "Tony")
+            #expect(!welcome.sessionId.isEmpty)
+            #expect(welcome.features == ["zlib"])
+            #expect(welcome.maxInflight == 77)
+            #expect(welcome.maxFrameSize == 1 << 20)
+            #expect(welcome.heartbeatMs == 15_000)
+            #expect(welcome.serverTimeMs > 1_700_000_000_000)
+            try await connection.ping(nonce: 42)
+            try await connection.logout()
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func unsupportedProtocolVersionGetsGoAway1008(transport: Transport) async throws {
+        try await withGateway { gateway in
+            let socket = try RawSocket(gateway, transport)
+            socket.send(.control(.hello(Hello(protocolVersion: 2, userId: "Tony"))))
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.first else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == 1008)
+            #expect(goAway.message.contains("1"))
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func firstFrameOtherThanHelloGetsGoAway1007(transport: Transport) async throws {
+        try await withGateway { gateway in
+            let socket = try RawSocket(gateway, transport)
+            socket.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.first else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == 1007)
+        }
+    }
+
+    @Test func handshakeTimeoutClosesSilentConnections() async throws {
+        try await withGateway({ $0.handshakeTimeout = .milliseconds(200) }) { gateway in
+            let socket = try RawSocket(gateway, .tcp)
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.first else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == 1007)
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func validTokenLogsInWithItsUserAndRole(transport: Transport) async throws {
+        try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
+            let userToken = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 3600)
+            let user = try await gateway.connect(transport, user: "", token: userToken)
+            #expect(user.welcome.userId == "Tony")
+            #expect(user.welcome.isAdmin == false)
+            let adminToken = Self.authority.mint(userID: "ops", expiresAt: Self.now + 3600, role: .admin)
+            let admin = try await gateway.connect(transport, user: "ops", token: adminToken)
+            #expect(admin.welcome.isAdmin == true)
+            await user.close()
+            await admin.close()
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func expiredForgedAndMalformedTokensAreRefused(transport: Transport) async throws {
+        try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
+            let expired = Self.authority.mint(userID: "Tony", expiresAt: Self.now - 1)
+            await #expect(throws: SwitchboardClientError(code: .tokenExpired, message: "")) {
+                _ = try await gateway.connect(transport, user: "", token: expired)
+            }
+            let forged = TokenAuthority(secret: Array("another-secret".utf8)).mint(userID: "Tony", expiresAt: Self.now + 60)
+            await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
+                _ = try await gateway.connect(transport, user: "", token: forged)
+            }
+            // A valid token whose payload was edited to claim admin: the signature no longer matches.
+            let valid = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60)
+            let parts = valid.split(separator: ".")
+            let claims = #"{"u":"Tony","e":\#(Self.now + 60),"r":"admin"}"#
+            let edited = "sb1." + Data(claims.utf8).base64EncodedString()
+                .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_") + "." + parts[2]
+            await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
+                _ = try await gateway.connect(transport, user: "", token: edited)
+            }
+            await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
+                _ = try await gateway.connect(transport, user: "", token: "not-a-token")
+            }
+            await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
+                _ = try await gateway.connect(transport, user: "", token: "")
+            }
+        }
+    }
+
+    @Test func helloUserIdMustMatchTheToken() async throws {
+        try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
+            let token = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60)
+            await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
+                _ = try await gateway.connect(.tcp, user: "Mallory", token: token)
+            }
+        }
+    }
+
+    @Test func renewTokenAcceptsOnlyTheSameUserAndRole() async throws {
+        try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
+            let token = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60)
+            let connection = try await gateway.connect(.tcp, user: "", token: token)
+            let renewed = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 7200)
+            let response = try await connection.send(.renewToken(RenewTokenRequest(token: renewed)))
+            guard case .renewToken(let body) = response else {
+                Issue.record("unexpected \(response)")
+                return
+            }
+            #expect(body.expiresAtMs == UInt64(Self.now + 7200) * 1000)
+            let someoneElse = Self.authority.mint(userID: "Eve", expiresAt: Self.now + 60)
+            await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
+                _ = try await connection.send(.renewToken(RenewTokenRequest(token: someoneElse)))
+            }
+            let escalated = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60, role: .admin)
+            await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
+                _ = try await connection.send(.renewToken(RenewTokenRequest(token: escalated)))
+            }
+            // The session is still usable after the refusals.
+            try await connection.ping()
+        }
+    }
+
+    @Test func openModeRefusesNonLoopbackListeners() async throws {
+        await #expect(throws: GatewayStartError.self) {
+            try await withGateway({ $0.tcpHost = "0.0.0.0" }) { _ in }
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func oneUserMayBeOnlineFromSeveralDevices(transport: Transport) async throws {
+        let recorder = SessionRecorder()
+        try await withGateway(observers: [recorder]) { gateway in
+            let phone = try await gateway.connect(transport, user: "Tony", device: "phone")
+            let laptop = try await gateway.connect(transport, user: "Tony", device: "laptop") {
+                $0.clientType = .desktop
+            }
+            #expect(phone.welcome.sessionId != laptop.welcome.sessionId)
+            let sessions = gateway.gateway.registry.sessions(ofUser: "Tony")
+            #expect(Set(sessions.map(\.info.deviceID)) == ["phone", "laptop"])
+            #expect(sessions.contains { $0.info.clientType == .desktop })
+            try await phone.logout()
+            #expect(await recorder.wait { $0.ended.count == 1 })
+            #expect(gateway.gateway.registry.sessions(ofUser: "Tony").map(\.info.deviceID) == ["laptop"])
+            try await laptop.ping()
+        }
+    }
+
+    @Test func staleUnixSocketFileIsReplacedButALiveOneIsNot() async throws {
+        let path = temporarySocketPath()
+        // A stale socket file: bound, then its listener gone.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        close(fd)
+        #expect(FileManager.default.fileExists(atPath: path))
+        try await withGateway({ $0.unixSocketPath = path }) { gateway in
+            let connection = try await gateway.connect(.unix, user: "Tony")
+            try await connection.ping()
+            // A second gateway on the same path must not steal it.
+            await #expect(throws: GatewayStartError.self) {
+                try await withGateway({ $0.unixSocketPath = path }) { _ in }
+            }
+            try await connection.ping()
+        }
+    }
+}

@@ -1,0 +1,337 @@
+import Foundation
+import Logging
+import NIOCore
+import ServiceLifecycle
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardWire
+import Testing
+
+@Suite struct DispatchTests {
+    @Test(arguments: Transport.allCases)
+    func unknownOpcodeIsAnsweredAndTheConnectionStays(transport: Transport) async throws {
+        try await withGateway { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try socket.login("Tony")
+            var frame = ByteBuffer()
+            FrameEncoder.encodeRaw(header: FrameHeader(kind: .request, op: 0x3E, requestID: 9), body: ByteBuffer(), into: &frame)
+            socket.send(frame)
+            guard case .error(let id, let op, let body) = try socket.next() else {
+                Issue.record("expected an error response")
+                return
+            }
+            #expect(id == 9 && op == 0x3E && body.errorCode == .unknownOperation)
+            socket.send(.control(.ping(Ping(nonce: 5))))
+            guard case .control(.pong(let pong)) = try socket.next() else {
+                Issue.record("connection did not stay usable")
+                return
+            }
+            #expect(pong.nonce == 5)
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func malformedBodyIsAnsweredAndTheConnectionStays(transport: Transport) async throws {
+        try await withGateway { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try socket.login("Tony")
+            // setUserMetadata with a bool field holding 2, then one with invalid UTF-8.
+            socket.send(Codec.bytes(hex: "05004c0320" + "02"))
+            socket.send(Codec.bytes(hex: "07004c040a02c328"))
+            guard case .error(3, _, let first) = try socket.next(), case .error(4, _, let second) = try socket.next() else {
+                Issue.record("expected two error responses")
+                return
+            }
+            #expect(first.errorCode == .malformedBody)
+            #expect(second.errorCode == .invalidUtf8)
+            socket.send(.control(.ping(Ping(nonce: 1))))
+            guard case .control(.pong) = try socket.next() else {
+                Issue.record("connection did not stay usable")
+                return
+            }
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func everyPipelinedRequestGetsExactlyOneResponse(transport: Transport) async throws {
+        try await withGateway(handlers: [TestArea(delay: .milliseconds(5))]) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try socket.login("Tony")
+            var batch = ByteBuffer()
+            let encoder = FrameEncoder()
+            for id in 1...100 as ClosedRange<UInt32> {
+                // Alternate a deferred op, an op with no handler, and an immediate one.
+                let request: Request
+                switch id % 3 {
+                case 0: request = .getUserMetadata(GetUserMetadataRequest(userId: "u\(id)"))
+                case 1: request = .setChannelMetadata(SetChannelMetadataRequest(channel: "c"))
+                default: request = .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "u"))
+                }
+                encoder.encode(.request(id: id, request), into: &batch)
+            }
+            socket.send(batch)
+            var answered: [UInt32: Int] = [:]
+            while answered.count < 100 {
+                switch try socket.next() {
+                case .response(let id, _), .error(let id, _, _): answered[id, default: 0] += 1
+                case nil: Issue.record("connection closed early"); return
+                default: continue
+                }
+            }
+            #expect(answered.values.allSatisfy { $0 == 1 })
+            #expect(Set(answered.keys) == Set(1...100))
+        }
+    }
+
+    @Test func duplicateInFlightRequestIdIsRefused() async throws {
+        try await withGateway(handlers: [TestArea(delay: .milliseconds(300))]) { gateway in
+            let socket = try RawSocket(gateway, .tcp)
+            _ = try socket.login("Tony")
+            socket.send(.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "a"))))
+            socket.send(.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "b"))))
+            guard case .error(7, _, let body) = try socket.next() else {
+                Issue.record("expected the duplicate to be refused first")
+                return
+            }
+            #expect(body.errorCode == .duplicateRequestId)
+            guard case .response(7, .getUserMetadata(let response)) = try socket.next() else {
+                Issue.record("expected the original answer")
+                return
+            }
+            #expect(response.userId == "a")
+        }
+    }
+}
+
+@Suite struct LimitTests {
+    @Test(arguments: Transport.allCases)
+    func connectionLimitRefusesExtraConnectionsOnly(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxConnections = 2 }) { gateway in
+            let first = try await gateway.connect(transport, user: "a")
+            let second = try await gateway.connect(transport, user: "b")
+            await #expect(throws: SwitchboardClientError(code: .tooManyConnections, message: "")) {
+                _ = try await gateway.connect(transport, user: "c")
+            }
+            try await first.ping()
+            try await second.ping()
+            await first.close()
+            try await Task.sleep(for: .milliseconds(100))
+            let third = try await gateway.connect(transport, user: "c")
+            try await third.ping()
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func oversizedFrameClosesOnlyThatConnection(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxFrameSize = 1024 }) { gateway in
+            let bystander = try await gateway.connect(transport, user: "bystander")
+            let socket = try RawSocket(gateway, transport)
+            #expect(try socket.login("Tony").maxFrameSize == 1024)
+            socket.send(.request(id: 1, .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: String(repeating: "v", count: 2000))]))))
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.last else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == UInt64(ErrorCode.frameTooLarge.rawValue))
+            try await bystander.ping()
+        }
+    }
+
+    @Test func handshakeFramesAreLimitedTo16KiB() async throws {
+        try await withGateway { gateway in
+            let socket = try RawSocket(gateway, .tcp)
+            socket.send(.control(.hello(Hello(protocolVersion: 1, token: String(repeating: "t", count: 20_000), userId: "Tony"))))
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.first else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == UInt64(ErrorCode.frameTooLarge.rawValue))
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func inflatedSizeOverTheLimitIsRefusedBeforeInflating(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxInflatedSize = 4096 }) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            socket.send(.control(.hello(Hello(protocolVersion: 1, features: ["zlib"], userId: "Tony"))))
+            guard case .control(.welcome(let welcome)) = try socket.next() else { return }
+            #expect(welcome.features == ["zlib"] && welcome.maxInflatedSize == 4096)
+            let big = SwitchboardMessage.request(id: 1, .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: String(repeating: "v", count: 8000))])))
+            var frame = ByteBuffer()
+            FrameEncoder(compressionThreshold: 1).encode(big, into: &frame)
+            socket.send(frame)
+            let messages = try socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.last else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == UInt64(ErrorCode.inflatedTooLarge.rawValue))
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func requestRateOverTheBucketIsAnswered3000WithRetryAfter(transport: Transport) async throws {
+        try await withGateway({
+            $0.limits.requestsPerSecond = 5
+            $0.limits.requestBurst = 5
+        }) { gateway in
+            let connection = try await gateway.connect(transport, user: "Tony")
+            let other = try await gateway.connect(transport, user: "Other")
+            var limited: [SwitchboardClientError] = []
+            for _ in 0..<8 {
+                do {
+                    _ = try await connection.send(.whereNow(WhereNowRequest()))
+                } catch let error as SwitchboardClientError where error.code == .rateLimited {
+                    limited.append(error)
+                } catch {}
+            }
+            #expect(limited.count == 3)
+            #expect((limited.first?.body?.retryAfterMs ?? 0) > 0)
+            // Another connection has its own bucket.
+            await #expect(throws: SwitchboardClientError(code: .unavailable, message: "")) {
+                _ = try await other.send(.whereNow(WhereNowRequest()))
+            }
+            try await Task.sleep(for: .milliseconds(450))
+            await #expect(throws: SwitchboardClientError(code: .unavailable, message: "")) {
+                _ = try await connection.send(.whereNow(WhereNowRequest()))
+            }
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func requestsOverTheInflightLimitAreAnswered3001(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxInflight = 4 }, handlers: [TestArea(delay: .milliseconds(400))]) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try socket.login("Tony")
+            var batch = ByteBuffer()
+            for id in 1...6 as ClosedRange<UInt32> {
+                FrameEncoder().encode(.request(id: id, .getUserMetadata(GetUserMetadataRequest())), into: &batch)
+            }
+            socket.send(batch)
+            var refused: [UInt32] = []
+            var answered: [UInt32] = []
+            for _ in 0..<6 {
+                switch try socket.next() {
+                case .error(let id, _, let body) where body.errorCode == .tooManyInflight: refused.append(id)
+                case .response(let id, _): answered.append(id)
+                default: break
+                }
+            }
+            #expect(refused.sorted() == [5, 6])
+            #expect(answered.sorted() == [1, 2, 3, 4])
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func subscriptionsOverTheLimitAreAnswered3003(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxSubscriptionsPerConnection = 3 }, handlers: [TestArea()]) { gateway in
+            let connection = try await gateway.connect(transport, user: "Tony")
+            for user in ["a", "b", "c"] {
+                _ = try await connection.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: user)))
+            }
+            await #expect(throws: SwitchboardClientError(code: .tooManySubscriptions, message: "")) {
+                _ = try await connection.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "d")))
+            }
+            // The limit is per connection.
+            let other = try await gateway.connect(transport, user: "Tony")
+            _ = try await other.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "d")))
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func clientThatNeverReadsIsCutOffWhileOthersKeepWorking(transport: Transport) async throws {
+        let recorder = SessionRecorder()
+        try await withGateway({
+            $0.limits.outboundHighWaterMark = 256 << 10
+            $0.limits.outboundLowWaterMark = 64 << 10
+            $0.limits.outboundHardCap = 2 << 20
+        }, handlers: [TestArea()], observers: [recorder]) { gateway in
+            let bystander = try await gateway.connect(transport, user: "bystander")
+            let socket = try RawSocket(gateway, transport)
+            _ = try socket.login("reader-that-never-reads")
+            // Ask for 40 MiB of pushes and never read them.
+            socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 640))))
+            #expect(await recorder.wait(seconds: 10) { $0.ended.contains { $0.reason == .slowConsumer } })
+            for _ in 0..<20 { try await bystander.ping() }
+            #expect(gateway.gateway.registry.sessions(ofUser: "reader-that-never-reads").isEmpty)
+        }
+    }
+}
+
+@Suite struct SessionLifecycleTests {
+    @Test(arguments: Transport.allCases)
+    func silentClientIsDisconnectedAsAbnormalAfterMissedHeartbeats(transport: Transport) async throws {
+        let recorder = SessionRecorder()
+        try await withGateway({ $0.heartbeat.minimumInterval = .milliseconds(100) }, observers: [recorder]) { gateway in
+            let silent = try await gateway.connect(transport, user: "silent") {
+                $0.heartbeatMs = 200
+                $0.sendsHeartbeats = false
+            }
+            #expect(silent.welcome.heartbeatMs == 200 && silent.welcome.heartbeatMisses == 3)
+            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 200 }
+            await silent.waitUntilClosed()
+            #expect((await silent.goAway)?.code == UInt64(ErrorCode.heartbeatTimeout.rawValue))
+            #expect(await recorder.wait { $0.ended.contains { $0.user == "silent" && $0.reason == .abnormal } })
+            try await Task.sleep(for: .milliseconds(800))
+            #expect(chatty.isActive, "a client that sends heartbeats stays connected")
+            try await chatty.ping()
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func logoutAndDroppedSocketEndSessionsWithTheirReasons(transport: Transport) async throws {
+        let recorder = SessionRecorder()
+        try await withGateway(observers: [recorder]) { gateway in
+            let leaving = try await gateway.connect(transport, user: "leaving")
+            try await leaving.logout()
+            #expect((await leaving.goAway)?.reason == .logout)
+            let dropped = try await gateway.connect(transport, user: "dropped")
+            await dropped.close()
+            #expect(await recorder.wait { $0.ended.count == 2 })
+            #expect(recorder.ended.first { $0.user == "leaving" }?.reason == .logout)
+            #expect(recorder.ended.first { $0.user == "dropped" }?.reason == .abnormal)
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func gracefulShutdownAnswersEveryRequestInFlight(transport: Transport) async throws {
+        var configuration = ServerConfiguration()
+        configuration.tcpHost = "127.0.0.1"
+        configuration.tcpPort = 0
+        configuration.unixSocketPath = temporarySocketPath()
+        let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let gateway = SwitchboardGateway(
+            configuration: configuration, handlers: [TestArea(delay: .milliseconds(300))], logger: logger,
+            onRunning: { sink.yield($0) })
+        let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var iterator = addresses.makeAsyncIterator()
+            let bound = try #require(await iterator.next())
+            let running = RunningGateway(addresses: bound, gateway: gateway)
+            let client = try await running.connect(transport, user: "Tony")
+            let answers = Task {
+                try await withThrowingTaskGroup(of: Response.self) { requests in
+                    for index in 0..<20 {
+                        requests.addTask { try await client.send(.getUserMetadata(GetUserMetadataRequest(userId: "u\(index)"))) }
+                    }
+                    var responses: [Response] = []
+                    for try await response in requests { responses.append(response) }
+                    return responses
+                }
+            }
+            try await Task.sleep(for: .milliseconds(100))  // the requests are in flight now
+            await group.triggerGracefulShutdown()
+            let responses = try await answers.value
+            #expect(responses.count == 20)
+            try await tasks.waitForAll()
+            #expect((await client.goAway)?.code == UInt64(ErrorCode.shuttingDown.rawValue))
+            #expect((await client.goAway)?.reason == .serverShutdown)
+            #expect(!FileManager.default.fileExists(atPath: bound.unixSocketPath ?? ""))
+        }
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import NIOCore
+import SwitchboardServer
+import SwitchboardWire
+import Testing
+
+/// Runs the real `switchboard` executable as a child process.
+@Suite struct ProcessTests {
+    static var executable: URL {
+        // swift test builds every product next to the test bundle.
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard")
+    }
+
+    static func waitForFile(_ path: String, seconds: Double = 20) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if FileManager.default.fileExists(atPath: path) { return true }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return false
+    }
+
+    @Test func sigtermAnswersEveryAcceptedRequestAndExitsZero() async throws {
+        let binary = Self.executable
+        try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
+        let socketPath = temporarySocketPath()
+        let database = NSTemporaryDirectory() + "sb-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        try #require(Self.waitForFile(socketPath), "the gateway did not start")
+
+        let running = RunningGateway(addresses: .init(tcp: nil, unixSocketPath: socketPath), gateway: nil)
+        let socket = try RawSocket(running, .unix)
+        _ = try socket.login("Tony")
+        var batch = ByteBuffer()
+        for id in 1...2_000 as ClosedRange<UInt32> {
+            FrameEncoder().encode(.request(id: id, .whereNow(WhereNowRequest())), into: &batch)
+        }
+        socket.send(batch)
+        kill(process.processIdentifier, SIGTERM)
+        let messages = try socket.drainUntilClosed()
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+
+        var answers: [UInt32: Int] = [:]
+        var goAway: GoAway?
+        for message in messages {
+            switch message {
+            case .response(let id, _), .error(let id, _, _): answers[id, default: 0] += 1
+            case .control(.goAway(let received)): goAway = received
+            default: break
+            }
+        }
+        let last = try #require(goAway, "no GOAWAY before the close").lastRequestId
+        #expect(goAway?.code == UInt64(ErrorCode.shuttingDown.rawValue))
+        #expect(last > 0)
+        // Every request the server took (id <= lastRequestId) was answered exactly once.
+        for id in 1...UInt32(last) {
+            #expect(answers[id] == 1, "request \(id) answered \(answers[id] ?? 0) times")
+        }
+        #expect(!FileManager.default.fileExists(atPath: socketPath), "socket file left behind")
+    }
+}
