@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "SwitchboardClient", targets: ["SwitchboardClient"]),
         .executable(name: "switchboard", targets: ["switchboard"]),
         .executable(name: "sbcodecbench", targets: ["sbcodecbench"]),
+        .executable(name: "sbbench", targets: ["sbbench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -25,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         .target(
@@ -75,6 +77,18 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "sbbench",
+            dependencies: [
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            path: "Tools/sbbench",
             swiftSettings: strictSettings
         ),
         .executableTarget(

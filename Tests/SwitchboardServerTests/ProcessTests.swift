@@ -20,6 +20,19 @@ import Testing
         return false
     }
 
+    /// The socket file appears at bind, a moment before listen: retry until the gateway accepts.
+    static func connectWhenListening(_ path: String, seconds: Double = 20) throws -> RawSocket {
+        let running = RunningGateway(addresses: .init(unixSocketPath: path), gateway: nil)
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            do {
+                return try RawSocket(running, .unix)
+            } catch where Date() < deadline {
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+        }
+    }
+
     @Test func sigtermAnswersEveryAcceptedRequestAndExitsZero() async throws {
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
@@ -32,8 +45,7 @@ import Testing
         defer { if process.isRunning { process.terminate() } }
         try #require(Self.waitForFile(socketPath), "the gateway did not start")
 
-        let running = RunningGateway(addresses: .init(tcp: nil, unixSocketPath: socketPath), gateway: nil)
-        let socket = try RawSocket(running, .unix)
+        let socket = try Self.connectWhenListening(socketPath)
         _ = try socket.login("Tony")
         var batch = ByteBuffer()
         for id in 1...2_000 as ClosedRange<UInt32> {
@@ -62,5 +74,27 @@ import Testing
             #expect(answers[id] == 1, "request \(id) answered \(answers[id] ?? 0) times")
         }
         #expect(!FileManager.default.fileExists(atPath: socketPath), "socket file left behind")
+    }
+
+    @Test func optionsComeFromTheEnvironmentWhenNotGivenOnTheCommandLine() async throws {
+        let binary = Self.executable
+        try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
+        let socketPath = temporarySocketPath()
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env.sqlite"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["SWITCHBOARD_TCP"] = "off"
+        environment["SWITCHBOARD_UNIX_SOCKET"] = socketPath
+        environment["SWITCHBOARD_MAX_INFLIGHT"] = "33"
+        process.environment = environment
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        try #require(Self.waitForFile(socketPath), "the gateway did not listen on the socket from the environment")
+        let socket = try Self.connectWhenListening(socketPath)
+        #expect(try socket.login("Tony").maxInflight == 33)
+        kill(process.processIdentifier, SIGINT)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
     }
 }

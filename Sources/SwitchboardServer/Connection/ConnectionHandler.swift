@@ -499,8 +499,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
         {
             self.core.metrics.recordLimitHit("outboundHardCap")
             self.logger.info("slow consumer disconnected", metadata: ["queuedBytes": "\(queued)"])
-            // GOAWAY goes behind the backlog; the close follows it, or comes after 2 s if the client never reads.
-            self.fail(code: .slowConsumer, message: "outbound queue passed \(queued) bytes", reason: .slowConsumer)
+            // GOAWAY goes behind the backlog the client is not reading; close at once so nothing more piles up.
+            self.core.metrics.recordError(.slowConsumer)
+            self.endReason = .slowConsumer
+            self.sendGoAway(code: ErrorCode.slowConsumer.rawValue, reason: .slowConsumer, message: "outbound queue passed \(queued) bytes")
+            if let goAway = self.output {
+                self.output = nil
+                context.write(self.wrapOutboundOut(goAway), promise: nil)
+            }
+            self.state = .closed
+            context.close(promise: nil)
         }
     }
 
