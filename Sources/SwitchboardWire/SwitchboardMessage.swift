@@ -214,3 +214,6 @@ extension ErrorBody {
     /// The error code as a typed value.
     public var errorCode: ErrorCode { ErrorCode(rawValue: UInt32(truncatingIfNeeded: self.code)) }
 }
+
+/// An error response body can be thrown and carried in `Result` as it is.
+extension ErrorBody: Error {}

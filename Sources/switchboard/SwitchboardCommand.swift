@@ -6,6 +6,7 @@ import NIOCore
 import Prometheus
 import ServiceLifecycle
 import SwitchboardServer
+import SwitchboardStore
 import UnixSignals
 
 @main
@@ -43,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability",
     ]
 
     static func merge(arguments: [String], environment: [String: String]) -> [String] {
@@ -72,6 +73,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "SQLite database file.")
     var database = "./switchboard.sqlite"
+
+    @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch).")
+    var durability = "commit"
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
     var threads = 1
@@ -170,6 +174,9 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try self.configuration()
+        guard self.durability == "commit" || self.durability == "apply" else {
+            throw ValidationError("--durability must be commit or apply")
+        }
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -189,8 +196,22 @@ struct Serve: AsyncParsableCommand {
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
         }
-        let gateway = SwitchboardGateway(configuration: configuration, logger: logger)
-        services.insert(gateway, at: 0)
+        // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
+        let backend = try SQLiteBackend(path: configuration.databasePath)
+        var storeConfiguration = StoreConfiguration()
+        storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
+        let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)
+        let sessions = SessionRegistry()
+        let subscriptions = SubscriptionRegistry()
+        let storage = StorageArea(
+            store: store, subscriptions: subscriptions, sessions: sessions,
+            compressionThreshold: configuration.compressionThreshold)
+        let handlers: [any RequestHandler] = [storage]
+        let observers: [any SessionObserver] = [storage]
+        let gateway = SwitchboardGateway(
+            configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
+        // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.
+        services.insert(contentsOf: [MetadataStoreService(store: store), gateway] as [any Service], at: 0)
         SecondSignal.exitImmediately(logger: logger)
         let group = ServiceGroup(
             configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

@@ -48,6 +48,7 @@ func withGateway<T: Sendable>(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },
     handlers: [any RequestHandler] = [],
     observers: [any SessionObserver] = [],
+    registry: SessionRegistry = SessionRegistry(),
     nowMillis: (@Sendable () -> Int64)? = nil,
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
@@ -61,7 +62,7 @@ func withGateway<T: Sendable>(
     var logger = Logger(label: "test-gateway")
     logger.logLevel = .critical
     let gateway = SwitchboardGateway(
-        configuration: configuration, handlers: handlers, observers: observers, logger: logger,
+        configuration: configuration, handlers: handlers, observers: observers, registry: registry, logger: logger,
         nowMillis: nowMillis ?? systemNowMillis, onRunning: { addressSink.yield($0) })
     let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
     return try await withThrowingTaskGroup(of: Void.self) { tasks in

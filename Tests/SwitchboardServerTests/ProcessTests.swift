@@ -97,4 +97,70 @@ import Testing
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
     }
+
+    static func startGateway(socketPath: String, database: String) throws -> Process {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
+        try process.run()
+        return process
+    }
+
+    @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
+        let database = NSTemporaryDirectory() + "sb-kill-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        let socketPath = temporarySocketPath()
+        let first = try Self.startGateway(socketPath: socketPath, database: database)
+        defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
+        try #require(Self.waitForFile(socketPath))
+        let writer = try Self.connectWhenListening(socketPath)
+        _ = try writer.login("Tony")
+        // Windows of 100 writes (within WELCOME.maxInflight); kill -9 while the fifth window is committing.
+        var acknowledged: Set<UInt32> = []
+        var nextID: UInt32 = 1
+        for window in 0..<5 {
+            var batch = ByteBuffer()
+            for _ in 0..<100 {
+                let item = MetadataItem(key: "k\(nextID)", value: "v\(nextID)")
+                FrameEncoder().encode(.request(id: nextID, .setUserMetadata(SetUserMetadataRequest(items: [item]))), into: &batch)
+                nextID += 1
+            }
+            writer.send(batch)
+            if window == 4 { break }
+            var answered = 0
+            while answered < 100, let message = try writer.next() {
+                if case .response(let id, _) = message { acknowledged.insert(id) }
+                answered += 1
+            }
+        }
+        // Take a few acknowledgements of the last window, then kill the gateway mid-commit.
+        var more = 0
+        while more < 10, let message = try writer.next() {
+            if case .response(let id, _) = message { acknowledged.insert(id) }
+            more += 1
+        }
+        kill(first.processIdentifier, SIGKILL)
+        while let message = try? writer.next() {
+            if case .response(let id, _) = message { acknowledged.insert(id) }
+        }
+        first.waitUntilExit()
+        #expect(acknowledged.count >= 400)
+
+        unlink(socketPath)
+        let second = try Self.startGateway(socketPath: socketPath, database: database)
+        defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
+        let reader = try Self.connectWhenListening(socketPath)
+        _ = try reader.login("Tony")
+        reader.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
+        guard case .response(1, .getUserMetadata(let stored)) = try reader.next() else {
+            Issue.record("no metadata after the restart")
+            return
+        }
+        let keys = Set(stored.items.map(\.key))
+        let lost = acknowledged.filter { !keys.contains("k\($0)") }
+        #expect(lost.isEmpty, "\(lost.count) acknowledged writes lost: \(lost.sorted().prefix(10))")
+        #expect(stored.majorRevision >= UInt64(acknowledged.count))
+        kill(second.processIdentifier, SIGTERM)
+        second.waitUntilExit()
+    }
 }

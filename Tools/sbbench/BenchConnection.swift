@@ -59,7 +59,8 @@ final class BenchConnectionHandler: ChannelInboundHandler {
     private let welcomed: EventLoopPromise<Void>
     private var decoder = FrameDecoder(direction: .serverToClient)
     private var cumulation = ByteBuffer()
-    private var histogram = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
+    /// Created only for request work: a histogram is half a megabyte, too much for idle or handshake connections.
+    private var histogram: Histogram<UInt64>?
     private var sentAt: [UInt64]
     private var nextID: UInt32 = 0
     private var outstanding = 0
@@ -75,6 +76,7 @@ final class BenchConnectionHandler: ChannelInboundHandler {
         self.welcomed = welcomed
         if case .requests(let depth, _) = work {
             self.sentAt = Array(repeating: 0, count: max(depth, 1) * 4)
+            self.histogram = Histogram(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
         } else {
             self.sentAt = []
         }
@@ -88,7 +90,7 @@ final class BenchConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         self.totals.closed.wrappingAdd(1, ordering: .relaxed)
-        self.totals.merge(self.histogram)
+        if let histogram = self.histogram { self.totals.merge(histogram) }
         self.welcomed.fail(ChannelError.ioOnClosedChannel)
     }
 
@@ -103,7 +105,7 @@ final class BenchConnectionHandler: ChannelInboundHandler {
             case .response:
                 if frame.header.flags.contains(.error) { self.totals.errors.wrappingAdd(1, ordering: .relaxed) }
                 let slot = Int(frame.header.requestID) % max(self.sentAt.count, 1)
-                if !self.sentAt.isEmpty { _ = self.histogram.record(now &- self.sentAt[slot]) }
+                if !self.sentAt.isEmpty { _ = self.histogram?.record(now &- self.sentAt[slot]) }
                 self.outstanding -= 1
                 self.totals.answered.wrappingAdd(1, ordering: .relaxed)
                 self.sendRequests(context: context, now: now)

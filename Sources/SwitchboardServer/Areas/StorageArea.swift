@@ -1,0 +1,213 @@
+import NIOCore
+import SwitchboardStore
+import SwitchboardWire
+
+/// The metadata storage and lock operations (`Protocol/SPEC.md` §13.1-13.2), and their events.
+///
+/// Writes go to the ``MetadataStore``, which answers after the write's transaction committed (group commit);
+/// the response and the storage event leave together, so subscribers never see a write that could still be
+/// reverted. Events are encoded once per change and written to every subscriber.
+public final class StorageArea: RequestHandler, SessionObserver, ChannelMembershipObserver {
+    private let store: MetadataStore
+    private let subscriptions: SubscriptionRegistry
+    private let sessions: SessionRegistry
+    private let compressionThreshold: Int
+
+    /// Creates the area and routes the store's lock events to channel members that asked for them.
+    public init(
+        store: MetadataStore, subscriptions: SubscriptionRegistry, sessions: SessionRegistry,
+        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold
+    ) {
+        self.store = store
+        self.subscriptions = subscriptions
+        self.sessions = sessions
+        self.compressionThreshold = compressionThreshold
+        store.setLockEventHandler { [subscriptions] event in
+            let members = subscriptions.members(of: ChannelKey(name: event.channel, type: event.channelType)) {
+                $0.withLock
+            }
+            guard !members.isEmpty else { return }
+            let push = EncodedPush(.lockEvent(event), compressionThreshold: compressionThreshold)
+            for member in members { member.send(push) }
+        }
+    }
+
+    public var operations: [Opcode] {
+        [
+            .setChannelMetadata, .getChannelMetadata, .updateChannelMetadata, .removeChannelMetadata,
+            .setUserMetadata, .getUserMetadata, .updateUserMetadata, .removeUserMetadata,
+            .subscribeUserMetadata, .unsubscribeUserMetadata,
+            .setLock, .acquireLock, .releaseLock, .removeLock, .revokeLock, .getLocks,
+        ]
+    }
+
+    public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
+        let caller = context.session.info.userID
+        do throws(SwitchboardStoreError) {
+            switch request {
+            case .setChannelMetadata(let write):
+                return self.writeChannel(.set, write, context) { .setChannelMetadata($0) }
+            case .updateChannelMetadata(let write):
+                return self.writeChannel(.update, write, context) { .updateChannelMetadata($0) }
+            case .removeChannelMetadata(let write):
+                return self.writeChannel(.remove, write, context) { .removeChannelMetadata($0) }
+            case .getChannelMetadata(let get):
+                let snapshot = try self.store.get(.channel(get.channel, type: get.channelType))
+                return .response(
+                    .getChannelMetadata(GetChannelMetadataResponse(majorRevision: snapshot.majorRevision, items: snapshot.items)))
+            case .setUserMetadata(let write):
+                return self.writeUser(.set, write, context) { .setUserMetadata($0) }
+            case .updateUserMetadata(let write):
+                return self.writeUser(.update, write, context) { .updateUserMetadata($0) }
+            case .removeUserMetadata(let write):
+                return self.writeUser(.remove, write, context) { .removeUserMetadata($0) }
+            case .getUserMetadata(let get):
+                let userID = get.userId.isEmpty ? caller : get.userId
+                let snapshot = try self.store.get(.user(userID))
+                return .response(
+                    .getUserMetadata(
+                        GetUserMetadataResponse(majorRevision: snapshot.majorRevision, items: snapshot.items, userId: userID)))
+            case .subscribeUserMetadata(let subscribe):
+                return try self.subscribeUser(subscribe.userId.isEmpty ? caller : subscribe.userId, context)
+            case .unsubscribeUserMetadata(let unsubscribe):
+                let userID = unsubscribe.userId.isEmpty ? caller : unsubscribe.userId
+                guard self.subscriptions.unsubscribeUser(context.session, from: userID) else {
+                    return .failure(ErrorBody(.notSubscribed, "not subscribed to \(userID)'s metadata"))
+                }
+                context.session.releaseSubscriptions()
+                return .response(.unsubscribeUserMetadata(EmptyBody()))
+            case .setLock(let lock):
+                try self.store.setLock(
+                    channel: lock.channel, channelType: lock.channelType, name: lock.lockName, ttlSeconds: lock.ttlSeconds)
+                return .response(.setLock(EmptyBody()))
+            case .acquireLock(let lock):
+                let responder = context.responder
+                self.store.acquireLock(
+                    channel: lock.channel, channelType: lock.channelType, name: lock.lockName, userID: caller,
+                    session: context.session.info.sessionID, retry: lock.retry
+                ) { result in
+                    switch result {
+                    case .success: responder.succeed(.acquireLock(EmptyBody()))
+                    case .failure(let error): responder.fail(error.body)
+                    }
+                }
+                return .deferred
+            case .releaseLock(let lock):
+                try self.store.releaseLock(channel: lock.channel, channelType: lock.channelType, name: lock.lockName, userID: caller)
+                return .response(.releaseLock(EmptyBody()))
+            case .removeLock(let lock):
+                try self.store.removeLock(channel: lock.channel, channelType: lock.channelType, name: lock.lockName)
+                return .response(.removeLock(EmptyBody()))
+            case .revokeLock(let lock):
+                try self.store.revokeLock(
+                    channel: lock.channel, channelType: lock.channelType, name: lock.lockName, owner: lock.owner)
+                return .response(.revokeLock(EmptyBody()))
+            case .getLocks(let get):
+                let locks = try self.store.getLocks(channel: get.channel, channelType: get.channelType)
+                return .response(.getLocks(GetLocksResponse(locks: locks)))
+            default:
+                return .failure(ErrorBody(.unavailable, "not a storage operation"))
+            }
+        } catch {
+            return .failure(error.body)
+        }
+    }
+
+    private func writeChannel(
+        _ operation: MetadataOperation, _ write: SetChannelMetadataRequest, _ context: RequestContext,
+        _ response: @escaping @Sendable (SetChannelMetadataResponse) -> Response
+    ) -> RequestOutcome {
+        let request = MetadataWriteRequest(
+            operation, scope: .channel(write.channel, type: write.channelType), items: write.items,
+            majorRevision: write.majorRevision, recordTs: write.recordTs, recordUserId: write.recordUserId,
+            lock: write.lock)
+        return self.write(request, context) { response(SetChannelMetadataResponse(majorRevision: $0)) }
+    }
+
+    private func writeUser(
+        _ operation: MetadataOperation, _ write: SetUserMetadataRequest, _ context: RequestContext,
+        _ response: @escaping @Sendable (SetUserMetadataResponse) -> Response
+    ) -> RequestOutcome {
+        let caller = context.session.info
+        let userID = write.userId.isEmpty ? caller.userID : write.userId
+        guard userID == caller.userID || caller.isAdmin else {
+            return .failure(ErrorBody(.permissionDenied, "only \(userID) (or an admin) may write \(userID)'s metadata"))
+        }
+        let request = MetadataWriteRequest(
+            operation, scope: .user(userID), items: write.items, majorRevision: write.majorRevision,
+            recordTs: write.recordTs, recordUserId: write.recordUserId)
+        return self.write(request, context) { response(SetUserMetadataResponse(majorRevision: $0)) }
+    }
+
+    private func write(
+        _ request: MetadataWriteRequest, _ context: RequestContext,
+        _ response: @escaping @Sendable (UInt64) -> Response
+    ) -> RequestOutcome {
+        let responder = context.responder
+        let publisher = context.session.info.userID
+        let now = UInt64(max(context.nowMillis, 0))
+        self.store.write(request, caller: publisher, nowMs: now) { [self] result in
+            switch result {
+            case .success(let outcome):
+                responder.succeed(response(outcome.majorRevision))
+                self.publish(outcome.storageEvent(publisher: publisher, timestampMs: now), scope: outcome.scope)
+            case .failure(let error):
+                responder.fail(error.body)
+            }
+        }
+        return .deferred
+    }
+
+    /// Sends a storage event to the channel's metadata subscribers or the user's metadata subscribers.
+    private func publish(_ event: StorageEvent, scope: MetadataScope) {
+        let targets: [SessionHandle]
+        if scope.isChannel {
+            targets = self.subscriptions.members(of: ChannelKey(name: scope.name, type: scope.channelType)) {
+                $0.withMetadata
+            }
+        } else {
+            targets = self.subscriptions.userSubscribers(of: scope.name)
+        }
+        guard !targets.isEmpty else { return }
+        let push = EncodedPush(.storageEvent(event), compressionThreshold: self.compressionThreshold)
+        for target in targets { target.send(push) }
+    }
+
+    private func subscribeUser(_ userID: String, _ context: RequestContext) throws(SwitchboardStoreError) -> RequestOutcome {
+        let snapshot = try self.store.get(.user(userID))
+        let session = context.session
+        guard session.reserveSubscriptions() else {
+            return .failure(ErrorBody(.tooManySubscriptions, "this connection has its maximum of subscriptions"))
+        }
+        if !self.subscriptions.subscribeUser(session, to: userID) {
+            session.releaseSubscriptions()  // already subscribed: nothing new to count
+        }
+        session.send(.storageEvent(snapshot.storageEvent(timestampMs: UInt64(max(context.nowMillis, 0)))))
+        return .response(.subscribeUserMetadata(EmptyBody()))
+    }
+
+    // MARK: ChannelMembershipObserver
+
+    public func memberJoined(_ session: SessionHandle, channel: ChannelKey, options: ChannelOptions) {
+        if options.withMetadata, let snapshot = try? self.store.get(.channel(channel.name, type: channel.type)) {
+            session.send(.storageEvent(snapshot.storageEvent(timestampMs: UInt64(max(systemNowMillis(), 0)))))
+        }
+        if options.withLock, let locks = try? self.store.lockSnapshot(channel: channel.name, channelType: channel.type) {
+            session.send(.lockEvent(locks))
+        }
+    }
+
+    // MARK: SessionObserver
+
+    public func sessionStarted(_ session: SessionHandle) {
+        self.store.userCameOnline(session.info.userID)
+    }
+
+    public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
+        self.subscriptions.removeUserSubscriptions(of: session)
+        self.store.cancelWaits(session: session.info.sessionID)
+        if self.sessions.sessions(ofUser: session.info.userID).isEmpty {
+            self.store.userWentOffline(session.info.userID)
+        }
+    }
+}

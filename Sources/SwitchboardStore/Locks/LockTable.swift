@@ -1,0 +1,285 @@
+import SwitchboardWire
+
+/// A waiting `acquireLock` request with retry.
+struct LockWaiter: Sendable {
+    /// Who waits; the lock goes to this user.
+    var userID: String
+    /// The session that sent the request (``LockTable/cancelWaits(session:out:)``).
+    var session: String
+    /// Answers the request.
+    var completion: LockCompletion
+}
+
+/// One named lock of a channel.
+struct ChannelLock: Sendable {
+    var name: String
+    var ttlSeconds: UInt64
+    /// The user holding the lock; empty when free.
+    var holder: String = ""
+    /// When the holder's last session ended; the lock expires `ttlSeconds` later unless they come back.
+    var holderOfflineSinceMs: UInt64?
+    /// Waiting acquirers, first come first served.
+    var waiters: [LockWaiter] = []
+
+    var detail: LockDetail { LockDetail(lockName: self.name, owner: self.holder, ttlSeconds: self.ttlSeconds) }
+}
+
+/// Names one lock: its channel and its name (compared byte-wise).
+struct LockKey: Hashable, Sendable {
+    var channel: MetadataScope
+    var name: String
+
+    static func == (lhs: LockKey, rhs: LockKey) -> Bool {
+        lhs.channel == rhs.channel && lhs.name.hasSameUTF8(as: rhs.name)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(self.channel)
+        self.name.hashUTF8(into: &hasher)
+    }
+}
+
+/// The locks of the channels that live in one shard (`Protocol/SPEC.md` §13.2), as a plain state machine.
+///
+/// It does no locking and no I/O: every method runs under its shard's lock, and what must happen afterwards
+/// (lock events, answers to `acquireLock` requests) is appended, in order, to `out` for the shard to deliver
+/// once the lock is released.
+///
+/// Lock names, user ids and session ids compare by their UTF-8 bytes. A lock belongs to a user, not a session. When a holder's last session ends the lock stays held for its TTL
+/// (``holderWentOffline(_:now:)``); a holder who comes back in time keeps it (``holderCameOnline(_:)``); otherwise
+/// ``expire(now:out:)`` frees it with an `expired` event and hands it to the first waiter.
+struct LockTable: Sendable {
+    /// Each channel's locks, in creation order.
+    private var channels: [MetadataScope: [ChannelLock]] = [:]
+    /// The locks each user holds.
+    private var heldBy: [UTF8Key: Set<LockKey>] = [:]
+    /// The locks each session waits for.
+    private var waitingSessions: [UTF8Key: Set<LockKey>] = [:]
+    /// Held locks whose holder is offline: the candidates for expiry.
+    private var offlineHeld: Set<LockKey> = []
+
+    /// Every lock of `channel`, in creation order.
+    func details(of channel: MetadataScope) -> [LockDetail] {
+        self.channels[channel]?.map(\.detail) ?? []
+    }
+
+    /// Whether `caller` may write `channel`'s metadata under `lock` (`Protocol/SPEC.md` SB-13.2-2).
+    func writeGuardError(channel: MetadataScope, lock: String, caller: String) -> SwitchboardStoreError? {
+        guard let found = self.channels[channel]?.first(where: { $0.name.hasSameUTF8(as: lock) }) else {
+            return SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: lock)
+        }
+        guard found.holder.hasSameUTF8(as: caller) else {
+            return SwitchboardStoreError(.lockNotHeld, "the caller does not hold the lock", key: lock)
+        }
+        return nil
+    }
+
+    /// `setLock`: creates a free lock (event `set`).
+    mutating func set(
+        channel: MetadataScope, name: String, ttlSeconds: UInt64, maxLocks: Int, now: UInt64, out: inout [Delivery]
+    ) -> SwitchboardStoreError? {
+        let existing = self.channels[channel] ?? []
+        if existing.count >= maxLocks {
+            return SwitchboardStoreError(.tooManyLocks, "the channel already has \(maxLocks) locks", key: name)
+        }
+        if existing.contains(where: { $0.name.hasSameUTF8(as: name) }) {
+            return SwitchboardStoreError(.lockAlreadyExists, "a lock with that name exists", key: name)
+        }
+        let lock = ChannelLock(name: name, ttlSeconds: ttlSeconds)
+        self.channels[channel, default: []].append(lock)
+        out.append(.lockEvent(Self.event(channel, .set, lock.detail, now)))
+        return nil
+    }
+
+    /// `acquireLock`: answers through `out`, at once or (with `retry`, when another user holds the lock) later.
+    mutating func acquire(
+        channel: MetadataScope, name: String, userID: String, session: String, retry: Bool,
+        completion: @escaping LockCompletion, now: UInt64, out: inout [Delivery]
+    ) {
+        let key = LockKey(channel: channel, name: name)
+        guard let holder = self.withLock(key, { $0.holder }) else {
+            let error = SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: name)
+            out.append(.lock(completion, .failure(error)))
+            return
+        }
+        if holder.isEmpty {
+            self.grant(key, to: userID, now: now, out: &out)
+            out.append(.lock(completion, .success(())))
+        } else if holder.hasSameUTF8(as: userID) {
+            out.append(.lock(completion, .success(())))
+        } else if !retry {
+            let error = SwitchboardStoreError(.lockHeld, "another user holds the lock", key: name)
+            out.append(.lock(completion, .failure(error)))
+        } else {
+            self.withLock(key) { $0.waiters.append(LockWaiter(userID: userID, session: session, completion: completion)) }
+            self.waitingSessions[UTF8Key(session), default: []].insert(key)
+        }
+    }
+
+    /// `releaseLock`: the holder gives the lock up (event `released`); the first waiter gets it.
+    mutating func release(
+        channel: MetadataScope, name: String, userID: String, now: UInt64, out: inout [Delivery]
+    ) -> SwitchboardStoreError? {
+        let key = LockKey(channel: channel, name: name)
+        guard let holder = self.withLock(key, { $0.holder }) else {
+            return SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: name)
+        }
+        guard holder.hasSameUTF8(as: userID) else {
+            return SwitchboardStoreError(.lockNotHeld, "the caller does not hold the lock", key: name)
+        }
+        self.free(key, event: .released, now: now, out: &out)
+        return nil
+    }
+
+    /// `revokeLock`: takes the lock from `owner` (event `released`); the first waiter gets it.
+    mutating func revoke(
+        channel: MetadataScope, name: String, owner: String, now: UInt64, out: inout [Delivery]
+    ) -> SwitchboardStoreError? {
+        let key = LockKey(channel: channel, name: name)
+        guard let holder = self.withLock(key, { $0.holder }) else {
+            return SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: name)
+        }
+        guard !holder.isEmpty, holder.hasSameUTF8(as: owner) else {
+            return SwitchboardStoreError(.lockNotHeld, "the lock is not held by that owner", key: name)
+        }
+        self.free(key, event: .released, now: now, out: &out)
+        return nil
+    }
+
+    /// `removeLock`: deletes the lock, held or not (event `removed`); waiters fail with `6003 lockWaitCancelled`.
+    mutating func remove(channel: MetadataScope, name: String, now: UInt64, out: inout [Delivery]) -> SwitchboardStoreError? {
+        guard let position = self.channels[channel]?.firstIndex(where: { $0.name.hasSameUTF8(as: name) }) else {
+            return SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: name)
+        }
+        let key = LockKey(channel: channel, name: name)
+        let lock = self.channels[channel]!.remove(at: position)
+        if self.channels[channel]!.isEmpty { self.channels[channel] = nil }
+        if !lock.holder.isEmpty { self.forgetHolder(lock.holder, of: key) }
+        var removed = lock
+        removed.holder = ""
+        out.append(.lockEvent(Self.event(channel, .removed, removed.detail, now)))
+        let cancelled = SwitchboardStoreError(.lockWaitCancelled, "the lock was removed", key: name)
+        for waiter in lock.waiters {
+            self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
+            if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true { self.waitingSessions[UTF8Key(waiter.session)] = nil }
+            out.append(.lock(waiter.completion, .failure(cancelled)))
+        }
+        return nil
+    }
+
+    /// Drops the waiting requests of a session that ended; they are answered with `6003 lockWaitCancelled`.
+    mutating func cancelWaits(session: String, out: inout [Delivery]) {
+        guard let keys = self.waitingSessions.removeValue(forKey: UTF8Key(session)) else { return }
+        for key in keys {
+            let dropped: [LockWaiter] =
+                self.withLock(key) { lock in
+                    let dropped = lock.waiters.filter { $0.session.hasSameUTF8(as: session) }
+                    lock.waiters.removeAll { $0.session.hasSameUTF8(as: session) }
+                    return dropped
+                } ?? []
+            let cancelled = SwitchboardStoreError(.lockWaitCancelled, "the session ended", key: key.name)
+            for waiter in dropped { out.append(.lock(waiter.completion, .failure(cancelled))) }
+        }
+    }
+
+    /// The last session of `userID` ended: the user's locks start their TTL countdown.
+    mutating func holderWentOffline(_ userID: String, now: UInt64) {
+        guard let keys = self.heldBy[UTF8Key(userID)] else { return }
+        for key in keys {
+            self.withLock(key) { lock in
+                if lock.holderOfflineSinceMs == nil { lock.holderOfflineSinceMs = now }
+            }
+            self.offlineHeld.insert(key)
+        }
+    }
+
+    /// A session of `userID` started: the user keeps every lock that has not expired yet.
+    mutating func holderCameOnline(_ userID: String) {
+        guard let keys = self.heldBy[UTF8Key(userID)] else { return }
+        for key in keys {
+            self.withLock(key) { $0.holderOfflineSinceMs = nil }
+            self.offlineHeld.remove(key)
+        }
+    }
+
+    /// Frees every lock whose offline holder's TTL has run out at `now` (event `expired`), in lock-name order.
+    mutating func expire(now: UInt64, out: inout [Delivery]) {
+        guard !self.offlineHeld.isEmpty else { return }
+        var expired: [LockKey] = []
+        for key in self.offlineHeld {
+            let due = self.withLock(key) { lock -> Bool in
+                guard let since = lock.holderOfflineSinceMs else { return false }
+                return now >= since &+ lock.ttlSeconds &* 1000
+            }
+            if due == true { expired.append(key) }
+        }
+        expired.sort {
+            $0.channel.name.hasSameUTF8(as: $1.channel.name)
+                ? $0.name.utf8.lexicographicallyPrecedes($1.name.utf8)
+                : $0.channel.name.utf8.lexicographicallyPrecedes($1.channel.name.utf8)
+        }
+        for key in expired { self.free(key, event: .expired, now: now, out: &out) }
+    }
+
+    /// Whether any held lock waits for its offline holder (for tests and metrics).
+    var hasOfflineHolders: Bool { !self.offlineHeld.isEmpty }
+
+    // MARK: - Private
+
+    /// Runs `body` on the lock named by `key`; nil when it does not exist.
+    @discardableResult
+    private mutating func withLock<R>(_ key: LockKey, _ body: (inout ChannelLock) -> R) -> R? {
+        guard let position = self.channels[key.channel]?.firstIndex(where: { $0.name.hasSameUTF8(as: key.name) }) else {
+            return nil
+        }
+        return body(&self.channels[key.channel]![position])
+    }
+
+    /// Frees a held lock with `event`, then hands it to the first waiter.
+    private mutating func free(_ key: LockKey, event: LockEventType, now: UInt64, out: inout [Delivery]) {
+        guard
+            let (holder, detail) = self.withLock(key, { lock -> (String, LockDetail) in
+                let holder = lock.holder
+                lock.holder = ""
+                lock.holderOfflineSinceMs = nil
+                return (holder, lock.detail)
+            })
+        else { return }
+        self.forgetHolder(holder, of: key)
+        out.append(.lockEvent(Self.event(key.channel, event, detail, now)))
+        guard let next = self.withLock(key, { $0.waiters.first?.userID }) ?? nil else { return }
+        self.grant(key, to: next, now: now, out: &out)
+    }
+
+    /// Gives a free lock to `userID` (event `acquired`) and answers every waiting request of that user.
+    private mutating func grant(_ key: LockKey, to userID: String, now: UInt64, out: inout [Delivery]) {
+        guard
+            let (detail, granted) = self.withLock(key, { lock -> (LockDetail, [LockWaiter]) in
+                lock.holder = userID
+                let granted = lock.waiters.filter { $0.userID.hasSameUTF8(as: userID) }
+                lock.waiters.removeAll { $0.userID.hasSameUTF8(as: userID) }
+                return (lock.detail, granted)
+            })
+        else { return }
+        self.heldBy[UTF8Key(userID), default: []].insert(key)
+        out.append(.lockEvent(Self.event(key.channel, .acquired, detail, now)))
+        let remainingSessions = Set((self.withLock(key) { $0.waiters } ?? []).map { UTF8Key($0.session) })
+        for waiter in granted {
+            if !remainingSessions.contains(UTF8Key(waiter.session)) {
+                self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
+                if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true { self.waitingSessions[UTF8Key(waiter.session)] = nil }
+            }
+            out.append(.lock(waiter.completion, .success(())))
+        }
+    }
+
+    private mutating func forgetHolder(_ userID: String, of key: LockKey) {
+        self.offlineHeld.remove(key)
+        self.heldBy[UTF8Key(userID)]?.remove(key)
+        if self.heldBy[UTF8Key(userID)]?.isEmpty == true { self.heldBy[UTF8Key(userID)] = nil }
+    }
+
+    private static func event(_ channel: MetadataScope, _ type: LockEventType, _ detail: LockDetail, _ now: UInt64) -> LockEvent {
+        LockEvent(channel: channel.name, channelType: channel.channelType, eventType: type, locks: [detail], timestampMs: now)
+    }
+}

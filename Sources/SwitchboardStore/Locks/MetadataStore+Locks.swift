@@ -1,0 +1,207 @@
+import Synchronization
+import SwitchboardWire
+
+/// Channel locks (`Protocol/SPEC.md` §13.2).
+///
+/// Every change is reported to the handler set with ``MetadataStore/setLockEventHandler(_:)`` as a `LockEvent`
+/// (`set`, `removed`, `acquired`, `released`, `expired`) carrying the affected lock as it is after the change.
+/// The holder is a user id: a lock belongs to a user, not a session.
+///
+/// The server keeps the store informed of sessions: ``userCameOnline(_:)`` when a session of a user starts,
+/// ``cancelWaits(session:)`` and then ``userWentOffline(_:)`` when a session ends (the latter only for a user's
+/// last session), and calls ``tick(now:)`` periodically (``MetadataStoreService`` does) to expire the locks of
+/// users who stayed away longer than the lock's TTL.
+extension MetadataStore {
+    /// `setLock`: creates a free lock on a channel.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name.
+    ///   - channelType: The channel's type.
+    ///   - name: The lock's name.
+    ///   - ttlSeconds: How long the lock stays held after its holder's last session ends (10-300 by default).
+    /// - Throws: `7001`, `7000` (unknown channel type), `7007 invalidLockTtl`, `3007 tooManyLocks`,
+    ///   `6002 lockAlreadyExists`.
+    public func setLock(
+        channel: String, channelType: ChannelType, name: String, ttlSeconds: UInt64 = 10
+    ) throws(SwitchboardStoreError) {
+        let scope = try self.lockScope(channel, channelType, lockName: name)
+        guard self.limits.lockTtlSeconds.contains(ttlSeconds) else {
+            let range = self.limits.lockTtlSeconds
+            throw SwitchboardStoreError(
+                .invalidLockTtl, "the TTL must be \(range.lowerBound)-\(range.upperBound) s", key: name)
+        }
+        let now = self.clock.nowMs()
+        let maxLocks = self.limits.maxLocksPerChannel
+        let error = self.shard(for: scope).perform(
+            { state in
+                state.locks.set(
+                    channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &state.outbox)
+            }, deliver: self.deliver)
+        if let error { throw error }
+    }
+
+    /// `acquireLock`: takes a lock for `userID`.
+    ///
+    /// Free: the caller gets it (event `acquired`). Held by the caller: success, no change. Held by another user:
+    /// `6001 lockHeld` at once without `retry`; with `retry` the request waits in line (first come, first served)
+    /// and is answered when the caller gets the lock, or with `6003 lockWaitCancelled` if the lock is removed or
+    /// the session ends (``cancelWaits(session:)``) first.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name.
+    ///   - channelType: The channel's type.
+    ///   - name: The lock's name.
+    ///   - userID: The caller; becomes the holder.
+    ///   - session: The caller's session id, so its waits can be cancelled when it ends.
+    ///   - retry: Wait in line instead of failing when another user holds the lock.
+    ///   - completion: Receives the answer exactly once, possibly before this method returns.
+    public func acquireLock(
+        channel: String, channelType: ChannelType, name: String, userID: String, session: String, retry: Bool,
+        completion: @escaping LockCompletion
+    ) {
+        let scope: MetadataScope
+        do {
+            scope = try self.lockScope(channel, channelType, lockName: name)
+            try self.checkIdentifier(userID, "user id")
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        let now = self.clock.nowMs()
+        self.shard(for: scope).perform(
+            { state in
+                state.locks.acquire(
+                    channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
+                    now: now, out: &state.outbox)
+            }, deliver: self.deliver)
+    }
+
+    /// `acquireLock`, waiting for the answer (see ``acquireLock(channel:channelType:name:userID:session:retry:completion:)``).
+    ///
+    /// - Throws: `4003 lockNotFound`, `6001 lockHeld`, `6003 lockWaitCancelled`, or an argument error.
+    public func acquireLock(
+        channel: String, channelType: ChannelType, name: String, userID: String, session: String, retry: Bool
+    ) async throws(SwitchboardStoreError) {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SwitchboardStoreError>, Never>) in
+            self.acquireLock(
+                channel: channel, channelType: channelType, name: name, userID: userID, session: session, retry: retry
+            ) { continuation.resume(returning: $0) }
+        }
+        try result.get()
+    }
+
+    /// `releaseLock`: the holder frees the lock (event `released`); the first waiter gets it (event `acquired`).
+    ///
+    /// - Throws: `4003 lockNotFound`, `6000 lockNotHeld`, or an argument error.
+    public func releaseLock(
+        channel: String, channelType: ChannelType, name: String, userID: String
+    ) throws(SwitchboardStoreError) {
+        let scope = try self.lockScope(channel, channelType, lockName: name)
+        let now = self.clock.nowMs()
+        let error = self.shard(for: scope).perform(
+            { state in
+                state.locks.release(channel: scope, name: name, userID: userID, now: now, out: &state.outbox)
+            }, deliver: self.deliver)
+        if let error { throw error }
+    }
+
+    /// `removeLock`: deletes a lock, held or not (event `removed`); waiters get `6003 lockWaitCancelled`.
+    ///
+    /// - Throws: `4003 lockNotFound`, or an argument error.
+    public func removeLock(channel: String, channelType: ChannelType, name: String) throws(SwitchboardStoreError) {
+        let scope = try self.lockScope(channel, channelType, lockName: name)
+        let now = self.clock.nowMs()
+        let error = self.shard(for: scope).perform(
+            { state in
+                state.locks.remove(channel: scope, name: name, now: now, out: &state.outbox)
+            }, deliver: self.deliver)
+        if let error { throw error }
+    }
+
+    /// `revokeLock`: takes a lock away from `owner` (event `released`); the first waiter gets it.
+    ///
+    /// - Throws: `4003 lockNotFound`, `6000 lockNotHeld` when `owner` is not the holder, or an argument error.
+    public func revokeLock(
+        channel: String, channelType: ChannelType, name: String, owner: String
+    ) throws(SwitchboardStoreError) {
+        let scope = try self.lockScope(channel, channelType, lockName: name)
+        let now = self.clock.nowMs()
+        let error = self.shard(for: scope).perform(
+            { state in
+                state.locks.revoke(channel: scope, name: name, owner: owner, now: now, out: &state.outbox)
+            }, deliver: self.deliver)
+        if let error { throw error }
+    }
+
+    /// `getLocks`: every lock of a channel with its holder (empty when free) and TTL, in creation order.
+    ///
+    /// - Throws: An argument error.
+    public func getLocks(channel: String, channelType: ChannelType) throws(SwitchboardStoreError) -> [LockDetail] {
+        let scope = try self.lockScope(channel, channelType, lockName: nil)
+        return self.shard(for: scope).state.withLock { $0.locks.details(of: scope) }
+    }
+
+    /// The `snapshot` lock event a session gets right after subscribing to a channel with lock events.
+    ///
+    /// - Throws: An argument error.
+    public func lockSnapshot(channel: String, channelType: ChannelType) throws(SwitchboardStoreError) -> LockEvent {
+        let locks = try self.getLocks(channel: channel, channelType: channelType)
+        return LockEvent(
+            channel: channel, channelType: channelType, eventType: .snapshot, locks: locks,
+            timestampMs: self.clock.nowMs())
+    }
+
+    /// A session ended: its waiting `acquireLock` requests leave their queues and are answered with
+    /// `6003 lockWaitCancelled`.
+    public func cancelWaits(session: String) {
+        for shard in self.shards {
+            shard.perform({ state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
+        }
+    }
+
+    /// The last session of `userID` ended: the user's locks stay held for their TTL, counted from now.
+    public func userWentOffline(_ userID: String) {
+        let now = self.clock.nowMs()
+        for shard in self.shards {
+            shard.state.withLock { $0.locks.holderWentOffline(userID, now: now) }
+        }
+    }
+
+    /// A session of `userID` started: the user keeps every lock that has not expired.
+    public func userCameOnline(_ userID: String) {
+        for shard in self.shards {
+            shard.state.withLock { $0.locks.holderCameOnline(userID) }
+        }
+    }
+
+    /// Expires the locks whose offline holder's TTL has run out at `now` (event `expired`, then `acquired` when a
+    /// waiter takes the lock).
+    /// - Parameter now: The time in ms since the Unix epoch.
+    public func tick(now: UInt64) {
+        for shard in self.shards {
+            shard.perform({ state in state.locks.expire(now: now, out: &state.outbox) }, deliver: self.deliver)
+        }
+    }
+
+    /// Expires locks as of the store's clock (see ``tick(now:)``).
+    public func tick() {
+        self.tick(now: self.clock.nowMs())
+    }
+
+    // MARK: - Private
+
+    private func lockScope(
+        _ channel: String, _ channelType: ChannelType, lockName: String?
+    ) throws(SwitchboardStoreError) -> MetadataScope {
+        let scope = MetadataScope.channel(channel, type: channelType)
+        if let error = self.scopeError(scope) { throw error }
+        if let lockName { try self.checkIdentifier(lockName, "lock name") }
+        return scope
+    }
+
+    private func checkIdentifier(_ identifier: String, _ what: String) throws(SwitchboardStoreError) {
+        guard self.limits.isValidIdentifier(identifier) else {
+            throw SwitchboardStoreError(.identifierTooLong, "\(what) must be 1-\(self.limits.maxIdentifierBytes) bytes")
+        }
+    }
+}

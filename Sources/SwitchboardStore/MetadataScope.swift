@@ -1,0 +1,79 @@
+import SwitchboardWire
+
+/// Identifies one metadata set: a user's set, or a channel's set (channel name plus channel type).
+///
+/// The channel type is part of a channel's identity: "lobby" as a message channel and "lobby" as a stream
+/// channel are two sets (`Protocol/SPEC.md` §6.1 `ChannelType`, §13.1).
+///
+/// Names compare by their UTF-8 bytes, as SQLite and the wire do (not by Swift's canonical equivalence).
+///
+/// A scope hashes its fields once, when it is made, with the process's randomly seeded `Hasher`. Dictionary
+/// lookups and shard selection then hash one integer instead of the whole name again, and the hash stays keyed
+/// (no attacker-predictable collisions). The cached value is process-local: never persist it.
+public struct MetadataScope: Hashable, Sendable, CustomStringConvertible {
+    /// Whether this is a user set or a channel set.
+    public let storageType: StorageType
+    /// The channel's type for channel sets; `ChannelType(rawValue: 0)` for user sets.
+    public let channelType: ChannelType
+    /// The user id or the channel name.
+    public let name: String
+    /// Keyed hash of the three fields above.
+    let cachedHash: Int
+
+    /// Makes a scope from its parts, as a ``MetadataBackend`` reads them back.
+    ///
+    /// For user sets the channel type is ignored and stored as `ChannelType(rawValue: 0)`.
+    /// - Parameters:
+    ///   - storageType: ``StorageType/user`` or ``StorageType/channel``.
+    ///   - channelType: The channel type (channel sets only).
+    ///   - name: The user id or channel name.
+    public init(storageType: StorageType, channelType: ChannelType, name: String) {
+        let type = storageType == .user ? ChannelType(rawValue: 0) : channelType
+        self.storageType = storageType
+        self.channelType = type
+        self.name = name
+        var hasher = Hasher()
+        hasher.combine(storageType.rawValue)
+        hasher.combine(type.rawValue)
+        name.hashUTF8(into: &hasher)
+        self.cachedHash = hasher.finalize()
+    }
+
+    /// The metadata set of user `userID`.
+    public static func user(_ userID: String) -> MetadataScope {
+        MetadataScope(storageType: .user, channelType: ChannelType(rawValue: 0), name: userID)
+    }
+
+    /// The metadata set of channel `name` of type `type`.
+    public static func channel(_ name: String, type: ChannelType) -> MetadataScope {
+        MetadataScope(storageType: .channel, channelType: type, name: name)
+    }
+
+    /// Whether this is a channel's set.
+    public var isChannel: Bool { self.storageType == .channel }
+
+    public static func == (lhs: MetadataScope, rhs: MetadataScope) -> Bool {
+        lhs.cachedHash == rhs.cachedHash && lhs.storageType == rhs.storageType
+            && lhs.channelType == rhs.channelType && lhs.name.hasSameUTF8(as: rhs.name)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(self.cachedHash)
+    }
+
+    public var description: String {
+        self.isChannel ? "channel \(self.channelType):\(self.name)" : "user \(self.name)"
+    }
+
+    /// Orders scopes the way the persistent tables do (storage type, channel type, then the name's UTF-8 bytes,
+    /// which is SQLite's BINARY collation), so batches can be written in primary-key order.
+    static func primaryKeyOrder(_ lhs: MetadataScope, _ rhs: MetadataScope) -> Bool {
+        if lhs.storageType.rawValue != rhs.storageType.rawValue {
+            return lhs.storageType.rawValue < rhs.storageType.rawValue
+        }
+        if lhs.channelType.rawValue != rhs.channelType.rawValue {
+            return lhs.channelType.rawValue < rhs.channelType.rawValue
+        }
+        return lhs.name.utf8.lexicographicallyPrecedes(rhs.name.utf8)
+    }
+}

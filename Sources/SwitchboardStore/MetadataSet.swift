@@ -1,0 +1,115 @@
+import SwitchboardWire
+
+/// One metadata set as a shard keeps it.
+///
+/// Items stay in insertion order (new keys are appended, overwrites keep their slot). A removed set stays as a
+/// tombstone: no items, ``isRemoved`` set, and its last ``majorRevision`` kept so that a set created again later
+/// continues above it (`Protocol/SPEC.md` SB-13.1-1).
+///
+/// Keys compare by their UTF-8 bytes. Small sets are searched linearly, which beats hashing for the usual handful of items; sets with more than
+/// ``indexThreshold`` items keep a key index so that large requests stay linear, not quadratic.
+struct MetadataSet: Sendable {
+    /// Item count above which the set keeps a key → position index.
+    static let indexThreshold = 16
+
+    /// The last majorRevision assigned to the set (also kept by a tombstone).
+    private(set) var majorRevision: UInt64
+    /// The set was removed; it reads as absent (majorRevision 0, no items).
+    private(set) var isRemoved: Bool
+    /// The items, in insertion order.
+    private(set) var items: [MetadataItem]
+    /// Sum of the UTF-8 bytes of every key and value.
+    private(set) var byteCount: Int
+    /// Key → position in ``items``; only above ``indexThreshold`` items.
+    private var index: [UTF8Key: Int]?
+
+    /// A set with `items` (insertion order), as loaded from a backend.
+    init(majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem]) {
+        self.majorRevision = majorRevision
+        self.isRemoved = isRemoved
+        self.items = isRemoved ? [] : items
+        var bytes = 0
+        for item in self.items { bytes += item.key.utf8.count + item.value.utf8.count }
+        self.byteCount = bytes
+        self.index = nil
+        self.rebuildIndex()
+    }
+
+    /// The majorRevision readers and CAS checks see: 0 for a removed set.
+    var visibleRevision: UInt64 { self.isRemoved ? 0 : self.majorRevision }
+
+    /// The position of the item with `key`, if any.
+    func position(of key: String) -> Int? {
+        if let index { return index[UTF8Key(key)] }
+        return self.items.firstIndex { $0.key.hasSameUTF8(as: key) }
+    }
+
+    /// Starts a new revision: the set is live again (if it was a tombstone) and its majorRevision grows by one.
+    mutating func beginWrite() -> UInt64 {
+        self.majorRevision &+= 1
+        self.isRemoved = false
+        return self.majorRevision
+    }
+
+    /// Replaces the item at `position`.
+    mutating func replace(at position: Int, with item: MetadataItem) {
+        let old = self.items[position]
+        self.byteCount += item.value.utf8.count - old.value.utf8.count
+        self.items[position] = item
+    }
+
+    /// Appends a new item.
+    mutating func append(_ item: MetadataItem) {
+        self.byteCount += item.key.utf8.count + item.value.utf8.count
+        self.items.append(item)
+        if self.index != nil {
+            self.index![UTF8Key(item.key)] = self.items.count - 1
+        } else if self.items.count > Self.indexThreshold {
+            self.rebuildIndex()
+        }
+    }
+
+    /// Removes the items at `positions` (distinct, any order) in one pass, keeping the order of the others.
+    mutating func remove(at positions: UnsafeBufferPointer<Int>) {
+        if positions.count == 1 {
+            let old = self.items.remove(at: positions[0])
+            self.byteCount -= old.key.utf8.count + old.value.utf8.count
+        } else {
+            let count = self.items.count
+            withUnsafeTemporaryAllocation(of: Bool.self, capacity: count) { doomed in
+                doomed.initialize(repeating: false)
+                for position in positions { doomed[position] = true }
+                var kept = 0
+                for position in 0..<count {
+                    if doomed[position] {
+                        let old = self.items[position]
+                        self.byteCount -= old.key.utf8.count + old.value.utf8.count
+                    } else {
+                        if kept != position { self.items.swapAt(kept, position) }
+                        kept += 1
+                    }
+                }
+                self.items.removeLast(count - kept)
+            }
+        }
+        self.rebuildIndex()
+    }
+
+    /// Turns the set into a tombstone at its current majorRevision.
+    mutating func markRemoved() {
+        self.isRemoved = true
+        self.items = []
+        self.byteCount = 0
+        self.index = nil
+    }
+
+    private mutating func rebuildIndex() {
+        guard self.items.count > Self.indexThreshold else {
+            self.index = nil
+            return
+        }
+        var index = [UTF8Key: Int](minimumCapacity: self.items.count)
+        for (position, item) in self.items.enumerated() { index[UTF8Key(item.key)] = position }
+        self.index = index
+    }
+}

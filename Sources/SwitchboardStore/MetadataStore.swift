@@ -1,0 +1,256 @@
+import CoreMetrics
+import Dispatch
+import Logging
+import Synchronization
+import SwitchboardWire
+
+/// The metadata sets and channel locks of the gateway, in memory, sharded, written back to a backend.
+///
+/// A scope hashes to one of N shards; each shard has its own lock, so writes to different shards never wait
+/// for each other and a write locks exactly one shard. Channel locks live in the shard of their channel, so a
+/// lock-guarded write checks its lock and applies under one lock. Every operation is atomic: all its items or
+/// none, and a failed call changes nothing (`Protocol/SPEC.md` §13.1, §13.2).
+///
+/// Answers and events are delivered outside the shard's lock, in the order their operations ran on the shard.
+/// Completions may therefore run on the caller's thread (before the call returns), on another caller's thread,
+/// or on the write-back writer's queue; they must not block.
+///
+/// Durability: a store made with ``init(configuration:logger:)`` keeps everything in memory. One made with
+/// ``load(from:configuration:logger:metricsFactory:)`` writes every change back to its ``MetadataBackend`` with
+/// group commit and, by default, answers a write only after its transaction committed (``Durability``). Reads
+/// see writes as soon as they are applied, before they commit; if a commit fails those writes are reverted.
+/// Locks are not persisted: they belong to sessions, which do not survive a restart either.
+public final class MetadataStore: Sendable {
+    enum Mode: Sendable {
+        case memoryOnly
+        case acknowledgeAfterCommit
+        case acknowledgeBeforeCommit
+    }
+
+    /// The limits the store enforces.
+    public let limits: StoreLimits
+    let shards: [Shard]
+    let clock: StoreClock
+    private let mode: Mode
+    private let writeBack: WriteBackQueue?
+    private let lockEventHandler = Mutex<LockEventHandler?>(nil)
+
+    /// An empty store that keeps everything in memory only.
+    /// - Parameters:
+    ///   - configuration: Shards, limits and clock (durability settings are ignored).
+    ///   - logger: Where the store logs.
+    public convenience init(configuration: StoreConfiguration = StoreConfiguration(), logger: Logger) {
+        self.init(configuration: configuration, sets: [], backend: nil, logger: logger, metricsFactory: nil)
+    }
+
+    /// Loads every set from `backend` and returns a store that writes its changes back to it.
+    ///
+    /// - Parameters:
+    ///   - backend: Where the sets live, e.g. ``SQLiteBackend``.
+    ///   - configuration: Shards, limits, durability, probe interval and clock.
+    ///   - logger: Where the store logs (startup summary, storage failures and recoveries).
+    ///   - metricsFactory: The metrics factory; nil uses the global metrics system.
+    /// - Returns: The loaded store.
+    /// - Throws: Whatever ``MetadataBackend/loadAll()`` throws.
+    public static func load(
+        from backend: any MetadataBackend, configuration: StoreConfiguration = StoreConfiguration(),
+        logger: Logger, metricsFactory: (any MetricsFactory)? = nil
+    ) throws -> MetadataStore {
+        let start = DispatchTime.now().uptimeNanoseconds
+        let sets = try backend.loadAll()
+        let store = MetadataStore(
+            configuration: configuration, sets: sets, backend: backend, logger: logger, metricsFactory: metricsFactory)
+        var items = 0
+        for set in sets { items += set.items.count }
+        logger.info(
+            "metadata store loaded",
+            metadata: [
+                "store.sets": "\(sets.count)", "store.items": "\(items)",
+                "store.load_ms": "\((DispatchTime.now().uptimeNanoseconds - start) / 1_000_000)",
+            ])
+        return store
+    }
+
+    init(
+        configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?, logger: Logger,
+        metricsFactory: (any MetricsFactory)?
+    ) {
+        let shardCount = max(configuration.shardCount, 1)
+        var states = [ShardState](repeating: ShardState(), count: shardCount)
+        let perShard = sets.count / shardCount + 1
+        for index in states.indices { states[index].sets.reserveCapacity(perShard) }
+        for stored in sets {
+            let index = Self.shardIndex(of: stored.scope, shardCount: shardCount)
+            states[index].sets[stored.scope] = MetadataSet(
+                majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+        }
+        self.shards = states.map { Shard($0) }
+        self.limits = configuration.limits
+        self.clock = configuration.clock
+        if let backend {
+            self.mode = configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
+            self.writeBack = WriteBackQueue(
+                backend: backend, shards: self.shards, durability: configuration.durability,
+                probeIntervalMs: max(configuration.probeIntervalMs, 1), logger: logger,
+                metrics: StoreMetrics(factory: metricsFactory))
+        } else {
+            self.mode = .memoryOnly
+            self.writeBack = nil
+        }
+    }
+
+    // MARK: - Metadata
+
+    /// Reads a whole set.
+    ///
+    /// - Parameter scope: The set.
+    /// - Returns: The set's majorRevision and items; majorRevision 0 and no items when it does not exist.
+    /// - Throws: `7001 identifierTooLong` for an empty or over-long name, `7000` for an unknown channel type.
+    public func get(_ scope: MetadataScope) throws(SwitchboardStoreError) -> MetadataSnapshot {
+        if let error = self.scopeError(scope) { throw error }
+        let set = self.shard(for: scope).state.withLock { $0.sets[scope] }
+        guard let set, !set.isRemoved else {
+            return MetadataSnapshot(scope: scope, majorRevision: 0, items: [])
+        }
+        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items)
+    }
+
+    /// Applies a set, update or remove atomically.
+    ///
+    /// Argument errors are answered at once, on the caller's thread. A write that passes every check is applied
+    /// in memory at once (later reads see it) and answered: in a memory-only store or under
+    /// ``Durability/acknowledgeBeforeCommit`` right away; under ``Durability/acknowledgeAfterCommit`` once its
+    /// transaction committed, or with `8001 storageFailure` (and reverted) if it failed.
+    ///
+    /// - Parameters:
+    ///   - request: The write.
+    ///   - caller: The user making it (lock checks, `recordUserId`).
+    ///   - nowMs: Server time in ms since the Unix epoch (`recordTs`).
+    ///   - completion: Receives the outcome or the error, exactly once, possibly before this method returns.
+    public func write(
+        _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion
+    ) {
+        let limits = self.limits
+        if let error = request.validationError(limits: limits) {
+            completion(.failure(error))
+            return
+        }
+        let index = self.shardIndex(of: request.scope)
+        let mode = self.mode
+        let writeBack = self.writeBack
+        let appliedAtNs = writeBack == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+        let refusal = self.shards[index].perform(
+            { state -> SwitchboardStoreError? in
+                if let writeBack, let refusal = writeBack.admissionError() { return refusal }
+                if request.scope.isChannel, !request.lock.isEmpty,
+                    let refusal = state.locks.writeGuardError(channel: request.scope, lock: request.lock, caller: caller)
+                {
+                    return refusal
+                }
+                let result = MetadataSet.apply(
+                    request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits,
+                    keepUndo: mode == .acknowledgeAfterCommit)
+                let applied: AppliedWrite
+                switch result {
+                case .failure(let error): return error
+                case .success(let success): applied = success
+                }
+                switch mode {
+                case .memoryOnly:
+                    state.outbox.append(.write(completion, .success(applied.outcome)))
+                case .acknowledgeBeforeCommit:
+                    state.outbox.append(.write(completion, .success(applied.outcome)))
+                    state.pending.append(PendingWrite(applied, shardIndex: index, completion: nil, appliedAtNs: appliedAtNs))
+                    writeBack?.noteEnqueued()
+                case .acknowledgeAfterCommit:
+                    state.pending.append(
+                        PendingWrite(applied, shardIndex: index, completion: completion, appliedAtNs: appliedAtNs))
+                    writeBack?.noteEnqueued()
+                }
+                return nil
+            }, deliver: self.deliver)
+        if let refusal {
+            completion(.failure(refusal))
+            return
+        }
+        writeBack?.scheduleDrain()
+    }
+
+    /// Applies a set, update or remove atomically and waits for its answer (see ``write(_:caller:nowMs:completion:)``).
+    ///
+    /// - Returns: What the write did.
+    /// - Throws: The spec's error for the first rule the write breaks, or `8001` if its commit failed.
+    @discardableResult
+    public func write(_ request: MetadataWriteRequest, caller: String, nowMs: UInt64) async throws(SwitchboardStoreError)
+        -> WriteOutcome
+    {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<WriteOutcome, SwitchboardStoreError>, Never>) in
+            self.write(request, caller: caller, nowMs: nowMs) { continuation.resume(returning: $0) }
+        }
+        return try result.get()
+    }
+
+    // MARK: - Write-back
+
+    /// Waits until every write queued before the call is committed.
+    ///
+    /// - Returns: true when they committed (always true for a memory-only store); false while the database fails.
+    @discardableResult
+    public func flush() async -> Bool {
+        guard let writeBack else { return true }
+        return await writeBack.flush()
+    }
+
+    /// Stops accepting writes (`8002 shuttingDown`), commits what is queued and closes the backend.
+    /// Reads and locks keep working.
+    public func close() async {
+        await self.writeBack?.close()
+    }
+
+    /// Write-back queue length, lag and health; nil for a memory-only store.
+    public var writeBackStatus: WriteBackStatus? { self.writeBack?.status() }
+
+    // MARK: - Shards and delivery
+
+    /// Installs the handler that receives every lock change; replaces any previous one.
+    ///
+    /// It is called outside the shard's lock, in the order the changes happened on the channel's shard. It must not
+    /// block (queue the event for the subscribers and return).
+    public func setLockEventHandler(_ handler: LockEventHandler?) {
+        self.lockEventHandler.withLock { $0 = handler }
+    }
+
+    func deliver(_ delivery: Delivery) {
+        switch delivery {
+        case .write(let completion, let result):
+            completion(result)
+        case .lock(let completion, let result):
+            completion(result)
+        case .lockEvent(let event):
+            if let handler = self.lockEventHandler.withLock({ $0 }) { handler(event) }
+        }
+    }
+
+    func shard(for scope: MetadataScope) -> Shard {
+        self.shards[self.shardIndex(of: scope)]
+    }
+
+    func shardIndex(of scope: MetadataScope) -> Int {
+        Self.shardIndex(of: scope, shardCount: self.shards.count)
+    }
+
+    static func shardIndex(of scope: MetadataScope, shardCount: Int) -> Int {
+        Int(UInt(bitPattern: scope.cachedHash) % UInt(shardCount))
+    }
+
+    func scopeError(_ scope: MetadataScope) -> SwitchboardStoreError? {
+        guard self.limits.isValidIdentifier(scope.name) else {
+            let what = scope.isChannel ? "channel name" : "user id"
+            return SwitchboardStoreError(.identifierTooLong, "\(what) must be 1-\(self.limits.maxIdentifierBytes) bytes")
+        }
+        if scope.isChannel, scope.channelType != .message, scope.channelType != .stream {
+            return SwitchboardStoreError(.invalidArgument, "unknown channel type \(scope.channelType.rawValue)")
+        }
+        return nil
+    }
+}

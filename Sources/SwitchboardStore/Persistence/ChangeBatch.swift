@@ -1,0 +1,77 @@
+import SwitchboardWire
+
+/// Turns a group of pending writes into the net changes a backend applies in one transaction.
+///
+/// Several writes to one set collapse into one ``ChangeRecord``, several writes to one item into one
+/// ``ItemChange``; records are sorted by scope and item changes by key, so the backend writes its B-trees in
+/// key order (SQLite upserts several times faster in key order than in random order).
+enum ChangeBatch {
+    /// Bits of an item's stored position that hold its index within the write that added it; the bits above hold
+    /// that write's majorRevision. Positions therefore grow with every write, so loading items sorted by position
+    /// restores insertion order.
+    static let positionIndexBits: UInt64 = 20
+
+    /// The net changes of `writes`, which are in the order they were applied (per scope).
+    static func records(from writes: [PendingWrite]) -> [ChangeRecord] {
+        var builders: [MetadataScope: Builder] = [:]
+        for write in writes {
+            builders[write.scope, default: Builder()].add(write)
+        }
+        var records: [ChangeRecord] = []
+        records.reserveCapacity(builders.count)
+        for (scope, builder) in builders {
+            records.append(builder.record(scope))
+        }
+        records.sort { MetadataScope.primaryKeyOrder($0.scope, $1.scope) }
+        return records
+    }
+
+    /// The stored position of the item at `index` of a write that produced `revision`.
+    static func position(revision: UInt64, index: Int) -> UInt64 {
+        (revision &<< Self.positionIndexBits) | (UInt64(index) & ((1 &<< Self.positionIndexBits) - 1))
+    }
+
+    private struct Builder {
+        var majorRevision: UInt64 = 0
+        var isRemoved = false
+        var clearsItems = false
+        var items: [UTF8Key: ItemChange.Operation] = [:]
+
+        mutating func add(_ write: PendingWrite) {
+            self.majorRevision = write.storedRevision
+            if write.removesSet {
+                self.isRemoved = true
+                self.clearsItems = true
+                self.items.removeAll()
+                return
+            }
+            self.isRemoved = false
+            switch write.operation {
+            case .set, .update:
+                for (index, item) in write.items.enumerated() {
+                    let position = ChangeBatch.position(revision: write.storedRevision, index: index)
+                    switch self.items[UTF8Key(item.key)] {
+                    case .upsert(_, let earlier, let keeps)?:
+                        // Still the same item: it keeps the place it had when first written in this batch.
+                        self.items[UTF8Key(item.key)] = .upsert(item, position: earlier, keepsStoredPosition: keeps)
+                    case .delete?:
+                        // Removed and added again: it moves to the end.
+                        self.items[UTF8Key(item.key)] = .upsert(item, position: position, keepsStoredPosition: false)
+                    case nil:
+                        self.items[UTF8Key(item.key)] = .upsert(item, position: position, keepsStoredPosition: true)
+                    }
+                }
+            case .remove:
+                for item in write.items { self.items[UTF8Key(item.key)] = .delete }
+            }
+        }
+
+        func record(_ scope: MetadataScope) -> ChangeRecord {
+            var changes = self.items.map { ItemChange(key: $0.key.string, operation: $0.value) }
+            changes.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            return ChangeRecord(
+                scope: scope, majorRevision: self.majorRevision, isRemoved: self.isRemoved,
+                clearsItems: self.clearsItems, items: changes)
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import GRDB
+
+/// The SQLite schema of ``SQLiteBackend``, as GRDB migrations.
+///
+/// `metadata_set` has one row per set ever written, tombstones included (`removed` = 1, with the revision the
+/// set had when removed). `metadata_item` has one row per live item; `position` restores insertion order on load
+/// (see ``ChangeBatch/positionIndexBits``). Both are `WITHOUT ROWID` tables clustered on their primary key in
+/// scope order, so a batch sorted by key writes each B-tree sequentially and a load reads both in one ordered
+/// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0.
+enum SQLiteSchema {
+    static func migrator() -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE metadata_set (
+                        storage_type INTEGER NOT NULL,
+                        channel_type INTEGER NOT NULL,
+                        name TEXT NOT NULL,
+                        major_revision INTEGER NOT NULL,
+                        removed INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (storage_type, channel_type, name)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE metadata_item (
+                        storage_type INTEGER NOT NULL,
+                        channel_type INTEGER NOT NULL,
+                        name TEXT NOT NULL,
+                        key TEXT NOT NULL,
+                        value TEXT NOT NULL,
+                        revision INTEGER NOT NULL,
+                        update_ts INTEGER NOT NULL,
+                        author TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        PRIMARY KEY (storage_type, channel_type, name, key)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE store_health (
+                        id INTEGER PRIMARY KEY CHECK (id = 1),
+                        probes INTEGER NOT NULL
+                    );
+                    INSERT INTO store_health (id, probes) VALUES (1, 0);
+                    """)
+        }
+        return migrator
+    }
+
+    static let upsertSet = """
+        INSERT INTO metadata_set (storage_type, channel_type, name, major_revision, removed) VALUES (?, ?, ?, ?, ?)
+        ON CONFLICT (storage_type, channel_type, name)
+        DO UPDATE SET major_revision = excluded.major_revision, removed = excluded.removed
+        """
+
+    static let clearItems = """
+        DELETE FROM metadata_item WHERE storage_type = ? AND channel_type = ? AND name = ?
+        """
+
+    static let deleteItem = """
+        DELETE FROM metadata_item WHERE storage_type = ? AND channel_type = ? AND name = ? AND key = ?
+        """
+
+    /// Inserts an item, or overwrites it keeping its stored position.
+    static let upsertItemKeepingPosition = """
+        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (storage_type, channel_type, name, key)
+        DO UPDATE SET value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts,
+            author = excluded.author
+        """
+
+    /// Inserts an item, or overwrites it including its position.
+    static let upsertItemMovingPosition = """
+        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (storage_type, channel_type, name, key)
+        DO UPDATE SET value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts,
+            author = excluded.author, position = excluded.position
+        """
+
+    static let probe = "UPDATE store_health SET probes = probes + 1 WHERE id = 1"
+
+    static let selectSets = """
+        SELECT storage_type, channel_type, name, major_revision, removed FROM metadata_set
+        ORDER BY storage_type, channel_type, name
+        """
+
+    static let selectItems = """
+        SELECT storage_type, channel_type, name, key, value, revision, update_ts, author, position FROM metadata_item
+        ORDER BY storage_type, channel_type, name, key
+        """
+}

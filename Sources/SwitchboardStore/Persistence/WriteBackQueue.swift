@@ -1,0 +1,301 @@
+import CoreMetrics
+import Dispatch
+import Logging
+import Synchronization
+import SwitchboardWire
+
+/// Writes the store's changes back to its ``MetadataBackend``, off the callers' threads, with group commit.
+///
+/// Writers apply a change in memory under their shard's lock and append it to that shard's pending list; there is
+/// no global lock on that path, only three atomics. A serial dispatch queue (the writer) takes every shard's
+/// pending list at once, coalesces the writes into one batch of net changes sorted by primary key, and applies it
+/// in one transaction; writes that arrive while a transaction runs form the next batch. With
+/// ``Durability/acknowledgeAfterCommit`` the writes are answered, in order, after their transaction committed.
+///
+/// If a commit fails, the writes of the failed batch and every write applied after it are reverted in memory
+/// (from the undo state each write keeps) and answered with `8001 storageFailure`; new writes are refused with
+/// `8001` while a probe (an empty batch) retries every `probeInterval`, and writes are accepted again as soon as
+/// one succeeds. Under ``Durability/acknowledgeBeforeCommit`` nothing is reverted (it was acknowledged): the
+/// failed batch is kept and retried by the probe instead.
+///
+/// The backend is called from the writer queue only, one call at a time.
+final class WriteBackQueue: Sendable {
+    private enum Health: UInt8 {
+        case healthy = 0
+        case failing = 1
+        case closed = 2
+    }
+
+    /// State only the writer queue changes. The mutex makes that checkable; it is never taken on the write path.
+    private struct WriterState {
+        /// Writes taken from the shards so far.
+        var collected = 0
+        /// Monotonic ns of the oldest write taken but not committed yet; 0 when none.
+        var inFlightSinceNs: UInt64 = 0
+        /// Acknowledge-before-commit: the batch whose commit failed, retried by the probe.
+        var retained: [PendingWrite] = []
+    }
+
+    let durability: Durability
+    private let backend: any MetadataBackend
+    private let shards: [Shard]
+    private let queue = DispatchQueue(label: "switchboard.store.writeback", qos: .userInitiated)
+    private let probeIntervalMs: UInt64
+    private let logger: Logger
+    private let metrics: StoreMetrics
+
+    private let health = Atomic<UInt8>(Health.healthy.rawValue)
+    private let drainScheduled = Atomic<Bool>(false)
+    /// Writes ever handed over (counted under the shard's lock, before the writer can take them).
+    private let enqueued = Atomic<Int>(0)
+    /// Writes ever committed or reverted.
+    private let finished = Atomic<Int>(0)
+    private let writer = Mutex(WriterState())
+
+    init(
+        backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64,
+        logger: Logger, metrics: StoreMetrics
+    ) {
+        self.backend = backend
+        self.shards = shards
+        self.durability = durability
+        self.probeIntervalMs = probeIntervalMs
+        self.logger = logger
+        self.metrics = metrics
+    }
+
+    // MARK: - Write path (any thread)
+
+    /// Why a new write must be refused now, if it must. Called under the shard's lock, before the write applies,
+    /// so a revert that holds the lock next sees every write that got in.
+    func admissionError() -> SwitchboardStoreError? {
+        switch self.currentHealth {
+        case .healthy:
+            return nil
+        case .failing:
+            self.metrics.rejectedWrites.increment()
+            return SwitchboardStoreError(
+                .storageFailure, "the database refuses writes; nothing was changed", retryAfterMs: self.probeIntervalMs)
+        case .closed:
+            return SwitchboardStoreError(.shuttingDown, "the store is closed")
+        }
+    }
+
+    /// Counts a write appended to a shard's pending list. Called under that shard's lock.
+    func noteEnqueued() {
+        self.enqueued.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    }
+
+    /// Makes sure the writer will run. Called after the shard's lock is released.
+    func scheduleDrain() {
+        if self.drainScheduled.load(ordering: .sequentiallyConsistent) { return }
+        if self.drainScheduled.exchange(true, ordering: .sequentiallyConsistent) { return }
+        self.queue.async { self.runScheduledDrain() }
+    }
+
+    // MARK: - Control (any thread)
+
+    /// Commits everything queued before the call.
+    ///
+    /// - Returns: true when it all committed; false when the database is failing (under acknowledge-after-commit
+    ///   those writes were reverted and answered with `8001`; under acknowledge-before-commit they wait for the
+    ///   database to recover).
+    func flush() async -> Bool {
+        await withCheckedContinuation { continuation in
+            self.queue.async {
+                self.drainAll()
+                continuation.resume(returning: self.currentHealth != .failing)
+            }
+        }
+    }
+
+    /// Refuses new writes (`8002 shuttingDown`), commits what is queued, stops probing and closes the backend.
+    func close() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            self.queue.async {
+                let previous = Health(rawValue: self.health.exchange(Health.closed.rawValue, ordering: .sequentiallyConsistent))
+                if previous == .failing {
+                    let lost = self.enqueued.load(ordering: .sequentiallyConsistent) - self.finished.load(ordering: .sequentiallyConsistent)
+                    if lost > 0 {
+                        self.logger.error(
+                            "closing the metadata store while the database fails: acknowledged writes are lost",
+                            metadata: ["store.writes": "\(lost)"])
+                    }
+                } else {
+                    self.drainAll()
+                }
+                do {
+                    try self.backend.close()
+                } catch {
+                    self.logger.error("closing the metadata database failed", metadata: ["error": "\(error)"])
+                }
+                continuation.resume()
+            }
+        }
+    }
+
+    /// Queue length, lag and health.
+    func status() -> WriteBackStatus {
+        let now = DispatchTime.now().uptimeNanoseconds
+        var oldest = self.writer.withLock { $0.inFlightSinceNs }
+        for shard in self.shards {
+            if let first = shard.state.withLock({ $0.pending.first?.appliedAtNs }), oldest == 0 || first < oldest {
+                oldest = first
+            }
+        }
+        let length = self.enqueued.load(ordering: .relaxed) - self.finished.load(ordering: .relaxed)
+        return WriteBackStatus(
+            queueLength: max(length, 0),
+            oldestUncommittedAgeMs: oldest == 0 || oldest > now ? 0 : (now - oldest) / 1_000_000,
+            isAcceptingWrites: self.currentHealth == .healthy)
+    }
+
+    // MARK: - Writer queue
+
+    private var currentHealth: Health {
+        Health(rawValue: self.health.load(ordering: .sequentiallyConsistent)) ?? .closed
+    }
+
+    private func runScheduledDrain() {
+        while true {
+            self.drainAll()
+            self.drainScheduled.store(false, ordering: .sequentiallyConsistent)
+            // A write counted after the last collection but before the flag was cleared saw the flag set and did
+            // not schedule a drain: take it now.
+            let collected = self.writer.withLock { $0.collected }
+            guard self.currentHealth != .failing, self.enqueued.load(ordering: .sequentiallyConsistent) > collected
+            else { return }
+            if self.drainScheduled.exchange(true, ordering: .sequentiallyConsistent) { return }
+        }
+    }
+
+    /// Commits batches until nothing is pending or a commit fails.
+    private func drainAll() {
+        while self.currentHealth != .failing {
+            let batch = self.collect()
+            if batch.isEmpty || !self.commit(batch) { return }
+        }
+    }
+
+    /// Takes every shard's pending writes.
+    private func collect() -> [PendingWrite] {
+        var batch: [PendingWrite] = []
+        for shard in self.shards {
+            shard.state.withLock { state in
+                guard !state.pending.isEmpty else { return }
+                batch.append(contentsOf: state.pending)
+                state.pending.removeAll(keepingCapacity: true)
+            }
+        }
+        guard !batch.isEmpty else { return batch }
+        var oldest = UInt64.max
+        for write in batch where write.appliedAtNs < oldest { oldest = write.appliedAtNs }
+        self.writer.withLock { state in
+            state.collected += batch.count
+            state.inFlightSinceNs = oldest
+        }
+        return batch
+    }
+
+    /// Commits one batch; answers its writes (acknowledge-after-commit) or handles the failure.
+    /// - Returns: Whether it committed.
+    private func commit(_ batch: [PendingWrite]) -> Bool {
+        let records = ChangeBatch.records(from: batch)
+        let start = DispatchTime.now().uptimeNanoseconds
+        do {
+            try self.backend.apply(records)
+        } catch {
+            self.commitFailed(batch, error: error)
+            return false
+        }
+        let end = DispatchTime.now().uptimeNanoseconds
+        let oldest = self.writer.withLock { state in
+            defer { state.inFlightSinceNs = 0 }
+            return state.inFlightSinceNs
+        }
+        self.finished.wrappingAdd(batch.count, ordering: .sequentiallyConsistent)
+        self.metrics.commits.increment()
+        self.metrics.commitDuration.recordNanoseconds(Int64(end - start))
+        self.metrics.batchWrites.record(batch.count)
+        self.metrics.writeBackLag.record(Double(end &- oldest) / 1e9)
+        self.metrics.queueLength.record(self.enqueued.load(ordering: .relaxed) - self.finished.load(ordering: .relaxed))
+        for write in batch {
+            write.completion?(.success(write.outcome))
+        }
+        return true
+    }
+
+    private func commitFailed(_ batch: [PendingWrite], error: any Error) {
+        // From here on, writers are refused under their shard's lock; so once a shard's lock is taken below, no
+        // write can be applied there behind the revert.
+        let wasHealthy = self.health.compareExchange(
+            expected: Health.healthy.rawValue, desired: Health.failing.rawValue, ordering: .sequentiallyConsistent
+        ).exchanged
+        self.metrics.commitFailures.increment()
+        self.logger.error(
+            "metadata write-back failed; refusing writes until the database accepts them again",
+            metadata: ["error": "\(error)", "store.batch.writes": "\(batch.count)"])
+
+        switch self.durability {
+        case .acknowledgeAfterCommit:
+            var reverted = batch
+            for (index, shard) in self.shards.enumerated() {
+                let later = shard.state.withLock { state -> [PendingWrite] in
+                    let later = state.pending
+                    state.pending.removeAll()
+                    // Newest first, so each set ends as it was before its oldest reverted write.
+                    for write in later.reversed() { state.revert(write) }
+                    for write in batch.reversed() where write.shardIndex == index { state.revert(write) }
+                    return later
+                }
+                reverted.append(contentsOf: later)
+            }
+            let laterCount = reverted.count - batch.count
+            self.writer.withLock { state in
+                state.collected += laterCount
+                state.inFlightSinceNs = 0
+            }
+            self.finished.wrappingAdd(reverted.count, ordering: .sequentiallyConsistent)
+            let failure = SwitchboardStoreError(
+                .storageFailure, "the database refused the write; nothing was changed", retryAfterMs: self.probeIntervalMs)
+            for write in reverted {
+                write.completion?(.failure(failure))
+            }
+        case .acknowledgeBeforeCommit:
+            // Acknowledged already: keep it applied and retry it.
+            self.writer.withLock { $0.retained = batch }
+        }
+        if wasHealthy { self.scheduleProbe() }
+    }
+
+    private func scheduleProbe() {
+        self.queue.asyncAfter(deadline: .now() + .milliseconds(Int(self.probeIntervalMs))) { self.probe() }
+    }
+
+    /// Retries the database while it fails: the retained batch, or an empty probe batch.
+    private func probe() {
+        guard self.currentHealth == .failing else { return }
+        let retained = self.writer.withLock { $0.retained }
+        do {
+            try self.backend.apply(retained.isEmpty ? [] : ChangeBatch.records(from: retained))
+        } catch {
+            self.scheduleProbe()
+            return
+        }
+        if !retained.isEmpty {
+            self.writer.withLock { state in
+                state.retained = []
+                state.inFlightSinceNs = 0
+            }
+            self.finished.wrappingAdd(retained.count, ordering: .sequentiallyConsistent)
+            self.metrics.commits.increment()
+        }
+        guard
+            self.health.compareExchange(
+                expected: Health.failing.rawValue, desired: Health.healthy.rawValue, ordering: .sequentiallyConsistent
+            ).exchanged
+        else { return }
+        self.logger.info("metadata write-back recovered; accepting writes again")
+        self.drainAll()
+    }
+}

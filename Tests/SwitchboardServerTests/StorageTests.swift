@@ -1,0 +1,249 @@
+import Foundation
+import Logging
+import NIOCore
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardStore
+import SwitchboardWire
+import Synchronization
+import Testing
+
+/// A gateway with the storage area on a store backed by `backend` (in memory unless given).
+func withStorageGateway<T: Sendable>(
+    backend: (any MetadataBackend)? = nil,
+    storeConfiguration: StoreConfiguration = StoreConfiguration(),
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: @Sendable (RunningGateway, MetadataStore, SubscriptionRegistry) async throws -> T
+) async throws -> T {
+    var logger = Logger(label: "test-store")
+    logger.logLevel = .critical
+    let store = try backend.map { try MetadataStore.load(from: $0, configuration: storeConfiguration, logger: logger) }
+        ?? MetadataStore(configuration: storeConfiguration, logger: logger)
+    let subscriptions = SubscriptionRegistry()
+    let sessions = SessionRegistry()
+    let area = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
+    let result = try await withGateway(configure, handlers: [area], observers: [area], registry: sessions) { gateway in
+        try await body(gateway, store, subscriptions)
+    }
+    _ = await store.flush()
+    await store.close()
+    return result
+}
+
+/// Waits for the next storage event on a connection.
+func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) async throws -> StorageEvent {
+    try await withThrowingTaskGroup(of: StorageEvent?.self) { group in
+        group.addTask {
+            for await push in connection.pushes {
+                if case .storageEvent(let event) = push { return event }
+            }
+            return nil
+        }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        let first = try await group.next() ?? nil
+        group.cancelAll()
+        guard let event = first else { throw SwitchboardClientError(code: .providerTimeout, message: "no storage event") }
+        return event
+    }
+}
+
+@Suite struct StorageTests {
+    static let secret = Array("storage-test-secret".utf8)
+
+    @Test(arguments: Transport.allCases)
+    func userMetadataSetGetUpdateRemoveOverSockets(transport: Transport) async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let tony = try await gateway.connect(transport, user: "Tony")
+            let set = try await tony.send(
+                .setUserMetadata(
+                    SetUserMetadataRequest(
+                        items: [MetadataItem(key: "Name", value: "Tony"), MetadataItem(key: "Age", value: "40")],
+                        recordTs: true, recordUserId: true)))
+            #expect(set == .setUserMetadata(SetUserMetadataResponse(majorRevision: 1)))
+            guard case .getUserMetadata(let got) = try await tony.send(.getUserMetadata(GetUserMetadataRequest())) else {
+                Issue.record("unexpected response")
+                return
+            }
+            #expect(got.userId == "Tony" && got.majorRevision == 1)
+            #expect(got.items.map(\.key) == ["Name", "Age"])
+            #expect(got.items.allSatisfy { $0.revision == 1 && $0.authorUserId == "Tony" && $0.updateTs > 1_700_000_000_000 })
+            // update of a missing item fails and changes nothing
+            await #expect(throws: SwitchboardClientError(code: .itemNotFound, message: "")) {
+                _ = try await tony.send(.updateUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Age", value: "45"), MetadataItem(key: "Nope", value: "x")])))
+            }
+            let updated = try await tony.send(.updateUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Age", value: "45")])))
+            #expect(updated == .updateUserMetadata(SetUserMetadataResponse(majorRevision: 2)))
+            let removed = try await tony.send(.removeUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name")])))
+            #expect(removed == .removeUserMetadata(SetUserMetadataResponse(majorRevision: 3)))
+            guard case .getUserMetadata(let after) = try await tony.send(.getUserMetadata(GetUserMetadataRequest(userId: "Tony"))) else { return }
+            #expect(after.items.map(\.key) == ["Age"] && after.items.first?.value == "45" && after.items.first?.revision == 2)
+            // remove of the whole set, then of something absent
+            _ = try await tony.send(.removeUserMetadata(SetUserMetadataRequest()))
+            await #expect(throws: SwitchboardClientError(code: .metadataNotFound, message: "")) {
+                _ = try await tony.send(.removeUserMetadata(SetUserMetadataRequest()))
+            }
+        }
+    }
+
+    @Test func usersMayWriteOnlyTheirOwnMetadataUnlessAdmin() async throws {
+        let authority = TokenAuthority(secret: Self.secret)
+        let expiry = Int64(Date().timeIntervalSince1970) + 600
+        try await withStorageGateway(configure: { $0.tokenSecret = Self.secret }) { gateway, _, _ in
+            let eve = try await gateway.connect(.tcp, user: "", token: authority.mint(userID: "Eve", expiresAt: expiry))
+            await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
+                _ = try await eve.send(.setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "Name", value: "Eve")])))
+            }
+            let admin = try await gateway.connect(.tcp, user: "", token: authority.mint(userID: "ops", expiresAt: expiry, role: .admin))
+            _ = try await admin.send(.setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "Name", value: "Tony")])))
+            // Reading another user's metadata is allowed.
+            guard case .getUserMetadata(let got) = try await eve.send(.getUserMetadata(GetUserMetadataRequest(userId: "Tony"))) else { return }
+            #expect(got.items.first?.value == "Tony")
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func racingCompareAndSetWritersHaveExactlyOneWinner(transport: Transport) async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let host = try await gateway.connect(transport, user: "host")
+            _ = try await host.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "live", items: [MetadataItem(key: "guest", value: "")])))
+            var viewers: [SwitchboardConnection] = []
+            for index in 0..<20 { viewers.append(try await gateway.connect(transport, user: "viewer\(index)")) }
+            let outcomes = try await withThrowingTaskGroup(of: Result<UInt64, SwitchboardClientError>.self) { group in
+                for (index, viewer) in viewers.enumerated() {
+                    group.addTask {
+                        do {
+                            let response = try await viewer.send(
+                                .setChannelMetadata(
+                                    SetChannelMetadataRequest(
+                                        channel: "live", items: [MetadataItem(key: "guest", value: "viewer\(index)", revision: 1)],
+                                        majorRevision: 1)))
+                            guard case .setChannelMetadata(let body) = response else { return .failure(.init(code: .internal, message: "")) }
+                            return .success(body.majorRevision)
+                        } catch let error as SwitchboardClientError {
+                            return .failure(error)
+                        }
+                    }
+                }
+                var all: [Result<UInt64, SwitchboardClientError>] = []
+                for try await outcome in group { all.append(outcome) }
+                return all
+            }
+            let winners = outcomes.filter { if case .success = $0 { return true } else { return false } }
+            #expect(winners.count == 1)
+            #expect(outcomes.allSatisfy {
+                if case .failure(let error) = $0 { return error.code == .revisionConflict && error.body?.currentRevision == 2 }
+                return true
+            })
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func subscribersGetASnapshotThenEventsWithTheNewRevisions(transport: Transport) async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let tony = try await gateway.connect(transport, user: "Tony")
+            let watcher = try await gateway.connect(transport, user: "watcher")
+            _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Mood", value: "ok")])))
+            _ = try await watcher.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony")))
+            let snapshot = try await nextStorageEvent(watcher)
+            #expect(snapshot.eventType == .snapshot && snapshot.majorRevision == 1 && snapshot.items.first?.value == "ok")
+            let sent = ContinuousClock.now
+            _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Mood", value: "great")], majorRevision: 1)))
+            let event = try await nextStorageEvent(watcher)
+            #expect(ContinuousClock.now - sent < .milliseconds(100))
+            #expect(event.storageType == .user && event.eventType == .set && event.target == "Tony" && event.publisher == "Tony")
+            #expect(event.majorRevision == 2 && event.items.first?.revision == 2 && event.items.first?.value == "great")
+            // The revisions in the event are enough to CAS again.
+            _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Mood", value: "calm", revision: 2)], majorRevision: 2)))
+            #expect(try await nextStorageEvent(watcher).majorRevision == 3)
+            _ = try await watcher.send(.unsubscribeUserMetadata(UnsubscribeUserMetadataRequest(userId: "Tony")))
+            await #expect(throws: SwitchboardClientError(code: .notSubscribed, message: "")) {
+                _ = try await watcher.send(.unsubscribeUserMetadata(UnsubscribeUserMetadataRequest(userId: "Tony")))
+            }
+        }
+    }
+
+    @Test func channelMembersWithMetadataGetChannelEventsAndOthersDoNot() async throws {
+        try await withStorageGateway { gateway, _, subscriptions in
+            let writer = try await gateway.connect(.tcp, user: "writer")
+            let member = try await gateway.connect(.tcp, user: "member")
+            let other = try await gateway.connect(.tcp, user: "other")
+            let sessions = gateway.gateway.registry
+            let lobby = ChannelKey(name: "lobby", type: .stream)
+            _ = subscriptions.join(try #require(sessions.sessions(ofUser: "member").first), channel: lobby, options: ChannelOptions(withMetadata: true), maxChannelsPerUser: 50)
+            _ = subscriptions.join(try #require(sessions.sessions(ofUser: "other").first), channel: lobby, options: ChannelOptions(withMetadata: false), maxChannelsPerUser: 50)
+            // A write to the message channel of the same name is another channel.
+            _ = try await writer.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", channelType: .message, items: [MetadataItem(key: "topic", value: "a")])))
+            _ = try await writer.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", channelType: .stream, items: [MetadataItem(key: "topic", value: "b")])))
+            let event = try await nextStorageEvent(member)
+            #expect(event.storageType == .channel && event.channelType == .stream && event.items.first?.value == "b")
+            await #expect(throws: SwitchboardClientError.self) { _ = try await nextStorageEvent(other, seconds: 0.3) }
+        }
+    }
+
+    @Test func lockGuardedWritesNeedTheLockHolder() async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let alice = try await gateway.connect(.tcp, user: "alice")
+            let bob = try await gateway.connect(.tcp, user: "bob")
+            _ = try await alice.send(.setLock(SetLockRequest(channel: "room", lockName: "mic", ttlSeconds: 30)))
+            _ = try await alice.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            _ = try await alice.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "room", items: [MetadataItem(key: "speaker", value: "alice")], lock: "mic")))
+            await #expect(throws: SwitchboardClientError(code: .lockNotHeld, message: "")) {
+                _ = try await bob.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "room", items: [MetadataItem(key: "speaker", value: "bob")], lock: "mic")))
+            }
+            await #expect(throws: SwitchboardClientError(code: .lockHeld, message: "")) {
+                _ = try await bob.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            }
+            // bob waits in line; alice releases; bob gets it.
+            async let waiting = bob.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic", retry: true)))
+            try await Task.sleep(for: .milliseconds(100))
+            _ = try await alice.send(.releaseLock(ReleaseLockRequest(channel: "room", lockName: "mic")))
+            #expect(try await waiting == .acquireLock(EmptyBody()))
+            guard case .getLocks(let locks) = try await alice.send(.getLocks(GetLocksRequest(channel: "room"))) else { return }
+            #expect(locks.locks.first?.owner == "bob" && locks.locks.first?.ttlSeconds == 30)
+            _ = try await bob.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "room", items: [MetadataItem(key: "speaker", value: "bob")], lock: "mic")))
+        }
+    }
+
+    @Test func lockHeldByADisconnectedUserIsReleasedAfterItsTTL() async throws {
+        let now = Mutex<UInt64>(1_000_000)
+        var configuration = StoreConfiguration()
+        configuration.clock = StoreClock { now.withLock { $0 } }
+        try await withStorageGateway(storeConfiguration: configuration) { gateway, store, _ in
+            let holder = try await gateway.connect(.tcp, user: "holder")
+            let other = try await gateway.connect(.tcp, user: "other")
+            _ = try await holder.send(.setLock(SetLockRequest(channel: "room", lockName: "mic", ttlSeconds: 10)))
+            _ = try await holder.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            await holder.close()
+            try await Task.sleep(for: .milliseconds(100))
+            now.withLock { $0 += 5_000 }
+            store.tick()
+            await #expect(throws: SwitchboardClientError(code: .lockHeld, message: "")) {
+                _ = try await other.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            }
+            now.withLock { $0 += 6_000 }
+            store.tick()
+            _ = try await other.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+        }
+    }
+
+    @Test func acknowledgedWritesSurviveARestartOfTheGateway() async throws {
+        let path = NSTemporaryDirectory() + "sb-restart-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        try await withStorageGateway(backend: try SQLiteBackend(path: path)) { gateway, _, _ in
+            let tony = try await gateway.connect(.tcp, user: "Tony")
+            for index in 0..<20 {
+                _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k\(index)", value: "v\(index)")])))
+            }
+            _ = try await tony.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", channelType: .stream, items: [MetadataItem(key: "topic", value: "x")])))
+        }
+        try await withStorageGateway(backend: try SQLiteBackend(path: path)) { gateway, _, _ in
+            let tony = try await gateway.connect(.tcp, user: "Tony")
+            guard case .getUserMetadata(let got) = try await tony.send(.getUserMetadata(GetUserMetadataRequest())) else { return }
+            #expect(got.majorRevision == 20 && got.items.count == 20 && got.items.last?.value == "v19")
+            guard case .getChannelMetadata(let channel) = try await tony.send(.getChannelMetadata(GetChannelMetadataRequest(channel: "lobby", channelType: .stream))) else { return }
+            #expect(channel.items.first?.value == "x")
+        }
+    }
+}

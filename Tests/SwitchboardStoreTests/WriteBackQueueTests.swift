@@ -1,0 +1,307 @@
+import SwitchboardStore
+import SwitchboardWire
+import Testing
+
+private typealias Answer = Result<WriteOutcome, SwitchboardStoreError>
+
+private func backedStore(
+    _ backend: RecordingBackend, durability: Durability = .acknowledgeAfterCommit, shards: Int = 16
+) throws -> MetadataStore {
+    try MetadataStore.load(
+        from: backend,
+        configuration: StoreConfiguration(shardCount: shards, durability: durability, probeIntervalMs: 10),
+        logger: silentLogger)
+}
+
+/// Starts a write and returns where its answer lands.
+private func startWrite(
+    _ store: MetadataStore, _ operation: MetadataOperation, _ scope: MetadataScope, _ items: [MetadataItem],
+    majorRevision: Int64 = -1
+) -> Recorder<Answer> {
+    let answers = Recorder<Answer>()
+    store.write(
+        MetadataWriteRequest(operation, scope: scope, items: items, majorRevision: majorRevision), caller: "alice",
+        nowMs: 1
+    ) { answers.append($0) }
+    return answers
+}
+
+private func code(_ answers: Recorder<Answer>) -> ErrorCode? {
+    guard let first = answers.all.first, case .failure(let error) = first else { return nil }
+    return error.code
+}
+
+@Suite("Write-back: group commit, durability and storage failures")
+struct WriteBackQueueTests {
+    let tony = MetadataScope.user("Tony")
+    let lobby = MetadataScope.channel("lobby", type: .message)
+
+    @Test func aWriteIsAcknowledgedOnlyAfterItsTransactionCommitted() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        backend.closeGate()
+        let first = startWrite(store, .set, tony, [item("a", "1")])
+        #expect(await eventually { backend.blockedCalls == 1 })
+        // Applied in memory (readers see it) but not acknowledged while the commit is held.
+        #expect(store.read(tony).majorRevision == 1)
+        #expect(first.count == 0)
+        #expect(backend.commits.isEmpty)
+        backend.openGate()
+        #expect(await eventually { first.count == 1 })
+        #expect(backend.commits.count == 1)
+        #expect(try first.all[0].get().majorRevision == 1)
+    }
+
+    @Test func writesArrivingDuringACommitShareTheNextTransaction() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        backend.closeGate()
+        let first = startWrite(store, .set, tony, [item("a", "1")])
+        #expect(await eventually { backend.blockedCalls == 1 })
+        let queued = [
+            startWrite(store, .set, tony, [item("b", "2")]),
+            startWrite(store, .set, lobby, [item("topic", "x")]),
+            startWrite(store, .set, .user("Amy"), [item("c", "3")]),
+            startWrite(store, .update, tony, [item("a", "10")]),
+        ]
+        backend.openGate()
+        #expect(await eventually { queued.allSatisfy { $0.count == 1 } })
+        #expect(first.count == 1)
+        let commits = backend.commits
+        #expect(commits.count == 2)
+        #expect(commits[0].map(\.scope) == [tony])
+        // One record per set, sorted by primary key (user sets before channel sets, then by name).
+        #expect(commits[1].map(\.scope) == [.user("Amy"), tony, lobby])
+        let tonyRecord = try #require(commits[1].first { $0.scope == tony })
+        #expect(tonyRecord.majorRevision == 3)
+        #expect(tonyRecord.items.map(\.key) == ["a", "b"])
+        #expect(queued.allSatisfy { (try? $0.all[0].get()) != nil })
+    }
+
+    @Test func answersFollowTheOrderOfTheWrites() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        let order = Recorder<UInt64>()
+        for value in 0..<200 {
+            store.write(
+                MetadataWriteRequest(.set, scope: tony, items: [item("k", "\(value)")]), caller: "alice", nowMs: 1
+            ) { answer in order.append((try? answer.get().majorRevision) ?? 0) }
+        }
+        #expect(await store.flush())
+        #expect(order.all == Array(1...200))
+        #expect(backend.commits.flatMap { $0 }.last?.majorRevision == 200)
+    }
+
+    @Test func acknowledgeBeforeCommitAnswersAtOnceAndCommitsLater() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend, durability: .acknowledgeBeforeCommit)
+        backend.closeGate()
+        let answer = startWrite(store, .set, tony, [item("a", "1")])
+        #expect(answer.count == 1)
+        #expect(backend.commits.isEmpty)
+        #expect(await eventually { backend.blockedCalls == 1 })
+        backend.openGate()
+        #expect(await store.flush())
+        #expect(backend.commits.map { $0.map(\.scope) } == [[tony]])
+    }
+
+    @Test func aFailedCommitRevertsItsWritesAndEveryWriteQueuedBehindIt() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        try await store.apply(.set, tony, [item("a", "1")])
+        try await store.apply(.set, lobby, [item("topic", "old")])
+
+        backend.closeGate()
+        backend.setFailing(true)
+        let failing = startWrite(store, .set, tony, [item("a", "2"), item("b", "new")])
+        #expect(await eventually { backend.blockedCalls == 1 })
+        // Queued behind the failing batch, one of them depending on it.
+        let dependent = startWrite(store, .update, tony, [item("b", "newer", revision: 2)], majorRevision: 2)
+        let otherSet = startWrite(store, .remove, lobby, [])
+        let fresh = startWrite(store, .set, .user("Amy"), [item("c", "1")])
+        #expect(store.read(tony).majorRevision == 3)
+        backend.openGate()
+
+        #expect(await eventually { [failing, dependent, otherSet, fresh].allSatisfy { $0.count == 1 } })
+        for answers in [failing, dependent, otherSet, fresh] {
+            #expect(code(answers) == .storageFailure)
+        }
+        #expect(pairs(store.read(tony)) == ["a=1"])
+        #expect(store.read(tony).majorRevision == 1)
+        #expect(pairs(store.read(lobby)) == ["topic=old"])
+        #expect(store.read(.user("Amy")).majorRevision == 0)
+        #expect(store.writeBackStatus?.queueLength == 0)
+    }
+
+    @Test func writesAreRefusedWhileTheDatabaseFailsAndAcceptedOnceItRecovers() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        backend.setFailing(true)
+        let failed = await storeError { try await store.apply(.set, tony, [item("a", "1")]) }
+        #expect(failed?.code == .storageFailure)
+        #expect(failed?.body.retryAfterMs == 10)
+        #expect(store.writeBackStatus?.isAcceptingWrites == false)
+
+        // Refused at once, without touching the database, while the probe keeps failing.
+        let callsBefore = backend.applyCalls
+        let refused = await storeError { try await store.apply(.set, tony, [item("a", "1")]) }
+        #expect(refused?.code == .storageFailure)
+        #expect(store.read(tony).majorRevision == 0)
+        #expect(await eventually { backend.failures >= 3 })
+        #expect(backend.applyCalls > callsBefore)
+
+        backend.setFailing(false)
+        #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
+        #expect(backend.probes >= 1)
+        let outcome = try await store.apply(.set, tony, [item("a", "1")])
+        #expect(outcome.majorRevision == 1)
+        #expect(await store.flush())
+    }
+
+    @Test func acknowledgeBeforeCommitKeepsAFailedBatchAndCommitsItAfterRecovery() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend, durability: .acknowledgeBeforeCommit)
+        backend.setFailing(true)
+        try await store.apply(.set, tony, [item("a", "1")])
+        #expect(await eventually { backend.failures >= 1 })
+        #expect(await store.flush() == false)
+        // Acknowledged, so it stays applied; new writes are refused meanwhile.
+        #expect(pairs(store.read(tony)) == ["a=1"])
+        #expect(await storeError { try await store.apply(.set, tony, [item("b", "1")]) }?.code == .storageFailure)
+        #expect(store.writeBackStatus?.queueLength == 1)
+
+        backend.setFailing(false)
+        #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
+        #expect(backend.commits.map { $0.map(\.scope) } == [[tony]])
+        #expect(store.writeBackStatus?.queueLength == 0)
+        try await store.apply(.set, tony, [item("b", "1")])
+        #expect(await store.flush())
+        #expect(pairs(store.read(tony)) == ["a=1", "b=1"])
+    }
+
+    @Test func closeCommitsWhatIsQueuedThenRefusesWrites() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend, durability: .acknowledgeBeforeCommit)
+        for value in 0..<10 { try await store.apply(.set, .user("u\(value)"), [item("k", "v")]) }
+        await store.close()
+        #expect(backend.commits.flatMap { $0 }.count == 10)
+        #expect(await storeError { try await store.apply(.set, tony, [item("a", "1")]) }?.code == .shuttingDown)
+        #expect(store.read(.user("u3")).majorRevision == 1)
+    }
+
+    @Test func statusReportsQueueLengthAndTheAgeOfTheOldestUncommittedWrite() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        #expect(store.writeBackStatus?.queueLength == 0)
+        #expect(store.writeBackStatus?.oldestUncommittedAgeMs == 0)
+        #expect(store.writeBackStatus?.isAcceptingWrites == true)
+        backend.closeGate()
+        _ = startWrite(store, .set, tony, [item("a", "1")])
+        #expect(await eventually { backend.blockedCalls == 1 })
+        _ = startWrite(store, .set, lobby, [item("a", "1")])
+        try await Task.sleep(for: .milliseconds(20))
+        let status = try #require(store.writeBackStatus)
+        #expect(status.queueLength == 2)
+        #expect(status.oldestUncommittedAgeMs >= 20)
+        backend.openGate()
+        #expect(await store.flush())
+        #expect(store.writeBackStatus?.queueLength == 0)
+        #expect(store.writeBackStatus?.oldestUncommittedAgeMs == 0)
+    }
+
+    @Test func aMemoryOnlyStoreHasNoWriteBack() async throws {
+        let store = memoryStore()
+        #expect(store.writeBackStatus == nil)
+        #expect(await store.flush())
+        await store.close()
+        try await store.apply(.set, tony, [item("a", "1")])
+    }
+
+    @Test func loadingFromABackendRestoresItsSets() throws {
+        let backend = RecordingBackend(initial: [
+            StoredSet(scope: tony, majorRevision: 7, isRemoved: false, items: [MetadataItem(key: "a", value: "1", revision: 7)]),
+            StoredSet(scope: lobby, majorRevision: 4, isRemoved: true, items: []),
+        ])
+        let store = try backedStore(backend)
+        #expect(store.read(tony) == MetadataSnapshot(scope: tony, majorRevision: 7, items: [MetadataItem(key: "a", value: "1", revision: 7)]))
+        #expect(store.read(lobby).majorRevision == 0)
+    }
+
+    @Test func aRecreatedSetContinuesAboveItsLoadedTombstone() async throws {
+        let backend = RecordingBackend(initial: [StoredSet(scope: lobby, majorRevision: 4, isRemoved: true, items: [])])
+        let store = try backedStore(backend)
+        #expect(try await store.apply(.set, lobby, [item("a", "1")], majorRevision: 0).majorRevision == 5)
+    }
+}
+
+@Suite("Coalescing writes into change records")
+struct ChangeBatchTests {
+    let tony = MetadataScope.user("Tony")
+
+    /// Runs the writes through a store whose backend holds the first commit, so they all land in the second.
+    private func secondBatch(_ writes: (MetadataStore) async throws -> Void) async throws -> [ChangeRecord] {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend, durability: .acknowledgeBeforeCommit)
+        backend.closeGate()
+        try await store.apply(.set, .user("gate"), [item("g", "1")])
+        #expect(await eventually { backend.blockedCalls == 1 })
+        try await writes(store)
+        backend.openGate()
+        #expect(await store.flush())
+        return backend.commits.count == 2 ? backend.commits[1] : []
+    }
+
+    @Test func severalWritesToOneSetBecomeOneRecordWithTheNetChanges() async throws {
+        let records = try await secondBatch { store in
+            try await store.apply(.set, tony, [item("b", "1"), item("a", "1")])
+            try await store.apply(.set, tony, [item("b", "2"), item("c", "1")])
+            try await store.apply(.remove, tony, [item("c")])
+        }
+        #expect(records.count == 1)
+        let record = try #require(records.first)
+        #expect(record.majorRevision == 3)
+        #expect(!record.isRemoved && !record.clearsItems)
+        #expect(
+            record.items == [
+                ItemChange(key: "a", operation: .upsert(MetadataItem(key: "a", value: "1", revision: 1), position: 1 << 20 | 1, keepsStoredPosition: true)),
+                ItemChange(key: "b", operation: .upsert(MetadataItem(key: "b", value: "2", revision: 2), position: 1 << 20, keepsStoredPosition: true)),
+                ItemChange(key: "c", operation: .delete),
+            ])
+    }
+
+    @Test func aKeyRemovedAndAddedAgainMovesToTheEnd() async throws {
+        let records = try await secondBatch { store in
+            try await store.apply(.set, tony, [item("a", "1")])
+            try await store.apply(.remove, tony, [item("a")])
+            try await store.apply(.set, tony, [item("a", "2")])
+        }
+        #expect(records.first?.items == [
+            ItemChange(key: "a", operation: .upsert(MetadataItem(key: "a", value: "2", revision: 3), position: 3 << 20, keepsStoredPosition: false)),
+        ])
+    }
+
+    @Test func removingTheWholeSetClearsItsItemsAndLeavesATombstone() async throws {
+        let removed = try await secondBatch { store in
+            try await store.apply(.set, tony, [item("a", "1")])
+            try await store.apply(.remove, tony, [])
+        }
+        #expect(removed == [ChangeRecord(scope: tony, majorRevision: 2, isRemoved: true, clearsItems: true, items: [])])
+        let recreated = try await secondBatch { store in
+            try await store.apply(.set, tony, [item("a", "1")])
+            try await store.apply(.remove, tony, [])
+            try await store.apply(.set, tony, [item("b", "1")])
+        }
+        #expect(recreated.first?.isRemoved == false)
+        #expect(recreated.first?.clearsItems == true)
+        #expect(recreated.first?.items.map(\.key) == ["b"])
+    }
+
+    @Test func keysAreSortedByTheirUTF8Bytes() async throws {
+        let records = try await secondBatch { store in
+            try await store.apply(.set, tony, [item("é", "1"), item("z", "1"), item("Z", "1"), item("e\u{301}", "1")])
+        }
+        let keys = records.first?.items.map(\.key) ?? []
+        #expect(keys.map { Array($0.utf8) } == keys.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) })
+        #expect(keys.count == 4)
+    }
+}
