@@ -107,6 +107,12 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .executableTarget(
+            name: "sbstorebench",
+            dependencies: ["SwitchboardStore", "SwitchboardWire", .product(name: "Logging", package: "swift-log")],
+            path: "Tools/sbstorebench",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
             name: "sbcodecbench",
             dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tools/sbcodecbench",

@@ -52,15 +52,18 @@ public struct MetadataScope: Hashable, Sendable, CustomStringConvertible {
     /// Whether this is a channel's set.
     public var isChannel: Bool { self.storageType == .channel }
 
+    /// Same storage type, channel type and name bytes.
     public static func == (lhs: MetadataScope, rhs: MetadataScope) -> Bool {
         lhs.cachedHash == rhs.cachedHash && lhs.storageType == rhs.storageType
             && lhs.channelType == rhs.channelType && lhs.name.hasSameUTF8(as: rhs.name)
     }
 
+    /// Feeds the cached keyed hash.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(self.cachedHash)
     }
 
+    /// "user NAME" or "channel TYPE:NAME", for logs.
     public var description: String {
         self.isChannel ? "channel \(self.channelType):\(self.name)" : "user \(self.name)"
     }
@@ -74,6 +77,6 @@ public struct MetadataScope: Hashable, Sendable, CustomStringConvertible {
         if lhs.channelType.rawValue != rhs.channelType.rawValue {
             return lhs.channelType.rawValue < rhs.channelType.rawValue
         }
-        return lhs.name.utf8.lexicographicallyPrecedes(rhs.name.utf8)
+        return lhs.name.utf8Precedes(rhs.name)
     }
 }

@@ -97,7 +97,10 @@ extension MetadataSet {
         let outcome = WriteOutcome(
             scope: request.scope, eventType: request.operation.eventType, majorRevision: outcomeRevision,
             items: written)
-        return .success(AppliedWrite(operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet, undo: undo))
+        return .success(
+            AppliedWrite(
+                operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet,
+                undo: undo))
     }
 
     /// The first state rule `request` breaks against `entry`, or nil.

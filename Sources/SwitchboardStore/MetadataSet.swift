@@ -6,8 +6,9 @@ import SwitchboardWire
 /// tombstone: no items, ``isRemoved`` set, and its last ``majorRevision`` kept so that a set created again later
 /// continues above it (`Protocol/SPEC.md` SB-13.1-1).
 ///
-/// Keys compare by their UTF-8 bytes. Small sets are searched linearly, which beats hashing for the usual handful of items; sets with more than
-/// ``indexThreshold`` items keep a key index so that large requests stay linear, not quadratic.
+/// Keys compare by their UTF-8 bytes. Small sets are searched linearly, which beats hashing for the usual handful
+/// of items; sets with more than ``indexThreshold`` items keep a key index so that large requests stay linear, not
+/// quadratic.
 struct MetadataSet: Sendable {
     /// Item count above which the set keeps a key → position index.
     static let indexThreshold = 16

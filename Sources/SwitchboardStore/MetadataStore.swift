@@ -1,8 +1,8 @@
 import CoreMetrics
 import Dispatch
 import Logging
-import Synchronization
 import SwitchboardWire
+import Synchronization
 
 /// The metadata sets and channel locks of the gateway, in memory, sharded, written back to a backend.
 ///
@@ -88,7 +88,8 @@ public final class MetadataStore: Sendable {
         self.limits = configuration.limits
         self.clock = configuration.clock
         if let backend {
-            self.mode = configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
+            self.mode =
+                configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
             self.writeBack = WriteBackQueue(
                 backend: backend, shards: self.shards, durability: configuration.durability,
                 probeIntervalMs: max(configuration.probeIntervalMs, 1), logger: logger,
@@ -143,7 +144,8 @@ public final class MetadataStore: Sendable {
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
                 if request.scope.isChannel, !request.lock.isEmpty,
-                    let refusal = state.locks.writeGuardError(channel: request.scope, lock: request.lock, caller: caller)
+                    let refusal = state.locks.writeGuardError(
+                        channel: request.scope, lock: request.lock, caller: caller)
                 {
                     return refusal
                 }
@@ -160,7 +162,8 @@ public final class MetadataStore: Sendable {
                     state.outbox.append(.write(completion, .success(applied.outcome)))
                 case .acknowledgeBeforeCommit:
                     state.outbox.append(.write(completion, .success(applied.outcome)))
-                    state.pending.append(PendingWrite(applied, shardIndex: index, completion: nil, appliedAtNs: appliedAtNs))
+                    state.pending.append(
+                        PendingWrite(applied, shardIndex: index, completion: nil, appliedAtNs: appliedAtNs))
                     writeBack?.noteEnqueued()
                 case .acknowledgeAfterCommit:
                     state.pending.append(
@@ -181,10 +184,12 @@ public final class MetadataStore: Sendable {
     /// - Returns: What the write did.
     /// - Throws: The spec's error for the first rule the write breaks, or `8001` if its commit failed.
     @discardableResult
-    public func write(_ request: MetadataWriteRequest, caller: String, nowMs: UInt64) async throws(SwitchboardStoreError)
+    public func write(_ request: MetadataWriteRequest, caller: String, nowMs: UInt64)
+        async throws(SwitchboardStoreError)
         -> WriteOutcome
     {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<WriteOutcome, SwitchboardStoreError>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<WriteOutcome, SwitchboardStoreError>, Never>) in
             self.write(request, caller: caller, nowMs: nowMs) { continuation.resume(returning: $0) }
         }
         return try result.get()
@@ -202,12 +207,15 @@ public final class MetadataStore: Sendable {
     }
 
     /// Stops accepting writes (`8002 shuttingDown`), commits what is queued and closes the backend.
-    /// Reads and locks keep working.
+    ///
+    /// Reads and locks keep working. Calling it again does nothing; for a memory-only store it does nothing.
     public func close() async {
         await self.writeBack?.close()
     }
 
     /// Write-back queue length, lag and health; nil for a memory-only store.
+    ///
+    /// Takes every shard's lock briefly: read it for metrics and health checks, not per request.
     public var writeBackStatus: WriteBackStatus? { self.writeBack?.status() }
 
     // MARK: - Shards and delivery
@@ -246,7 +254,8 @@ public final class MetadataStore: Sendable {
     func scopeError(_ scope: MetadataScope) -> SwitchboardStoreError? {
         guard self.limits.isValidIdentifier(scope.name) else {
             let what = scope.isChannel ? "channel name" : "user id"
-            return SwitchboardStoreError(.identifierTooLong, "\(what) must be 1-\(self.limits.maxIdentifierBytes) bytes")
+            return SwitchboardStoreError(
+                .identifierTooLong, "\(what) must be 1-\(self.limits.maxIdentifierBytes) bytes")
         }
         if scope.isChannel, scope.channelType != .message, scope.channelType != .stream {
             return SwitchboardStoreError(.invalidArgument, "unknown channel type \(scope.channelType.rawValue)")

@@ -19,6 +19,7 @@ public struct MetadataStoreService: Service {
         self.tickInterval = tickInterval
     }
 
+    /// Ticks lock expiry until graceful shutdown or cancellation, then closes the store.
     public func run() async throws {
         let store = self.store
         let interval = self.tickInterval

@@ -1,5 +1,5 @@
-import Synchronization
 import SwitchboardWire
+import Synchronization
 
 /// Something to do after a shard operation, outside the shard's lock, in the order the operations produced it.
 enum Delivery: Sendable {

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The wall clock the store reads for lock expiry and event timestamps, in milliseconds since the Unix epoch.

@@ -17,12 +17,14 @@ public struct SwitchboardStoreError: Error, Hashable, Sendable, CustomStringConv
         self.body = body
     }
 
-    init(_ code: ErrorCode, _ message: String, currentRevision: Int64 = -1, key: String = "", retryAfterMs: UInt64 = 0) {
+    init(_ code: ErrorCode, _ message: String, currentRevision: Int64 = -1, key: String = "", retryAfterMs: UInt64 = 0)
+    {
         self.body = ErrorBody(
             code: UInt64(code.rawValue), message: message, retryAfterMs: retryAfterMs,
             currentRevision: currentRevision, key: key)
     }
 
+    /// The code's name and number, and the message.
     public var description: String {
         "\(self.code.name) (\(self.code.rawValue)): \(self.body.message)"
     }

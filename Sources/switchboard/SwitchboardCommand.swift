@@ -45,6 +45,7 @@ enum EnvironmentOptions {
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
         "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability",
+        "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
     static func merge(arguments: [String], environment: [String: String]) -> [String] {
@@ -128,6 +129,15 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("shutdown-grace-ms"), help: "On SIGTERM/SIGINT, time given to in-flight requests before connections are closed.")
     var shutdownGraceMs = 10_000
 
+    @Option(name: .customLong("presence-timeout"), help: "Seconds (5-300) a user whose session ended abnormally stays in their channels before others see remoteTimeout.")
+    var presenceTimeout = 30
+
+    @Option(name: .customLong("presence-interval-threshold"), help: "Above this many members (8-128) a channel sends one presence interval event per interval instead of one event per change.")
+    var presenceIntervalThreshold = 50
+
+    @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event.")
+    var presenceIntervalMs = 1_000
+
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
     var metricsPort: Int?
 
@@ -177,6 +187,16 @@ struct Serve: AsyncParsableCommand {
         guard self.durability == "commit" || self.durability == "apply" else {
             throw ValidationError("--durability must be commit or apply")
         }
+        var presenceConfiguration = PresenceConfiguration()
+        presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
+        presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
+        presenceConfiguration.interval = .milliseconds(Int64(self.presenceIntervalMs))
+        presenceConfiguration.compressionThreshold = configuration.compressionThreshold
+        do {
+            try presenceConfiguration.validate()
+        } catch {
+            throw ValidationError(error.description)
+        }
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
@@ -206,8 +226,10 @@ struct Serve: AsyncParsableCommand {
         let storage = StorageArea(
             store: store, subscriptions: subscriptions, sessions: sessions,
             compressionThreshold: configuration.compressionThreshold)
-        let handlers: [any RequestHandler] = [storage]
-        let observers: [any SessionObserver] = [storage]
+        let presence = PresenceArea(
+            configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
+        let handlers: [any RequestHandler] = [storage, presence]
+        let observers: [any SessionObserver] = [storage, presence]
         let gateway = SwitchboardGateway(
             configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
         // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.

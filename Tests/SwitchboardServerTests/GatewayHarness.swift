@@ -122,12 +122,19 @@ final class SessionRecorder: SessionObserver {
 /// A command area for tests: answers `getUserMetadata` after a delay, counts `subscribeUserMetadata` against the
 /// subscription limit, and answers `publishEvent` by flooding the caller with pushes.
 struct TestArea: RequestHandler {
+    /// Counts `getUserMetadata` requests received (shared with the test).
+    final class Counter: Sendable {
+        let value = Atomic<Int>(0)
+    }
+
     var delay: TimeAmount = .milliseconds(200)
+    var received = Counter()
     var operations: [Opcode] { [.getUserMetadata, .subscribeUserMetadata, .publishEvent] }
 
     func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         switch request {
         case .getUserMetadata(let get):
+            self.received.value.wrappingAdd(1, ordering: .relaxed)
             let responder = context.responder
             context.session.eventLoop.scheduleTask(in: self.delay) {
                 responder.succeed(.getUserMetadata(GetUserMetadataResponse(majorRevision: 1, userId: get.userId)))
@@ -203,9 +210,9 @@ final class RawSocket: @unchecked Sendable {
         _ = bytes.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    func login(_ user: String) throws -> Welcome {
+    func login(_ user: String) async throws -> Welcome {
         self.send(.control(.hello(Hello(protocolVersion: 1, userId: user))))
-        guard case .control(.welcome(let welcome)) = try self.next() else {
+        guard case .control(.welcome(let welcome)) = try await self.next() else {
             throw SwitchboardClientError(code: .handshakeRequired, message: "no WELCOME")
         }
         return welcome
@@ -215,7 +222,18 @@ final class RawSocket: @unchecked Sendable {
     private var decoder = FrameDecoder(direction: .serverToClient)
 
     /// The next message from the server; nil when the server closed the connection.
-    func next() throws -> SwitchboardMessage? {
+    ///
+    /// The blocking `recv` runs on a dispatch thread, never on Swift concurrency's few cooperative threads, so a
+    /// test waiting here cannot starve the other tests running in parallel.
+    func next() async throws -> SwitchboardMessage? {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try self.nextBlocking() })
+            }
+        }
+    }
+
+    private func nextBlocking() throws -> SwitchboardMessage? {
         while true {
             if let frame = try self.decoder.decodeFrame(from: &self.pending) {
                 return try SwitchboardMessage.decode(frame)
@@ -228,9 +246,9 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Reads until the server closes; returns every message received.
-    func drainUntilClosed() throws -> [SwitchboardMessage] {
+    func drainUntilClosed() async throws -> [SwitchboardMessage] {
         var messages: [SwitchboardMessage] = []
-        while let message = try self.next() { messages.append(message) }
+        while let message = try await self.next() { messages.append(message) }
         return messages
     }
 }

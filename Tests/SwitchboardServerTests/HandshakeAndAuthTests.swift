@@ -33,7 +33,7 @@ import Testing
         try await withGateway { gateway in
             let socket = try RawSocket(gateway, transport)
             socket.send(.control(.hello(Hello(protocolVersion: 2, userId: "Tony"))))
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.first else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -48,7 +48,7 @@ import Testing
         try await withGateway { gateway in
             let socket = try RawSocket(gateway, transport)
             socket.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.first else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -60,7 +60,7 @@ import Testing
     @Test func handshakeTimeoutClosesSilentConnections() async throws {
         try await withGateway({ $0.handshakeTimeout = .milliseconds(200) }) { gateway in
             let socket = try RawSocket(gateway, .tcp)
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.first else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -127,13 +127,14 @@ import Testing
         try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
             let token = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60)
             let connection = try await gateway.connect(.tcp, user: "", token: token)
-            let renewed = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 7200)
+            let expiry = Self.now + 7200
+            let renewed = Self.authority.mint(userID: "Tony", expiresAt: expiry)
             let response = try await connection.send(.renewToken(RenewTokenRequest(token: renewed)))
             guard case .renewToken(let body) = response else {
                 Issue.record("unexpected \(response)")
                 return
             }
-            #expect(body.expiresAtMs == UInt64(Self.now + 7200) * 1000)
+            #expect(body.expiresAtMs == UInt64(expiry) * 1000)
             let someoneElse = Self.authority.mint(userID: "Eve", expiresAt: Self.now + 60)
             await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
                 _ = try await connection.send(.renewToken(RenewTokenRequest(token: someoneElse)))

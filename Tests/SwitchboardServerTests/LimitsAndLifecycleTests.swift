@@ -5,6 +5,7 @@ import ServiceLifecycle
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardWire
+import Synchronization
 import Testing
 
 @Suite struct DispatchTests {
@@ -12,17 +13,17 @@ import Testing
     func unknownOpcodeIsAnsweredAndTheConnectionStays(transport: Transport) async throws {
         try await withGateway { gateway in
             let socket = try RawSocket(gateway, transport)
-            _ = try socket.login("Tony")
+            _ = try await socket.login("Tony")
             var frame = ByteBuffer()
             FrameEncoder.encodeRaw(header: FrameHeader(kind: .request, op: 0x3E, requestID: 9), body: ByteBuffer(), into: &frame)
             socket.send(frame)
-            guard case .error(let id, let op, let body) = try socket.next() else {
+            guard case .error(let id, let op, let body) = try await socket.next() else {
                 Issue.record("expected an error response")
                 return
             }
             #expect(id == 9 && op == 0x3E && body.errorCode == .unknownOperation)
             socket.send(.control(.ping(Ping(nonce: 5))))
-            guard case .control(.pong(let pong)) = try socket.next() else {
+            guard case .control(.pong(let pong)) = try await socket.next() else {
                 Issue.record("connection did not stay usable")
                 return
             }
@@ -34,18 +35,18 @@ import Testing
     func malformedBodyIsAnsweredAndTheConnectionStays(transport: Transport) async throws {
         try await withGateway { gateway in
             let socket = try RawSocket(gateway, transport)
-            _ = try socket.login("Tony")
+            _ = try await socket.login("Tony")
             // setUserMetadata with a bool field holding 2, then one with invalid UTF-8.
             socket.send(Codec.bytes(hex: "05004c0320" + "02"))
             socket.send(Codec.bytes(hex: "07004c040a02c328"))
-            guard case .error(3, _, let first) = try socket.next(), case .error(4, _, let second) = try socket.next() else {
+            guard case .error(3, _, let first) = try await socket.next(), case .error(4, _, let second) = try await socket.next() else {
                 Issue.record("expected two error responses")
                 return
             }
             #expect(first.errorCode == .malformedBody)
             #expect(second.errorCode == .invalidUtf8)
             socket.send(.control(.ping(Ping(nonce: 1))))
-            guard case .control(.pong) = try socket.next() else {
+            guard case .control(.pong) = try await socket.next() else {
                 Issue.record("connection did not stay usable")
                 return
             }
@@ -56,7 +57,7 @@ import Testing
     func everyPipelinedRequestGetsExactlyOneResponse(transport: Transport) async throws {
         try await withGateway(handlers: [TestArea(delay: .milliseconds(5))]) { gateway in
             let socket = try RawSocket(gateway, transport)
-            _ = try socket.login("Tony")
+            _ = try await socket.login("Tony")
             var batch = ByteBuffer()
             let encoder = FrameEncoder()
             for id in 1...100 as ClosedRange<UInt32> {
@@ -72,7 +73,7 @@ import Testing
             socket.send(batch)
             var answered: [UInt32: Int] = [:]
             while answered.count < 100 {
-                switch try socket.next() {
+                switch try await socket.next() {
                 case .response(let id, _), .error(let id, _, _): answered[id, default: 0] += 1
                 case nil: Issue.record("connection closed early"); return
                 default: continue
@@ -86,15 +87,15 @@ import Testing
     @Test func duplicateInFlightRequestIdIsRefused() async throws {
         try await withGateway(handlers: [TestArea(delay: .milliseconds(300))]) { gateway in
             let socket = try RawSocket(gateway, .tcp)
-            _ = try socket.login("Tony")
+            _ = try await socket.login("Tony")
             socket.send(.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "a"))))
             socket.send(.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "b"))))
-            guard case .error(7, _, let body) = try socket.next() else {
+            guard case .error(7, _, let body) = try await socket.next() else {
                 Issue.record("expected the duplicate to be refused first")
                 return
             }
             #expect(body.errorCode == .duplicateRequestId)
-            guard case .response(7, .getUserMetadata(let response)) = try socket.next() else {
+            guard case .response(7, .getUserMetadata(let response)) = try await socket.next() else {
                 Issue.record("expected the original answer")
                 return
             }
@@ -126,9 +127,9 @@ import Testing
         try await withGateway({ $0.limits.maxFrameSize = 1024 }) { gateway in
             let bystander = try await gateway.connect(transport, user: "bystander")
             let socket = try RawSocket(gateway, transport)
-            #expect(try socket.login("Tony").maxFrameSize == 1024)
+            #expect(try await socket.login("Tony").maxFrameSize == 1024)
             socket.send(.request(id: 1, .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: String(repeating: "v", count: 2000))]))))
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.last else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -142,7 +143,7 @@ import Testing
         try await withGateway { gateway in
             let socket = try RawSocket(gateway, .tcp)
             socket.send(.control(.hello(Hello(protocolVersion: 1, token: String(repeating: "t", count: 20_000), userId: "Tony"))))
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.first else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -156,13 +157,13 @@ import Testing
         try await withGateway({ $0.limits.maxInflatedSize = 4096 }) { gateway in
             let socket = try RawSocket(gateway, transport)
             socket.send(.control(.hello(Hello(protocolVersion: 1, features: ["zlib"], userId: "Tony"))))
-            guard case .control(.welcome(let welcome)) = try socket.next() else { return }
+            guard case .control(.welcome(let welcome)) = try await socket.next() else { return }
             #expect(welcome.features == ["zlib"] && welcome.maxInflatedSize == 4096)
             let big = SwitchboardMessage.request(id: 1, .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: String(repeating: "v", count: 8000))])))
             var frame = ByteBuffer()
             FrameEncoder(compressionThreshold: 1).encode(big, into: &frame)
             socket.send(frame)
-            let messages = try socket.drainUntilClosed()
+            let messages = try await socket.drainUntilClosed()
             guard case .control(.goAway(let goAway)) = messages.last else {
                 Issue.record("expected GOAWAY, got \(messages)")
                 return
@@ -174,29 +175,37 @@ import Testing
     @Test(arguments: Transport.allCases)
     func requestRateOverTheBucketIsAnswered3000WithRetryAfter(transport: Transport) async throws {
         try await withGateway({
-            $0.limits.requestsPerSecond = 5
+            $0.limits.requestsPerSecond = 1
             $0.limits.requestBurst = 5
         }) { gateway in
-            let connection = try await gateway.connect(transport, user: "Tony")
-            let other = try await gateway.connect(transport, user: "Other")
-            var limited: [SwitchboardClientError] = []
+            let socket = try RawSocket(gateway, transport)
+            _ = try await socket.login("Tony")
+            // Eight requests in one write arrive in one read: five fit the burst, three are refused.
+            var batch = ByteBuffer()
+            for id in 1...8 as ClosedRange<UInt32> {
+                FrameEncoder().encode(.request(id: id, .whereNow(WhereNowRequest())), into: &batch)
+            }
+            socket.send(batch)
+            var limited: [ErrorBody] = []
             for _ in 0..<8 {
-                do {
-                    _ = try await connection.send(.whereNow(WhereNowRequest()))
-                } catch let error as SwitchboardClientError where error.code == .rateLimited {
-                    limited.append(error)
-                } catch {}
+                guard case .error(_, _, let body) = try await socket.next() else { continue }
+                if body.errorCode == .rateLimited { limited.append(body) }
             }
             #expect(limited.count == 3)
-            #expect((limited.first?.body?.retryAfterMs ?? 0) > 0)
+            #expect(limited.allSatisfy { $0.retryAfterMs > 0 && $0.retryAfterMs <= 1000 })
             // Another connection has its own bucket.
+            let other = try await gateway.connect(transport, user: "Other")
             await #expect(throws: SwitchboardClientError(code: .unavailable, message: "")) {
                 _ = try await other.send(.whereNow(WhereNowRequest()))
             }
-            try await Task.sleep(for: .milliseconds(450))
-            await #expect(throws: SwitchboardClientError(code: .unavailable, message: "")) {
-                _ = try await connection.send(.whereNow(WhereNowRequest()))
+            // After a second the bucket holds a token again.
+            try await Task.sleep(for: .milliseconds(1100))
+            socket.send(.request(id: 9, .whereNow(WhereNowRequest())))
+            guard case .error(9, _, let body) = try await socket.next() else {
+                Issue.record("no answer")
+                return
             }
+            #expect(body.errorCode != .rateLimited)
         }
     }
 
@@ -204,7 +213,7 @@ import Testing
     func requestsOverTheInflightLimitAreAnswered3001(transport: Transport) async throws {
         try await withGateway({ $0.limits.maxInflight = 4 }, handlers: [TestArea(delay: .milliseconds(400))]) { gateway in
             let socket = try RawSocket(gateway, transport)
-            _ = try socket.login("Tony")
+            _ = try await socket.login("Tony")
             var batch = ByteBuffer()
             for id in 1...6 as ClosedRange<UInt32> {
                 FrameEncoder().encode(.request(id: id, .getUserMetadata(GetUserMetadataRequest())), into: &batch)
@@ -213,7 +222,7 @@ import Testing
             var refused: [UInt32] = []
             var answered: [UInt32] = []
             for _ in 0..<6 {
-                switch try socket.next() {
+                switch try await socket.next() {
                 case .error(let id, _, let body) where body.errorCode == .tooManyInflight: refused.append(id)
                 case .response(let id, _): answered.append(id)
                 default: break
@@ -250,7 +259,7 @@ import Testing
         }, handlers: [TestArea()], observers: [recorder]) { gateway in
             let bystander = try await gateway.connect(transport, user: "bystander")
             let socket = try RawSocket(gateway, transport)
-            _ = try socket.login("reader-that-never-reads")
+            _ = try await socket.login("reader-that-never-reads")
             // Ask for 40 MiB of pushes and never read them.
             socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 640))))
             #expect(await recorder.wait(seconds: 10) { $0.ended.contains { $0.reason == .slowConsumer } })
@@ -266,11 +275,11 @@ import Testing
         let recorder = SessionRecorder()
         try await withGateway({ $0.heartbeat.minimumInterval = .milliseconds(100) }, observers: [recorder]) { gateway in
             let silent = try await gateway.connect(transport, user: "silent") {
-                $0.heartbeatMs = 200
+                $0.heartbeatMs = 300
                 $0.sendsHeartbeats = false
             }
-            #expect(silent.welcome.heartbeatMs == 200 && silent.welcome.heartbeatMisses == 3)
-            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 200 }
+            #expect(silent.welcome.heartbeatMs == 300 && silent.welcome.heartbeatMisses == 3)
+            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 300 }
             await silent.waitUntilClosed()
             #expect((await silent.goAway)?.code == UInt64(ErrorCode.heartbeatTimeout.rawValue))
             #expect(await recorder.wait { $0.ended.contains { $0.user == "silent" && $0.reason == .abnormal } })
@@ -304,8 +313,9 @@ import Testing
         let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
         var logger = Logger(label: "test")
         logger.logLevel = .critical
+        let area = TestArea(delay: .milliseconds(500))
         let gateway = SwitchboardGateway(
-            configuration: configuration, handlers: [TestArea(delay: .milliseconds(300))], logger: logger,
+            configuration: configuration, handlers: [area], logger: logger,
             onRunning: { sink.yield($0) })
         let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -324,7 +334,8 @@ import Testing
                     return responses
                 }
             }
-            try await Task.sleep(for: .milliseconds(100))  // the requests are in flight now
+            // Wait until the server holds all 20 (each is answered 500 ms after it arrived).
+            while area.received.value.load(ordering: .relaxed) < 20 { try await Task.sleep(for: .milliseconds(5)) }
             await group.triggerGracefulShutdown()
             let responses = try await answers.value
             #expect(responses.count == 20)

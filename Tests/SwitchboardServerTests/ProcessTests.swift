@@ -11,24 +11,24 @@ import Testing
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard")
     }
 
-    static func waitForFile(_ path: String, seconds: Double = 20) -> Bool {
+    static func waitForFile(_ path: String, seconds: Double = 20) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if FileManager.default.fileExists(atPath: path) { return true }
-            Thread.sleep(forTimeInterval: 0.02)
+            try? await Task.sleep(for: .milliseconds(20))
         }
         return false
     }
 
     /// The socket file appears at bind, a moment before listen: retry until the gateway accepts.
-    static func connectWhenListening(_ path: String, seconds: Double = 20) throws -> RawSocket {
+    static func connectWhenListening(_ path: String, seconds: Double = 20) async throws -> RawSocket {
         let running = RunningGateway(addresses: .init(unixSocketPath: path), gateway: nil)
         let deadline = Date().addingTimeInterval(seconds)
         while true {
             do {
                 return try RawSocket(running, .unix)
             } catch where Date() < deadline {
-                Thread.sleep(forTimeInterval: 0.02)
+                try await Task.sleep(for: .milliseconds(20))
             }
         }
     }
@@ -43,18 +43,18 @@ import Testing
         process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
         try process.run()
         defer { if process.isRunning { process.terminate() } }
-        try #require(Self.waitForFile(socketPath), "the gateway did not start")
+        try #require(await Self.waitForFile(socketPath), "the gateway did not start")
 
-        let socket = try Self.connectWhenListening(socketPath)
-        _ = try socket.login("Tony")
+        let socket = try await Self.connectWhenListening(socketPath)
+        _ = try await socket.login("Tony")
         var batch = ByteBuffer()
         for id in 1...2_000 as ClosedRange<UInt32> {
             FrameEncoder().encode(.request(id: id, .whereNow(WhereNowRequest())), into: &batch)
         }
         socket.send(batch)
         kill(process.processIdentifier, SIGTERM)
-        let messages = try socket.drainUntilClosed()
-        process.waitUntilExit()
+        let messages = try await socket.drainUntilClosed()
+        await Self.waitForExit(process)
         #expect(process.terminationReason == .exit && process.terminationStatus == 0)
 
         var answers: [UInt32: Int] = [:]
@@ -90,12 +90,17 @@ import Testing
         process.environment = environment
         try process.run()
         defer { if process.isRunning { process.terminate() } }
-        try #require(Self.waitForFile(socketPath), "the gateway did not listen on the socket from the environment")
-        let socket = try Self.connectWhenListening(socketPath)
-        #expect(try socket.login("Tony").maxInflight == 33)
+        try #require(await Self.waitForFile(socketPath), "the gateway did not listen on the socket from the environment")
+        let socket = try await Self.connectWhenListening(socketPath)
+        #expect(try await socket.login("Tony").maxInflight == 33)
         kill(process.processIdentifier, SIGINT)
-        process.waitUntilExit()
+        await Self.waitForExit(process)
         #expect(process.terminationStatus == 0)
+    }
+
+    /// Waits for a child to exit without blocking a cooperative thread.
+    static func waitForExit(_ process: Process) async {
+        while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
     }
 
     static func startGateway(socketPath: String, database: String) throws -> Process {
@@ -112,9 +117,9 @@ import Testing
         let socketPath = temporarySocketPath()
         let first = try Self.startGateway(socketPath: socketPath, database: database)
         defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
-        try #require(Self.waitForFile(socketPath))
-        let writer = try Self.connectWhenListening(socketPath)
-        _ = try writer.login("Tony")
+        try #require(await Self.waitForFile(socketPath))
+        let writer = try await Self.connectWhenListening(socketPath)
+        _ = try await writer.login("Tony")
         // Windows of 100 writes (within WELCOME.maxInflight); kill -9 while the fifth window is committing.
         var acknowledged: Set<UInt32> = []
         var nextID: UInt32 = 1
@@ -128,31 +133,31 @@ import Testing
             writer.send(batch)
             if window == 4 { break }
             var answered = 0
-            while answered < 100, let message = try writer.next() {
+            while answered < 100, let message = try await writer.next() {
                 if case .response(let id, _) = message { acknowledged.insert(id) }
                 answered += 1
             }
         }
         // Take a few acknowledgements of the last window, then kill the gateway mid-commit.
         var more = 0
-        while more < 10, let message = try writer.next() {
+        while more < 10, let message = try await writer.next() {
             if case .response(let id, _) = message { acknowledged.insert(id) }
             more += 1
         }
         kill(first.processIdentifier, SIGKILL)
-        while let message = try? writer.next() {
+        while let message = try? await writer.next() {
             if case .response(let id, _) = message { acknowledged.insert(id) }
         }
-        first.waitUntilExit()
+        await Self.waitForExit(first)
         #expect(acknowledged.count >= 400)
 
         unlink(socketPath)
         let second = try Self.startGateway(socketPath: socketPath, database: database)
         defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
-        let reader = try Self.connectWhenListening(socketPath)
-        _ = try reader.login("Tony")
+        let reader = try await Self.connectWhenListening(socketPath)
+        _ = try await reader.login("Tony")
         reader.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
-        guard case .response(1, .getUserMetadata(let stored)) = try reader.next() else {
+        guard case .response(1, .getUserMetadata(let stored)) = try await reader.next() else {
             Issue.record("no metadata after the restart")
             return
         }
@@ -161,6 +166,6 @@ import Testing
         #expect(lost.isEmpty, "\(lost.count) acknowledged writes lost: \(lost.sorted().prefix(10))")
         #expect(stored.majorRevision >= UInt64(acknowledged.count))
         kill(second.processIdentifier, SIGTERM)
-        second.waitUntilExit()
+        await Self.waitForExit(second)
     }
 }

@@ -83,7 +83,8 @@ struct CompareAndSetTests {
     @Test func itemsAreCheckedInCallOrderAndAFailureChangesNothing() async throws {
         try await store.apply(.set, scope, [item("a", "1"), item("b", "1")])
         let error = await storeError {
-            try await store.apply(.set, scope, [item("a", "2", revision: 1), item("c", "new"), item("b", "2", revision: 7)])
+            try await store.apply(
+                .set, scope, [item("a", "2", revision: 1), item("c", "new"), item("b", "2", revision: 7)])
         }
         #expect(error?.code == .itemRevisionConflict)
         #expect(error?.body.key == "b")
@@ -136,7 +137,9 @@ struct CompareAndSetTests {
                     let request = MetadataWriteRequest(
                         .update, scope: seat, items: [item("speaker", "user\(contender)")], majorRevision: 1)
                     return await withCheckedContinuation { continuation in
-                        store.write(request, caller: "user\(contender)", nowMs: 1) { continuation.resume(returning: $0) }
+                        store.write(request, caller: "user\(contender)", nowMs: 1) {
+                            continuation.resume(returning: $0)
+                        }
                     }
                 }
             }

@@ -32,7 +32,9 @@ private struct LockFixture {
     }
 
     /// Starts a waiting acquire and returns where its answer lands.
-    func acquireInLine(_ user: String, _ name: String = "mic", session: String? = nil) -> Recorder<Result<Void, SwitchboardStoreError>> {
+    func acquireInLine(_ user: String, _ name: String = "mic", session: String? = nil) -> Recorder<
+        Result<Void, SwitchboardStoreError>
+    > {
         let answers = Recorder<Result<Void, SwitchboardStoreError>>()
         self.store.acquireLock(
             channel: "room", channelType: .message, name: name, userID: user, session: session ?? "\(user)-s1",
@@ -69,7 +71,8 @@ struct LockTests {
         try fixture.setLock("stage")
         #expect(
             try fixture.store.getLocks(channel: "room", channelType: .message) == [
-                LockDetail(lockName: "mic", owner: "", ttlSeconds: 30), LockDetail(lockName: "stage", owner: "", ttlSeconds: 10),
+                LockDetail(lockName: "mic", owner: "", ttlSeconds: 30),
+                LockDetail(lockName: "stage", owner: "", ttlSeconds: 10),
             ])
         #expect(fixture.eventLog == ["set:mic:", "set:stage:"])
         let event = fixture.events.all[0]
@@ -233,7 +236,9 @@ struct LockTests {
         #expect(failedCode(bob) == .lockWaitCancelled)
         #expect(try fixture.store.getLocks(channel: "room", channelType: .message).isEmpty)
         #expect(fixture.eventLog.last == "removed:mic:")
-        #expect(await storeError { try fixture.store.removeLock(channel: "room", channelType: .message, name: "mic") }?.code == .lockNotFound)
+        #expect(
+            await storeError { try fixture.store.removeLock(channel: "room", channelType: .message, name: "mic") }?.code
+                == .lockNotFound)
         // The name can be used again, and alice no longer holds anything.
         try fixture.setLock()
         try await fixture.acquire("bob")
@@ -260,8 +265,10 @@ struct LockTests {
         try await fixture.acquire("alice")
         let bob = fixture.acquireInLine("bob")
         #expect(
-            await storeError { try fixture.store.revokeLock(channel: "room", channelType: .message, name: "mic", owner: "carol") }?
-                .code == .lockNotHeld)
+            await storeError {
+                try fixture.store.revokeLock(channel: "room", channelType: .message, name: "mic", owner: "carol")
+            }?
+            .code == .lockNotHeld)
         try fixture.store.revokeLock(channel: "room", channelType: .message, name: "mic", owner: "alice")
         #expect(succeeded(bob))
         #expect(fixture.holder() == "bob")
@@ -364,14 +371,20 @@ struct LockTests {
     @Test func aGuardedWriteNeedsTheLockToExistAndBeHeldByTheCaller() async throws {
         let fixture = LockFixture()
         let room = MetadataScope.channel("room", type: .message)
-        let missing = await storeError { try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice") }
+        let missing = await storeError {
+            try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice")
+        }
         #expect(missing?.code == .lockNotFound)
         #expect(missing?.body.key == "mic")
         try fixture.setLock()
-        let notHeld = await storeError { try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice") }
+        let notHeld = await storeError {
+            try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice")
+        }
         #expect(notHeld?.code == .lockNotHeld)
         try await fixture.acquire("bob")
-        let heldByOther = await storeError { try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice") }
+        let heldByOther = await storeError {
+            try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "alice")
+        }
         #expect(heldByOther?.code == .lockNotHeld)
         #expect(fixture.store.read(room).majorRevision == 0)
         try await fixture.store.apply(.set, room, [item("a", "1")], lock: "mic", caller: "bob")
@@ -393,7 +406,9 @@ struct LockTests {
         try fixture.setLock()
         try await fixture.acquire("alice")
         let stream = MetadataScope.channel("room", type: .stream)
-        let error = await storeError { try await fixture.store.apply(.set, stream, [item("a", "1")], lock: "mic", caller: "alice") }
+        let error = await storeError {
+            try await fixture.store.apply(.set, stream, [item("a", "1")], lock: "mic", caller: "alice")
+        }
         #expect(error?.code == .lockNotFound)
     }
 
@@ -406,7 +421,11 @@ struct LockTests {
         try await fixture.acquire("alice", "stage")
         let snapshot = try fixture.store.lockSnapshot(channel: "room", channelType: .message)
         #expect(snapshot.eventType == .snapshot)
-        #expect(snapshot.locks == [LockDetail(lockName: "mic", owner: "", ttlSeconds: 10), LockDetail(lockName: "stage", owner: "alice", ttlSeconds: 60)])
+        #expect(
+            snapshot.locks == [
+                LockDetail(lockName: "mic", owner: "", ttlSeconds: 10),
+                LockDetail(lockName: "stage", owner: "alice", ttlSeconds: 60),
+            ])
     }
 
     @Test func aCompletionMayCallBackIntoTheStore() async throws {
@@ -415,7 +434,8 @@ struct LockTests {
         try await fixture.acquire("alice")
         let store = fixture.store
         let nested = Recorder<Bool>()
-        store.acquireLock(channel: "room", channelType: .message, name: "mic", userID: "bob", session: "b", retry: true) { _ in
+        store.acquireLock(channel: "room", channelType: .message, name: "mic", userID: "bob", session: "b", retry: true)
+        { _ in
             // Runs while the releasing thread delivers; the shard's lock is not held.
             let holder = try? store.getLocks(channel: "room", channelType: .message).first?.owner
             nested.append(holder == "bob")

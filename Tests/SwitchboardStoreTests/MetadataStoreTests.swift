@@ -11,7 +11,8 @@ struct MetadataStoreTests {
     // MARK: set
 
     @Test func setCreatesTheSetWithItemsInCallOrder() async throws {
-        let outcome = try await store.apply(.set, tony, [item("Name", "Tony"), item("Age", "40"), item("Avatar", "a.png")])
+        let outcome = try await store.apply(
+            .set, tony, [item("Name", "Tony"), item("Age", "40"), item("Avatar", "a.png")])
         #expect(outcome.majorRevision == 1)
         #expect(outcome.eventType == .set)
         #expect(outcome.items.map(\.key) == ["Name", "Age", "Avatar"])
@@ -116,7 +117,8 @@ struct MetadataStoreTests {
     }
 
     @Test func getReturnsEveryItemsRevisionTimestampAndAuthor() async throws {
-        try await store.apply(.set, lobby, [item("topic", "hi")], recordTs: true, recordUserId: true, caller: "bob", nowMs: 42)
+        try await store.apply(
+            .set, lobby, [item("topic", "hi")], recordTs: true, recordUserId: true, caller: "bob", nowMs: 42)
         try await store.apply(.set, lobby, [item("mode", "open")])
         let snapshot = try store.get(lobby)
         #expect(snapshot.majorRevision == 2)
@@ -161,13 +163,18 @@ struct MetadataStoreTests {
     @Test func recordTsAndRecordUserIdStampTheWrittenItems() async throws {
         let outcome = try await store.apply(
             .set, tony, [item("a", "1")], recordTs: true, recordUserId: true, caller: "Tony", nowMs: 1_688_978_391_900)
-        #expect(outcome.items == [MetadataItem(key: "a", value: "1", revision: 1, updateTs: 1_688_978_391_900, authorUserId: "Tony")])
+        #expect(
+            outcome.items == [
+                MetadataItem(key: "a", value: "1", revision: 1, updateTs: 1_688_978_391_900, authorUserId: "Tony")
+            ])
     }
 
     @Test func anOverwriteWithoutRecordOptionsResetsTimestampAndAuthor() async throws {
-        try await store.apply(.set, tony, [item("a", "1")], recordTs: true, recordUserId: true, caller: "Tony", nowMs: 5)
+        try await store.apply(
+            .set, tony, [item("a", "1")], recordTs: true, recordUserId: true, caller: "Tony", nowMs: 5)
         try await store.apply(.update, tony, [item("a", "2")], caller: "Tony", nowMs: 9)
-        #expect(store.read(tony).items == [MetadataItem(key: "a", value: "2", revision: 2, updateTs: 0, authorUserId: "")])
+        #expect(
+            store.read(tony).items == [MetadataItem(key: "a", value: "2", revision: 2, updateTs: 0, authorUserId: "")])
     }
 
     @Test func timestampsAndAuthorsSentByClientsAreIgnored() async throws {

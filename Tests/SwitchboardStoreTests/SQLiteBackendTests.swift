@@ -24,7 +24,8 @@ struct SQLiteBackendTests {
     /// A mix of every kind of write.
     private func writeHistory(_ store: MetadataStore) async throws {
         try await store.apply(.set, tony, [item("Name", "Tony"), item("Age", "40"), item("Avatar", "a.png")])
-        try await store.apply(.update, tony, [item("Age", "41")], recordTs: true, recordUserId: true, caller: "Tony", nowMs: 77)
+        try await store.apply(
+            .update, tony, [item("Age", "41")], recordTs: true, recordUserId: true, caller: "Tony", nowMs: 77)
         try await store.apply(.remove, tony, [item("Name")])
         try await store.apply(.set, tony, [item("Name", "Anthony")])
         try await store.apply(.set, amy, [item("zeta", "1"), item("alpha", "2"), item("mid", "3")])
@@ -52,7 +53,9 @@ struct SQLiteBackendTests {
             let after = scopes.map { second.read($0) }
             #expect(after == before)
             #expect(pairs(second.read(tony)) == ["Age=41", "Avatar=a.png", "Name=Anthony"])
-            #expect(second.read(tony).items[0] == MetadataItem(key: "Age", value: "41", revision: 2, updateTs: 77, authorUserId: "Tony"))
+            #expect(
+                second.read(tony).items[0]
+                    == MetadataItem(key: "Age", value: "41", revision: 2, updateTs: 77, authorUserId: "Tony"))
             #expect(pairs(second.read(amy)) == ["zeta=1", "alpha=2", "mid=3"])
             #expect(second.read(big).items.last == MetadataItem(key: "k3", value: "back", revision: 3))
             // The tombstone survived: the re-created set continues above the removed one.
@@ -61,6 +64,23 @@ struct SQLiteBackendTests {
             #expect(recreated.majorRevision == 4)
             await second.close()
         }
+    }
+
+    @Test func setsWithTrickyNamesReloadIntact() async throws {
+        let names = ["Zed", "zed", "caf\u{E9}", "cafe\u{301}", "\u{1F600}", "a", "a b", "\u{7F}", "empty", "tomb"]
+        let scopes = names.flatMap {
+            [MetadataScope.user($0), .channel($0, type: .message), .channel($0, type: .stream)]
+        }
+        let queue = try DatabaseQueue()
+        let store = try openStore(SQLiteBackend(writer: queue))
+        for scope in scopes {
+            try await store.apply(.set, scope, [item("k2", scope.name), item("k1", "\(scope.channelType.rawValue)")])
+            if scope.name == "empty" { try await store.apply(.remove, scope, [item("k1"), item("k2")]) }
+            if scope.name == "tomb" { try await store.apply(.remove, scope, []) }
+        }
+        let reloaded = try openStore(SQLiteBackend(writer: queue))
+        #expect(scopes.map { reloaded.read($0) } == scopes.map { store.read($0) })
+        #expect(reloaded.read(.channel("cafe\u{301}", type: .stream)).items.map(\.value) == ["cafe\u{301}", "2"])
     }
 
     @Test func acknowledgeBeforeCommitWritesAreOnDiskAfterFlush() async throws {
@@ -135,9 +155,12 @@ struct SQLiteBackendTests {
         #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
         let outcome = try await store.apply(.set, tony, [item("a", "4")])
         #expect(outcome.majorRevision == 2)
-        #expect(try backend.loadAll() == [
-            StoredSet(scope: tony, majorRevision: 2, isRemoved: false, items: [MetadataItem(key: "a", value: "4", revision: 2)])
-        ])
+        #expect(
+            try backend.loadAll() == [
+                StoredSet(
+                    scope: tony, majorRevision: 2, isRemoved: false,
+                    items: [MetadataItem(key: "a", value: "4", revision: 2)])
+            ])
     }
 
     @Test func loadsAHundredThousandItems() async throws {
@@ -156,7 +179,9 @@ struct SQLiteBackendTests {
                             position: UInt64(1 << 20 | (9 - index)), keepsStoredPosition: true))
                 }
                 records.append(
-                    ChangeRecord(scope: .user("user\(user)"), majorRevision: 1, isRemoved: false, clearsItems: false, items: changes))
+                    ChangeRecord(
+                        scope: .user("user\(user)"), majorRevision: 1, isRemoved: false, clearsItems: false,
+                        items: changes))
             }
             try backend.apply(records)
             try backend.close()

@@ -51,7 +51,9 @@ struct StoreLimitsTests {
     }
 
     @Test func valuesOverTheLimitAreTooLarge() async {
-        let error = await storeError { try await store.apply(.set, scope, [item("a", String(repeating: "v", count: 16_385))]) }
+        let error = await storeError {
+            try await store.apply(.set, scope, [item("a", String(repeating: "v", count: 16_385))])
+        }
         #expect(error?.code == .itemTooLarge)
         #expect(error?.body.key == "a")
     }
@@ -64,7 +66,9 @@ struct StoreLimitsTests {
 
     @Test func theWholeSetAfterTheWriteMustFitTheLimit() async throws {
         try await store.apply(.set, scope, [item("a", String(repeating: "v", count: 10_000))])
-        let error = await storeError { try await store.apply(.set, scope, [item("b", String(repeating: "v", count: 6_383))]) }
+        let error = await storeError {
+            try await store.apply(.set, scope, [item("b", String(repeating: "v", count: 6_383))])
+        }
         #expect(error?.code == .metadataTooLarge)
         #expect(store.read(scope).items.map(\.key) == ["a"])
         // 10,001 + 6,383 = 16,384 bytes exactly: allowed.
@@ -74,12 +78,16 @@ struct StoreLimitsTests {
     }
 
     @Test func aSingleValueOfTheFullSetSizeLeavesNoRoomForItsKey() async {
-        let error = await storeError { try await store.apply(.set, scope, [item("a", String(repeating: "v", count: 16_384))]) }
+        let error = await storeError {
+            try await store.apply(.set, scope, [item("a", String(repeating: "v", count: 16_384))])
+        }
         #expect(error?.code == .metadataTooLarge)
     }
 
     @Test func theSameKeyTwiceInOneCallIsADuplicate() async {
-        let small = await storeError { try await store.apply(.set, scope, [item("a", "1"), item("b", "1"), item("a", "2")]) }
+        let small = await storeError {
+            try await store.apply(.set, scope, [item("a", "1"), item("b", "1"), item("a", "2")])
+        }
         #expect(small?.code == .duplicateKey)
         #expect(small?.body.key == "a")
         let many = (0..<40).map { item("k\($0)", "v") } + [item("k7", "again")]
@@ -97,16 +105,26 @@ struct StoreLimitsTests {
 
     @Test func argumentErrorsComeBeforeStateErrors() async {
         // The set does not exist (4001) and the key is too long (7002): the argument error wins.
-        let error = await storeError { try await store.apply(.update, scope, [item(String(repeating: "k", count: 40), "1")]) }
+        let error = await storeError {
+            try await store.apply(.update, scope, [item(String(repeating: "k", count: 40), "1")])
+        }
         #expect(error?.code == .keyTooLong)
     }
 
     @Test func limitsAreConfigurable() async throws {
-        let store = memoryStore(limits: StoreLimits(maxIdentifierBytes: 4, maxKeyBytes: 2, maxValueBytes: 3, maxSetBytes: 8))
-        #expect(await storeError { try await store.apply(.set, .user("abcde"), [item("a", "1")]) }?.code == .identifierTooLong)
-        #expect(await storeError { try await store.apply(.set, .user("abcd"), [item("abc", "1")]) }?.code == .keyTooLong)
-        #expect(await storeError { try await store.apply(.set, .user("abcd"), [item("ab", "1234")]) }?.code == .itemTooLarge)
+        let store = memoryStore(
+            limits: StoreLimits(maxIdentifierBytes: 4, maxKeyBytes: 2, maxValueBytes: 3, maxSetBytes: 8))
+        #expect(
+            await storeError { try await store.apply(.set, .user("abcde"), [item("a", "1")]) }?.code
+                == .identifierTooLong)
+        #expect(
+            await storeError { try await store.apply(.set, .user("abcd"), [item("abc", "1")]) }?.code == .keyTooLong)
+        #expect(
+            await storeError { try await store.apply(.set, .user("abcd"), [item("ab", "1234")]) }?.code == .itemTooLarge
+        )
         try await store.apply(.set, .user("abcd"), [item("ab", "123"), item("c", "12")])
-        #expect(await storeError { try await store.apply(.set, .user("abcd"), [item("d", "1")]) }?.code == .metadataTooLarge)
+        #expect(
+            await storeError { try await store.apply(.set, .user("abcd"), [item("d", "1")]) }?.code == .metadataTooLarge
+        )
     }
 }

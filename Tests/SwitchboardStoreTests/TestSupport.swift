@@ -1,9 +1,9 @@
 import Dispatch
 import Foundation
 import Logging
-import Synchronization
 import SwitchboardStore
 import SwitchboardWire
+import Synchronization
 import Testing
 
 /// A logger that drops everything (tests never bootstrap the global logging system).

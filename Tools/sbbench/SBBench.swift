@@ -39,7 +39,7 @@ struct SBBench: AsyncParsableCommand {
     @Option(help: "Stop after this many seconds even if --count is not reached.")
     var duration: Double = 30
 
-    @Option(help: "Request to send: where (whereNow), get (getUserMetadata), set (setUserMetadata, 1 item).")
+    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller).")
     var op = "where"
 
     @Option(help: "Event loop threads of the load generator.")
@@ -54,12 +54,20 @@ struct SBBench: AsyncParsableCommand {
     func makeRequest() throws -> @Sendable (UInt64) -> Request {
         switch self.op {
         case "where": return { _ in .whereNow(WhereNowRequest()) }
-        case "get": return { sequence in .getUserMetadata(GetUserMetadataRequest(userId: "user-\(sequence % 1000)")) }
+        case "get": return { _ in .getUserMetadata(GetUserMetadataRequest()) }
         case "set":
             return { sequence in
                 .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
             }
-        default: throw ValidationError("--op must be where, get or set")
+        case "set3":
+            return { sequence in
+                .setUserMetadata(
+                    SetUserMetadataRequest(items: [
+                        MetadataItem(key: "Name", value: "Tony"), MetadataItem(key: "Age", value: "\(sequence % 90)"),
+                        MetadataItem(key: "Avatar", value: "https://example.com/a.png"),
+                    ]))
+            }
+        default: throw ValidationError("--op must be where, set, set3 or get")
         }
     }
 

@@ -130,7 +130,8 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     ) -> RequestOutcome {
         let caller = context.session.info
         let userID = write.userId.isEmpty ? caller.userID : write.userId
-        guard userID == caller.userID || caller.isAdmin else {
+        // Byte-wise, as the store compares ids: canonically equivalent but different ids are different users.
+        guard userID.utf8.elementsEqual(caller.userID.utf8) || caller.isAdmin else {
             return .failure(ErrorBody(.permissionDenied, "only \(userID) (or an admin) may write \(userID)'s metadata"))
         }
         let request = MetadataWriteRequest(

@@ -45,9 +45,10 @@ struct LockKey: Hashable, Sendable {
 /// (lock events, answers to `acquireLock` requests) is appended, in order, to `out` for the shard to deliver
 /// once the lock is released.
 ///
-/// Lock names, user ids and session ids compare by their UTF-8 bytes. A lock belongs to a user, not a session. When a holder's last session ends the lock stays held for its TTL
-/// (``holderWentOffline(_:now:)``); a holder who comes back in time keeps it (``holderCameOnline(_:)``); otherwise
-/// ``expire(now:out:)`` frees it with an `expired` event and hands it to the first waiter.
+/// Lock names, user ids and session ids compare by their UTF-8 bytes. A lock belongs to a user, not a session: when
+/// a holder's last session ends the lock stays held for its TTL (``holderWentOffline(_:now:)``); a holder who comes
+/// back in time keeps it (``holderCameOnline(_:)``); otherwise ``expire(now:out:)`` frees it with an `expired` event
+/// and hands it to the first waiter.
 struct LockTable: Sendable {
     /// Each channel's locks, in creation order.
     private var channels: [MetadataScope: [ChannelLock]] = [:]
@@ -111,7 +112,9 @@ struct LockTable: Sendable {
             let error = SwitchboardStoreError(.lockHeld, "another user holds the lock", key: name)
             out.append(.lock(completion, .failure(error)))
         } else {
-            self.withLock(key) { $0.waiters.append(LockWaiter(userID: userID, session: session, completion: completion)) }
+            self.withLock(key) {
+                $0.waiters.append(LockWaiter(userID: userID, session: session, completion: completion))
+            }
             self.waitingSessions[UTF8Key(session), default: []].insert(key)
         }
     }
@@ -147,7 +150,9 @@ struct LockTable: Sendable {
     }
 
     /// `removeLock`: deletes the lock, held or not (event `removed`); waiters fail with `6003 lockWaitCancelled`.
-    mutating func remove(channel: MetadataScope, name: String, now: UInt64, out: inout [Delivery]) -> SwitchboardStoreError? {
+    mutating func remove(channel: MetadataScope, name: String, now: UInt64, out: inout [Delivery])
+        -> SwitchboardStoreError?
+    {
         guard let position = self.channels[channel]?.firstIndex(where: { $0.name.hasSameUTF8(as: name) }) else {
             return SwitchboardStoreError(.lockNotFound, "the lock does not exist", key: name)
         }
@@ -161,7 +166,9 @@ struct LockTable: Sendable {
         let cancelled = SwitchboardStoreError(.lockWaitCancelled, "the lock was removed", key: name)
         for waiter in lock.waiters {
             self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
-            if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true { self.waitingSessions[UTF8Key(waiter.session)] = nil }
+            if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true {
+                self.waitingSessions[UTF8Key(waiter.session)] = nil
+            }
             out.append(.lock(waiter.completion, .failure(cancelled)))
         }
         return nil
@@ -215,8 +222,8 @@ struct LockTable: Sendable {
         }
         expired.sort {
             $0.channel.name.hasSameUTF8(as: $1.channel.name)
-                ? $0.name.utf8.lexicographicallyPrecedes($1.name.utf8)
-                : $0.channel.name.utf8.lexicographicallyPrecedes($1.channel.name.utf8)
+                ? $0.name.utf8Precedes($1.name)
+                : $0.channel.name.utf8Precedes($1.channel.name)
         }
         for key in expired { self.free(key, event: .expired, now: now, out: &out) }
     }
@@ -238,12 +245,14 @@ struct LockTable: Sendable {
     /// Frees a held lock with `event`, then hands it to the first waiter.
     private mutating func free(_ key: LockKey, event: LockEventType, now: UInt64, out: inout [Delivery]) {
         guard
-            let (holder, detail) = self.withLock(key, { lock -> (String, LockDetail) in
-                let holder = lock.holder
-                lock.holder = ""
-                lock.holderOfflineSinceMs = nil
-                return (holder, lock.detail)
-            })
+            let (holder, detail) = self.withLock(
+                key,
+                { lock -> (String, LockDetail) in
+                    let holder = lock.holder
+                    lock.holder = ""
+                    lock.holderOfflineSinceMs = nil
+                    return (holder, lock.detail)
+                })
         else { return }
         self.forgetHolder(holder, of: key)
         out.append(.lockEvent(Self.event(key.channel, event, detail, now)))
@@ -254,12 +263,14 @@ struct LockTable: Sendable {
     /// Gives a free lock to `userID` (event `acquired`) and answers every waiting request of that user.
     private mutating func grant(_ key: LockKey, to userID: String, now: UInt64, out: inout [Delivery]) {
         guard
-            let (detail, granted) = self.withLock(key, { lock -> (LockDetail, [LockWaiter]) in
-                lock.holder = userID
-                let granted = lock.waiters.filter { $0.userID.hasSameUTF8(as: userID) }
-                lock.waiters.removeAll { $0.userID.hasSameUTF8(as: userID) }
-                return (lock.detail, granted)
-            })
+            let (detail, granted) = self.withLock(
+                key,
+                { lock -> (LockDetail, [LockWaiter]) in
+                    lock.holder = userID
+                    let granted = lock.waiters.filter { $0.userID.hasSameUTF8(as: userID) }
+                    lock.waiters.removeAll { $0.userID.hasSameUTF8(as: userID) }
+                    return (lock.detail, granted)
+                })
         else { return }
         self.heldBy[UTF8Key(userID), default: []].insert(key)
         out.append(.lockEvent(Self.event(key.channel, .acquired, detail, now)))
@@ -267,7 +278,9 @@ struct LockTable: Sendable {
         for waiter in granted {
             if !remainingSessions.contains(UTF8Key(waiter.session)) {
                 self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
-                if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true { self.waitingSessions[UTF8Key(waiter.session)] = nil }
+                if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true {
+                    self.waitingSessions[UTF8Key(waiter.session)] = nil
+                }
             }
             out.append(.lock(waiter.completion, .success(())))
         }
@@ -279,7 +292,10 @@ struct LockTable: Sendable {
         if self.heldBy[UTF8Key(userID)]?.isEmpty == true { self.heldBy[UTF8Key(userID)] = nil }
     }
 
-    private static func event(_ channel: MetadataScope, _ type: LockEventType, _ detail: LockDetail, _ now: UInt64) -> LockEvent {
-        LockEvent(channel: channel.name, channelType: channel.channelType, eventType: type, locks: [detail], timestampMs: now)
+    private static func event(_ channel: MetadataScope, _ type: LockEventType, _ detail: LockDetail, _ now: UInt64)
+        -> LockEvent
+    {
+        LockEvent(
+            channel: channel.name, channelType: channel.channelType, eventType: type, locks: [detail], timestampMs: now)
     }
 }

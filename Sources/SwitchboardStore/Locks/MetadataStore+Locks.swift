@@ -1,5 +1,5 @@
-import Synchronization
 import SwitchboardWire
+import Synchronization
 
 /// Channel locks (`Protocol/SPEC.md` §13.2).
 ///
@@ -35,7 +35,8 @@ extension MetadataStore {
         let error = self.shard(for: scope).perform(
             { state in
                 state.locks.set(
-                    channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &state.outbox)
+                    channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &state.outbox
+                )
             }, deliver: self.deliver)
         if let error { throw error }
     }
@@ -76,13 +77,16 @@ extension MetadataStore {
             }, deliver: self.deliver)
     }
 
-    /// `acquireLock`, waiting for the answer (see ``acquireLock(channel:channelType:name:userID:session:retry:completion:)``).
+    /// `acquireLock`, waiting for the answer.
+    ///
+    /// See ``acquireLock(channel:channelType:name:userID:session:retry:completion:)``.
     ///
     /// - Throws: `4003 lockNotFound`, `6001 lockHeld`, `6003 lockWaitCancelled`, or an argument error.
     public func acquireLock(
         channel: String, channelType: ChannelType, name: String, userID: String, session: String, retry: Bool
     ) async throws(SwitchboardStoreError) {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SwitchboardStoreError>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<Void, SwitchboardStoreError>, Never>) in
             self.acquireLock(
                 channel: channel, channelType: channelType, name: name, userID: userID, session: session, retry: retry
             ) { continuation.resume(returning: $0) }
@@ -155,7 +159,8 @@ extension MetadataStore {
     /// `6003 lockWaitCancelled`.
     public func cancelWaits(session: String) {
         for shard in self.shards {
-            shard.perform({ state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
+            shard.perform(
+                { state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
         }
     }
 

@@ -68,7 +68,7 @@ enum ChangeBatch {
 
         func record(_ scope: MetadataScope) -> ChangeRecord {
             var changes = self.items.map { ItemChange(key: $0.key.string, operation: $0.value) }
-            changes.sort { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            changes.sort { $0.key.utf8Precedes($1.key) }
             return ChangeRecord(
                 scope: scope, majorRevision: self.majorRevision, isRemoved: self.isRemoved,
                 clearsItems: self.clearsItems, items: changes)

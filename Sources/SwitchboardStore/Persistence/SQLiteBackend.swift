@@ -141,7 +141,9 @@ public final class SQLiteBackend: MetadataBackend {
             if current < 0 || !Self.matches(sets[current].scope, storageType, channelType, name) {
                 if current >= 0 { Self.restoreInsertionOrder(&sets[current].items, &positions) }
                 // Sets and items come in the same order: skip the sets without items (tombstones, emptied sets).
-                repeat { current += 1 } while current < sets.count
+                repeat {
+                    current += 1
+                } while current < sets.count
                     && !Self.matches(sets[current].scope, storageType, channelType, name)
                 guard current < sets.count else {
                     throw SwitchboardStoreError(.internal, "metadata_item has rows of a set missing from metadata_set")
@@ -157,7 +159,9 @@ public final class SQLiteBackend: MetadataBackend {
         return sets
     }
 
-    private static func matches(_ scope: MetadataScope, _ storageType: UInt32, _ channelType: UInt32, _ name: String) -> Bool {
+    private static func matches(_ scope: MetadataScope, _ storageType: UInt32, _ channelType: UInt32, _ name: String)
+        -> Bool
+    {
         scope.storageType.rawValue == storageType && scope.channelType.rawValue == channelType
             && scope.name.hasSameUTF8(as: name)
     }

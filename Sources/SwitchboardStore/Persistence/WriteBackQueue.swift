@@ -1,8 +1,8 @@
 import CoreMetrics
 import Dispatch
 import Logging
-import Synchronization
 import SwitchboardWire
+import Synchronization
 
 /// Writes the store's changes back to its ``MetadataBackend``, off the callers' threads, with group commit.
 ///
@@ -110,12 +110,21 @@ final class WriteBackQueue: Sendable {
     }
 
     /// Refuses new writes (`8002 shuttingDown`), commits what is queued, stops probing and closes the backend.
+    /// Calling it again does nothing.
     func close() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             self.queue.async {
-                let previous = Health(rawValue: self.health.exchange(Health.closed.rawValue, ordering: .sequentiallyConsistent))
+                let previous = Health(
+                    rawValue: self.health.exchange(Health.closed.rawValue, ordering: .sequentiallyConsistent))
+                if previous == .closed {
+                    // Closed before: nothing is queued and the backend is closed already.
+                    continuation.resume()
+                    return
+                }
                 if previous == .failing {
-                    let lost = self.enqueued.load(ordering: .sequentiallyConsistent) - self.finished.load(ordering: .sequentiallyConsistent)
+                    let lost =
+                        self.enqueued.load(ordering: .sequentiallyConsistent)
+                        - self.finished.load(ordering: .sequentiallyConsistent)
                     if lost > 0 {
                         self.logger.error(
                             "closing the metadata store while the database fails: acknowledged writes are lost",
@@ -134,7 +143,7 @@ final class WriteBackQueue: Sendable {
         }
     }
 
-    /// Queue length, lag and health.
+    /// Queue length, lag and health. Takes every shard's lock briefly: for metrics and health checks, not per request.
     func status() -> WriteBackStatus {
         let now = DispatchTime.now().uptimeNanoseconds
         var oldest = self.writer.withLock { $0.inFlightSinceNs }
@@ -257,7 +266,8 @@ final class WriteBackQueue: Sendable {
             }
             self.finished.wrappingAdd(reverted.count, ordering: .sequentiallyConsistent)
             let failure = SwitchboardStoreError(
-                .storageFailure, "the database refused the write; nothing was changed", retryAfterMs: self.probeIntervalMs)
+                .storageFailure, "the database refused the write; nothing was changed",
+                retryAfterMs: self.probeIntervalMs)
             for write in reverted {
                 write.completion?(.failure(failure))
             }
