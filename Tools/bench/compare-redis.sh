@@ -20,6 +20,7 @@ start_switchboard() {  # $1 durability, $2 threads
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/17400) 2>/dev/null && break; sleep 0.05; done
 }
 start_redis() {  # $1 appendonly yes|no
+  rm -rf "$work"/appendonly* "$work"/*.rdb
   redis-server --port 17401 --bind 127.0.0.1 --save '' --appendonly "$1" --appendfsync always --dir "$work" \
     --daemonize no --logfile "$work/redis.log" &
   redis_pid=$!
@@ -30,8 +31,8 @@ sb_rate() {  # $1 op, $2 depth
     --server-pid "$sb_pid" | awk -F': ' '/requests_per_second|p99_us|server_cpu/ {printf "%s=%s ", $1, $2}'
 }
 redis_rate() {  # $1 command, $2 depth
-  redis-benchmark -p 17401 -c 50 -n "$requests" -P "$2" -q $1 | tr '\r' '\n' | grep -E "requests per second" | tail -1 \
-    | awk '{print $2}'
+  redis-benchmark -p 17401 -c 50 -n "$requests" -P "$2" -q $1 | tr '\r' '\n' \
+    | grep -oE "[0-9.]+ requests per second" | tail -1 | awk '{print $1}'
 }
 
 for round in $(seq "$rounds"); do
