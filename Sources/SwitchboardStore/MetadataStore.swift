@@ -34,6 +34,9 @@ public final class MetadataStore: Sendable {
     private let mode: Mode
     private let writeBack: WriteBackQueue?
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
+    /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
+    /// session starts and ends skip the lock shards entirely while no lock exists.
+    let lockCount = Atomic<Int>(0)
 
     /// An empty store that keeps everything in memory only.
     /// - Parameters:

@@ -25,7 +25,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private let core: GatewayCore
-    private var logger: Logger
     private var state: State = .awaitingHello
     private var connectionID: UInt64 = 0
     private var decoder: FrameDecoder
@@ -51,7 +50,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     init(core: GatewayCore) {
         self.core = core
-        self.logger = core.logger
         let limits = core.configuration.limits
         self.decoder = FrameDecoder(
             limits: FrameLimits(
@@ -61,6 +59,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     // MARK: lifecycle
+
+    /// Logs with the connection id and user attached; builds nothing when the level is off (logging is rare here,
+    /// and a per-connection Logger with metadata would cost an allocation per handshake).
+    private func log(_ level: Logger.Level, _ message: Logger.Message, _ extra: Logger.Metadata = [:]) {
+        let logger = self.core.logger
+        guard logger.logLevel <= level else { return }
+        var metadata = extra
+        metadata["connection"] = "\(self.connectionID)"
+        if let user = self.session?.info.userID { metadata["user"] = "\(user)" }
+        logger.log(level: level, message, metadata: metadata)
+    }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -83,7 +92,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         self.connectionID = id
-        self.logger[metadataKey: "connection"] = "\(id)"
         self.core.metrics.connections.increment()
         self.core.metrics.connectionsAccepted.increment()
         self.lastReceived = .now()
@@ -107,7 +115,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.registry.unregister(session)
             self.core.metrics.sessions.decrement()
             self.core.metrics.recordSessionEnd(reason)
-            self.logger.debug("session ended", metadata: ["user": "\(session.info.userID)", "reason": "\(reason)"])
+            self.log(.debug, "session ended", ["user": "\(session.info.userID)", "reason": "\(reason)"])
             for observer in self.core.observers { observer.sessionEnded(session, reason: reason) }
         }
         if wasAdmitted {
@@ -121,7 +129,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         // Socket errors (reset by peer and the like): the session ends abnormally.
-        self.logger.debug("connection error", metadata: ["error": "\(error)"])
+        self.log(.debug, "connection error", ["error": "\(error)"])
         context.close(promise: nil)
     }
 
@@ -289,7 +297,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.state = .ready
         self.handshakeTimer?.cancel()
         self.handshakeTimer = nil
-        self.logger[metadataKey: "user"] = "\(userID)"
         let limits = configuration.limits
         self.decoder.limits = FrameLimits(
             maxFrameSize: limits.maxFrameSize, maxInflatedSize: limits.maxInflatedSize,
@@ -310,7 +317,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.send(.control(.welcome(welcome)))
         self.core.registry.register(session)
         self.core.metrics.sessions.increment()
-        self.logger.debug("session started", metadata: ["device": "\(hello.deviceId)", "client": "\(hello.clientType)"])
+        self.log(.debug, "session started", ["device": "\(hello.deviceId)", "client": "\(hello.clientType)"])
         for observer in self.core.observers { observer.sessionStarted(session) }
         self.startHeartbeatWatch(context: context)
     }
@@ -498,7 +505,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             queued > self.core.configuration.limits.outboundHardCap
         {
             self.core.metrics.recordLimitHit("outboundHardCap")
-            self.logger.info("slow consumer disconnected", metadata: ["queuedBytes": "\(queued)"])
+            self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
             // GOAWAY goes behind the backlog the client is not reading; close at once so nothing more piles up.
             self.core.metrics.recordError(.slowConsumer)
             self.endReason = .slowConsumer
@@ -533,7 +540,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard self.state != .closed else { return }
         self.core.metrics.recordError(code)
         if self.endReason == nil { self.endReason = reason }
-        self.logger.debug("closing connection", metadata: ["code": "\(code)", "message": "\(message)"])
+        self.log(.debug, "closing connection", ["code": "\(code)", "message": "\(message)"])
         self.sendGoAway(code: code.rawValue, reason: reason, message: message)
         self.closeConnection()
     }

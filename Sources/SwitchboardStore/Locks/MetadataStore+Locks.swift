@@ -32,13 +32,17 @@ extension MetadataStore {
         }
         let now = self.clock.nowMs()
         let maxLocks = self.limits.maxLocksPerChannel
+        self.lockCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
         let error = self.shard(for: scope).perform(
             { state in
                 state.locks.set(
                     channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &state.outbox
                 )
             }, deliver: self.deliver)
-        if let error { throw error }
+        if let error {
+            self.lockCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+            throw error
+        }
     }
 
     /// `acquireLock`: takes a lock for `userID`.
@@ -120,6 +124,7 @@ extension MetadataStore {
                 state.locks.remove(channel: scope, name: name, now: now, out: &state.outbox)
             }, deliver: self.deliver)
         if let error { throw error }
+        self.lockCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
     }
 
     /// `revokeLock`: takes a lock away from `owner` (event `released`); the first waiter gets it.
@@ -158,6 +163,7 @@ extension MetadataStore {
     /// A session ended: its waiting `acquireLock` requests leave their queues and are answered with
     /// `6003 lockWaitCancelled`.
     public func cancelWaits(session: String) {
+        guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         for shard in self.shards {
             shard.perform(
                 { state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
@@ -166,6 +172,7 @@ extension MetadataStore {
 
     /// The last session of `userID` ended: the user's locks stay held for their TTL, counted from now.
     public func userWentOffline(_ userID: String) {
+        guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         let now = self.clock.nowMs()
         for shard in self.shards {
             shard.state.withLock { $0.locks.holderWentOffline(userID, now: now) }
@@ -174,6 +181,7 @@ extension MetadataStore {
 
     /// A session of `userID` started: the user keeps every lock that has not expired.
     public func userCameOnline(_ userID: String) {
+        guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         for shard in self.shards {
             shard.state.withLock { $0.locks.holderCameOnline(userID) }
         }
