@@ -577,12 +577,29 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         guard request.items.count <= limits.pairs, callBytes <= limits.bytes else { throw Rejection(tooLarge) }
         let session = context.session
         let now = context.nowMillis
+        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(Rejection) -> PresenceState in
+            let updated = state.setting(request.items)
+            guard updated.items.count <= limits.pairs, updated.byteCount <= limits.bytes else { throw Rejection(tooLarge) }
+            return updated
+        }
+        return .setState(EmptyBody())
+    }
+
+    /// Replaces a member's state with `transform(state)` and tells the channel when it changed.
+    private func updateState(
+        of session: SessionHandle, in key: ChannelKey, now: Int64,
+        _ transform: (PresenceState) throws(Rejection) -> PresenceState
+    ) throws(Rejection) {
         let error: ErrorBody? = self.shard(key).state.withLock { shard in
             guard let channel = shard.channels[key], var member = channel.members[session.info.userID],
                 member.sessions[session] != nil
             else { return ErrorBody(.notSubscribed, "the session is not in \(key)") }
-            let updated = member.state.setting(request.items)
-            guard updated.items.count <= limits.pairs, updated.byteCount <= limits.bytes else { return tooLarge }
+            let updated: PresenceState
+            do throws(Rejection) {
+                updated = try transform(member.state)
+            } catch {
+                return error.body
+            }
             guard updated != member.state else { return nil }
             member.state = updated
             channel.members[member.userID] = member
@@ -592,27 +609,15 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             return nil
         }
         if let error { throw Rejection(error) }
-        return .setState(EmptyBody())
     }
 
     private func removeState(_ request: RemoveStateRequest, context: RequestContext) throws(Rejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         let session = context.session
         let now = context.nowMillis
-        let error: ErrorBody? = self.shard(key).state.withLock { shard in
-            guard let channel = shard.channels[key], var member = channel.members[session.info.userID],
-                member.sessions[session] != nil
-            else { return ErrorBody(.notSubscribed, "the session is not in \(key)") }
-            let updated = member.state.removing(request.keys)
-            guard updated != member.state else { return nil }
-            member.state = updated
-            channel.members[member.userID] = member
-            if member.visible {
-                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now)
-            }
-            return nil
+        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(Rejection) -> PresenceState in
+            state.removing(request.keys)
         }
-        if let error { throw Rejection(error) }
         return .removeState(EmptyBody())
     }
 
