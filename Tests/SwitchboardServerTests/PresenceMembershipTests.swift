@@ -477,3 +477,23 @@ extension PresenceClient {
         await self.connection.close()
     }
 }
+
+@Suite struct PresenceSnapshotCapTests {
+    @Test func snapshotsListAtMostTheCapAndCountEveryone() async throws {
+        var configuration = PresenceConfiguration.testing()
+        configuration.maxSnapshotUsers = 2
+        try await withPresence(configuration) { fixture in
+            var clients: [PresenceClient] = []
+            for user in ["dave", "carol", "bob", "alice"] {
+                let client = try await fixture.connect(user)
+                try await client.subscribe("big")
+                clients.append(client)
+            }
+            let alice = clients[3]
+            let snapshot = try #require(await alice.nextEvent())
+            #expect(snapshot.eventType == .snapshot)
+            #expect(snapshot.snapshotUsers == ["alice", "bob"])  // the first two in byte order
+            #expect(snapshot.totalOccupancy == 4)
+        }
+    }
+}

@@ -462,7 +462,10 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         var pushes: [EncodedPush] = []
         var current = base
         var bytes = 0
+        var listed = 0
         for userID in channel.visible.all() {
+            if listed >= self.configuration.maxSnapshotUsers { break }  // totalOccupancy tells the client there is more
+            listed += 1
             let state = UserState(userId: userID, states: channel.members[userID]?.state.items ?? [])
             let size = Self.estimatedSize(of: state)
             if !current.snapshot.isEmpty

@@ -32,6 +32,10 @@ public struct PresenceConfiguration: Sendable, Hashable {
     /// Most users in one `snapshot` or `interval` push; larger lists are split over several pushes of the same
     /// type, sent back to back. Default 1000 (a push must stay below the 10,000-element and 1 MiB frame limits).
     public var maxUsersPerPush: Int = 1000
+    /// Most users a `snapshot` lists; `totalOccupancy` still counts everyone, and a client pages through the rest
+    /// with `whoNow`. Bounds the cost of a join storm: without it every joiner of an N-member channel would be sent N
+    /// users, N² in all. Default 1000.
+    public var maxSnapshotUsers: Int = 1000
     /// Most bytes of user ids and states in one `snapshot` or `interval` push before it is split. Default 256 KiB.
     public var maxBytesPerPush: Int = 256 << 10
 
