@@ -14,6 +14,8 @@ enum BenchWork: Sendable {
     case neverRead(Request, count: Int)
     /// Closes right after WELCOME (handshake benchmarks).
     case closeAfterWelcome
+    /// Subscribes to a channel with presence events and counts the presence pushes it receives.
+    case join(channel: String)
 }
 
 /// Counters shared by all connections of a run.
@@ -24,6 +26,10 @@ final class BenchTotals: Sendable {
     let welcomed = Atomic<UInt64>(0)
     let closed = Atomic<UInt64>(0)
     let stop = Atomic<Bool>(false)
+    let joined = Atomic<UInt64>(0)
+    let presencePushes = Atomic<UInt64>(0)
+    let intervalPushes = Atomic<UInt64>(0)
+    let joinEventPushes = Atomic<UInt64>(0)
     let budget: UInt64
     private let histograms = Mutex<Histogram<UInt64>>(Histogram(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three))
 
@@ -102,6 +108,14 @@ final class BenchConnectionHandler: ChannelInboundHandler {
             switch frame.header.kind {
             case .control where frame.header.op == ControlOp.welcome.rawValue:
                 self.welcomeReceived(context: context)
+            case .push where frame.header.op == PushCode.presenceEvent.rawValue:
+                self.totals.presencePushes.wrappingAdd(1, ordering: .relaxed)
+                if case .push(.presenceEvent(let event)) = try? SwitchboardMessage.decode(frame) {
+                    if event.eventType == .interval { self.totals.intervalPushes.wrappingAdd(1, ordering: .relaxed) }
+                    if event.eventType == .remoteJoin { self.totals.joinEventPushes.wrappingAdd(1, ordering: .relaxed) }
+                }
+            case .response where { if case .join = self.work { return true } else { return false } }():
+                self.totals.joined.wrappingAdd(1, ordering: .relaxed)
             case .response:
                 if frame.header.flags.contains(.error) { self.totals.errors.wrappingAdd(1, ordering: .relaxed) }
                 let slot = Int(frame.header.requestID) % max(self.sentAt.count, 1)
@@ -133,6 +147,10 @@ final class BenchConnectionHandler: ChannelInboundHandler {
         switch self.work {
         case .closeAfterWelcome:
             context.close(promise: nil)
+        case .join(let channel):
+            var buffer = ByteBuffer()
+            self.encoder.encode(.request(id: 1, .subscribeChannel(SubscribeChannelRequest(channel: channel))), into: &buffer)
+            context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
         case .idle:
             break
         case .neverRead(let request, let count):

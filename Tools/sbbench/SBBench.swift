@@ -18,7 +18,7 @@ struct SBBench: AsyncParsableCommand {
             sbbench itself and of the server (--server-pid).
             """)
 
-    @Argument(help: "handshake | idle | requests | slow-reader")
+    @Argument(help: "handshake | idle | requests | slow-reader | presence-storm")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port.")
@@ -30,6 +30,9 @@ struct SBBench: AsyncParsableCommand {
     @Option(help: "Concurrent connections.")
     var connections = 50
 
+    @Option(help: "presence-storm: sessions that join the channel.")
+    var joiners = 10_000
+
     @Option(help: "Requests in flight per connection.")
     var depth = 1
 
@@ -39,7 +42,7 @@ struct SBBench: AsyncParsableCommand {
     @Option(help: "Stop after this many seconds even if --count is not reached.")
     var duration: Double = 30
 
-    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller).")
+    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states).")
     var op = "where"
 
     @Option(help: "Event loop threads of the load generator.")
@@ -55,6 +58,7 @@ struct SBBench: AsyncParsableCommand {
         switch self.op {
         case "where": return { _ in .whereNow(WhereNowRequest()) }
         case "get": return { _ in .getUserMetadata(GetUserMetadataRequest()) }
+        case "who": return { _ in .whoNow(WhoNowRequest(channel: "storm", includeState: true)) }
         case "set":
             return { sequence in
                 .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
@@ -67,7 +71,7 @@ struct SBBench: AsyncParsableCommand {
                         MetadataItem(key: "Avatar", value: "https://example.com/a.png"),
                     ]))
             }
-        default: throw ValidationError("--op must be where, set, set3 or get")
+        default: throw ValidationError("--op must be where, set, set3, get or who")
         }
     }
 
@@ -175,6 +179,42 @@ struct SBBench: AsyncParsableCommand {
                        ("requests", "\(answered)"), ("error_responses", "\(totals.errors.load(ordering: .relaxed))"),
                        ("seconds", String(format: "%.2f", seconds)), ("requests_per_second", "\(Int(Double(answered) / seconds))"),
                        ("p50_us", micros(50)), ("p99_us", micros(99)), ("p999_us", micros(99.9)), ("max_us", micros(100))]
+        case "presence-storm":
+            // --connections clients run --op requests while --joiners sessions join one channel with presence events.
+            let joinTotals = BenchTotals(budget: 0)
+            let totals = BenchTotals(budget: UInt64(self.count))
+            let make = try self.makeRequest()
+            var channels: [any Channel] = []
+            for index in 0..<self.connections {
+                channels.append(try await self.connect(group: group, user: "bench-\(index)", work: .requests(depth: self.depth, make: make), totals: totals).get())
+            }
+            let joinStart = clock.now
+            var joiners: [any Channel] = []
+            var opened = 0
+            while opened < self.joiners {
+                let batch = (opened..<min(opened + 500, self.joiners)).map {
+                    self.connect(group: group, user: "joiner-\($0)", work: .join(channel: "storm"), totals: joinTotals)
+                }
+                for future in batch { joiners.append(try await future.get()) }
+                opened += batch.count
+            }
+            while joinTotals.joined.load(ordering: .relaxed) < UInt64(self.joiners) && (clock.now - joinStart).seconds < 60 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let joinSeconds = (clock.now - joinStart).seconds
+            try await Task.sleep(for: .seconds(2))  // let the last interval events arrive
+            totals.stop.store(true, ordering: .relaxed)
+            for channel in channels { try? await channel.closeFuture.get() }
+            let latencies = totals.latencies
+            func micros(_ p: Double) -> String { String(format: "%.1f", Double(latencies.valueAtPercentile(p)) / 1000) }
+            report += [("joiners", "\(self.joiners)"), ("joined", "\(joinTotals.joined.load(ordering: .relaxed))"),
+                       ("join_seconds", String(format: "%.2f", joinSeconds)),
+                       ("presence_pushes", "\(joinTotals.presencePushes.load(ordering: .relaxed))"),
+                       ("interval_pushes", "\(joinTotals.intervalPushes.load(ordering: .relaxed))"),
+                       ("remote_join_pushes", "\(joinTotals.joinEventPushes.load(ordering: .relaxed))"),
+                       ("other_requests", "\(totals.answered.load(ordering: .relaxed))"),
+                       ("other_p50_us", micros(50)), ("other_p99_us", micros(99)), ("other_max_us", micros(100))]
+            for joiner in joiners { joiner.close(promise: nil) }
         default:
             throw ValidationError("unknown scenario \(self.scenario)")
         }
