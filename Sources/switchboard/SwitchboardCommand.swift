@@ -228,12 +228,17 @@ struct Serve: AsyncParsableCommand {
             compressionThreshold: configuration.compressionThreshold)
         let presence = PresenceArea(
             configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
-        let handlers: [any RequestHandler] = [storage, presence]
-        let observers: [any SessionObserver] = [storage, presence]
+        // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
+        let eventStore = try EventStore(path: configuration.databasePath + ".events")
+        let events = try EventArea(store: eventStore, compressionThreshold: configuration.compressionThreshold)
+        let handlers: [any RequestHandler] = [storage, presence, events]
+        let observers: [any SessionObserver] = [storage, presence, events]
         let gateway = SwitchboardGateway(
             configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
         // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.
-        services.insert(contentsOf: [MetadataStoreService(store: store), gateway] as [any Service], at: 0)
+        services.insert(
+            contentsOf: [MetadataStoreService(store: store), EventStoreService(store: eventStore), gateway] as [any Service],
+            at: 0)
         SecondSignal.exitImmediately(logger: logger)
         let group = ServiceGroup(
             configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

@@ -1,0 +1,383 @@
+import Foundation
+import NIOCore
+import Synchronization
+import SwitchboardStore
+import SwitchboardWire
+
+/// Event subscription and online state (`Protocol/SPEC.md` §13.4): `subscribeEvent`, `unsubscribeEvent`,
+/// `publishEvent`, `queryEventSubscriptions` and the `subscribedEvents` push.
+///
+/// Everything lives in memory under one lock and is written behind to an ``EventStore``. Expiries are absolute
+/// server times checked lazily against the injected clock, so no timers run for them. Online state (values 1, 2,
+/// 3) is published by the area itself as sessions start and end; an abnormal end waits for the grace period, and
+/// a new session of the same user and client type within it cancels the event (no flapping). Each fan-out
+/// encodes its push once and writes it to every receiving session; pushes are sent while the lock is held, so the
+/// events of one publisher reach each session in order.
+public final class EventArea: RequestHandler, SessionObserver {
+    /// Fixed limits of §11.
+    public enum Limits {
+        public static let publishersPerCall = 100
+        public static let publishersPerUser = 3_000
+        public static let subscriptionExpiry: ClosedRange<UInt64> = 60...2_592_000
+        public static let eventExpiry: ClosedRange<UInt64> = 60...604_800
+        public static let minimumEventValue: UInt64 = 10_000
+        public static let maxExtBytes = 4_096
+        public static let keptEventsPerPublisher = 100
+        public static let maxUserIDBytes = 64
+    }
+
+    private struct Subscription {
+        var subscribedAtMs: Int64
+        var expiresAtMs: Int64
+    }
+
+    private struct State {
+        /// subscriber → publisher → subscription (event type 1).
+        var subscriptions: [String: [String: Subscription]] = [:]
+        /// publisher → subscribers.
+        var subscribers: [String: Set<String>] = [:]
+        /// publisher → kept events, oldest first.
+        var kept: [String: [SubscribedEvent]] = [:]
+        /// publisher → latest application event (kept or not).
+        var latestCustom: [String: SubscribedEvent] = [:]
+        /// publisher → current online state.
+        var onlineState: [String: SubscribedEvent] = [:]
+        /// user → online sessions.
+        var online: [String: [SessionHandle]] = [:]
+        /// user → when their last session ended.
+        var lastOffline: [String: Int64] = [:]
+        /// (user, client type) → abnormal end waiting for the grace period.
+        var pendingDrops: [DropKey: Scheduled<Void>] = [:]
+    }
+
+    private struct DropKey: Hashable {
+        var user: String
+        var clientType: ClientType
+    }
+
+    private let state = Mutex(State())
+    private let store: EventStore
+    private let nowMillis: @Sendable () -> Int64
+    private let gracePeriod: TimeAmount
+    private let compressionThreshold: Int
+
+    /// Creates the area from what `store` holds.
+    ///
+    /// - Parameters:
+    ///   - store: Where subscriptions, kept events and online states persist.
+    ///   - gracePeriod: How long an abnormally ended session may take to come back before subscribers get value 3.
+    ///   - nowMillis: The server clock (the gateway's, so expiries agree with ``RequestContext/nowMillis``).
+    /// - Throws: GRDB's `DatabaseError` when the store cannot be read.
+    public init(
+        store: EventStore, gracePeriod: TimeAmount = .seconds(2),
+        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
+    ) throws {
+        self.store = store
+        self.gracePeriod = gracePeriod
+        self.compressionThreshold = compressionThreshold
+        self.nowMillis = nowMillis
+        let snapshot = try store.load(nowMillis: nowMillis())
+        self.state.withLock { state in
+            for s in snapshot.subscriptions where s.eventType == 1 {
+                state.subscriptions[s.subscriber, default: [:]][s.publisher] =
+                    Subscription(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs)
+                state.subscribers[s.publisher, default: []].insert(s.subscriber)
+            }
+            for event in snapshot.keptEvents {
+                state.kept[event.publisher, default: []].append(event)
+                state.latestCustom[event.publisher] = event
+            }
+            for var event in snapshot.onlineStates {
+                // Nobody is online after a restart: a publisher that was online when the server stopped dropped.
+                if event.value == 1 {
+                    event.value = 3
+                    event.onlineClientTypes = []
+                }
+                state.onlineState[event.publisher] = event
+            }
+            state.lastOffline = snapshot.lastOffline
+        }
+    }
+
+    public var operations: [Opcode] { [.subscribeEvent, .unsubscribeEvent, .publishEvent, .queryEventSubscriptions] }
+
+    public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
+        switch request {
+        case .subscribeEvent(let subscribe): return self.subscribe(subscribe, context)
+        case .unsubscribeEvent(let unsubscribe): return self.unsubscribe(unsubscribe, context)
+        case .publishEvent(let publish): return self.publish(publish, context)
+        case .queryEventSubscriptions(let query): return self.query(query, context)
+        default: return .failure(ErrorBody(.internal, "not an event operation"))
+        }
+    }
+
+    // MARK: Requests
+
+    private func subscribe(_ request: SubscribeEventRequest, _ context: RequestContext) -> RequestOutcome {
+        guard request.eventType == 1 else { return .failure(ErrorBody(.unsupportedEventType, "only event type 1")) }
+        guard Limits.subscriptionExpiry.contains(request.expirySeconds) else {
+            return .failure(ErrorBody(.invalidExpiry, "expirySeconds must be 60-2592000"))
+        }
+        guard !request.publishers.isEmpty else { return .failure(ErrorBody(.invalidArgument, "no publishers")) }
+        guard request.publishers.count <= Limits.publishersPerCall else {
+            return .failure(ErrorBody(.tooManyPublishers, "at most 100 publishers per call"))
+        }
+        let subscriber = context.session.info.userID
+        let now = context.nowMillis
+        var failed: [String] = []
+        var valid: [String] = []
+        var seen = Set<String>()
+        for publisher in request.publishers {
+            if publisher.isEmpty || publisher.utf8.count > Limits.maxUserIDBytes {
+                failed.append(publisher)
+            } else if seen.insert(publisher).inserted {
+                valid.append(publisher)
+            }
+        }
+        let expiresAt = now + Int64(request.expirySeconds) * 1000
+        let stored: [StoredEventSubscription]? = self.state.withLock { state in
+            var mine = (state.subscriptions[subscriber] ?? [:]).filter { $0.value.expiresAtMs > now }
+            let added = valid.filter { mine[$0] == nil }.count
+            guard mine.count + added <= Limits.publishersPerUser else { return nil }
+            for publisher in valid {
+                mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
+                state.subscribers[publisher, default: []].insert(subscriber)
+            }
+            state.subscriptions[subscriber] = mine
+            return valid.map {
+                StoredEventSubscription(subscriber: subscriber, publisher: $0, subscribedAtMs: now, expiresAtMs: expiresAt)
+            }
+        }
+        guard let stored else {
+            return .failure(ErrorBody(.subscriptionQuotaExceeded, "at most 3000 subscribed publishers per user"))
+        }
+        self.store.upsert(stored)
+        if request.syncEnabled {
+            let events = self.state.withLock { state in
+                valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) }
+            }
+            if !events.isEmpty {
+                let session = context.session
+                // After the response, which the connection writes when this handler returns.
+                session.eventLoop.execute { session.send(.subscribedEvents(SubscribedEvents(events: events))) }
+            }
+        }
+        return .response(.subscribeEvent(SubscribeEventResponse(failedPublishers: failed)))
+    }
+
+    private func unsubscribe(_ request: UnsubscribeEventRequest, _ context: RequestContext) -> RequestOutcome {
+        guard request.eventType == 1 else { return .failure(ErrorBody(.unsupportedEventType, "only event type 1")) }
+        guard request.publishers.count <= Limits.publishersPerCall else {
+            return .failure(ErrorBody(.tooManyPublishers, "at most 100 publishers per call"))
+        }
+        let subscriber = context.session.info.userID
+        self.state.withLock { state in
+            let publishers = request.publishers.isEmpty
+                ? Array((state.subscriptions[subscriber] ?? [:]).keys) : request.publishers
+            for publisher in publishers {
+                state.subscriptions[subscriber]?[publisher] = nil
+                state.subscribers[publisher]?.remove(subscriber)
+                if state.subscribers[publisher]?.isEmpty == true { state.subscribers[publisher] = nil }
+            }
+            if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+        }
+        self.store.removeSubscriptions(
+            subscriber: subscriber, eventType: 1, publishers: request.publishers.isEmpty ? nil : request.publishers)
+        return .response(.unsubscribeEvent(EmptyBody()))
+    }
+
+    private func publish(_ request: PublishEventRequest, _ context: RequestContext) -> RequestOutcome {
+        guard request.eventType == 1 else { return .failure(ErrorBody(.unsupportedEventType, "only event type 1")) }
+        guard request.value >= Limits.minimumEventValue else {
+            return .failure(ErrorBody(.reservedEventValue, "event values 1-9999 are reserved for the server"))
+        }
+        guard Limits.eventExpiry.contains(request.expirySeconds) else {
+            return .failure(ErrorBody(.invalidExpiry, "expirySeconds must be 60-604800"))
+        }
+        guard request.ext.utf8.count <= Limits.maxExtBytes else {
+            return .failure(ErrorBody(.valueTooLong, "ext is at most 4096 bytes"))
+        }
+        let now = context.nowMillis
+        let publisher = context.session.info.userID
+        let event = SubscribedEvent(
+            eventId: Self.newEventID(), eventType: 1, value: request.value, publisher: publisher,
+            timestampMs: UInt64(max(now, 0)), expiresAtMs: UInt64(max(now, 0)) + request.expirySeconds * 1000,
+            ext: request.ext)
+        self.state.withLock { state in
+            state.latestCustom[publisher] = event
+            if !request.onlineOnly {
+                var kept = (state.kept[publisher] ?? []).filter { Int64($0.expiresAtMs) > now }
+                kept.append(event)
+                if kept.count > Limits.keptEventsPerPublisher { kept.removeFirst(kept.count - Limits.keptEventsPerPublisher) }
+                state.kept[publisher] = kept
+                self.store.keep(event, limit: Limits.keptEventsPerPublisher)
+            }
+            var targets = self.subscriberSessions(of: publisher, in: state, now: now)
+            if request.multiDeviceSync {
+                for session in state.online[publisher] ?? [] where session !== context.session { targets.insert(session) }
+            } else {
+                targets.remove(context.session)
+            }
+            self.fanOut([event], to: targets)
+        }
+        return .response(.publishEvent(PublishEventResponse(eventId: event.eventId, timestampMs: event.timestampMs)))
+    }
+
+    private func query(_ request: QueryEventSubscriptionsRequest, _ context: RequestContext) -> RequestOutcome {
+        guard request.eventType == 1 else { return .failure(ErrorBody(.unsupportedEventType, "only event type 1")) }
+        guard !request.publishers.isEmpty else { return .failure(ErrorBody(.invalidArgument, "no publishers")) }
+        guard request.publishers.count <= Limits.publishersPerCall else {
+            return .failure(ErrorBody(.tooManyPublishers, "at most 100 publishers per call"))
+        }
+        let now = context.nowMillis
+        let subscriber = context.session.info.userID
+        let found: [EventSubscription] = self.state.withLock { state in
+            let mine = state.subscriptions[subscriber] ?? [:]
+            var seen = Set<String>()
+            return request.publishers.compactMap { publisher in
+                guard seen.insert(publisher).inserted, let s = mine[publisher], s.expiresAtMs > now else { return nil }
+                return EventSubscription(
+                    publisher: publisher, eventType: 1, subscribedAtMs: UInt64(max(s.subscribedAtMs, 0)),
+                    expiresAtMs: UInt64(s.expiresAtMs), remainingSeconds: UInt64((s.expiresAtMs - now) / 1000))
+            }
+        }
+        return .response(.queryEventSubscriptions(QueryEventSubscriptionsResponse(subscriptions: found)))
+    }
+
+    // MARK: Online state
+
+    public func sessionStarted(_ session: SessionHandle) {
+        let user = session.info.userID
+        let now = self.nowMillis()
+        self.state.withLock { state in
+            let wasOffline = (state.online[user] ?? []).isEmpty
+            state.online[user, default: []].append(session)
+            let key = DropKey(user: user, clientType: session.info.clientType)
+            if let pending = state.pendingDrops.removeValue(forKey: key) {
+                // Came back within the grace period: the drop never happened for the subscribers.
+                pending.cancel()
+            } else {
+                self.publishOnlineState(of: user, value: 1, in: &state, now: now)
+            }
+            if wasOffline {
+                self.syncAtLogin(session, in: &state, now: now)
+            }
+        }
+        if Int.random(in: 0..<64) == 0 { self.purgeExpired(now: now) }
+    }
+
+    public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
+        let user = session.info.userID
+        let now = self.nowMillis()
+        let normal = reason == .logout || reason == .kicked
+        let nowOffline: Bool = self.state.withLock { state in
+            state.online[user]?.removeAll { $0 === session }
+            let offline = (state.online[user] ?? []).isEmpty
+            if offline {
+                state.online[user] = nil
+                state.lastOffline[user] = now
+            }
+            if normal {
+                self.publishOnlineState(of: user, value: 2, in: &state, now: now)
+            } else {
+                let key = DropKey(user: user, clientType: session.info.clientType)
+                state.pendingDrops[key]?.cancel()
+                state.pendingDrops[key] = session.eventLoop.scheduleTask(in: self.gracePeriod) { [self] in
+                    self.state.withLock { state in
+                        guard state.pendingDrops.removeValue(forKey: key) != nil else { return }
+                        self.publishOnlineState(of: user, value: 3, in: &state, now: self.nowMillis())
+                    }
+                }
+            }
+            return offline
+        }
+        if nowOffline { self.store.setLastOffline(user: user, atMs: now) }
+    }
+
+    /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.
+    private func publishOnlineState(of user: String, value: UInt64, in state: inout State, now: Int64) {
+        var types: [ClientType] = []
+        for session in state.online[user] ?? [] where !types.contains(session.info.clientType) {
+            types.append(session.info.clientType)
+        }
+        let event = SubscribedEvent(
+            eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
+            expiresAtMs: 0, onlineClientTypes: types)
+        state.onlineState[user] = event
+        self.store.setOnlineState(event)
+        self.fanOut([event], to: self.subscriberSessions(of: user, in: state, now: now))
+    }
+
+    /// The first session of a user gets each subscribed publisher's online state, then the kept events published
+    /// while the user was offline.
+    private func syncAtLogin(_ session: SessionHandle, in state: inout State, now: Int64) {
+        let user = session.info.userID
+        guard let mine = state.subscriptions[user] else { return }
+        let since = state.lastOffline[user] ?? Int64.min
+        var events: [SubscribedEvent] = []
+        var kept: [SubscribedEvent] = []
+        for (publisher, subscription) in mine.sorted(by: { $0.key < $1.key }) where subscription.expiresAtMs > now {
+            if let online = state.onlineState[publisher] { events.append(online) }
+            for event in state.kept[publisher] ?? []
+            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since {
+                kept.append(event)
+            }
+        }
+        events += kept
+        guard !events.isEmpty else { return }
+        session.send(.subscribedEvents(SubscribedEvents(events: events)))
+    }
+
+    // MARK: Helpers
+
+    /// The publisher's current unexpired events: online state, then the latest application event.
+    private static func currentEvents(of publisher: String, in state: State, now: Int64) -> [SubscribedEvent] {
+        var events: [SubscribedEvent] = []
+        if let online = state.onlineState[publisher] { events.append(online) }
+        if let custom = state.latestCustom[publisher], Int64(custom.expiresAtMs) > now { events.append(custom) }
+        return events
+    }
+
+    /// Every online session of every user with an unexpired subscription to `publisher`.
+    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> Set<SessionHandle> {
+        var sessions = Set<SessionHandle>()
+        for subscriber in state.subscribers[publisher] ?? [] {
+            guard let online = state.online[subscriber],
+                let subscription = state.subscriptions[subscriber]?[publisher], subscription.expiresAtMs > now
+            else { continue }
+            sessions.formUnion(online)
+        }
+        return sessions
+    }
+
+    /// One push, encoded once, to every target.
+    private func fanOut(_ events: [SubscribedEvent], to targets: Set<SessionHandle>) {
+        guard !targets.isEmpty, !events.isEmpty else { return }
+        let push = EncodedPush(.subscribedEvents(SubscribedEvents(events: events)), compressionThreshold: self.compressionThreshold)
+        for session in targets { session.send(push) }
+    }
+
+    private func purgeExpired(now: Int64) {
+        self.state.withLock { state in
+            for (subscriber, subscriptions) in state.subscriptions {
+                let expired = subscriptions.filter { $0.value.expiresAtMs <= now }.map(\.key)
+                guard !expired.isEmpty else { continue }
+                for publisher in expired {
+                    state.subscriptions[subscriber]?[publisher] = nil
+                    state.subscribers[publisher]?.remove(subscriber)
+                }
+                if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+            }
+            for (publisher, events) in state.kept {
+                let live = events.filter { Int64($0.expiresAtMs) > now }
+                state.kept[publisher] = live.isEmpty ? nil : live
+            }
+        }
+        self.store.purgeExpired(nowMillis: now)
+    }
+
+    private static func newEventID() -> String {
+        UUID().uuidString.lowercased()
+    }
+}

@@ -1,0 +1,210 @@
+import Dispatch
+import Foundation
+import GRDB
+import SwitchboardWire
+
+/// A user's subscription to a publisher's events, with absolute times (server ms).
+public struct StoredEventSubscription: Sendable, Hashable {
+    public var subscriber: String
+    public var publisher: String
+    public var eventType: UInt64
+    public var subscribedAtMs: Int64
+    public var expiresAtMs: Int64
+
+    public init(subscriber: String, publisher: String, eventType: UInt64 = 1, subscribedAtMs: Int64, expiresAtMs: Int64) {
+        self.subscriber = subscriber
+        self.publisher = publisher
+        self.eventType = eventType
+        self.subscribedAtMs = subscribedAtMs
+        self.expiresAtMs = expiresAtMs
+    }
+}
+
+/// Persists event subscriptions, kept (offline) events, the latest online state of each publisher and when each
+/// user was last offline, for the event subscription area (`Protocol/SPEC.md` §13.4).
+///
+/// The area keeps everything in memory; this store is written behind on a serial queue (in the order the changes
+/// happened) so the event loops never wait for SQLite, and read once at start. ``flush()`` waits for the writes.
+/// Times are absolute, so expiries keep counting across a restart.
+public final class EventStore: Sendable {
+    /// What the database held at start, without what had expired.
+    public struct Snapshot: Sendable {
+        public var subscriptions: [StoredEventSubscription] = []
+        /// Kept events, oldest first.
+        public var keptEvents: [SubscribedEvent] = []
+        /// The latest online-state event per publisher.
+        public var onlineStates: [SubscribedEvent] = []
+        /// When each user's last session ended (server ms).
+        public var lastOffline: [String: Int64] = [:]
+    }
+
+    private let writer: any DatabaseWriter
+    private let queue = DispatchQueue(label: "switchboard.events.store")
+
+    /// Opens (creating it if needed) the event database at `path`; nil: a fresh in-memory database.
+    /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
+    public init(path: String?) throws {
+        if let path {
+            var configuration = Configuration()
+            configuration.label = "switchboard.events"
+            configuration.busyMode = .timeout(5)
+            self.writer = try DatabaseQueue(path: path, configuration: configuration)
+        } else {
+            self.writer = try DatabaseQueue()
+        }
+        try Self.migrator().migrate(self.writer)
+    }
+
+    private static func migrator() -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE event_subscription (
+                        subscriber TEXT NOT NULL, publisher TEXT NOT NULL, event_type INTEGER NOT NULL,
+                        subscribed_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+                        PRIMARY KEY (subscriber, event_type, publisher)) WITHOUT ROWID;
+                    CREATE TABLE kept_event (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, publisher TEXT NOT NULL,
+                        event_type INTEGER NOT NULL, value INTEGER NOT NULL, timestamp INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL, ext TEXT NOT NULL);
+                    CREATE INDEX kept_event_publisher ON kept_event (publisher, seq);
+                    CREATE TABLE online_state (
+                        publisher TEXT PRIMARY KEY NOT NULL, event_id TEXT NOT NULL, value INTEGER NOT NULL,
+                        timestamp INTEGER NOT NULL, client_types TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE user_offline (user TEXT PRIMARY KEY NOT NULL, offline_at INTEGER NOT NULL) WITHOUT ROWID;
+                    """)
+        }
+        return migrator
+    }
+
+    /// Reads everything still valid at `nowMillis`, deleting what expired.
+    /// - Throws: GRDB's `DatabaseError`.
+    public func load(nowMillis: Int64) throws -> Snapshot {
+        try self.writer.write { db in
+            try db.execute(sql: "DELETE FROM event_subscription WHERE expires_at <= ?", arguments: [nowMillis])
+            try db.execute(sql: "DELETE FROM kept_event WHERE expires_at <= ?", arguments: [nowMillis])
+            var snapshot = Snapshot()
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM event_subscription") {
+                snapshot.subscriptions.append(
+                    StoredEventSubscription(
+                        subscriber: row["subscriber"], publisher: row["publisher"], eventType: UInt64(row["event_type"] as Int64),
+                        subscribedAtMs: row["subscribed_at"], expiresAtMs: row["expires_at"]))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM kept_event ORDER BY seq") {
+                snapshot.keptEvents.append(
+                    SubscribedEvent(
+                        eventId: row["event_id"], eventType: UInt64(row["event_type"] as Int64),
+                        value: UInt64(row["value"] as Int64), publisher: row["publisher"],
+                        timestampMs: UInt64(row["timestamp"] as Int64), expiresAtMs: UInt64(row["expires_at"] as Int64),
+                        ext: row["ext"]))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM online_state") {
+                let types = (row["client_types"] as String).split(separator: ",").compactMap { UInt32($0) }
+                snapshot.onlineStates.append(
+                    SubscribedEvent(
+                        eventId: row["event_id"], eventType: 1, value: UInt64(row["value"] as Int64), publisher: row["publisher"],
+                        timestampMs: UInt64(row["timestamp"] as Int64), onlineClientTypes: types.map { ClientType(rawValue: $0) }))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM user_offline") {
+                snapshot.lastOffline[row["user"]] = row["offline_at"]
+            }
+            return snapshot
+        }
+    }
+
+    /// Inserts or renews subscriptions.
+    public func upsert(_ subscriptions: [StoredEventSubscription]) {
+        guard !subscriptions.isEmpty else { return }
+        self.write { db in
+            for s in subscriptions {
+                try db.execute(
+                    sql: """
+                        INSERT INTO event_subscription (subscriber, publisher, event_type, subscribed_at, expires_at)
+                        VALUES (?, ?, ?, ?, ?) ON CONFLICT (subscriber, event_type, publisher)
+                        DO UPDATE SET subscribed_at = excluded.subscribed_at, expires_at = excluded.expires_at
+                        """,
+                    arguments: [s.subscriber, s.publisher, Int64(s.eventType), s.subscribedAtMs, s.expiresAtMs])
+            }
+        }
+    }
+
+    /// Removes `subscriber`'s subscriptions of `eventType` to `publishers`, or all of them when nil.
+    public func removeSubscriptions(subscriber: String, eventType: UInt64, publishers: [String]?) {
+        self.write { db in
+            if let publishers {
+                for publisher in publishers {
+                    try db.execute(
+                        sql: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ? AND publisher = ?",
+                        arguments: [subscriber, Int64(eventType), publisher])
+                }
+            } else {
+                try db.execute(
+                    sql: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ?",
+                    arguments: [subscriber, Int64(eventType)])
+            }
+        }
+    }
+
+    /// Keeps an event for offline delivery, keeping only the latest `limit` of its publisher.
+    public func keep(_ event: SubscribedEvent, limit: Int) {
+        self.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO kept_event (event_id, publisher, event_type, value, timestamp, expires_at, ext)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    event.eventId, event.publisher, Int64(event.eventType), Int64(event.value), Int64(event.timestampMs),
+                    Int64(event.expiresAtMs), event.ext,
+                ])
+            try db.execute(
+                sql: """
+                    DELETE FROM kept_event WHERE publisher = ? AND seq NOT IN
+                    (SELECT seq FROM kept_event WHERE publisher = ? ORDER BY seq DESC LIMIT ?)
+                    """,
+                arguments: [event.publisher, event.publisher, limit])
+        }
+    }
+
+    /// Records a publisher's latest online state.
+    public func setOnlineState(_ event: SubscribedEvent) {
+        self.write { db in
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO online_state (publisher, event_id, value, timestamp, client_types) VALUES (?, ?, ?, ?, ?)",
+                arguments: [
+                    event.publisher, event.eventId, Int64(event.value), Int64(event.timestampMs),
+                    event.onlineClientTypes.map { String($0.rawValue) }.joined(separator: ","),
+                ])
+        }
+    }
+
+    /// Records when a user's last session ended.
+    public func setLastOffline(user: String, atMs: Int64) {
+        self.write { db in
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO user_offline (user, offline_at) VALUES (?, ?)", arguments: [user, atMs])
+        }
+    }
+
+    /// Deletes expired subscriptions and kept events.
+    public func purgeExpired(nowMillis: Int64) {
+        self.write { db in
+            try db.execute(sql: "DELETE FROM event_subscription WHERE expires_at <= ?", arguments: [nowMillis])
+            try db.execute(sql: "DELETE FROM kept_event WHERE expires_at <= ?", arguments: [nowMillis])
+        }
+    }
+
+    /// Waits until every write issued so far is in the database.
+    public func flush() {
+        self.queue.sync {}
+    }
+
+    private func write(_ body: @escaping @Sendable (Database) throws -> Void) {
+        let writer = self.writer
+        self.queue.async {
+            // Best effort: the in-memory state stays authoritative while the server runs.
+            try? writer.write { try body($0) }
+        }
+    }
+}
