@@ -199,4 +199,19 @@ import Testing
             try await connection.ping()
         }
     }
+
+    @Test func sessionEndsWhenItsTokenExpiresUnlessRenewed() async throws {
+        let recorder = SessionRecorder()
+        try await withGateway({ $0.tokenSecret = Self.secret }, observers: [recorder]) { gateway in
+            let expiry = Self.now + 2
+            let expiring = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Tony", expiresAt: expiry))
+            let renewing = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Amy", expiresAt: expiry))
+            _ = try await renewing.send(.renewToken(RenewTokenRequest(token: Self.authority.mint(userID: "Amy", expiresAt: Self.now + 600))))
+            await expiring.waitUntilClosed()
+            #expect((await expiring.goAway)?.code == UInt64(ErrorCode.tokenExpired.rawValue))
+            #expect((await expiring.goAway)?.reason == .authExpired)
+            #expect(await recorder.wait { $0.ended.contains { $0.user == "Tony" && $0.reason == .authExpired } })
+            try await renewing.ping()  // renewed in time: still connected
+        }
+    }
 }

@@ -44,6 +44,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var heartbeatInterval: TimeAmount = .seconds(15)
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
+    private var tokenExpiryTimer: Scheduled<Void>?
     private var readBlocked = false
     private var readPending = false
     private var supportsCompression = false
@@ -107,6 +108,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         self.heartbeatTask?.cancel()
         self.handshakeTimer?.cancel()
+        self.tokenExpiryTimer?.cancel()
         let wasAdmitted = self.connectionID != 0
         self.state = .closed
         if let session = self.session {
@@ -248,6 +250,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let now = self.core.nowMillis()
         let userID: String
         let role: SessionRole
+        var tokenExpiresAtMs: Int64?
         if let authority = self.core.authority {
             do {
                 let token = try authority.verify(hello.token, now: now / 1000)
@@ -257,6 +260,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 }
                 userID = token.userID
                 role = token.role
+                tokenExpiresAtMs = token.expiresAt * 1000
             } catch {
                 self.core.metrics.recordError(error.code)
                 self.fail(code: error.code, message: error.message, reason: .protocolError)
@@ -320,6 +324,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.log(.debug, "session started", ["device": "\(hello.deviceId)", "client": "\(hello.clientType)"])
         for observer in self.core.observers { observer.sessionStarted(session) }
         self.startHeartbeatWatch(context: context)
+        if let expiry = tokenExpiresAtMs { self.tokenRenewed(expiresAtMs: expiry) }
+    }
+
+    /// (Re)arms the end of the session at the token's expiry: GOAWAY 2002, reason `authExpired`, unless the client
+    /// renews the token first (`renewToken`).
+    func tokenRenewed(expiresAtMs: Int64) {
+        guard let context = self.context, self.state == .ready || self.state == .draining else { return }
+        self.tokenExpiryTimer?.cancel()
+        let remaining = max(expiresAtMs - self.core.nowMillis(), 0)
+        self.tokenExpiryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(remaining)) {
+            [weak self] in
+            self?.fail(code: .tokenExpired, message: "the session's token expired; renew it before it does", reason: .authExpired)
+        }
     }
 
     private func startHeartbeatWatch(context: ChannelHandlerContext) {

@@ -72,6 +72,11 @@ public final class SessionHandle: Sendable, Hashable {
         self.onLoop { $0.sendEncodedPush(push) }
     }
 
+    /// Tells the connection its token now expires at `expiresAtMs` (after `renewToken`).
+    public func tokenRenewed(expiresAtMs: Int64) {
+        self.onLoop { $0.tokenRenewed(expiresAtMs: expiresAtMs) }
+    }
+
     /// Ends the session: the client gets GOAWAY with `code` and the connection closes.
     public func disconnect(code: ErrorCode, reason: SessionEndReason, message: String) {
         self.onLoop { $0.disconnect(code: code, reason: reason, message: message) }
