@@ -207,6 +207,12 @@ import Testing
             let expiring = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Tony", expiresAt: expiry))
             let renewing = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Amy", expiresAt: expiry))
             _ = try await renewing.send(.renewToken(RenewTokenRequest(token: Self.authority.mint(userID: "Amy", expiresAt: Self.now + 600))))
+            // Less than a minute is left, so the notice comes at once, before the GOAWAY.
+            var notice: ServerNotice?
+            for await push in expiring.pushes {
+                if case .serverNotice(let received) = push { notice = received }
+            }
+            #expect(notice?.code == UInt64(ErrorCode.tokenExpired.rawValue) && notice?.atMs == UInt64(expiry) * 1000)
             await expiring.waitUntilClosed()
             #expect((await expiring.goAway)?.code == UInt64(ErrorCode.tokenExpired.rawValue))
             #expect((await expiring.goAway)?.reason == .authExpired)

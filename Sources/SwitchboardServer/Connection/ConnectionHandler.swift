@@ -45,6 +45,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
     private var tokenExpiryTimer: Scheduled<Void>?
+    private var tokenNoticeTimer: Scheduled<Void>?
     private var readBlocked = false
     private var readPending = false
     private var supportsCompression = false
@@ -109,6 +110,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.heartbeatTask?.cancel()
         self.handshakeTimer?.cancel()
         self.tokenExpiryTimer?.cancel()
+        self.tokenNoticeTimer?.cancel()
         let wasAdmitted = self.connectionID != 0
         self.state = .closed
         if let session = self.session {
@@ -332,7 +334,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func tokenRenewed(expiresAtMs: Int64) {
         guard let context = self.context, self.state == .ready || self.state == .draining else { return }
         self.tokenExpiryTimer?.cancel()
+        self.tokenNoticeTimer?.cancel()
         let remaining = max(expiresAtMs - self.core.nowMillis(), 0)
+        // SB-5.3-4: a serverNotice (2002, atMs = expiry) 60 s ahead, or at once when less time is left.
+        self.tokenNoticeTimer = context.eventLoop.assumeIsolated().scheduleTask(
+            in: .milliseconds(max(remaining - 60_000, 0))
+        ) { [weak self] in
+            self?.sendPush(
+                .push(
+                    .serverNotice(
+                        ServerNotice(
+                            code: UInt64(ErrorCode.tokenExpired.rawValue), message: "the session's token expires soon",
+                            atMs: UInt64(max(expiresAtMs, 0))))))
+        }
         self.tokenExpiryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(remaining)) {
             [weak self] in
             self?.fail(code: .tokenExpired, message: "the session's token expired; renew it before it does", reason: .authExpired)
