@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -137,6 +137,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event.")
     var presenceIntervalMs = 1_000
+
+    @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003).")
+    var providerTimeoutMs = 5_000
 
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
     var metricsPort: Int?
@@ -231,13 +234,19 @@ struct Serve: AsyncParsableCommand {
         // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
         let eventStore = try EventStore(path: configuration.databasePath + ".events")
         let events = try EventArea(store: eventStore, compressionThreshold: configuration.compressionThreshold)
-        let handlers: [any RequestHandler] = [storage, presence, events]
-        let observers: [any SessionObserver] = [storage, presence, events]
+        // The profile directory persists in its own SQLite file as well.
+        let profileStore = try ProfileStore(path: configuration.databasePath + ".profiles")
+        let profiles = try ProfileArea(
+            store: profileStore, providerTimeout: .milliseconds(Int64(self.providerTimeoutMs)),
+            compressionThreshold: configuration.compressionThreshold)
+        let handlers: [any RequestHandler] = [storage, presence, events, profiles]
+        let observers: [any SessionObserver] = [storage, presence, events, profiles]
         let gateway = SwitchboardGateway(
             configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
         // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.
         services.insert(
-            contentsOf: [MetadataStoreService(store: store), EventStoreService(store: eventStore), gateway] as [any Service],
+            contentsOf: [MetadataStoreService(store: store), EventStoreService(store: eventStore), ProfileStoreService(store: profileStore),
+                gateway] as [any Service],
             at: 0)
         SecondSignal.exitImmediately(logger: logger)
         let group = ServiceGroup(

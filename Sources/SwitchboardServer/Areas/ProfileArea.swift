@@ -1,0 +1,693 @@
+import Foundation
+import NIOCore
+import Synchronization
+import SwitchboardStore
+import SwitchboardWire
+
+/// The profile directory (`Protocol/SPEC.md` §13.5): user, group and group member records, group member lists,
+/// change events (`subscribeProfiles`, `profileChanged`) and providers (`registerProvider`, `providerRequest`,
+/// `answerProvider`).
+///
+/// Everything lives in memory under one lock and is written behind to a ``ProfileStore``. A read that needs records
+/// the directory does not hold asks the registered provider with one `providerRequest` push per record and answers
+/// later (``RequestOutcome/deferred``) when every ask is answered or the provider timeout passes; nothing blocks
+/// meanwhile. Member lists a provider returns are kept in memory only (§13.5-6).
+public final class ProfileArea: RequestHandler, SessionObserver {
+    /// Fixed limits of §11.
+    public enum Limits {
+        public static let maxIDBytes = 64
+        public static let maxNameBytes = 256
+        public static let maxPortraitBytes = 1_024
+        public static let maxExtraBytes = 4_096
+        public static let idsPerBatch = 100
+        public static let membersPerUpdate = 1_000
+        public static let membersPerList = 10_000
+        public static let pageLimit: ClosedRange<UInt64> = 1...500
+    }
+
+    private struct MemberList {
+        var members: Set<String>
+        /// `members` in ascending byte order.
+        var sorted: [String]
+        /// False for a list a provider returned (memory only).
+        var persisted: Bool
+
+        init(_ members: Set<String>, persisted: Bool) {
+            self.members = members
+            self.sorted = members.sorted(by: byteLess)
+            self.persisted = persisted
+        }
+    }
+
+    private enum Query {
+        case users([String])
+        case groups([String])
+        case members(group: String, users: [String])
+        case memberList(group: String, after: String?, limit: Int)
+    }
+
+    private struct PendingRead {
+        var responder: Responder
+        var query: Query
+        var outstanding: Set<UInt64>
+        var timer: Scheduled<Void>?
+    }
+
+    private struct Ask {
+        var readID: UInt64
+        var kind: ProfileKind
+        var id: String
+        var memberUserID: String
+        var provider: SessionHandle
+    }
+
+    private struct State {
+        var users: [String: UserInfo] = [:]
+        var groups: [String: GroupInfo] = [:]
+        /// group → member user → record.
+        var members: [String: [String: GroupMemberInfo]] = [:]
+        var lists: [String: MemberList] = [:]
+        var userSubscribers: [String: Set<SessionHandle>] = [:]
+        var groupSubscribers: [String: Set<SessionHandle>] = [:]
+        var sessionUsers: [SessionHandle: Set<String>] = [:]
+        var sessionGroups: [SessionHandle: Set<String>] = [:]
+        var providers: [ProfileKind: SessionHandle] = [:]
+        var nextAskID: UInt64 = 1
+        var nextReadID: UInt64 = 1
+        var asks: [UInt64: Ask] = [:]
+        var reads: [UInt64: PendingRead] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let store: ProfileStore
+    private let providerTimeout: TimeAmount
+    private let compressionThreshold: Int
+
+    /// Creates the area from what `store` holds.
+    ///
+    /// - Parameters:
+    ///   - store: Where the directory persists.
+    ///   - providerTimeout: How long a read waits for a provider's answer (§11: 5 s).
+    /// - Throws: GRDB's `DatabaseError` when the store cannot be read.
+    public init(
+        store: ProfileStore, providerTimeout: TimeAmount = .seconds(5),
+        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold
+    ) throws {
+        self.store = store
+        self.providerTimeout = providerTimeout
+        self.compressionThreshold = compressionThreshold
+        let snapshot = try store.load()
+        self.state.withLock { state in
+            for user in snapshot.users { state.users[user.userId] = user }
+            for group in snapshot.groups { state.groups[group.groupId] = group }
+            for member in snapshot.members { state.members[member.groupId, default: [:]][member.userId] = member }
+            for (group, members) in snapshot.memberLists { state.lists[group] = MemberList(Set(members), persisted: true) }
+        }
+    }
+
+    public var operations: [Opcode] {
+        [
+            .setUserInfo, .getUserInfo, .setGroupInfo, .getGroupInfo, .setGroupMemberInfo, .getGroupMemberInfo,
+            .updateGroupMembers, .getGroupMembers, .clearProfile, .subscribeProfiles, .unsubscribeProfiles,
+            .registerProvider, .answerProvider,
+        ]
+    }
+
+    public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
+        do {
+            switch request {
+            case .setUserInfo(let set): return try self.setUser(set.info, context)
+            case .getUserInfo(let get): return try self.getUsers(get, context)
+            case .setGroupInfo(let set): return try self.setGroup(set.info, context)
+            case .getGroupInfo(let get): return try self.getGroups(get, context)
+            case .setGroupMemberInfo(let set): return try self.setMember(set.info, context)
+            case .getGroupMemberInfo(let get): return try self.getMembers(get, context)
+            case .updateGroupMembers(let update): return try self.updateMembers(update, context)
+            case .getGroupMembers(let get): return try self.getMemberList(get, context)
+            case .clearProfile(let clear): return try self.clear(clear, context)
+            case .subscribeProfiles(let subscribe): return try self.subscribe(subscribe, context)
+            case .unsubscribeProfiles(let unsubscribe): return try self.unsubscribe(unsubscribe, context)
+            case .registerProvider(let register): return try self.register(register, context)
+            case .answerProvider(let answer): return try self.answer(answer, context)
+            default: return .failure(ErrorBody(.internal, "not a profile operation"))
+            }
+        } catch let rejection as Rejection {
+            return .failure(rejection.body)
+        } catch {
+            return .failure(ErrorBody(.internal, "\(error)"))
+        }
+    }
+
+    private struct Rejection: Error {
+        var body: ErrorBody
+        init(_ code: ErrorCode, _ message: String) { self.body = ErrorBody(code, message) }
+    }
+
+    // MARK: Writes
+
+    private func setUser(_ info: UserInfo?, _ context: RequestContext) throws -> RequestOutcome {
+        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        try Self.checkID(info.userId, "userId")
+        try Self.checkLength(info.name, Limits.maxNameBytes, "name")
+        try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
+        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        guard context.session.info.isAdmin || info.userId == context.session.info.userID else {
+            throw Rejection(.permissionDenied, "a user may set only their own user info")
+        }
+        info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        self.state.withLock { state in
+            state.users[info.userId] = info
+            self.store.upsert(info)
+            self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
+        }
+        return .response(.setUserInfo(EmptyBody()))
+    }
+
+    private func setGroup(_ info: GroupInfo?, _ context: RequestContext) throws -> RequestOutcome {
+        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        try Self.checkID(info.groupId, "groupId")
+        try Self.checkLength(info.name, Limits.maxNameBytes, "name")
+        try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
+        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "setGroupInfo is admin only") }
+        info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        self.state.withLock { state in
+            state.groups[info.groupId] = info
+            self.store.upsert(info)
+            self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
+        }
+        return .response(.setGroupInfo(EmptyBody()))
+    }
+
+    private func setMember(_ info: GroupMemberInfo?, _ context: RequestContext) throws -> RequestOutcome {
+        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        try Self.checkID(info.groupId, "groupId")
+        try Self.checkID(info.userId, "userId")
+        try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
+        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        guard context.session.info.isAdmin || info.userId == context.session.info.userID else {
+            throw Rejection(.permissionDenied, "a user may set only their own group member info")
+        }
+        info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        self.state.withLock { state in
+            state.members[info.groupId, default: [:]][info.userId] = info
+            self.store.upsert(info)
+            self.notifyGroup(info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
+        }
+        return .response(.setGroupMemberInfo(EmptyBody()))
+    }
+
+    private func updateMembers(_ request: UpdateGroupMembersRequest, _ context: RequestContext) throws -> RequestOutcome {
+        try Self.checkID(request.groupId, "groupId")
+        guard request.add.count <= Limits.membersPerUpdate, request.remove.count <= Limits.membersPerUpdate else {
+            throw Rejection(.batchTooLarge, "at most 1000 ids in each of add and remove")
+        }
+        for id in request.add { try Self.checkID(id, "add") }
+        for id in request.remove { try Self.checkID(id, "remove") }
+        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "updateGroupMembers is admin only") }
+        let group = request.groupId
+        let count: Int = try self.state.withLock { state in
+            let old = state.lists[group]
+            var members: Set<String>
+            if request.replace {
+                members = Set(request.add)
+            } else {
+                members = old?.members ?? []
+                members.subtract(request.remove)
+                members.formUnion(request.add)
+            }
+            guard members.count <= Limits.membersPerList else {
+                throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
+            }
+            state.lists[group] = MemberList(members, persisted: true)
+            if old?.persisted == false || request.replace {
+                self.store.updateMembers(group: group, add: Array(members), remove: [], replace: true)
+            } else {
+                self.store.updateMembers(group: group, add: request.add, remove: request.remove, replace: false)
+            }
+            self.notifyGroup(group, ProfileChanged(kind: .memberList, id: group, memberCount: UInt64(members.count)), in: state)
+            return members.count
+        }
+        return .response(.updateGroupMembers(UpdateGroupMembersResponse(memberCount: UInt64(count))))
+    }
+
+    // MARK: Reads
+
+    private func getUsers(_ request: GetUserInfoRequest, _ context: RequestContext) throws -> RequestOutcome {
+        let ids = try Self.checkBatch(request.userIds, "userIds")
+        return self.read(.users(ids), kind: .user, context) { state in ids.filter { state.users[$0] == nil }.map { ($0, "") } }
+    }
+
+    private func getGroups(_ request: GetGroupInfoRequest, _ context: RequestContext) throws -> RequestOutcome {
+        let ids = try Self.checkBatch(request.groupIds, "groupIds")
+        return self.read(.groups(ids), kind: .group, context) { state in ids.filter { state.groups[$0] == nil }.map { ($0, "") } }
+    }
+
+    private func getMembers(_ request: GetGroupMemberInfoRequest, _ context: RequestContext) throws -> RequestOutcome {
+        try Self.checkID(request.groupId, "groupId")
+        let ids = try Self.checkBatch(request.userIds, "userIds")
+        let group = request.groupId
+        return self.read(.members(group: group, users: ids), kind: .groupMember, context) { state in
+            let known = state.members[group] ?? [:]
+            return ids.filter { known[$0] == nil }.map { (group, $0) }
+        }
+    }
+
+    private func getMemberList(_ request: GetGroupMembersRequest, _ context: RequestContext) throws -> RequestOutcome {
+        try Self.checkID(request.groupId, "groupId")
+        guard Limits.pageLimit.contains(request.limit) else { throw Rejection(.invalidArgument, "limit must be 1-500") }
+        let after: String?
+        if request.page.isEmpty {
+            after = nil
+        } else {
+            guard let decoded = Self.decodePage(request.page) else { throw Rejection(.invalidPage, "invalid page bookmark") }
+            after = decoded
+        }
+        let group = request.groupId
+        return self.read(.memberList(group: group, after: after, limit: Int(request.limit)), kind: .memberList, context) {
+            state in state.lists[group] == nil ? [(group, "")] : []
+        }
+    }
+
+    /// Answers from the directory, or asks the provider of `kind` for what `unknown` finds missing and answers later.
+    private func read(
+        _ query: Query, kind: ProfileKind, _ context: RequestContext,
+        unknown: (State) -> [(id: String, member: String)]
+    ) -> RequestOutcome {
+        self.state.withLock { state in
+            let wanted = unknown(state)
+            guard !wanted.isEmpty, let provider = state.providers[kind] else {
+                return Self.outcome(query, in: state, timedOut: false)
+            }
+            let readID = state.nextReadID
+            state.nextReadID += 1
+            var outstanding = Set<UInt64>()
+            for (id, member) in wanted {
+                let askID = state.nextAskID
+                state.nextAskID += 1
+                outstanding.insert(askID)
+                state.asks[askID] = Ask(readID: readID, kind: kind, id: id, memberUserID: member, provider: provider)
+                provider.send(.providerRequest(ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member)))
+            }
+            let timer = context.session.eventLoop.scheduleTask(in: self.providerTimeout) { [self] in
+                self.finish(readID: readID, timedOut: true)
+            }
+            state.reads[readID] = PendingRead(responder: context.responder, query: query, outstanding: outstanding, timer: timer)
+            return .deferred
+        }
+    }
+
+    /// Answers a waiting read from what the directory holds now.
+    private func finish(readID: UInt64, timedOut: Bool) {
+        let answer: (Responder, RequestOutcome)? = self.state.withLock { state in
+            guard let read = state.reads.removeValue(forKey: readID) else { return nil }
+            read.timer?.cancel()
+            for askID in read.outstanding { state.asks[askID] = nil }
+            return (read.responder, Self.outcome(read.query, in: state, timedOut: timedOut))
+        }
+        guard let (responder, outcome) = answer else { return }
+        switch outcome {
+        case .response(let response): responder.succeed(response)
+        case .failure(let error): responder.fail(error)
+        case .deferred: responder.fail(ErrorBody(.internal, "read not answered"))
+        }
+    }
+
+    private static func outcome(_ query: Query, in state: State, timedOut: Bool) -> RequestOutcome {
+        switch query {
+        case .users(let ids):
+            var response = GetUserInfoResponse()
+            for id in ids {
+                if let user = state.users[id] { response.users.append(user) } else { response.missing.append(id) }
+            }
+            return .response(.getUserInfo(response))
+        case .groups(let ids):
+            var response = GetGroupInfoResponse()
+            for id in ids {
+                if let group = state.groups[id] { response.groups.append(group) } else { response.missing.append(id) }
+            }
+            return .response(.getGroupInfo(response))
+        case .members(let group, let ids):
+            var response = GetGroupMemberInfoResponse()
+            let known = state.members[group] ?? [:]
+            for id in ids {
+                if let member = known[id] { response.members.append(member) } else { response.missing.append(id) }
+            }
+            return .response(.getGroupMemberInfo(response))
+        case .memberList(let group, let after, let limit):
+            guard let list = state.lists[group] else {
+                return timedOut
+                    ? .failure(ErrorBody(.providerTimeout, "the member-list provider did not answer in time"))
+                    : .failure(ErrorBody(.profileNotFound, "no member list for this group"))
+            }
+            let sorted = list.sorted
+            var start = 0
+            if let after {
+                // First index whose id sorts after the bookmark.
+                var low = 0
+                var high = sorted.count
+                while low < high {
+                    let mid = (low + high) / 2
+                    if byteLess(after, sorted[mid]) { high = mid } else { low = mid + 1 }
+                }
+                start = low
+            }
+            let end = min(start + limit, sorted.count)
+            let page = start < end ? Array(sorted[start..<end]) : []
+            let next = end < sorted.count && !page.isEmpty ? Self.encodePage(page[page.count - 1]) : ""
+            return .response(
+                .getGroupMembers(GetGroupMembersResponse(userIds: page, nextPage: next, totalMembers: UInt64(sorted.count))))
+        }
+    }
+
+    // MARK: Clear
+
+    private func clear(_ request: ClearProfileRequest, _ context: RequestContext) throws -> RequestOutcome {
+        let caller = context.session.info.userID
+        let admin = context.session.info.isAdmin
+        guard ProfileKind.allKnown.contains(request.kind) else { throw Rejection(.invalidArgument, "unknown kind") }
+        if !request.id.isEmpty { try Self.checkID(request.id, "id") }
+        if !request.memberUserId.isEmpty { try Self.checkID(request.memberUserId, "memberUserId") }
+        if request.all {
+            let removed = self.state.withLock { state in self.clearAll(request, caller: caller, admin: admin, in: &state) }
+            return .response(.clearProfile(ClearProfileResponse(removed: UInt64(removed))))
+        }
+        switch request.kind {
+        case .user:
+            let id = request.id.isEmpty ? caller : request.id
+            guard admin || id == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
+            try self.state.withLock { state in
+                guard state.users.removeValue(forKey: id) != nil else { throw Rejection(.profileNotFound, "no such user info") }
+                self.store.removeUsers([id])
+                self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
+            }
+        case .group:
+            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
+            guard admin else { throw Rejection(.permissionDenied, "only admins clear group info") }
+            try self.state.withLock { state in
+                guard state.groups.removeValue(forKey: request.id) != nil else {
+                    throw Rejection(.profileNotFound, "no such group info")
+                }
+                self.store.removeGroups([request.id])
+                self.notifyGroup(request.id, ProfileChanged(kind: .group, removed: true, id: request.id), in: state)
+            }
+        case .groupMember:
+            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id (the group id) is required") }
+            let member = request.memberUserId.isEmpty ? caller : request.memberUserId
+            guard admin || member == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
+            try self.state.withLock { state in
+                guard let old = state.members[request.id]?.removeValue(forKey: member) else {
+                    throw Rejection(.profileNotFound, "no such group member info")
+                }
+                if state.members[request.id]?.isEmpty == true { state.members[request.id] = nil }
+                self.store.removeMembers([(request.id, member)])
+                self.notifyGroup(request.id, ProfileChanged(kind: .groupMember, member: old, removed: true, id: request.id), in: state)
+            }
+        default:  // memberList
+            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
+            guard admin else { throw Rejection(.permissionDenied, "only admins clear member lists") }
+            try self.state.withLock { state in
+                guard state.lists.removeValue(forKey: request.id) != nil else {
+                    throw Rejection(.profileNotFound, "no member list for this group")
+                }
+                self.store.removeMemberLists([request.id])
+                self.notifyGroup(request.id, ProfileChanged(kind: .memberList, removed: true, id: request.id), in: state)
+            }
+        }
+        return .response(.clearProfile(ClearProfileResponse(removed: 1)))
+    }
+
+    /// Clears every record of the request's kind the caller may clear (for group members, within `id` if given).
+    private func clearAll(_ request: ClearProfileRequest, caller: String, admin: Bool, in state: inout State) -> Int {
+        switch request.kind {
+        case .user:
+            let ids = admin ? Array(state.users.keys) : (state.users[caller] == nil ? [] : [caller])
+            for id in ids {
+                state.users[id] = nil
+                self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
+            }
+            if admin { self.store.removeUsers(nil) } else if !ids.isEmpty { self.store.removeUsers(ids) }
+            return ids.count
+        case .group:
+            guard admin else { return 0 }
+            let ids = Array(state.groups.keys)
+            state.groups = [:]
+            self.store.removeGroups(nil)
+            for id in ids { self.notifyGroup(id, ProfileChanged(kind: .group, removed: true, id: id), in: state) }
+            return ids.count
+        case .groupMember:
+            let groups = request.id.isEmpty ? Array(state.members.keys) : [request.id]
+            var removed: [GroupMemberInfo] = []
+            for group in groups {
+                guard var records = state.members[group] else { continue }
+                let users = admin ? Array(records.keys) : (records[caller] == nil ? [] : [caller])
+                for user in users { if let old = records.removeValue(forKey: user) { removed.append(old) } }
+                state.members[group] = records.isEmpty ? nil : records
+            }
+            self.store.removeMembers(removed.map { ($0.groupId, $0.userId) })
+            for old in removed {
+                self.notifyGroup(old.groupId, ProfileChanged(kind: .groupMember, member: old, removed: true, id: old.groupId), in: state)
+            }
+            return removed.count
+        default:
+            guard admin else { return 0 }
+            let ids = Array(state.lists.keys)
+            state.lists = [:]
+            self.store.removeMemberLists(nil)
+            for id in ids { self.notifyGroup(id, ProfileChanged(kind: .memberList, removed: true, id: id), in: state) }
+            return ids.count
+        }
+    }
+
+    // MARK: Change events
+
+    private func subscribe(_ request: SubscribeProfilesRequest, _ context: RequestContext) throws -> RequestOutcome {
+        try Self.checkSubscriptionLists(request)
+        guard !request.userIds.isEmpty || !request.groupIds.isEmpty else {
+            throw Rejection(.invalidArgument, "no user or group ids")
+        }
+        let session = context.session
+        try self.state.withLock { state in
+            let users = Set(request.userIds).subtracting(state.sessionUsers[session] ?? [])
+            let groups = Set(request.groupIds).subtracting(state.sessionGroups[session] ?? [])
+            let count = users.count + groups.count
+            guard count == 0 || session.reserveSubscriptions(count) else {
+                throw Rejection(.tooManySubscriptions, "subscription limit reached")
+            }
+            for user in users { state.userSubscribers[user, default: []].insert(session) }
+            for group in groups { state.groupSubscribers[group, default: []].insert(session) }
+            if !users.isEmpty { state.sessionUsers[session, default: []].formUnion(users) }
+            if !groups.isEmpty { state.sessionGroups[session, default: []].formUnion(groups) }
+        }
+        return .response(.subscribeProfiles(EmptyBody()))
+    }
+
+    private func unsubscribe(_ request: SubscribeProfilesRequest, _ context: RequestContext) throws -> RequestOutcome {
+        try Self.checkSubscriptionLists(request)
+        let session = context.session
+        let released: Int = self.state.withLock { state in
+            var released = 0
+            for user in Set(request.userIds) where state.sessionUsers[session]?.remove(user) != nil {
+                released += 1
+                state.userSubscribers[user]?.remove(session)
+                if state.userSubscribers[user]?.isEmpty == true { state.userSubscribers[user] = nil }
+            }
+            for group in Set(request.groupIds) where state.sessionGroups[session]?.remove(group) != nil {
+                released += 1
+                state.groupSubscribers[group]?.remove(session)
+                if state.groupSubscribers[group]?.isEmpty == true { state.groupSubscribers[group] = nil }
+            }
+            if state.sessionUsers[session]?.isEmpty == true { state.sessionUsers[session] = nil }
+            if state.sessionGroups[session]?.isEmpty == true { state.sessionGroups[session] = nil }
+            return released
+        }
+        if released > 0 { session.releaseSubscriptions(released) }
+        return .response(.unsubscribeProfiles(EmptyBody()))
+    }
+
+    private func notifyUser(_ user: String, _ change: ProfileChanged, in state: State) {
+        self.fanOut(change, to: state.userSubscribers[user])
+    }
+
+    private func notifyGroup(_ group: String, _ change: ProfileChanged, in state: State) {
+        self.fanOut(change, to: state.groupSubscribers[group])
+    }
+
+    private func fanOut(_ change: ProfileChanged, to targets: Set<SessionHandle>?) {
+        guard let targets, !targets.isEmpty else { return }
+        if targets.count == 1 {
+            targets.first!.send(.profileChanged(change))
+            return
+        }
+        let push = EncodedPush(.profileChanged(change), compressionThreshold: self.compressionThreshold)
+        for session in targets { session.send(push) }
+    }
+
+    // MARK: Providers
+
+    private func register(_ request: RegisterProviderRequest, _ context: RequestContext) throws -> RequestOutcome {
+        guard (1...4).contains(request.kinds.count) else { throw Rejection(.invalidArgument, "1-4 kinds") }
+        guard request.kinds.allSatisfy({ ProfileKind.allKnown.contains($0) }) else {
+            throw Rejection(.invalidArgument, "unknown kind")
+        }
+        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "registerProvider is admin only") }
+        self.state.withLock { state in
+            for kind in request.kinds { state.providers[kind] = context.session }
+        }
+        return .response(.registerProvider(EmptyBody()))
+    }
+
+    private func answer(_ request: AnswerProviderRequest, _ context: RequestContext) throws -> RequestOutcome {
+        let now = UInt64(max(context.nowMillis, 0))
+        let readID: UInt64 = try self.state.withLock { state in
+            guard let ask = state.asks[request.providerRequestId] else {
+                throw Rejection(.notFound, "unknown or expired providerRequestId")
+            }
+            guard ask.provider === context.session else {
+                throw Rejection(.permissionDenied, "this provider request was sent to another session")
+            }
+            if request.found { try self.storeAnswer(request, for: ask, now: now, in: &state) }
+            state.asks[request.providerRequestId] = nil
+            state.reads[ask.readID]?.outstanding.remove(request.providerRequestId)
+            return state.reads[ask.readID]?.outstanding.isEmpty == true ? ask.readID : 0
+        }
+        if readID != 0 { self.finish(readID: readID, timedOut: false) }
+        return .response(.answerProvider(EmptyBody()))
+    }
+
+    /// Validates a provider's record and puts it in the directory.
+    private func storeAnswer(_ request: AnswerProviderRequest, for ask: Ask, now: UInt64, in state: inout State) throws {
+        switch ask.kind {
+        case .user:
+            guard var info = request.user else { throw Rejection(.invalidArgument, "found without user") }
+            if info.userId.isEmpty { info.userId = ask.id }
+            guard info.userId == ask.id else { throw Rejection(.invalidArgument, "user id does not match the request") }
+            try Self.checkLength(info.name, Limits.maxNameBytes, "name")
+            try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
+            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            info.updatedAtMs = now
+            state.users[info.userId] = info
+            self.store.upsert(info)
+            self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
+        case .group:
+            guard var info = request.group else { throw Rejection(.invalidArgument, "found without group") }
+            if info.groupId.isEmpty { info.groupId = ask.id }
+            guard info.groupId == ask.id else { throw Rejection(.invalidArgument, "group id does not match the request") }
+            try Self.checkLength(info.name, Limits.maxNameBytes, "name")
+            try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
+            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            info.updatedAtMs = now
+            state.groups[info.groupId] = info
+            self.store.upsert(info)
+            self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
+        case .groupMember:
+            guard var info = request.member else { throw Rejection(.invalidArgument, "found without member") }
+            if info.groupId.isEmpty { info.groupId = ask.id }
+            if info.userId.isEmpty { info.userId = ask.memberUserID }
+            guard info.groupId == ask.id, info.userId == ask.memberUserID else {
+                throw Rejection(.invalidArgument, "member does not match the request")
+            }
+            try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
+            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            info.updatedAtMs = now
+            state.members[info.groupId, default: [:]][info.userId] = info
+            self.store.upsert(info)
+            self.notifyGroup(info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
+        default:
+            let members = Set(request.memberUserIds)
+            guard members.count <= Limits.membersPerList else {
+                throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
+            }
+            for id in members { try Self.checkID(id, "memberUserIds") }
+            // Member lists from a provider stay in memory only (§13.5-6).
+            state.lists[ask.id] = MemberList(members, persisted: false)
+            self.notifyGroup(ask.id, ProfileChanged(kind: .memberList, id: ask.id, memberCount: UInt64(members.count)), in: state)
+        }
+    }
+
+    // MARK: Sessions
+
+    public func sessionStarted(_ session: SessionHandle) {}
+
+    public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
+        let done: [UInt64] = self.state.withLock { state in
+            for user in state.sessionUsers.removeValue(forKey: session) ?? [] {
+                state.userSubscribers[user]?.remove(session)
+                if state.userSubscribers[user]?.isEmpty == true { state.userSubscribers[user] = nil }
+            }
+            for group in state.sessionGroups.removeValue(forKey: session) ?? [] {
+                state.groupSubscribers[group]?.remove(session)
+                if state.groupSubscribers[group]?.isEmpty == true { state.groupSubscribers[group] = nil }
+            }
+            guard state.providers.values.contains(where: { $0 === session }) else { return [] }
+            state.providers = state.providers.filter { $0.value !== session }
+            // The provider is gone: what it was asked counts as unknown.
+            var done: [UInt64] = []
+            for (askID, ask) in state.asks where ask.provider === session {
+                state.asks[askID] = nil
+                state.reads[ask.readID]?.outstanding.remove(askID)
+                if state.reads[ask.readID]?.outstanding.isEmpty == true { done.append(ask.readID) }
+            }
+            return done
+        }
+        for readID in Set(done) { self.finish(readID: readID, timedOut: false) }
+    }
+
+    // MARK: Validation
+
+    private static func checkID(_ id: String, _ what: String) throws {
+        let count = id.utf8.count
+        guard count >= 1, count <= Limits.maxIDBytes else { throw Rejection(.identifierTooLong, "\(what) must be 1-64 bytes") }
+    }
+
+    private static func checkLength(_ value: String, _ limit: Int, _ what: String) throws {
+        guard value.utf8.count <= limit else { throw Rejection(.valueTooLong, "\(what) is at most \(limit) bytes") }
+    }
+
+    /// 1-100 valid ids, duplicates dropped (first occurrence kept).
+    private static func checkBatch(_ ids: [String], _ what: String) throws -> [String] {
+        guard !ids.isEmpty else { throw Rejection(.invalidArgument, "\(what): at least one id") }
+        guard ids.count <= Limits.idsPerBatch else { throw Rejection(.batchTooLarge, "\(what): at most 100 ids") }
+        var seen = Set<String>()
+        var unique: [String] = []
+        unique.reserveCapacity(ids.count)
+        for id in ids {
+            try Self.checkID(id, what)
+            if seen.insert(id).inserted { unique.append(id) }
+        }
+        return unique
+    }
+
+    private static func checkSubscriptionLists(_ request: SubscribeProfilesRequest) throws {
+        guard request.userIds.count <= Limits.idsPerBatch, request.groupIds.count <= Limits.idsPerBatch else {
+            throw Rejection(.batchTooLarge, "at most 100 user ids and 100 group ids per call")
+        }
+        for id in request.userIds { try Self.checkID(id, "userIds") }
+        for id in request.groupIds { try Self.checkID(id, "groupIds") }
+    }
+
+    // MARK: Page bookmarks
+
+    /// "m" + base64url of the last id returned.
+    private static func encodePage(_ last: String) -> String {
+        "m" + Data(last.utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    private static func decodePage(_ page: String) -> String? {
+        guard page.first == "m" else { return nil }
+        var text = String(page.dropFirst()).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        guard !text.isEmpty, !text.contains("=") else { return nil }
+        while text.count % 4 != 0 { text += "=" }
+        guard let data = Data(base64Encoded: text), (1...Limits.maxIDBytes).contains(data.count),
+            let id = String(data: data, encoding: .utf8)
+        else { return nil }
+        return id
+    }
+}
+
+/// Ascending byte order of UTF-8 (Swift's `<` on String compares canonical equivalence, not bytes).
+private func byteLess(_ a: String, _ b: String) -> Bool {
+    a.utf8.lexicographicallyPrecedes(b.utf8)
+}

@@ -1,0 +1,201 @@
+import Dispatch
+import Foundation
+import GRDB
+import SwitchboardWire
+
+/// Persists the profile directory (`Protocol/SPEC.md` §13.5): user, group and group member records and the group
+/// member lists set with `updateGroupMembers`.
+///
+/// The profile area keeps everything in memory; this store is written behind on a serial queue (in the order the
+/// changes happened) so the event loops never wait for SQLite, and read once at start. ``flush()`` waits for the
+/// writes.
+public final class ProfileStore: Sendable {
+    /// What the database held at start.
+    public struct Snapshot: Sendable {
+        public var users: [UserInfo] = []
+        public var groups: [GroupInfo] = []
+        public var members: [GroupMemberInfo] = []
+        /// group id → member user ids (a group with an empty list is present with no ids).
+        public var memberLists: [String: [String]] = [:]
+    }
+
+    private let writer: any DatabaseWriter
+    private let queue = DispatchQueue(label: "switchboard.profiles.store")
+
+    /// Opens (creating it if needed) the profile database at `path`; nil: a fresh in-memory database.
+    /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
+    public init(path: String?) throws {
+        if let path {
+            var configuration = Configuration()
+            configuration.label = "switchboard.profiles"
+            configuration.busyMode = .timeout(5)
+            self.writer = try DatabaseQueue(path: path, configuration: configuration)
+        } else {
+            self.writer = try DatabaseQueue()
+        }
+        try Self.migrator().migrate(self.writer)
+    }
+
+    private static func migrator() -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE user_info (
+                        user_id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, portrait_uri TEXT NOT NULL,
+                        extra TEXT NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE group_info (
+                        group_id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, portrait_uri TEXT NOT NULL,
+                        extra TEXT NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE group_member_info (
+                        group_id TEXT NOT NULL, user_id TEXT NOT NULL, nickname TEXT NOT NULL, extra TEXT NOT NULL,
+                        updated_at INTEGER NOT NULL, PRIMARY KEY (group_id, user_id)) WITHOUT ROWID;
+                    CREATE TABLE member_list (group_id TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE member_list_entry (
+                        group_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (group_id, user_id)) WITHOUT ROWID;
+                    """)
+        }
+        return migrator
+    }
+
+    /// Reads everything.
+    /// - Throws: GRDB's `DatabaseError`.
+    public func load() throws -> Snapshot {
+        try self.writer.read { db in
+            var snapshot = Snapshot()
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM user_info") {
+                snapshot.users.append(
+                    UserInfo(
+                        userId: row["user_id"], name: row["name"], portraitUri: row["portrait_uri"], extra: row["extra"],
+                        updatedAtMs: UInt64(max(row["updated_at"] as Int64, 0))))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM group_info") {
+                snapshot.groups.append(
+                    GroupInfo(
+                        groupId: row["group_id"], name: row["name"], portraitUri: row["portrait_uri"], extra: row["extra"],
+                        updatedAtMs: UInt64(max(row["updated_at"] as Int64, 0))))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM group_member_info") {
+                snapshot.members.append(
+                    GroupMemberInfo(
+                        groupId: row["group_id"], userId: row["user_id"], nickname: row["nickname"], extra: row["extra"],
+                        updatedAtMs: UInt64(max(row["updated_at"] as Int64, 0))))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT group_id FROM member_list") {
+                snapshot.memberLists[row["group_id"], default: []] = []
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT group_id, user_id FROM member_list_entry") {
+                snapshot.memberLists[row["group_id"], default: []].append(row["user_id"])
+            }
+            return snapshot
+        }
+    }
+
+    // MARK: Records
+
+    /// Inserts or replaces a user record.
+    public func upsert(_ info: UserInfo) {
+        self.write { db in
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO user_info (user_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [info.userId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
+        }
+    }
+
+    /// Inserts or replaces a group record.
+    public func upsert(_ info: GroupInfo) {
+        self.write { db in
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO group_info (group_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
+                arguments: [info.groupId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
+        }
+    }
+
+    /// Inserts or replaces a group member record.
+    public func upsert(_ info: GroupMemberInfo) {
+        self.write { db in
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO group_member_info (group_id, user_id, nickname, extra, updated_at)
+                    VALUES (?, ?, ?, ?, ?)
+                    """,
+                arguments: [info.groupId, info.userId, info.nickname, info.extra, Int64(info.updatedAtMs)])
+        }
+    }
+
+    /// Removes user records (`nil`: all of them).
+    public func removeUsers(_ ids: [String]?) {
+        self.write { db in
+            guard let ids else { return try db.execute(sql: "DELETE FROM user_info") }
+            for id in ids { try db.execute(sql: "DELETE FROM user_info WHERE user_id = ?", arguments: [id]) }
+        }
+    }
+
+    /// Removes group records (`nil`: all of them).
+    public func removeGroups(_ ids: [String]?) {
+        self.write { db in
+            guard let ids else { return try db.execute(sql: "DELETE FROM group_info") }
+            for id in ids { try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [id]) }
+        }
+    }
+
+    /// Removes group member records given as (group id, user id) pairs (`nil`: all of them).
+    public func removeMembers(_ keys: [(group: String, user: String)]?) {
+        let keys = keys.map { $0.map { [$0.group, $0.user] } }
+        self.write { db in
+            guard let keys else { return try db.execute(sql: "DELETE FROM group_member_info") }
+            for key in keys {
+                try db.execute(
+                    sql: "DELETE FROM group_member_info WHERE group_id = ? AND user_id = ?", arguments: [key[0], key[1]])
+            }
+        }
+    }
+
+    // MARK: Member lists
+
+    /// Changes a group's member list: with `replace` it becomes exactly `add`; otherwise `remove`, then `add`.
+    public func updateMembers(group: String, add: [String], remove: [String], replace: Bool) {
+        self.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO member_list (group_id) VALUES (?)", arguments: [group])
+            if replace {
+                try db.execute(sql: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
+            } else {
+                for user in remove {
+                    try db.execute(
+                        sql: "DELETE FROM member_list_entry WHERE group_id = ? AND user_id = ?", arguments: [group, user])
+                }
+            }
+            for user in add {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO member_list_entry (group_id, user_id) VALUES (?, ?)", arguments: [group, user])
+            }
+        }
+    }
+
+    /// Removes member lists (`nil`: all of them).
+    public func removeMemberLists(_ groups: [String]?) {
+        self.write { db in
+            guard let groups else {
+                try db.execute(sql: "DELETE FROM member_list")
+                return try db.execute(sql: "DELETE FROM member_list_entry")
+            }
+            for group in groups {
+                try db.execute(sql: "DELETE FROM member_list WHERE group_id = ?", arguments: [group])
+                try db.execute(sql: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
+            }
+        }
+    }
+
+    /// Waits until every write issued so far is in the database.
+    public func flush() {
+        self.queue.sync {}
+    }
+
+    private func write(_ body: @escaping @Sendable (Database) throws -> Void) {
+        let writer = self.writer
+        self.queue.async {
+            // Best effort: the in-memory directory stays authoritative while the server runs.
+            try? writer.write { try body($0) }
+        }
+    }
+}
