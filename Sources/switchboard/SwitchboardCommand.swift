@@ -245,7 +245,7 @@ struct Serve: AsyncParsableCommand {
             configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
         // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.
         services.insert(
-            contentsOf: [MetadataStoreService(store: store), EventStoreService(store: eventStore), ProfileStoreService(store: profileStore),
+            contentsOf: [MetadataStoreService(store: store), WriteBehindFlushService(store: eventStore), WriteBehindFlushService(store: profileStore),
                 gateway] as [any Service],
             at: 0)
         SecondSignal.exitImmediately(logger: logger)

@@ -82,7 +82,7 @@ import Testing
         let socketPath = temporarySocketPath()
         let process = Process()
         process.executableURL = binary
-        process.arguments = ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env.sqlite"]
+        process.arguments = ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env-\(UInt32.random(in: 0...UInt32.max)).sqlite"]
         var environment = ProcessInfo.processInfo.environment
         environment["SWITCHBOARD_TCP"] = "off"
         environment["SWITCHBOARD_UNIX_SOCKET"] = socketPath
