@@ -42,7 +42,7 @@ struct SBBench: AsyncParsableCommand {
     @Option(help: "Stop after this many seconds even if --count is not reached.")
     var duration: Double = 30
 
-    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states).")
+    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states), setuser (setUserInfo of user-0...99; needs admin or open mode), users100 (getUserInfo of user-0...99).")
     var op = "where"
 
     @Option(help: "Event loop threads of the load generator.")
@@ -59,6 +59,14 @@ struct SBBench: AsyncParsableCommand {
         case "where": return { _ in .whereNow(WhereNowRequest()) }
         case "get": return { _ in .getUserMetadata(GetUserMetadataRequest()) }
         case "who": return { _ in .whoNow(WhoNowRequest(channel: "storm", includeState: true)) }
+        case "setuser":
+            return { sequence in
+                let id = "user-\(sequence % 100)"
+                return .setUserInfo(SetUserInfoRequest(info: UserInfo(userId: id, name: "Name \(id)", portraitUri: "https://example.com/\(id).png")))
+            }
+        case "users100":
+            let ids = (0..<100).map { "user-\($0)" }
+            return { _ in .getUserInfo(GetUserInfoRequest(userIds: ids)) }
         case "set":
             return { sequence in
                 .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
@@ -71,7 +79,7 @@ struct SBBench: AsyncParsableCommand {
                         MetadataItem(key: "Avatar", value: "https://example.com/a.png"),
                     ]))
             }
-        default: throw ValidationError("--op must be where, set, set3, get or who")
+        default: throw ValidationError("--op must be where, set, set3, get, who, setuser or users100")
         }
     }
 
