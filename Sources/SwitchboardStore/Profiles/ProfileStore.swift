@@ -25,15 +25,7 @@ public final class ProfileStore: Sendable {
     /// Opens (creating it if needed) the profile database at `path`; nil: a fresh in-memory database.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public init(path: String?) throws {
-        if let path {
-            var configuration = Configuration()
-            configuration.label = "switchboard.profiles"
-            configuration.busyMode = .timeout(5)
-            self.writer = try DatabaseQueue(path: path, configuration: configuration)
-        } else {
-            self.writer = try DatabaseQueue()
-        }
-        try Self.migrator().migrate(self.writer)
+        self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.profiles", migrator: Self.migrator())
     }
 
     private static func migrator() -> DatabaseMigrator {
