@@ -255,15 +255,17 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
 
     @Test func gracePeriodSuppressesFlap() async throws {
         let recorder = SessionRecorder()
-        try await withEventGateway(grace: .milliseconds(600), observers: [recorder]) { gateway, _ in
+        // 3 s: a reconnect on a loaded two-core machine comes back well within it.
+        try await withEventGateway(grace: .seconds(3), observers: [recorder]) { gateway, _ in
             let a = try await gateway.connect(.tcp, user: "A")
             _ = try await subscribe(a, ["B"])
             let b = try await gateway.connect(.tcp, user: "B") { $0.clientType = .desktop }
             #expect(try await nextEvents(a).map(\.value) == [1])
             await b.close()
             #expect(await recorder.wait { $0.ended.count == 1 })  // the server saw the drop
+            let droppedAt = ContinuousClock.now
             let back = try await gateway.connect(.tcp, user: "B") { $0.clientType = .desktop }
-            try await Task.sleep(for: .milliseconds(900))  // past the grace period: no 3 was sent, nor a 1
+            try await Task.sleep(until: droppedAt + .milliseconds(3_300))  // past the grace period: no 3 was sent, nor a 1
             try await publish(back, value: 10_030)
             #expect(try await nextEvents(a).map(\.value) == [10_030])
             await a.close()
@@ -344,6 +346,57 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
             #expect(elapsed < .seconds(4), "fan-out took \(elapsed)")
             await star.close()
             for subscriber in subscribers { await subscriber.close() }
+        }
+    }
+}
+
+@Suite struct EventDurabilityTests {
+    @Test func subscriptionsAndKeptEventsAreInTheDatabaseWhenAcknowledged() async throws {
+        let path = NSTemporaryDirectory() + "sb-events-\(UUID().uuidString).sqlite"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let clock = ManualClock()
+        try await withEventGateway(path: path, clock: clock) { gateway, clock in
+            let reader = try EventStore(path: path)
+            let a = try await gateway.connect(.unix, user: "A")
+            for index in 0..<10 {
+                _ = try await subscribe(a, ["P\(index)"])
+                // Read through a second connection at once, without any flush.
+                #expect(try reader.load(nowMillis: clock.now).subscriptions.contains { $0.publisher == "P\(index)" })
+            }
+            let kept = try await publish(a, value: 10_001, onlineOnly: false)
+            #expect(try reader.load(nowMillis: clock.now).keptEvents.contains { $0.eventId == kept.eventId })
+            _ = try await a.send(.unsubscribeEvent(UnsubscribeEventRequest(publishers: ["P0"])))
+            #expect(try !reader.load(nowMillis: clock.now).subscriptions.contains { $0.publisher == "P0" })
+        }
+    }
+
+    @Test func aChangeTheDatabaseRefusesIsAnsweredStorageFailureAndUndone() async throws {
+        let path = NSTemporaryDirectory() + "sb-events-\(UUID().uuidString).sqlite"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await withEventGateway(path: path) { gateway, _ in
+            let a = try await gateway.connect(.unix, user: "A")
+            _ = try await subscribe(a, ["kept"])
+            try injectStorageFailure(
+                path: path,
+                trigger: """
+                    CREATE TRIGGER refuse_subscription BEFORE INSERT ON event_subscription WHEN NEW.publisher = 'refused'
+                    BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+                    CREATE TRIGGER refuse_unsubscribe BEFORE DELETE ON event_subscription WHEN OLD.publisher = 'kept'
+                    BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+                    CREATE TRIGGER refuse_event BEFORE INSERT ON kept_event WHEN NEW.ext = 'refused'
+                    BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+                    """)
+            // The whole call fails: the valid publisher beside the refused one is not subscribed either.
+            await expectError(.storageFailure) { _ = try await subscribe(a, ["fine", "refused"]) }
+            #expect(try await query(a, ["fine", "refused"]).isEmpty)
+            await expectError(.storageFailure) {
+                _ = try await a.send(.unsubscribeEvent(UnsubscribeEventRequest(publishers: ["kept"])))
+            }
+            #expect(try await query(a, ["kept"]).map(\.publisher) == ["kept"])
+            await expectError(.storageFailure) { _ = try await publish(a, value: 10_002, onlineOnly: false, ext: "refused") }
+            // Other changes still work.
+            _ = try await subscribe(a, ["fine"])
+            #expect(try await query(a, ["fine"]).map(\.publisher) == ["fine"])
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import NIOCore
 import SwitchboardClient
 import SwitchboardServer
@@ -441,6 +442,93 @@ private func clear(
             let page = try await memberPage(a, "g")
             #expect(page.userIds == ["u1", "u2"] && page.totalMembers == 2)
             #expect(try await memberPage(a, "empty").totalMembers == 0)
+        }
+    }
+}
+
+/// Installs a trigger in the database at `path` that makes SQLite refuse some writes, to test the failure path.
+func injectStorageFailure(path: String, trigger: String) throws {
+    let database = try DatabaseQueue(path: path)
+    try database.write { try $0.execute(sql: trigger) }
+}
+
+@Suite struct ProfileDurabilityTests {
+    private static func temporaryPath() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("profiles-\(UUID().uuidString).sqlite").path
+    }
+
+    @Test func aWriteIsInTheDatabaseWhenItIsAcknowledged() async throws {
+        let path = Self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await withProfileGateway(path: path) { gateway in
+            let admin = try await gateway.connect(.unix, user: "ops")
+            let reader = try ProfileStore(path: path)
+            for index in 0..<20 {
+                _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "u\(index)", name: "n\(index)"))))
+                // Read through a second connection at once, without any flush.
+                #expect(try reader.load().users.contains { $0.userId == "u\(index)" && $0.name == "n\(index)" })
+            }
+            try await updateMembers(admin, "g", add: ["a", "b"])
+            #expect(try reader.load().memberLists["g"]?.sorted() == ["a", "b"])
+            _ = try await clear(admin, .user, id: "u0")
+            #expect(try !reader.load().users.contains { $0.userId == "u0" })
+        }
+    }
+
+    @Test func aWriteTheDatabaseRefusesIsAnsweredStorageFailureAndUndone() async throws {
+        let path = Self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await withProfileGateway(path: path) { gateway in
+            let admin = try await gateway.connect(.unix, user: "ops")
+            let watcher = try await gateway.connect(.tcp, user: "watcher")
+            let pushes = Pushes(watcher)
+            _ = try await watcher.send(.subscribeProfiles(SubscribeProfilesRequest(userIds: ["u1"], groupIds: ["g"])))
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "u1", name: "Before"))))
+            try await updateMembers(admin, "g", add: ["a"])
+            try injectStorageFailure(
+                path: path,
+                trigger: """
+                    CREATE TRIGGER refuse_user BEFORE INSERT ON user_info WHEN NEW.name = 'Refused'
+                    BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+                    CREATE TRIGGER refuse_member BEFORE INSERT ON member_list_entry WHEN NEW.user_id = 'refused'
+                    BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+                    """)
+            await expectCode(.storageFailure) {
+                _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "u1", name: "Refused"))))
+            }
+            await expectCode(.storageFailure) { try await updateMembers(admin, "g", add: ["refused"]) }
+            // Undone in memory: readers see the stored state, and subscribers were told it came back.
+            #expect(try await getUsers(admin, ["u1"]).users.first?.name == "Before")
+            #expect(try await memberPage(admin, "g").userIds == ["a"])
+            let changes = await pushes.waitForChanges(6)
+            let userNames = changes.filter { $0.kind == .user }.compactMap { $0.user?.name }
+            #expect(userNames == ["Before", "Refused", "Before"])
+            let counts = changes.filter { $0.kind == .memberList }.map(\.memberCount)
+            #expect(counts == [1, 2, 1])
+            // Other writes still work.
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "u1", name: "After"))))
+            #expect(try await getUsers(admin, ["u1"]).users.first?.name == "After")
+        }
+    }
+
+    @Test func aMemberListFromAProviderSurvivesARestart() async throws {
+        let path = Self.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await withProfileGateway(path: path, timeout: .seconds(2)) { gateway in
+            let provider = try await gateway.connect(.tcp, user: "provider")
+            let caller = try await gateway.connect(.unix, user: "caller")
+            let serving = serveProvider(provider) { request in
+                AnswerProviderRequest(providerRequestId: request.providerRequestId, found: true, memberUserIds: ["y", "x"])
+            }
+            defer { serving.cancel() }
+            _ = try await provider.send(.registerProvider(RegisterProviderRequest(kinds: [.memberList])))
+            #expect(try await memberPage(caller, "pg").userIds == ["x", "y"])
+        }
+        try await withProfileGateway(path: path) { gateway in
+            let caller = try await gateway.connect(.unix, user: "caller")
+            // No provider now: the list comes from the database.
+            let page = try await memberPage(caller, "pg")
+            #expect(page.userIds == ["x", "y"] && page.totalMembers == 2)
         }
     }
 }

@@ -7,7 +7,9 @@ import SwitchboardWire
 /// Event subscription and online state (`Protocol/SPEC.md` §13.4): `subscribeEvent`, `unsubscribeEvent`,
 /// `publishEvent`, `queryEventSubscriptions` and the `subscribedEvents` push.
 ///
-/// Everything lives in memory under one lock and is written behind to an ``EventStore``. Expiries are absolute
+/// Everything lives in memory under one lock and is group-committed to an ``EventStore``; a client's subscribe,
+/// unsubscribe and kept publish are answered after the change committed, and undone in memory (answered `8001`)
+/// if it could not be stored. Expiries are absolute
 /// server times checked lazily against the injected clock, so no timers run for them. Online state (values 1, 2,
 /// 3) is published by the area itself as sessions start and end; an abnormal end waits for the grace period, and
 /// a new session of the same user and client type within it cancels the event (no flapping). Each fan-out
@@ -136,34 +138,52 @@ public final class EventArea: RequestHandler, SessionObserver {
             }
         }
         let expiresAt = now + Int64(request.expirySeconds) * 1000
-        let stored: [StoredEventSubscription]? = self.state.withLock { state in
+        // What each publisher's subscription was before, to undo the change if it cannot be stored.
+        let previous: [String: Subscription?]? = self.state.withLock { state in
             var mine = (state.subscriptions[subscriber] ?? [:]).filter { $0.value.expiresAtMs > now }
             let added = valid.filter { mine[$0] == nil }.count
             guard mine.count + added <= Limits.publishersPerUser else { return nil }
+            var previous: [String: Subscription?] = [:]
             for publisher in valid {
+                previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
                 state.subscribers[publisher, default: []].insert(subscriber)
             }
             state.subscriptions[subscriber] = mine
-            return valid.map {
-                StoredEventSubscription(subscriber: subscriber, publisher: $0, subscribedAtMs: now, expiresAtMs: expiresAt)
-            }
+            return previous
         }
-        guard let stored else {
+        guard let previous else {
             return .failure(ErrorBody(.subscriptionQuotaExceeded, "at most 3000 subscribed publishers per user"))
         }
-        self.store.upsert(stored)
-        if request.syncEnabled {
-            let events = self.state.withLock { state in
-                valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) }
+        let stored = valid.map {
+            StoredEventSubscription(subscriber: subscriber, publisher: $0, subscribedAtMs: now, expiresAtMs: expiresAt)
+        }
+        let syncEvents: [SubscribedEvent] =
+            request.syncEnabled
+            ? self.state.withLock { state in valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } } : []
+        let session = context.session
+        let responder = context.responder
+        let response = Response.subscribeEvent(SubscribeEventResponse(failedPublishers: failed))
+        self.store.upsert(stored) { [self] outcome in
+            guard case .success = outcome else {
+                self.state.withLock { state in
+                    for (publisher, before) in previous {
+                        // Undo only what this call wrote; a later call owns a newer subscription.
+                        guard let current = state.subscriptions[subscriber]?[publisher],
+                            current.subscribedAtMs == now, current.expiresAtMs == expiresAt
+                        else { continue }
+                        Self.setSubscription(before, subscriber: subscriber, publisher: publisher, in: &state)
+                    }
+                }
+                return responder.fail(Self.storageFailure)
             }
-            if !events.isEmpty {
-                let session = context.session
-                // After the response, which the connection writes when this handler returns.
-                session.eventLoop.execute { session.send(.subscribedEvents(SubscribedEvents(events: events))) }
+            responder.succeed(response)
+            if !syncEvents.isEmpty {
+                // After the response: both run on the session's event loop in this order.
+                session.eventLoop.execute { session.send(.subscribedEvents(SubscribedEvents(events: syncEvents))) }
             }
         }
-        return .response(.subscribeEvent(SubscribeEventResponse(failedPublishers: failed)))
+        return .deferred
     }
 
     private func unsubscribe(_ request: UnsubscribeEventRequest, _ context: RequestContext) -> RequestOutcome {
@@ -172,19 +192,31 @@ public final class EventArea: RequestHandler, SessionObserver {
             return .failure(ErrorBody(.tooManyPublishers, "at most 100 publishers per call"))
         }
         let subscriber = context.session.info.userID
-        self.state.withLock { state in
+        let removed: [String: Subscription] = self.state.withLock { state in
             let publishers = request.publishers.isEmpty
                 ? Array((state.subscriptions[subscriber] ?? [:]).keys) : request.publishers
+            var removed: [String: Subscription] = [:]
             for publisher in publishers {
-                state.subscriptions[subscriber]?[publisher] = nil
-                state.subscribers[publisher]?.remove(subscriber)
-                if state.subscribers[publisher]?.isEmpty == true { state.subscribers[publisher] = nil }
+                if let old = state.subscriptions[subscriber]?[publisher] { removed[publisher] = old }
+                Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
             }
-            if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+            return removed
         }
+        let responder = context.responder
         self.store.removeSubscriptions(
-            subscriber: subscriber, eventType: 1, publishers: request.publishers.isEmpty ? nil : request.publishers)
-        return .response(.unsubscribeEvent(EmptyBody()))
+            subscriber: subscriber, eventType: 1, publishers: request.publishers.isEmpty ? nil : request.publishers
+        ) { [self] outcome in
+            guard case .success = outcome else {
+                self.state.withLock { state in
+                    for (publisher, old) in removed where state.subscriptions[subscriber]?[publisher] == nil {
+                        Self.setSubscription(old, subscriber: subscriber, publisher: publisher, in: &state)
+                    }
+                }
+                return responder.fail(Self.storageFailure)
+            }
+            responder.succeed(.unsubscribeEvent(EmptyBody()))
+        }
+        return .deferred
     }
 
     private func publish(_ request: PublishEventRequest, _ context: RequestContext) -> RequestOutcome {
@@ -211,7 +243,6 @@ public final class EventArea: RequestHandler, SessionObserver {
                 kept.append(event)
                 if kept.count > Limits.keptEventsPerPublisher { kept.removeFirst(kept.count - Limits.keptEventsPerPublisher) }
                 state.kept[publisher] = kept
-                self.store.keep(event, limit: Limits.keptEventsPerPublisher)
             }
             var targets = self.subscriberSessions(of: publisher, in: state, now: now)
             if request.multiDeviceSync {
@@ -219,9 +250,21 @@ public final class EventArea: RequestHandler, SessionObserver {
             } else {
                 targets.remove(context.session)
             }
+            // Online subscribers get it at once (it is live); the publisher's answer waits for the kept copy.
             self.fanOut([event], to: targets)
         }
-        return .response(.publishEvent(PublishEventResponse(eventId: event.eventId, timestampMs: event.timestampMs)))
+        let response = Response.publishEvent(PublishEventResponse(eventId: event.eventId, timestampMs: event.timestampMs))
+        guard !request.onlineOnly else { return .response(response) }
+        let responder = context.responder
+        self.store.keep(event, limit: Limits.keptEventsPerPublisher) { [self] outcome in
+            guard case .success = outcome else {
+                // Not kept after all: subscribers who log in later must not receive it.
+                self.state.withLock { state in state.kept[publisher]?.removeAll { $0.eventId == event.eventId } }
+                return responder.fail(Self.storageFailure)
+            }
+            responder.succeed(response)
+        }
+        return .deferred
     }
 
     private func query(_ request: QueryEventSubscriptionsRequest, _ context: RequestContext) -> RequestOutcome {
@@ -330,6 +373,24 @@ public final class EventArea: RequestHandler, SessionObserver {
     }
 
     // MARK: Helpers
+
+    /// The answer to a change that could not be stored (it was undone in memory).
+    private static let storageFailure = ErrorBody(.storageFailure, "the event database could not store the change")
+
+    /// Sets (or with nil removes) one subscription, keeping the publisher → subscribers index in step.
+    private static func setSubscription(
+        _ subscription: Subscription?, subscriber: String, publisher: String, in state: inout State
+    ) {
+        if let subscription {
+            state.subscriptions[subscriber, default: [:]][publisher] = subscription
+            state.subscribers[publisher, default: []].insert(subscriber)
+            return
+        }
+        state.subscriptions[subscriber]?[publisher] = nil
+        if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+        state.subscribers[publisher]?.remove(subscriber)
+        if state.subscribers[publisher]?.isEmpty == true { state.subscribers[publisher] = nil }
+    }
 
     /// The publisher's current unexpired events: online state, then the latest application event.
     private static func currentEvents(of publisher: String, in state: State, now: Int64) -> [SubscribedEvent] {

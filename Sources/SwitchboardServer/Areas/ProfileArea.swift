@@ -8,10 +8,12 @@ import SwitchboardWire
 /// change events (`subscribeProfiles`, `profileChanged`) and providers (`registerProvider`, `providerRequest`,
 /// `answerProvider`).
 ///
-/// Everything lives in memory under one lock and is written behind to a ``ProfileStore``. A read that needs records
-/// the directory does not hold asks the registered provider with one `providerRequest` push per record and answers
-/// later (``RequestOutcome/deferred``) when every ask is answered or the provider timeout passes; nothing blocks
-/// meanwhile. Member lists a provider returns are kept in memory only (§13.5-6).
+/// Everything lives in memory under one lock and is group-committed to a ``ProfileStore``: a write is answered after
+/// its transaction committed, and undone in memory (answered `8001 storageFailure`) if it could not be stored. A
+/// read that needs records the directory does not hold asks the registered provider with one `providerRequest` push
+/// per record and answers later (``RequestOutcome/deferred``) when every ask is answered or the provider timeout
+/// passes; nothing blocks meanwhile. What a provider answers is stored like any other record, member lists
+/// included (§13.5-6).
 public final class ProfileArea: RequestHandler, SessionObserver {
     /// Fixed limits of §11.
     public enum Limits {
@@ -29,13 +31,10 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         var members: Set<String>
         /// `members` in ascending byte order.
         var sorted: [String]
-        /// False for a list a provider returned (memory only).
-        var persisted: Bool
 
-        init(_ members: Set<String>, persisted: Bool) {
+        init(_ members: Set<String>) {
             self.members = members
             self.sorted = members.sorted(by: byteLess)
-            self.persisted = persisted
         }
     }
 
@@ -101,7 +100,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             for user in snapshot.users { state.users[user.userId] = user }
             for group in snapshot.groups { state.groups[group.groupId] = group }
             for member in snapshot.members { state.members[member.groupId, default: [:]][member.userId] = member }
-            for (group, members) in snapshot.memberLists { state.lists[group] = MemberList(Set(members), persisted: true) }
+            for (group, members) in snapshot.memberLists { state.lists[group] = MemberList(Set(members)) }
         }
     }
 
@@ -155,12 +154,19 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             throw Rejection(.permissionDenied, "a user may set only their own user info")
         }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        let written = info
         self.state.withLock { state in
-            state.users[info.userId] = info
-            self.store.upsert(info)
-            self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
+            let old = state.users[written.userId]
+            state.users[written.userId] = written
+            self.store.upsert(
+                written,
+                completion: self.answerAfterCommit(context, .setUserInfo(EmptyBody())) { area, state in
+                    guard state.users[written.userId] == written else { return }
+                    area.restore(user: written.userId, to: old, in: &state)
+                })
+            self.notifyUser(written.userId, ProfileChanged(kind: .user, user: written, id: written.userId), in: state)
         }
-        return .response(.setUserInfo(EmptyBody()))
+        return .deferred
     }
 
     private func setGroup(_ info: GroupInfo?, _ context: RequestContext) throws -> RequestOutcome {
@@ -171,12 +177,19 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
         guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "setGroupInfo is admin only") }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        let written = info
         self.state.withLock { state in
-            state.groups[info.groupId] = info
-            self.store.upsert(info)
-            self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
+            let old = state.groups[written.groupId]
+            state.groups[written.groupId] = written
+            self.store.upsert(
+                written,
+                completion: self.answerAfterCommit(context, .setGroupInfo(EmptyBody())) { area, state in
+                    guard state.groups[written.groupId] == written else { return }
+                    area.restore(group: written.groupId, to: old, in: &state)
+                })
+            self.notifyGroup(written.groupId, ProfileChanged(kind: .group, group: written, id: written.groupId), in: state)
         }
-        return .response(.setGroupInfo(EmptyBody()))
+        return .deferred
     }
 
     private func setMember(_ info: GroupMemberInfo?, _ context: RequestContext) throws -> RequestOutcome {
@@ -189,12 +202,20 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             throw Rejection(.permissionDenied, "a user may set only their own group member info")
         }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
+        let written = info
         self.state.withLock { state in
-            state.members[info.groupId, default: [:]][info.userId] = info
-            self.store.upsert(info)
-            self.notifyGroup(info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
+            let old = state.members[written.groupId]?[written.userId]
+            state.members[written.groupId, default: [:]][written.userId] = written
+            self.store.upsert(
+                written,
+                completion: self.answerAfterCommit(context, .setGroupMemberInfo(EmptyBody())) { area, state in
+                    guard state.members[written.groupId]?[written.userId] == written else { return }
+                    area.restore(group: written.groupId, member: written.userId, to: old, in: &state)
+                })
+            self.notifyGroup(
+                written.groupId, ProfileChanged(kind: .groupMember, member: written, id: written.groupId), in: state)
         }
-        return .response(.setGroupMemberInfo(EmptyBody()))
+        return .deferred
     }
 
     private func updateMembers(_ request: UpdateGroupMembersRequest, _ context: RequestContext) throws -> RequestOutcome {
@@ -206,7 +227,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         for id in request.remove { try Self.checkID(id, "remove") }
         guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "updateGroupMembers is admin only") }
         let group = request.groupId
-        let count: Int = try self.state.withLock { state in
+        try self.state.withLock { state in
             let old = state.lists[group]
             var members: Set<String>
             if request.replace {
@@ -219,16 +240,23 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             guard members.count <= Limits.membersPerList else {
                 throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
             }
-            state.lists[group] = MemberList(members, persisted: true)
-            if old?.persisted == false || request.replace {
-                self.store.updateMembers(group: group, add: Array(members), remove: [], replace: true)
+            state.lists[group] = MemberList(members)
+            let written = members
+            let completion = self.answerAfterCommit(
+                context, .updateGroupMembers(UpdateGroupMembersResponse(memberCount: UInt64(members.count)))
+            ) { area, state in
+                guard state.lists[group]?.members == written else { return }
+                area.restore(memberList: group, to: old?.members, in: &state)
+            }
+            if request.replace {
+                self.store.updateMembers(group: group, add: Array(members), remove: [], replace: true, completion: completion)
             } else {
-                self.store.updateMembers(group: group, add: request.add, remove: request.remove, replace: false)
+                self.store.updateMembers(
+                    group: group, add: request.add, remove: request.remove, replace: false, completion: completion)
             }
             self.notifyGroup(group, ProfileChanged(kind: .memberList, id: group, memberCount: UInt64(members.count)), in: state)
-            return members.count
         }
-        return .response(.updateGroupMembers(UpdateGroupMembersResponse(memberCount: UInt64(count))))
+        return .deferred
     }
 
     // MARK: Reads
@@ -369,94 +397,192 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         if !request.id.isEmpty { try Self.checkID(request.id, "id") }
         if !request.memberUserId.isEmpty { try Self.checkID(request.memberUserId, "memberUserId") }
         if request.all {
-            let removed = self.state.withLock { state in self.clearAll(request, caller: caller, admin: admin, in: &state) }
-            return .response(.clearProfile(ClearProfileResponse(removed: UInt64(removed))))
+            return self.state.withLock { state in self.clearAll(request, caller: caller, admin: admin, context, in: &state) }
         }
+        let one = ClearProfileResponse(removed: 1)
         switch request.kind {
         case .user:
             let id = request.id.isEmpty ? caller : request.id
             guard admin || id == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
             try self.state.withLock { state in
-                guard state.users.removeValue(forKey: id) != nil else { throw Rejection(.profileNotFound, "no such user info") }
-                self.store.removeUsers([id])
+                guard let old = state.users.removeValue(forKey: id) else { throw Rejection(.profileNotFound, "no such user info") }
+                self.store.removeUsers(
+                    [id],
+                    completion: self.answerAfterCommit(context, .clearProfile(one)) { area, state in
+                        guard state.users[id] == nil else { return }
+                        area.restore(user: id, to: old, in: &state)
+                    })
                 self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
             }
         case .group:
             guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
             guard admin else { throw Rejection(.permissionDenied, "only admins clear group info") }
+            let id = request.id
             try self.state.withLock { state in
-                guard state.groups.removeValue(forKey: request.id) != nil else {
+                guard let old = state.groups.removeValue(forKey: id) else {
                     throw Rejection(.profileNotFound, "no such group info")
                 }
-                self.store.removeGroups([request.id])
-                self.notifyGroup(request.id, ProfileChanged(kind: .group, removed: true, id: request.id), in: state)
+                self.store.removeGroups(
+                    [id],
+                    completion: self.answerAfterCommit(context, .clearProfile(one)) { area, state in
+                        guard state.groups[id] == nil else { return }
+                        area.restore(group: id, to: old, in: &state)
+                    })
+                self.notifyGroup(id, ProfileChanged(kind: .group, removed: true, id: id), in: state)
             }
         case .groupMember:
             guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id (the group id) is required") }
+            let group = request.id
             let member = request.memberUserId.isEmpty ? caller : request.memberUserId
             guard admin || member == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
             try self.state.withLock { state in
-                guard let old = state.members[request.id]?.removeValue(forKey: member) else {
+                guard let old = state.members[group]?.removeValue(forKey: member) else {
                     throw Rejection(.profileNotFound, "no such group member info")
                 }
-                if state.members[request.id]?.isEmpty == true { state.members[request.id] = nil }
-                self.store.removeMembers([(request.id, member)])
-                self.notifyGroup(request.id, ProfileChanged(kind: .groupMember, member: old, removed: true, id: request.id), in: state)
+                if state.members[group]?.isEmpty == true { state.members[group] = nil }
+                self.store.removeMembers(
+                    [(group, member)],
+                    completion: self.answerAfterCommit(context, .clearProfile(one)) { area, state in
+                        guard state.members[group]?[member] == nil else { return }
+                        area.restore(group: group, member: member, to: old, in: &state)
+                    })
+                self.notifyGroup(group, ProfileChanged(kind: .groupMember, member: old, removed: true, id: group), in: state)
             }
         default:  // memberList
             guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
             guard admin else { throw Rejection(.permissionDenied, "only admins clear member lists") }
+            let group = request.id
             try self.state.withLock { state in
-                guard state.lists.removeValue(forKey: request.id) != nil else {
+                guard let old = state.lists.removeValue(forKey: group) else {
                     throw Rejection(.profileNotFound, "no member list for this group")
                 }
-                self.store.removeMemberLists([request.id])
-                self.notifyGroup(request.id, ProfileChanged(kind: .memberList, removed: true, id: request.id), in: state)
+                self.store.removeMemberLists(
+                    [group],
+                    completion: self.answerAfterCommit(context, .clearProfile(one)) { area, state in
+                        guard state.lists[group] == nil else { return }
+                        area.restore(memberList: group, to: old.members, in: &state)
+                    })
+                self.notifyGroup(group, ProfileChanged(kind: .memberList, removed: true, id: group), in: state)
             }
         }
-        return .response(.clearProfile(ClearProfileResponse(removed: 1)))
+        return .deferred
     }
 
-    /// Clears every record of the request's kind the caller may clear (for group members, within `id` if given).
-    private func clearAll(_ request: ClearProfileRequest, caller: String, admin: Bool, in state: inout State) -> Int {
+    /// Clears every record of the request's kind the caller may clear (for group members, within `id` if given);
+    /// answered after the commit with the number removed.
+    private func clearAll(
+        _ request: ClearProfileRequest, caller: String, admin: Bool, _ context: RequestContext, in state: inout State
+    ) -> RequestOutcome {
         switch request.kind {
         case .user:
-            let ids = admin ? Array(state.users.keys) : (state.users[caller] == nil ? [] : [caller])
-            for id in ids {
-                state.users[id] = nil
-                self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
+            let removed = (admin ? Array(state.users.values) : state.users[caller].map { [$0] } ?? [])
+            guard !removed.isEmpty else { return .response(.clearProfile(ClearProfileResponse(removed: 0))) }
+            for old in removed {
+                state.users[old.userId] = nil
+                self.notifyUser(old.userId, ProfileChanged(kind: .user, removed: true, id: old.userId), in: state)
             }
-            if admin { self.store.removeUsers(nil) } else if !ids.isEmpty { self.store.removeUsers(ids) }
-            return ids.count
+            self.store.removeUsers(
+                admin ? nil : [caller],
+                completion: self.answerAfterCommit(context, .clearProfile(ClearProfileResponse(removed: UInt64(removed.count)))) {
+                    area, state in
+                    for old in removed where state.users[old.userId] == nil { area.restore(user: old.userId, to: old, in: &state) }
+                })
         case .group:
-            guard admin else { return 0 }
-            let ids = Array(state.groups.keys)
+            guard admin, !state.groups.isEmpty else { return .response(.clearProfile(ClearProfileResponse(removed: 0))) }
+            let removed = Array(state.groups.values)
             state.groups = [:]
-            self.store.removeGroups(nil)
-            for id in ids { self.notifyGroup(id, ProfileChanged(kind: .group, removed: true, id: id), in: state) }
-            return ids.count
+            for old in removed { self.notifyGroup(old.groupId, ProfileChanged(kind: .group, removed: true, id: old.groupId), in: state) }
+            self.store.removeGroups(
+                nil,
+                completion: self.answerAfterCommit(context, .clearProfile(ClearProfileResponse(removed: UInt64(removed.count)))) {
+                    area, state in
+                    for old in removed where state.groups[old.groupId] == nil { area.restore(group: old.groupId, to: old, in: &state) }
+                })
         case .groupMember:
             let groups = request.id.isEmpty ? Array(state.members.keys) : [request.id]
-            var removed: [GroupMemberInfo] = []
+            var taken: [GroupMemberInfo] = []
             for group in groups {
                 guard var records = state.members[group] else { continue }
                 let users = admin ? Array(records.keys) : (records[caller] == nil ? [] : [caller])
-                for user in users { if let old = records.removeValue(forKey: user) { removed.append(old) } }
+                for user in users { if let old = records.removeValue(forKey: user) { taken.append(old) } }
                 state.members[group] = records.isEmpty ? nil : records
             }
-            self.store.removeMembers(removed.map { ($0.groupId, $0.userId) })
+            let removed = taken
+            guard !removed.isEmpty else { return .response(.clearProfile(ClearProfileResponse(removed: 0))) }
             for old in removed {
                 self.notifyGroup(old.groupId, ProfileChanged(kind: .groupMember, member: old, removed: true, id: old.groupId), in: state)
             }
-            return removed.count
+            self.store.removeMembers(
+                removed.map { ($0.groupId, $0.userId) },
+                completion: self.answerAfterCommit(context, .clearProfile(ClearProfileResponse(removed: UInt64(removed.count)))) {
+                    area, state in
+                    for old in removed where state.members[old.groupId]?[old.userId] == nil {
+                        area.restore(group: old.groupId, member: old.userId, to: old, in: &state)
+                    }
+                })
         default:
-            guard admin else { return 0 }
-            let ids = Array(state.lists.keys)
+            guard admin, !state.lists.isEmpty else { return .response(.clearProfile(ClearProfileResponse(removed: 0))) }
+            let removed = state.lists.mapValues(\.members)
             state.lists = [:]
-            self.store.removeMemberLists(nil)
-            for id in ids { self.notifyGroup(id, ProfileChanged(kind: .memberList, removed: true, id: id), in: state) }
-            return ids.count
+            for id in removed.keys { self.notifyGroup(id, ProfileChanged(kind: .memberList, removed: true, id: id), in: state) }
+            self.store.removeMemberLists(
+                nil,
+                completion: self.answerAfterCommit(context, .clearProfile(ClearProfileResponse(removed: UInt64(removed.count)))) {
+                    area, state in
+                    for (group, members) in removed where state.lists[group] == nil {
+                        area.restore(memberList: group, to: members, in: &state)
+                    }
+                })
         }
+        return .deferred
+    }
+
+    // MARK: Commit and undo
+
+    /// A store completion that answers `response` once the write committed; if it failed, runs `undo` under the
+    /// lock (which puts back what the write replaced, if nothing newer replaced it since) and answers `8001`.
+    private func answerAfterCommit(
+        _ context: RequestContext, _ response: Response,
+        undo: @escaping @Sendable (ProfileArea, inout State) -> Void
+    ) -> StoreWriteCompletion {
+        let responder = context.responder
+        return { [self] outcome in
+            if case .success = outcome { return responder.succeed(response) }
+            self.state.withLock { state in undo(self, &state) }
+            responder.fail(ErrorBody(.storageFailure, "the profile database could not store the change"))
+        }
+    }
+
+    /// Puts back a user record (nil: none) and tells the user's subscribers.
+    private func restore(user id: String, to record: UserInfo?, in state: inout State) {
+        state.users[id] = record
+        self.notifyUser(id, ProfileChanged(kind: .user, user: record, removed: record == nil, id: id), in: state)
+    }
+
+    /// Puts back a group record (nil: none) and tells the group's subscribers.
+    private func restore(group id: String, to record: GroupInfo?, in state: inout State) {
+        state.groups[id] = record
+        self.notifyGroup(id, ProfileChanged(kind: .group, group: record, removed: record == nil, id: id), in: state)
+    }
+
+    /// Puts back a group member record (nil: none) and tells the group's subscribers.
+    private func restore(group: String, member: String, to record: GroupMemberInfo?, in state: inout State) {
+        if let record {
+            state.members[group, default: [:]][member] = record
+        } else {
+            state.members[group]?[member] = nil
+            if state.members[group]?.isEmpty == true { state.members[group] = nil }
+        }
+        let shown = record ?? GroupMemberInfo(groupId: group, userId: member)
+        self.notifyGroup(group, ProfileChanged(kind: .groupMember, member: shown, removed: record == nil, id: group), in: state)
+    }
+
+    /// Puts back a member list (nil: none) and tells the group's subscribers.
+    private func restore(memberList group: String, to members: Set<String>?, in state: inout State) {
+        state.lists[group] = members.map { MemberList($0) }
+        let change = ProfileChanged(
+            kind: .memberList, removed: members == nil, id: group, memberCount: UInt64(members?.count ?? 0))
+        self.notifyGroup(group, change, in: state)
     }
 
     // MARK: Change events
@@ -599,8 +725,8 @@ public final class ProfileArea: RequestHandler, SessionObserver {
                 throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
             }
             for id in members { try Self.checkID(id, "memberUserIds") }
-            // Member lists from a provider stay in memory only (§13.5-6).
-            state.lists[ask.id] = MemberList(members, persisted: false)
+            state.lists[ask.id] = MemberList(members)
+            self.store.updateMembers(group: ask.id, add: Array(members), remove: [], replace: true)
             self.notifyGroup(ask.id, ProfileChanged(kind: .memberList, id: ask.id, memberCount: UInt64(members.count)), in: state)
         }
     }

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import GRDB
 import SwitchboardWire
@@ -23,8 +22,10 @@ public struct StoredEventSubscription: Sendable, Hashable {
 /// Persists event subscriptions, kept (offline) events, the latest online state of each publisher and when each
 /// user was last offline, for the event subscription area (`Protocol/SPEC.md` §13.4).
 ///
-/// The area keeps everything in memory; this store is written behind on a serial queue (in the order the changes
-/// happened) so the event loops never wait for SQLite, and read once at start. ``flush()`` waits for the writes.
+/// The area keeps everything in memory and reads this store once at start. Writes are group-committed in the order
+/// the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; a write's completion runs
+/// after its transaction committed, which is when the area answers a client's subscribe, unsubscribe or kept
+/// publish. ``flush()`` waits for every write issued so far.
 /// Times are absolute, so expiries keep counting across a restart.
 public final class EventStore: Sendable {
     /// What the database held at start, without what had expired.
@@ -39,12 +40,13 @@ public final class EventStore: Sendable {
     }
 
     private let writer: any DatabaseWriter
-    private let queue = DispatchQueue(label: "switchboard.events.store")
+    private let commits: GroupCommitWriter
 
     /// Opens (creating it if needed) the event database at `path`; nil: a fresh in-memory database.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public init(path: String?) throws {
         self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.events", migrator: Self.migrator())
+        self.commits = GroupCommitWriter(writer: self.writer, label: "switchboard.events.store")
     }
 
     private static func migrator() -> DatabaseMigrator {
@@ -106,9 +108,12 @@ public final class EventStore: Sendable {
     }
 
     /// Inserts or renews subscriptions.
-    public func upsert(_ subscriptions: [StoredEventSubscription]) {
-        guard !subscriptions.isEmpty else { return }
-        self.write { db in
+    public func upsert(_ subscriptions: [StoredEventSubscription], completion: StoreWriteCompletion? = nil) {
+        guard !subscriptions.isEmpty else {
+            completion?(.success(()))
+            return
+        }
+        self.write(completion) { db in
             for s in subscriptions {
                 try db.execute(
                     sql: """
@@ -122,8 +127,10 @@ public final class EventStore: Sendable {
     }
 
     /// Removes `subscriber`'s subscriptions of `eventType` to `publishers`, or all of them when nil.
-    public func removeSubscriptions(subscriber: String, eventType: UInt64, publishers: [String]?) {
-        self.write { db in
+    public func removeSubscriptions(
+        subscriber: String, eventType: UInt64, publishers: [String]?, completion: StoreWriteCompletion? = nil
+    ) {
+        self.write(completion) { db in
             if let publishers {
                 for publisher in publishers {
                     try db.execute(
@@ -139,8 +146,8 @@ public final class EventStore: Sendable {
     }
 
     /// Keeps an event for offline delivery, keeping only the latest `limit` of its publisher.
-    public func keep(_ event: SubscribedEvent, limit: Int) {
-        self.write { db in
+    public func keep(_ event: SubscribedEvent, limit: Int, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             try db.execute(
                 sql: """
                     INSERT INTO kept_event (event_id, publisher, event_type, value, timestamp, expires_at, ext)
@@ -189,14 +196,10 @@ public final class EventStore: Sendable {
 
     /// Waits until every write issued so far is in the database.
     public func flush() {
-        self.queue.sync {}
+        self.commits.flush()
     }
 
-    private func write(_ body: @escaping @Sendable (Database) throws -> Void) {
-        let writer = self.writer
-        self.queue.async {
-            // Best effort: the in-memory state stays authoritative while the server runs.
-            try? writer.write { try body($0) }
-        }
+    private func write(_ completion: StoreWriteCompletion? = nil, _ body: @escaping @Sendable (Database) throws -> Void) {
+        self.commits.submit(body, completion: completion)
     }
 }

@@ -1,14 +1,14 @@
-import Dispatch
 import Foundation
 import GRDB
 import SwitchboardWire
 
 /// Persists the profile directory (`Protocol/SPEC.md` §13.5): user, group and group member records and the group
-/// member lists set with `updateGroupMembers`.
+/// member lists (set with `updateGroupMembers` or supplied by a provider).
 ///
-/// The profile area keeps everything in memory; this store is written behind on a serial queue (in the order the
-/// changes happened) so the event loops never wait for SQLite, and read once at start. ``flush()`` waits for the
-/// writes.
+/// The profile area keeps everything in memory and reads this store once at start. Writes are group-committed in
+/// the order the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; each write's
+/// completion runs after its transaction committed, which is when the area answers the client. ``flush()`` waits
+/// for every write issued so far.
 public final class ProfileStore: Sendable {
     /// What the database held at start.
     public struct Snapshot: Sendable {
@@ -20,12 +20,13 @@ public final class ProfileStore: Sendable {
     }
 
     private let writer: any DatabaseWriter
-    private let queue = DispatchQueue(label: "switchboard.profiles.store")
+    private let commits: GroupCommitWriter
 
     /// Opens (creating it if needed) the profile database at `path`; nil: a fresh in-memory database.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public init(path: String?) throws {
         self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.profiles", migrator: Self.migrator())
+        self.commits = GroupCommitWriter(writer: self.writer, label: "switchboard.profiles.store")
     }
 
     private static func migrator() -> DatabaseMigrator {
@@ -86,8 +87,8 @@ public final class ProfileStore: Sendable {
     // MARK: Records
 
     /// Inserts or replaces a user record.
-    public func upsert(_ info: UserInfo) {
-        self.write { db in
+    public func upsert(_ info: UserInfo, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             try db.execute(
                 sql: "INSERT OR REPLACE INTO user_info (user_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
                 arguments: [info.userId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
@@ -95,8 +96,8 @@ public final class ProfileStore: Sendable {
     }
 
     /// Inserts or replaces a group record.
-    public func upsert(_ info: GroupInfo) {
-        self.write { db in
+    public func upsert(_ info: GroupInfo, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             try db.execute(
                 sql: "INSERT OR REPLACE INTO group_info (group_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
                 arguments: [info.groupId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
@@ -104,8 +105,8 @@ public final class ProfileStore: Sendable {
     }
 
     /// Inserts or replaces a group member record.
-    public func upsert(_ info: GroupMemberInfo) {
-        self.write { db in
+    public func upsert(_ info: GroupMemberInfo, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             try db.execute(
                 sql: """
                     INSERT OR REPLACE INTO group_member_info (group_id, user_id, nickname, extra, updated_at)
@@ -116,25 +117,25 @@ public final class ProfileStore: Sendable {
     }
 
     /// Removes user records (`nil`: all of them).
-    public func removeUsers(_ ids: [String]?) {
-        self.write { db in
+    public func removeUsers(_ ids: [String]?, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             guard let ids else { return try db.execute(sql: "DELETE FROM user_info") }
             for id in ids { try db.execute(sql: "DELETE FROM user_info WHERE user_id = ?", arguments: [id]) }
         }
     }
 
     /// Removes group records (`nil`: all of them).
-    public func removeGroups(_ ids: [String]?) {
-        self.write { db in
+    public func removeGroups(_ ids: [String]?, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             guard let ids else { return try db.execute(sql: "DELETE FROM group_info") }
             for id in ids { try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [id]) }
         }
     }
 
     /// Removes group member records given as (group id, user id) pairs (`nil`: all of them).
-    public func removeMembers(_ keys: [(group: String, user: String)]?) {
+    public func removeMembers(_ keys: [(group: String, user: String)]?, completion: StoreWriteCompletion? = nil) {
         let keys = keys.map { $0.map { [$0.group, $0.user] } }
-        self.write { db in
+        self.write(completion) { db in
             guard let keys else { return try db.execute(sql: "DELETE FROM group_member_info") }
             for key in keys {
                 try db.execute(
@@ -146,8 +147,10 @@ public final class ProfileStore: Sendable {
     // MARK: Member lists
 
     /// Changes a group's member list: with `replace` it becomes exactly `add`; otherwise `remove`, then `add`.
-    public func updateMembers(group: String, add: [String], remove: [String], replace: Bool) {
-        self.write { db in
+    public func updateMembers(
+        group: String, add: [String], remove: [String], replace: Bool, completion: StoreWriteCompletion? = nil
+    ) {
+        self.write(completion) { db in
             try db.execute(sql: "INSERT OR IGNORE INTO member_list (group_id) VALUES (?)", arguments: [group])
             if replace {
                 try db.execute(sql: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
@@ -165,8 +168,8 @@ public final class ProfileStore: Sendable {
     }
 
     /// Removes member lists (`nil`: all of them).
-    public func removeMemberLists(_ groups: [String]?) {
-        self.write { db in
+    public func removeMemberLists(_ groups: [String]?, completion: StoreWriteCompletion? = nil) {
+        self.write(completion) { db in
             guard let groups else {
                 try db.execute(sql: "DELETE FROM member_list")
                 return try db.execute(sql: "DELETE FROM member_list_entry")
@@ -180,14 +183,10 @@ public final class ProfileStore: Sendable {
 
     /// Waits until every write issued so far is in the database.
     public func flush() {
-        self.queue.sync {}
+        self.commits.flush()
     }
 
-    private func write(_ body: @escaping @Sendable (Database) throws -> Void) {
-        let writer = self.writer
-        self.queue.async {
-            // Best effort: the in-memory directory stays authoritative while the server runs.
-            try? writer.write { try body($0) }
-        }
+    private func write(_ completion: StoreWriteCompletion?, _ body: @escaping @Sendable (Database) throws -> Void) {
+        self.commits.submit(body, completion: completion)
     }
 }

@@ -1,0 +1,106 @@
+import Dispatch
+import GRDB
+import Logging
+import Synchronization
+
+/// Called once with a write's outcome after its transaction committed (or failed), on the store's writer queue.
+public typealias StoreWriteCompletion = @Sendable (Result<Void, any Error>) -> Void
+
+/// Applies the writes of a store to SQLite in call order, many writes per transaction, and reports each write's
+/// outcome after its transaction committed (group commit).
+///
+/// Callers never wait: ``submit(_:completion:)`` appends the write and returns. A serial writer queue takes every
+/// write queued so far, runs them in one transaction, each inside its own savepoint (so one failing write fails
+/// alone), commits, and only then calls the completions, in call order, on the writer queue. Writes submitted
+/// while a transaction runs form the next one. A failed commit fails every write of its transaction.
+///
+/// Used by ``EventStore`` and ``ProfileStore``: their areas answer a request from the completion, so a client is
+/// told "done" only once the change is on disk (`Protocol/SPEC.md` §13.4, §13.5).
+final class GroupCommitWriter: Sendable {
+    /// One queued write.
+    private struct Pending: Sendable {
+        var body: @Sendable (Database) throws -> Void
+        var completion: StoreWriteCompletion?
+    }
+
+    private struct Queue {
+        var pending: [Pending] = []
+        /// A drain is scheduled or running; writes that arrive meanwhile are picked up by it.
+        var draining = false
+    }
+
+    private let writer: any DatabaseWriter
+    private let queue: DispatchQueue
+    private let state = Mutex(Queue())
+    private let logger: Logger
+
+    /// Creates a writer for `writer`; `label` names its queue and its log messages.
+    init(writer: any DatabaseWriter, label: String, logger: Logger = Logger(label: "switchboard.store")) {
+        self.writer = writer
+        self.queue = DispatchQueue(label: label)
+        self.logger = logger
+    }
+
+    /// Queues `body` to run in a write transaction; `completion` (on the writer queue) gets the outcome after the
+    /// transaction committed or failed. Without a completion a failure is logged.
+    func submit(
+        _ body: @escaping @Sendable (Database) throws -> Void,
+        completion: StoreWriteCompletion? = nil
+    ) {
+        let schedule: Bool = self.state.withLock { state in
+            state.pending.append(Pending(body: body, completion: completion))
+            if state.draining { return false }
+            state.draining = true
+            return true
+        }
+        if schedule { self.queue.async { self.drain() } }
+    }
+
+    /// Blocks until every write submitted so far has committed (or failed) and its completion ran.
+    func flush() {
+        self.queue.sync {}
+        // A drain scheduled by a write racing with the sync above runs after it: wait for that one too.
+        while self.state.withLock({ $0.draining }) { self.queue.sync {} }
+    }
+
+    /// Runs on the writer queue: transactions until no write is left.
+    private func drain() {
+        while true {
+            let batch: [Pending] = self.state.withLock { state in
+                let batch = state.pending
+                state.pending = []
+                if batch.isEmpty { state.draining = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            self.commit(batch)
+        }
+    }
+
+    private func commit(_ batch: [Pending]) {
+        var outcomes = [Result<Void, any Error>](repeating: .success(()), count: batch.count)
+        do {
+            try self.writer.write { db in
+                for index in batch.indices {
+                    do {
+                        try db.inSavepoint {
+                            try batch[index].body(db)
+                            return .commit
+                        }
+                    } catch {
+                        outcomes[index] = .failure(error)
+                    }
+                }
+            }
+        } catch {
+            outcomes = Array(repeating: .failure(error), count: batch.count)
+        }
+        for (pending, outcome) in zip(batch, outcomes) {
+            if let completion = pending.completion {
+                completion(outcome)
+            } else if case .failure(let error) = outcome {
+                self.logger.error("write-behind store: a write failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}
