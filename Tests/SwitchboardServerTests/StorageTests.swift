@@ -88,6 +88,54 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
         }
     }
 
+    /// Large fan-out pushes are queued as one shared buffer; small ones are copied into the connection's output.
+    /// Interleaved, they must still arrive in the order they happened, after the snapshot, on both transports.
+    @Test(arguments: Transport.allCases)
+    func largeAndSmallEventsArriveInOrderAtEverySubscriber(transport: Transport) async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let tony = try await gateway.connect(transport, user: "Tony")
+            let watchers = try await withThrowingTaskGroup(of: SwitchboardConnection.self) { group in
+                for index in 0..<3 {
+                    group.addTask {
+                        let watcher = try await gateway.connect(transport, user: "watcher\(index)") {
+                            $0.features = index == 0 ? [] : ["zlib"]  // plain and compressed frames
+                        }
+                        _ = try await watcher.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony")))
+                        return watcher
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            var generator = SystemRandomNumberGenerator()
+            let values = (0..<60).map { index in
+                // Every third value is several KiB of incompressible hex, far above the shared-push threshold.
+                index % 3 == 2
+                    ? (0..<3_000).map { _ in String(UInt8.random(in: 0...15, using: &generator), radix: 16) }.joined()
+                    : "v\(index)"
+            }
+            // Pipelined: the events of one write burst leave the server in one flush.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for value in values {
+                    group.addTask {
+                        _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: value)])))
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for watcher in watchers {
+                var received: [(UInt64, String)] = []
+                for await push in watcher.pushes {
+                    guard case .storageEvent(let event) = push, event.eventType != .snapshot else { continue }
+                    received.append((UInt64(event.majorRevision), event.items.first?.value ?? ""))
+                    if received.count == values.count { break }
+                }
+                // Revisions grow one by one (the server's order), and each carries the value written at that revision.
+                #expect(received.map(\.0) == received.map(\.0).sorted() && Set(received.map(\.0)).count == values.count)
+                #expect(Set(received.map(\.1)) == Set(values))
+            }
+        }
+    }
+
     @Test func usersMayWriteOnlyTheirOwnMetadataUnlessAdmin() async throws {
         let authority = TokenAuthority(secret: Self.secret)
         let expiry = Int64(Date().timeIntervalSince1970) + 600

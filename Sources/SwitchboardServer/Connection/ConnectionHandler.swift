@@ -32,6 +32,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var cumulation: ByteBuffer?
     private var output: ByteBuffer?
     private var inReadCycle = false
+    /// Shared push buffers were written to the channel and await the next flush.
+    private var writtenUnflushed = false
+    /// Pushes at least this long are written as the shared encoded buffer rather than copied into the output.
+    static let sharedPushMinimumBytes = 512
     private var flushScheduled = false
     private var context: ChannelHandlerContext?
 
@@ -505,6 +509,21 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func sendEncodedPush(_ push: EncodedPush) {
         guard self.state == .ready || self.state == .draining else { return }
         let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
+        if frame.readableBytes >= Self.sharedPushMinimumBytes, let context = self.context {
+            // A large fan-out push: queue the one encoded buffer itself, shared by every receiving connection,
+            // instead of a copy per connection, so a storm of pushes to many slow readers holds each push once.
+            if let output = self.output, output.readableBytes > 0 {
+                self.output = nil
+                context.write(self.wrapOutboundOut(output), promise: nil)
+                self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+            }
+            context.write(self.wrapOutboundOut(frame), promise: nil)
+            self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
+            self.core.metrics.framesOut.increment()
+            self.writtenUnflushed = true
+            self.scheduleFlush()
+            return
+        }
         if self.output == nil {
             self.output = self.context?.channel.allocator.buffer(capacity: frame.readableBytes)
         }
@@ -527,10 +546,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func flushOutput() {
-        guard let output = self.output, output.readableBytes > 0, let context = self.context else { return }
-        self.output = nil
-        self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
-        context.writeAndFlush(self.wrapOutboundOut(output), promise: nil)
+        guard let context = self.context else { return }
+        if let output = self.output, output.readableBytes > 0 {
+            self.output = nil
+            self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+            context.write(self.wrapOutboundOut(output), promise: nil)
+        } else if !self.writtenUnflushed {
+            return
+        }
+        self.writtenUnflushed = false
+        context.flush()
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
         if let queued = try? context.channel.syncOptions?.getOption(.bufferedWritableBytes),
             queued > self.core.configuration.limits.outboundHardCap
@@ -581,12 +606,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard self.state != .closed, let context = self.context else { return }
         self.state = .closed
         self.heartbeatTask?.cancel()
-        guard let output = self.output, output.readableBytes > 0 else {
+        let pending = self.output?.readableBytes ?? 0
+        guard pending > 0 || self.writtenUnflushed else {
             context.close(promise: nil)
             return
         }
+        // The last write (possibly empty, behind shared pushes already written) completes when all of it is out.
+        let output = self.output ?? context.channel.allocator.buffer(capacity: 0)
         self.output = nil
-        self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+        self.writtenUnflushed = false
+        self.core.metrics.bytesOut.increment(by: Int64(pending))
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(self.wrapOutboundOut(output), promise: written)
         let loop = context.eventLoop.assumeIsolated()
