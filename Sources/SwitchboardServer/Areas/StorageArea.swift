@@ -151,7 +151,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             switch result {
             case .success(let outcome):
                 responder.succeed(response(outcome.majorRevision))
-                self.publish(outcome.storageEvent(publisher: publisher, timestampMs: now), scope: outcome.scope)
+                self.publish(outcome, publisher: publisher, timestampMs: now)
             case .failure(let error):
                 responder.fail(error.body)
             }
@@ -159,8 +159,10 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         return .deferred
     }
 
-    /// Sends a storage event to the channel's metadata subscribers or the user's metadata subscribers.
-    private func publish(_ event: StorageEvent, scope: MetadataScope) {
+    /// Sends the write's storage event to the channel's metadata subscribers or the user's metadata subscribers;
+    /// the event is built only when someone receives it.
+    private func publish(_ outcome: WriteOutcome, publisher: String, timestampMs: UInt64) {
+        let scope = outcome.scope
         let targets: [SessionHandle]
         if scope.isChannel {
             targets = self.subscriptions.members(of: ChannelKey(name: scope.name, type: scope.channelType)) {
@@ -170,6 +172,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             targets = self.subscriptions.userSubscribers(of: scope.name)
         }
         guard !targets.isEmpty else { return }
+        let event = outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)
         let push = EncodedPush(.storageEvent(event), compressionThreshold: self.compressionThreshold)
         for target in targets { target.send(push) }
     }
