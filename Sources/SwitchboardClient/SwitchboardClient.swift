@@ -7,7 +7,7 @@ import Synchronization
 /// area, and a session that survives lost connections.
 ///
 /// ```swift
-/// var configuration = ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: 7400), userID: "", token: token)
+/// let configuration = ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: 7400), userID: "tony")
 /// let client = SwitchboardClient(configuration: configuration) { try await myBackend.freshSwitchboardToken() }
 /// try await client.connect()
 ///
@@ -24,7 +24,7 @@ import Synchronization
 /// try await client.setUserMetadata(items: [MetadataItem(key: "status", value: "online")])
 /// do {
 ///     try await client.acquireLock(channel: "lobby", name: "mic")
-/// } catch let error as SwitchboardClientError where error.code == .lockHeld {
+/// } catch where error.code == .lockHeld {  // typed throws: `error` is a SwitchboardClientError
 ///     // someone else has it
 /// }
 /// try await client.logout()
@@ -56,8 +56,8 @@ import Synchronization
 /// ``ClientConfiguration/streamBufferLimit`` unread elements and then drops the oldest; all finish when the
 /// client closes.
 ///
-/// **Lifetime.** A client runs until ``logout()`` or ``close()``, or until it gives up; then it is closed for
-/// good and a new one is needed to start again.
+/// **Lifetime.** A client runs (and keeps its connection) until ``logout()`` or ``close()``, or until it gives up;
+/// then it is closed for good and a new one is needed to start again. Close the clients you no longer need.
 public final class SwitchboardClient: Sendable {
     /// Returns a login token for the next connection (for example a fresh one from the app's backend). Errors it
     /// throws count as a failed attempt, retried with backoff, unless they are ``SwitchboardClientError``s of the
@@ -122,8 +122,8 @@ public final class SwitchboardClient: Sendable {
 
     // MARK: Lifecycle
 
-    /// Makes the first session: connects, logs in and returns the server's WELCOME. Later losses are handled by
-    /// reconnecting; this call does not retry.
+    /// Makes the first session: connects, logs in and returns the server's WELCOME (the current one when already
+    /// connected). Later losses are handled by reconnecting; this call does not retry.
     ///
     /// - Throws: ``SwitchboardClientError``: the server's refusal (kind ``SwitchboardClientError/Kind/goAway``),
     ///   an unreachable gateway (``SwitchboardClientError/Kind/connectFailed``), a handshake timeout, or

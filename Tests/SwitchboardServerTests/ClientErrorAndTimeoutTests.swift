@@ -98,7 +98,8 @@ import Testing
 
     @Test("a connection on which nothing arrives for heartbeatMs x heartbeatMisses is closed as dead (1009)")
     func silentServerIsDetected() async throws {
-        let server = try await SilentServer.start(heartbeatMs: 1_000, heartbeatMisses: 2)
+        let server = try await FakeGateway.start(
+            welcome: Welcome(protocolVersion: 1, userId: "Tony", heartbeatMs: 1_000, heartbeatMisses: 2))
         defer { Task { await server.stop() } }
         var configuration = ClientConfiguration(endpoint: .unix(path: server.path), userID: "Tony")
         configuration.connectTimeout = .seconds(5)
@@ -109,6 +110,38 @@ import Testing
         #expect(ContinuousClock.now - start >= .seconds(2))
         let reason = await connection.closeReason
         #expect(reason?.code == .heartbeatTimeout && reason?.kind == .connectionLost)
+    }
+
+    @Test("a response of another operation than the request's is a typed unexpectedResponse error (8000)")
+    func unexpectedResponseIsTyped() async throws {
+        let server = try await FakeGateway.start(welcome: Welcome(protocolVersion: 1, userId: "Tony")) { _, _ in
+            .whereNow(WhereNowResponse(totalChannel: 1))
+        }
+        defer { Task { await server.stop() } }
+        let client = SwitchboardClient(
+            configuration: ClientConfiguration(endpoint: .unix(path: server.path), userID: "Tony"))
+        try await client.connect()
+        await expectClientError(.internal, kind: .unexpectedResponse) { _ = try await client.getUserMetadata() }
+        #expect(try await client.whereNow().totalChannel == 1)
+        await client.close()
+    }
+
+    @Test("without zlib offered compression is not negotiated and large values still round-trip")
+    func compressionOnlyWhenNegotiated() async throws {
+        try await withFullGateway { gateway in
+            let plain = makeClient(gateway, .tcp, user: "Tony", configure: { $0.features = [] })
+            let zlib = makeClient(gateway, .unix, user: "Ana")
+            try await plain.connect()
+            try await zlib.connect()
+            #expect(plain.welcome?.features == [] && zlib.welcome?.features == ["zlib"])
+            let big = String(repeating: "0123456789abcdef", count: 900)
+            try await plain.setChannelMetadata(channel: "c", items: [MetadataItem(key: "k", value: big)])
+            #expect(try await zlib.getChannelMetadata(channel: "c").items.first?.value == big)
+            try await zlib.setChannelMetadata(channel: "c", items: [MetadataItem(key: "k", value: big + "!")])
+            #expect(try await plain.getChannelMetadata(channel: "c").items.first?.value == big + "!")
+            await plain.close()
+            await zlib.close()
+        }
     }
 
     @Test("the backoff doubles from the initial delay up to the maximum, within the jitter")
@@ -129,9 +162,9 @@ import Testing
     }
 }
 
-/// A server that completes the handshake with the given heartbeat settings and then never sends anything again,
-/// like a gateway whose machine froze.
-final class SilentServer: Sendable {
+/// A stand-in gateway for behaviour a real one never shows: it answers HELLO with `welcome`, then answers each
+/// request with what `respond` returns (nothing: it stays silent, like a gateway whose machine froze).
+final class FakeGateway: Sendable {
     let path: String
     private let channel: any Channel
 
@@ -140,19 +173,18 @@ final class SilentServer: Sendable {
         self.channel = channel
     }
 
-    static func start(heartbeatMs: UInt64, heartbeatMisses: UInt64) async throws -> SilentServer {
+    static func start(
+        welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response? = { _, _ in nil }
+    ) async throws -> FakeGateway {
         let path = temporarySocketPath()
-        let welcome = Welcome(
-            protocolVersion: 1, sessionId: "silent", userId: "Tony", maxFrameSize: 1 << 20, maxInflight: 128,
-            heartbeatMs: heartbeatMs, heartbeatMisses: heartbeatMisses)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(WelcomeThenSilence(welcome: welcome))
+                    try channel.pipeline.syncOperations.addHandler(Handler(welcome: welcome, respond: respond))
                 }
             }
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
-        return SilentServer(path: path, channel: channel)
+        return FakeGateway(path: path, channel: channel)
     }
 
     func stop() async {
@@ -160,21 +192,36 @@ final class SilentServer: Sendable {
         unlink(self.path)
     }
 
-    /// Answers the first bytes (the HELLO) with WELCOME and ignores everything after.
-    private final class WelcomeThenSilence: ChannelInboundHandler {
+    private final class Handler: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
         typealias OutboundOut = ByteBuffer
         let welcome: Welcome
-        var welcomed = false
+        let respond: @Sendable (UInt32, Request) -> Response?
+        var decoder = FrameDecoder(direction: .clientToServer)
+        var received = ByteBuffer()
 
-        init(welcome: Welcome) { self.welcome = welcome }
+        init(welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response?) {
+            self.welcome = welcome
+            self.respond = respond
+        }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            guard !self.welcomed else { return }
-            self.welcomed = true
-            var buffer = context.channel.allocator.buffer(capacity: 128)
-            FrameEncoder().encode(.control(.welcome(self.welcome)), into: &buffer)
-            context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
+            var bytes = self.unwrapInboundIn(data)
+            self.received.writeBuffer(&bytes)
+            while let frame = try? self.decoder.decodeFrame(from: &self.received),
+                let message = try? SwitchboardMessage.decode(frame)
+            {
+                let answer: SwitchboardMessage?
+                switch message {
+                case .control(.hello): answer = .control(.welcome(self.welcome))
+                case .request(let id, let request): answer = self.respond(id, request).map { .response(id: id, $0) }
+                default: answer = nil
+                }
+                guard let answer else { continue }
+                var buffer = context.channel.allocator.buffer(capacity: 128)
+                FrameEncoder().encode(answer, into: &buffer)
+                context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
+            }
         }
     }
 }
