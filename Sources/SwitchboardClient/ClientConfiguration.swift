@@ -11,6 +11,16 @@ public struct ClientConfiguration: Sendable {
         case unix(path: String)
     }
 
+    /// What ``SwitchboardClient`` does with a request made while it has no connection (connecting, or
+    /// reconnecting after the connection dropped).
+    public enum DisconnectedRequestPolicy: Sendable, Hashable {
+        /// The request waits for the next connection (and the restore of subscriptions) until its timeout; then it
+        /// fails with ``SwitchboardClientError/Kind/timedOut``. The default.
+        case waitForConnection
+        /// The request fails at once with ``SwitchboardClientError/Kind/notConnected`` (code `8004 unavailable`).
+        case failFast
+    }
+
     /// The gateway to reach.
     public var endpoint: Endpoint
     /// User to log in as (open development mode), or to check against the token.
@@ -21,18 +31,27 @@ public struct ClientConfiguration: Sendable {
     public var deviceID: String = ""
     /// The kind of client.
     public var clientType: ClientType = .other
-    /// Features to offer; the server answers with those it shares.
+    /// Features to offer; the server answers with those it shares. Offering `zlib` negotiates compression:
+    /// bodies of at least `WELCOME.compressThreshold` bytes are then compressed in both directions.
     public var features: [String] = ["zlib"]
     /// Heartbeat interval to ask for, 0 for the server's default.
     public var heartbeatMs: UInt64 = 0
-    /// Whether the client sends PING when it has been quiet for the heartbeat interval.
+    /// Whether the client sends PING when it has been quiet for half the heartbeat interval. While it does, it
+    /// also closes a connection on which nothing arrived for `heartbeatMs x heartbeatMisses` (SB-5.6-4), so
+    /// ``SwitchboardClient`` notices a dead server and reconnects.
     public var sendsHeartbeats = true
-    /// How long a request may wait for its response.
+    /// How long a request may wait for its response (and, with ``DisconnectedRequestPolicy/waitForConnection``,
+    /// for a connection first).
     public var requestTimeout: TimeAmount = .seconds(30)
     /// How long connecting and the handshake may take.
     public var connectTimeout: TimeAmount = .seconds(10)
     /// Name for the server's logs.
     public var clientName = "SwitchboardClient/0.1"
+    /// What ``SwitchboardClient`` does with requests made while it is not connected.
+    public var whileDisconnected: DisconnectedRequestPolicy = .waitForConnection
+    /// How many undelivered elements each of ``SwitchboardClient``'s push and event streams keeps for a consumer
+    /// that is behind; past it the oldest are dropped.
+    public var streamBufferLimit = 10_000
 
     /// Creates a configuration.
     public init(endpoint: Endpoint, userID: String, token: String = "") {
@@ -40,28 +59,4 @@ public struct ClientConfiguration: Sendable {
         self.userID = userID
         self.token = token
     }
-}
-
-/// An error the client reports: a server error response, a GOAWAY, a timeout or a closed connection.
-public struct SwitchboardClientError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The spec's error code (for a timeout: 8003, for a lost connection: 8004 unless the server said why).
-    public var code: ErrorCode
-    /// Human-readable detail.
-    public var message: String
-    /// The server's error body, when the error came from the server.
-    public var body: ErrorBody?
-
-    /// Creates an error.
-    public init(code: ErrorCode, message: String, body: ErrorBody? = nil) {
-        self.code = code
-        self.message = message
-        self.body = body
-    }
-
-    public var description: String { "\(self.code): \(self.message)" }
-
-    /// Errors compare by code only: the message is for people and not stable.
-    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.code == rhs.code }
-
-    public func hash(into hasher: inout Hasher) { hasher.combine(self.code) }
 }

@@ -1,0 +1,49 @@
+import SwitchboardWire
+
+/// Sorts the server's pushes by area into the client's broadcasts. One router lives as long as its client and is
+/// fed by whichever connection is current, so the streams it feeds survive reconnects.
+final class PushRouter: Sendable {
+    let storageEvents: Broadcast<StorageEvent>
+    let lockEvents: Broadcast<LockEvent>
+    let presenceEvents: Broadcast<PresenceEvent>
+    let subscribedEvents: Broadcast<SubscribedEvent>
+    let profileChanges: Broadcast<ProfileChanged>
+    let providerRequests: Broadcast<ProviderRequest>
+    let serverNotices: Broadcast<ServerNotice>
+    let all: Broadcast<Push>
+
+    init(bufferLimit: Int) {
+        self.storageEvents = Broadcast(bufferLimit: bufferLimit)
+        self.lockEvents = Broadcast(bufferLimit: bufferLimit)
+        self.presenceEvents = Broadcast(bufferLimit: bufferLimit)
+        self.subscribedEvents = Broadcast(bufferLimit: bufferLimit)
+        self.profileChanges = Broadcast(bufferLimit: bufferLimit)
+        self.providerRequests = Broadcast(bufferLimit: bufferLimit)
+        self.serverNotices = Broadcast(bufferLimit: bufferLimit)
+        self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false)
+    }
+
+    func route(_ push: Push) {
+        self.all.yield(push)
+        switch push {
+        case .storageEvent(let event): self.storageEvents.yield(event)
+        case .lockEvent(let event): self.lockEvents.yield(event)
+        case .presenceEvent(let event): self.presenceEvents.yield(event)
+        case .subscribedEvents(let batch): for event in batch.events { self.subscribedEvents.yield(event) }
+        case .profileChanged(let change): self.profileChanges.yield(change)
+        case .providerRequest(let request): self.providerRequests.yield(request)
+        case .serverNotice(let notice): self.serverNotices.yield(notice)
+        }
+    }
+
+    func finish() {
+        self.storageEvents.finish()
+        self.lockEvents.finish()
+        self.presenceEvents.finish()
+        self.subscribedEvents.finish()
+        self.profileChanges.finish()
+        self.providerRequests.finish()
+        self.serverNotices.finish()
+        self.all.finish()
+    }
+}

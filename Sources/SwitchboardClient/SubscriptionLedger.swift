@@ -1,0 +1,111 @@
+import SwitchboardWire
+
+/// The session-scoped subscriptions the app made through a ``SwitchboardClient``, kept so a new session can make
+/// them again: channel subscriptions (with their options), user-metadata subscriptions, profile subscriptions and
+/// provider registrations.
+///
+/// It follows the server's answers: a subscribe is recorded when it succeeds, an unsubscribe removes its entry
+/// when it succeeds or the server says there was nothing to end (`4004 notSubscribed`). Event subscriptions are
+/// not kept: the server keeps them for the user across sessions.
+struct SubscriptionLedger: Sendable {
+    /// A channel's identity: its name and type.
+    struct ChannelID: Hashable, Sendable, Comparable {
+        var name: String
+        var type: ChannelType
+
+        static func < (lhs: Self, rhs: Self) -> Bool {
+            (lhs.name, lhs.type.rawValue) < (rhs.name, rhs.type.rawValue)
+        }
+    }
+
+    /// Profile ids per restoring call (the server's limit per `subscribeProfiles`, §13.5).
+    static let profileBatchSize = 100
+
+    private(set) var channels: [ChannelID: SubscribeChannelRequest] = [:]
+    private(set) var userMetadata: Set<String> = []
+    private(set) var profileUsers: Set<String> = []
+    private(set) var profileGroups: Set<String> = []
+    private(set) var providerKinds: Set<ProfileKind> = []
+
+    /// Updates the ledger with a request's outcome.
+    mutating func record(_ request: Request, outcome: Result<Response, SwitchboardClientError>) {
+        let succeeded: Bool
+        switch outcome {
+        case .success: succeeded = true
+        case .failure(let error):
+            // An unsubscribe of something the session does not have leaves nothing to restore either.
+            guard error.kind == .server, error.code == .notSubscribed else { return }
+            succeeded = false
+        }
+        switch request {
+        case .subscribeChannel(let subscribe) where succeeded:
+            self.channels[ChannelID(name: subscribe.channel, type: subscribe.channelType)] = subscribe
+        case .unsubscribeChannel(let unsubscribe):
+            self.channels[ChannelID(name: unsubscribe.channel, type: unsubscribe.channelType)] = nil
+        case .subscribeUserMetadata(let subscribe) where succeeded:
+            self.userMetadata.insert(subscribe.userId)
+        case .unsubscribeUserMetadata(let unsubscribe):
+            self.userMetadata.remove(unsubscribe.userId)
+        case .subscribeProfiles(let subscribe) where succeeded:
+            self.profileUsers.formUnion(subscribe.userIds)
+            self.profileGroups.formUnion(subscribe.groupIds)
+        case .unsubscribeProfiles(let unsubscribe) where succeeded:
+            self.profileUsers.subtract(unsubscribe.userIds)
+            self.profileGroups.subtract(unsubscribe.groupIds)
+        case .registerProvider(let register) where succeeded:
+            self.providerKinds.formUnion(register.kinds)
+        default:
+            break
+        }
+    }
+
+    /// Stops tracking a subscription a new session refused.
+    mutating func forget(_ subscription: RestorableSubscription) {
+        switch subscription {
+        case .channel(let subscribe):
+            self.channels[ChannelID(name: subscribe.channel, type: subscribe.channelType)] = nil
+        case .userMetadata(let userID):
+            self.userMetadata.remove(userID)
+        case .profiles(let userIDs, let groupIDs):
+            self.profileUsers.subtract(userIDs)
+            self.profileGroups.subtract(groupIDs)
+        case .provider(let kinds):
+            self.providerKinds.subtract(kinds)
+        }
+    }
+
+    /// Everything to restore, in a stable order: channels, user metadata, profiles (in batches), providers.
+    var subscriptions: [RestorableSubscription] {
+        var result: [RestorableSubscription] = self.channels.keys.sorted().compactMap { self.channels[$0] }
+            .map { .channel($0) }
+        result += self.userMetadata.sorted().map { .userMetadata(userID: $0) }
+        let users = self.profileUsers.sorted()
+        let groups = self.profileGroups.sorted()
+        var start = 0
+        while start < max(users.count, groups.count) {
+            let end = start + Self.profileBatchSize
+            result.append(
+                .profiles(
+                    userIDs: Array(users[min(start, users.count)..<min(end, users.count)]),
+                    groupIDs: Array(groups[min(start, groups.count)..<min(end, groups.count)])))
+            start = end
+        }
+        if !self.providerKinds.isEmpty {
+            result.append(.provider(kinds: self.providerKinds.sorted { $0.rawValue < $1.rawValue }))
+        }
+        return result
+    }
+}
+
+extension RestorableSubscription {
+    /// The request that makes this subscription.
+    var request: Request {
+        switch self {
+        case .channel(let subscribe): return .subscribeChannel(subscribe)
+        case .userMetadata(let userID): return .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: userID))
+        case .profiles(let userIDs, let groupIDs):
+            return .subscribeProfiles(SubscribeProfilesRequest(userIds: userIDs, groupIds: groupIDs))
+        case .provider(let kinds): return .registerProvider(RegisterProviderRequest(kinds: kinds))
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import NIOCore
+import SwitchboardWire
+
+/// Makes a ledger's subscriptions again on a new connection.
+enum SubscriptionRestorer {
+    /// Restoring requests on the wire at once.
+    static let concurrency = 8
+    /// Tries per subscription when the server says to slow down (`3000 rateLimited`, `3001 tooManyInflight`).
+    static let triesWhenLimited = 5
+
+    /// Sends every subscription's request on `connection`, a few at a time, and reports each one's outcome in
+    /// the order given. A failure is the server's refusal, or (when the connection went away meanwhile) the
+    /// lost connection.
+    static func restore(
+        _ subscriptions: [RestorableSubscription], on connection: SwitchboardConnection, timeout: TimeAmount
+    ) async -> RestoreReport {
+        var results = [Result<Void, SwitchboardClientError>?](repeating: nil, count: subscriptions.count)
+        await withTaskGroup(of: (Int, Result<Void, SwitchboardClientError>).self) { group in
+            var next = 0
+            func startNext() {
+                guard next < subscriptions.count else { return }
+                let index = next
+                next += 1
+                group.addTask { (index, await self.make(subscriptions[index], on: connection, timeout: timeout)) }
+            }
+            for _ in 0..<self.concurrency { startNext() }
+            for await (index, result) in group {
+                results[index] = result
+                startNext()
+            }
+        }
+        var report = RestoreReport()
+        for (subscription, result) in zip(subscriptions, results) {
+            switch result {
+            case .success?:
+                report.restored.append(subscription)
+            case .failure(let error)?:
+                report.failed.append(RestoreReport.Failure(subscription: subscription, error: error))
+            case nil:
+                break  // every task reports before the group ends
+            }
+        }
+        return report
+    }
+
+    /// Makes one subscription, waiting and trying again while the server says to slow down.
+    private static func make(
+        _ subscription: RestorableSubscription, on connection: SwitchboardConnection, timeout: TimeAmount
+    ) async -> Result<Void, SwitchboardClientError> {
+        var attempt = 1
+        while true {
+            do {
+                _ = try await connection.send(subscription.request, timeout: timeout)
+                return .success(())
+            } catch {
+                let error = SwitchboardClientError(wrapping: error)
+                let slowDown = error.kind == .server && (error.code == .rateLimited || error.code == .tooManyInflight)
+                guard slowDown, attempt < self.triesWhenLimited else { return .failure(error) }
+                try? await Task.sleep(for: error.retryAfter ?? .milliseconds(100 * attempt))
+                attempt += 1
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import Logging
+import NIOCore
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardStore
+import SwitchboardWire
+import Synchronization
+import Testing
+
+/// Where a full gateway keeps its data and listens, so that a second gateway can take over from a first.
+struct FullGatewayPlace: Sendable {
+    /// The metadata database; the event and profile stores sit next to it (as `switchboard serve` puts them).
+    var databasePath = NSTemporaryDirectory() + "sb-client-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+    /// The Unix socket.
+    var unixSocketPath = temporarySocketPath()
+}
+
+/// Runs `body` against a gateway with every area, wired as `switchboard serve` wires them
+/// (`Sources/switchboard/SwitchboardCommand.swift`): storage and locks, presence, events, profiles, each on its
+/// SQLite file at `place`. Stores are flushed and closed afterwards.
+func withFullGateway<T: Sendable>(
+    at place: FullGatewayPlace = FullGatewayPlace(),
+    secret: [UInt8]? = nil,
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: @Sendable (RunningGateway) async throws -> T
+) async throws -> T {
+    var logger = Logger(label: "test-full-gateway")
+    logger.logLevel = .critical
+    let store = try MetadataStore.load(
+        from: try SQLiteBackend(path: place.databasePath), configuration: StoreConfiguration(), logger: logger)
+    let sessions = SessionRegistry()
+    let subscriptions = SubscriptionRegistry()
+    let storage = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
+    var presenceConfiguration = PresenceConfiguration()
+    presenceConfiguration.presenceTimeout = .seconds(5)
+    presenceConfiguration.leaveDebounce = .milliseconds(200)
+    let presence = PresenceArea(
+        configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
+    let eventStore = try EventStore(path: place.databasePath + ".events")
+    let events = try EventArea(store: eventStore, gracePeriod: .milliseconds(200))
+    let profileStore = try ProfileStore(path: place.databasePath + ".profiles")
+    let profiles = try ProfileArea(store: profileStore, providerTimeout: .seconds(3))
+    let areas: [any RequestHandler & SessionObserver] = [storage, presence, events, profiles]
+    let result: Result<T, any Error>
+    do {
+        result = .success(
+            try await withGateway(
+                { configuration in
+                    configuration.unixSocketPath = place.unixSocketPath
+                    configuration.tokenSecret = secret
+                    configure(&configuration)
+                }, handlers: areas, observers: areas, registry: sessions, body))
+    } catch {
+        result = .failure(error)
+    }
+    _ = await store.flush()
+    await store.close()
+    eventStore.flush()
+    profileStore.flush()
+    return try result.get()
+}
+
+/// Creates a client of `gateway` over `transport`, with quick reconnects for tests.
+func makeClient(
+    _ gateway: RunningGateway, _ transport: Transport, user: String,
+    policy: ReconnectPolicy = .quick, tokenProvider: SwitchboardClient.TokenProvider? = nil,
+    configure: (inout ClientConfiguration) -> Void = { _ in }
+) -> SwitchboardClient {
+    var configuration = ClientConfiguration(endpoint: gateway.endpoint(transport), userID: user)
+    configuration.requestTimeout = .seconds(20)
+    configure(&configuration)
+    return SwitchboardClient(configuration: configuration, reconnectPolicy: policy, tokenProvider: tokenProvider)
+}
+
+extension ReconnectPolicy {
+    /// 50 ms doubling to 500 ms: quick enough for tests, still backing off.
+    static let quick = ReconnectPolicy(initialDelay: .milliseconds(50), maxDelay: .milliseconds(500), jitter: 0.1)
+}
+
+/// Collects a stream's elements in the background, so a test can wait for them without consuming the stream
+/// itself (cancelling a task that waits on an `AsyncStream` would end the stream).
+final class Recorder<Element: Sendable>: Sendable {
+    private final class Box: Sendable {
+        let items = Mutex<[Element]>([])
+        let finished = Atomic<Bool>(false)
+    }
+
+    private let box = Box()
+    private let task: Task<Void, Never>
+
+    init(_ stream: AsyncStream<Element>) {
+        let box = self.box
+        self.task = Task {
+            for await element in stream { box.items.withLock { $0.append(element) } }
+            box.finished.store(true, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    deinit { self.task.cancel() }
+
+    /// Everything received so far.
+    var all: [Element] { self.box.items.withLock { $0 } }
+
+    /// Whether the stream has finished.
+    var isFinished: Bool { self.box.finished.load(ordering: .sequentiallyConsistent) }
+
+    /// Waits until `condition` holds for what was received, at most `seconds`; returns what was received.
+    @discardableResult
+    func wait(seconds: Double = 15, until condition: ([Element]) -> Bool) async -> [Element] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline, !condition(self.all) { try? await Task.sleep(for: .milliseconds(10)) }
+        return self.all
+    }
+
+    /// The first element matching `predicate`, waiting at most `seconds`.
+    func first(seconds: Double = 15, where predicate: (Element) -> Bool) async -> Element? {
+        await self.wait(seconds: seconds) { $0.contains(where: predicate) }.first(where: predicate)
+    }
+
+    /// Waits until the stream finishes, at most `seconds`; returns whether it did.
+    func waitUntilFinished(seconds: Double = 15) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline, !self.isFinished { try? await Task.sleep(for: .milliseconds(10)) }
+        return self.isFinished
+    }
+}
+
+/// Expects `body` to throw a ``SwitchboardClientError`` with `code` (and `kind`, if given); returns it.
+@discardableResult
+func expectClientError(
+    _ code: ErrorCode, kind: SwitchboardClientError.Kind? = nil,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async -> SwitchboardClientError? {
+    do {
+        try await body()
+        Issue.record("expected error \(code), got success", sourceLocation: sourceLocation)
+        return nil
+    } catch let error as SwitchboardClientError {
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        if let kind { #expect(error.kind == kind, "\(error)", sourceLocation: sourceLocation) }
+        return error
+    } catch {
+        Issue.record("expected a SwitchboardClientError, got \(error)", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+/// Polls `condition` until it holds, at most `seconds`.
+func eventually(seconds: Double = 15, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+extension ConnectionEvent {
+    var isConnected: Bool {
+        if case .connected = self { return true }
+        return false
+    }
+
+    var isReconnecting: Bool {
+        if case .reconnecting = self { return true }
+        return false
+    }
+
+    var disconnection: Disconnection? {
+        if case .disconnected(let disconnection) = self { return disconnection }
+        return nil
+    }
+
+    var restoreReport: RestoreReport? {
+        if case .restored(let report) = self { return report }
+        return nil
+    }
+}
