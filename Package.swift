@@ -139,6 +139,15 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "SBBenchTests",
+            dependencies: [
+                "sbbench", "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "SwitchboardServerTests",
             dependencies: [
                 "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore",

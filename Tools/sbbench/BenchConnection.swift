@@ -6,8 +6,9 @@ import Synchronization
 
 /// What a benchmark connection does after its handshake.
 enum BenchWork: Sendable {
-    /// Keeps `depth` requests in flight until `stop` is set or `budget` requests were sent.
-    case requests(depth: Int, make: @Sendable (UInt64) -> Request)
+    /// Keeps up to `depth` requests in flight until `stop` is set or `budget` requests were sent; with `pacing`,
+    /// sends each request at its due time (open loop) instead of as soon as an answer frees a slot.
+    case requests(depth: Int, make: @Sendable (UInt64) -> Request, pacing: Pacing?)
     /// Stays idle (holds the connection).
     case idle
     /// Pipelines `count` requests and never reads a reply (a slow consumer).
@@ -30,17 +31,37 @@ final class BenchTotals: Sendable {
     let presencePushes = Atomic<UInt64>(0)
     let intervalPushes = Atomic<UInt64>(0)
     let joinEventPushes = Atomic<UInt64>(0)
+    /// Connections that closed while requests of theirs were unanswered.
+    let abandoned = Atomic<UInt64>(0)
     let budget: UInt64
-    private let histograms = Mutex<Histogram<UInt64>>(Histogram(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three))
+    /// Latency histograms by response op.
+    private let histograms = Mutex<[UInt8: Histogram<UInt64>]>([:])
 
     init(budget: UInt64) { self.budget = budget }
 
-    /// Merges a connection's latency histogram.
-    func merge(_ histogram: Histogram<UInt64>) {
-        self.histograms.withLock { $0.add(histogram) }
+    /// An empty latency histogram (nanoseconds, up to a minute).
+    static func makeHistogram() -> Histogram<UInt64> {
+        Histogram(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
     }
 
-    var latencies: Histogram<UInt64> { self.histograms.withLock { $0 } }
+    /// Merges a connection's latency histograms (by response op).
+    func merge(_ histograms: [UInt8: Histogram<UInt64>]) {
+        self.histograms.withLock { merged in
+            for (op, histogram) in histograms { merged[op, default: Self.makeHistogram()].add(histogram) }
+        }
+    }
+
+    /// Latencies of every request.
+    var latencies: Histogram<UInt64> {
+        self.histograms.withLock { histograms in
+            histograms.values.reduce(into: Self.makeHistogram()) { $0.add($1) }
+        }
+    }
+
+    /// Latencies of the requests of one op.
+    func latencies(of op: Opcode) -> Histogram<UInt64> {
+        self.histograms.withLock { $0[op.rawValue] } ?? Self.makeHistogram()
+    }
 
     /// Takes one request from the budget; false when the run is over.
     func takeOne() -> Bool {
@@ -65,14 +86,20 @@ final class BenchConnectionHandler: ChannelInboundHandler {
     private let welcomed: EventLoopPromise<Void>
     private var decoder = FrameDecoder(direction: .serverToClient)
     private var cumulation = ByteBuffer()
-    /// Created only for request work: a histogram is half a megabyte, too much for idle or handshake connections.
-    private var histogram: Histogram<UInt64>?
+    /// Latencies by response op, created on the first response of each op (only request work has responses
+    /// timed): a histogram is half a megabyte, too much for every idle or handshake connection.
+    private var histograms: [UInt8: Histogram<UInt64>] = [:]
+    /// Send time (or, paced, due time) of each request in flight, by request id modulo its size.
     private var sentAt: [UInt64]
     private var nextID: UInt32 = 0
     private var outstanding = 0
     private var sequence: UInt64 = 0
     private var output: ByteBuffer?
     private var isReady = false
+    /// Set when the budget is used up or the run was stopped: the connection closes once its answers are in.
+    private var isExhausted = false
+    private var pacer: Pacer?
+    private var pacingTimer: Scheduled<Void>?
     private let encoder = FrameEncoder()
 
     init(user: String, work: BenchWork, totals: BenchTotals, welcomed: EventLoopPromise<Void>) {
@@ -80,9 +107,8 @@ final class BenchConnectionHandler: ChannelInboundHandler {
         self.work = work
         self.totals = totals
         self.welcomed = welcomed
-        if case .requests(let depth, _) = work {
+        if case .requests(let depth, _, _) = work {
             self.sentAt = Array(repeating: 0, count: max(depth, 1) * 4)
-            self.histogram = Histogram(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
         } else {
             self.sentAt = []
         }
@@ -96,7 +122,9 @@ final class BenchConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         self.totals.closed.wrappingAdd(1, ordering: .relaxed)
-        if let histogram = self.histogram { self.totals.merge(histogram) }
+        self.pacingTimer?.cancel()
+        if case .requests = self.work, self.outstanding > 0 { self.totals.abandoned.wrappingAdd(1, ordering: .relaxed) }
+        if !self.histograms.isEmpty { self.totals.merge(self.histograms) }
         self.welcomed.fail(ChannelError.ioOnClosedChannel)
     }
 
@@ -118,8 +146,10 @@ final class BenchConnectionHandler: ChannelInboundHandler {
                 self.totals.joined.wrappingAdd(1, ordering: .relaxed)
             case .response:
                 if frame.header.flags.contains(.error) { self.totals.errors.wrappingAdd(1, ordering: .relaxed) }
-                let slot = Int(frame.header.requestID) % max(self.sentAt.count, 1)
-                if !self.sentAt.isEmpty { _ = self.histogram?.record(now &- self.sentAt[slot]) }
+                if !self.sentAt.isEmpty {
+                    let sentAt = self.sentAt[Int(frame.header.requestID) % self.sentAt.count]
+                    _ = self.histograms[frame.header.op, default: BenchTotals.makeHistogram()].record(now > sentAt ? now - sentAt : 0)
+                }
                 self.outstanding -= 1
                 self.totals.answered.wrappingAdd(1, ordering: .relaxed)
                 self.sendRequests(context: context, now: now)
@@ -135,7 +165,11 @@ final class BenchConnectionHandler: ChannelInboundHandler {
             self.output = nil
             context.writeAndFlush(self.wrapOutboundOut(output), promise: nil)
         }
-        if case .requests = self.work, self.outstanding == 0, self.isReady {
+        self.closeIfDone(context: context)
+    }
+
+    private func closeIfDone(context: ChannelHandlerContext) {
+        if case .requests = self.work, self.isExhausted, self.outstanding == 0, self.isReady {
             context.close(promise: nil)
         }
     }
@@ -165,20 +199,58 @@ final class BenchConnectionHandler: ChannelInboundHandler {
                 }
             }
             context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
-        case .requests:
-            self.sendRequests(context: context, now: NIODeadline.now().uptimeNanoseconds)
+        case .requests(_, _, let pacing):
+            let now = NIODeadline.now().uptimeNanoseconds
+            if let pacing { self.pacer = Pacer(start: now, ratePerSecond: pacing.ratePerSecond, phase: pacing.phase) }
+            self.sendRequests(context: context, now: now)
+            self.flushPacedOutput(context: context)
         }
     }
 
+    /// Sends what the depth (and, paced, the schedule) allows; with a schedule, arms a timer for the next due send.
     private func sendRequests(context: ChannelHandlerContext, now: UInt64) {
-        guard case .requests(let depth, let make) = self.work else { return }
-        while self.outstanding < depth, self.totals.takeOne() {
+        guard case .requests(let depth, let make, _) = self.work, !self.isExhausted else { return }
+        while self.outstanding < depth {
+            var sentAt = now
+            if self.pacer != nil {
+                guard self.pacer!.nextDue <= now else { break }
+            }
+            guard self.totals.takeOne() else {
+                self.isExhausted = true
+                break
+            }
+            if self.pacer != nil, let due = self.pacer!.takeDue(now: now) { sentAt = due }
             self.nextID = self.nextID == UInt32.max ? 1 : self.nextID + 1
-            self.sentAt[Int(self.nextID) % self.sentAt.count] = now
+            self.sentAt[Int(self.nextID) % self.sentAt.count] = sentAt
             self.sequence += 1
             if self.output == nil { self.output = context.channel.allocator.buffer(capacity: 64 * depth) }
             self.encoder.encode(.request(id: self.nextID, make(self.sequence)), into: &self.output!)
             self.outstanding += 1
+        }
+        self.armPacingTimer(context: context)
+    }
+
+    /// Schedules the next paced send, unless one is scheduled, the run is over, or the depth is used up (then the
+    /// next answer sends it).
+    private func armPacingTimer(context: ChannelHandlerContext) {
+        guard let pacer = self.pacer, self.pacingTimer == nil, !self.isExhausted,
+            case .requests(let depth, _, _) = self.work, self.outstanding < depth
+        else { return }
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        self.pacingTimer = context.eventLoop.scheduleTask(deadline: NIODeadline.uptimeNanoseconds(pacer.nextDue)) {
+            let (handler, context) = bound.value
+            handler.pacingTimer = nil
+            handler.sendRequests(context: context, now: NIODeadline.now().uptimeNanoseconds)
+            handler.flushPacedOutput(context: context)
+            handler.closeIfDone(context: context)
+        }
+    }
+
+    /// Writes the requests made outside a read (at the start, or when a paced request fell due).
+    private func flushPacedOutput(context: ChannelHandlerContext) {
+        if let output = self.output {
+            self.output = nil
+            context.writeAndFlush(self.wrapOutboundOut(output), promise: nil)
         }
     }
 }

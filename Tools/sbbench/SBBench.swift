@@ -10,49 +10,110 @@ import Synchronization
 struct SBBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sbbench",
-        abstract: "Load generator for a running Switchboard gateway.",
+        abstract: "Load generator for a running Switchboard gateway (and, for comparison, Redis).",
         discussion: """
-            Scenarios: handshake (connect + HELLO + WELCOME + close, C at a time), idle (hold N logged-in
-            connections), requests (pipelined requests of --op at --depth over --connections), slow-reader (requests
-            while one client floods itself and never reads). Reports throughput, latency percentiles, and the CPU of
-            sbbench itself and of the server (--server-pid).
+            Scenarios: handshake (connect + HELLO + WELCOME + close, C at a time), idle (hold N logged-in \
+            connections), requests (pipelined requests of --op at --depth over --connections, optionally paced to \
+            --rate), mix (setUserMetadata/getUserMetadata in the ratio --set-ratio, otherwise as requests), cas \
+            (--connections clients increment one counter in channel "cas-bench" with read + compare-and-set), \
+            slow-reader (requests while one client floods itself and never reads), presence-storm (requests while \
+            --joiners sessions join one channel), storage-fanout (one writer, --subscribers receive its metadata \
+            changes), online-fanout (--subscribers receive a publisher's login and logout --rounds times), \
+            redis-fanout (the same fan-out over Redis PUBLISH/SUBSCRIBE at --redis). Reports throughput, latency \
+            percentiles, the CPU of sbbench itself and of the server (--server-pid), and exits with status 1 when \
+            the run is broken (lost or duplicate events, error responses, a wrong final CAS counter).
             """)
 
-    @Argument(help: "handshake | idle | requests | slow-reader | presence-storm")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout")
     var scenario: String
 
-    @Option(help: "Gateway TCP address host:port.")
+    @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
     var tcp: String?
 
-    @Option(name: .customLong("unix"), help: "Gateway Unix socket path.")
+    @Option(name: .customLong("unix"), help: "Gateway Unix socket path (instead of TCP).")
     var unixSocket: String?
 
-    @Option(help: "Concurrent connections.")
+    @Option(help: "Concurrent connections (requests, mix, cas, handshake, idle, slow-reader, presence-storm).")
     var connections = 50
 
     @Option(help: "presence-storm: sessions that join the channel.")
     var joiners = 10_000
 
-    @Option(help: "Requests in flight per connection.")
+    @Option(help: "Requests in flight per connection (at most the server's max-inflight, 128 by default).")
     var depth = 1
 
-    @Option(help: "Requests (or handshakes) in total.")
+    @Option(help: "Requests (or handshakes, or CAS attempts) in total.")
     var count = 200_000
 
-    @Option(help: "Stop after this many seconds even if --count is not reached.")
+    @Option(help: "Stop after this many seconds even if --count (or --events) is not reached.")
     var duration: Double = 30
+
+    @Option(help: "Target rate, paced: requests per second over all connections (requests, mix), or events per second (storage-fanout, redis-fanout). 0: as fast as the depth allows; fan-out: the next event once the previous one reached every subscriber.")
+    var rate: Double = 0
 
     @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states), setuser (setUserInfo of user-0...99; needs admin or open mode), users100 (getUserInfo of user-0...99).")
     var op = "where"
 
+    @Option(name: .customLong("set-ratio"), help: "mix: share of setUserMetadata among the requests (0-1).")
+    var setRatio = 0.2
+
+    @Option(help: "Fan-out scenarios: receiving connections.")
+    var subscribers = 5_000
+
+    @Option(help: "storage-fanout, redis-fanout: events the writer sends.")
+    var events = 100
+
+    @Option(help: "online-fanout: login + logout rounds of the publisher.")
+    var rounds = 10
+
+    @Option(help: "storage-fanout: what the subscribers follow: user (subscribeUserMetadata of the writer) or channel (subscribeChannel withMetadata of channel \"fanout\").")
+    var via = "user"
+
+    @Option(name: .customLong("event-timeout"), help: "Fan-out scenarios: seconds to wait for an event to reach every subscriber before it counts as lost.")
+    var eventTimeout: Double = 10
+
+    @Option(help: "redis-fanout: Redis server host:port.")
+    var redis = "127.0.0.1:6379"
+
     @Option(help: "Event loop threads of the load generator.")
     var threads = 1
 
-    @Option(name: .customLong("server-pid"), help: "Gateway process id, to report its CPU and memory.")
+    @Option(name: .customLong("server-pid"), help: "Server process id (gateway, or Redis for redis-fanout), to report its CPU and memory.")
     var serverPID: Int32?
 
     @Flag(help: "Print a JSON summary instead of text.")
     var json = false
+
+    static let scenarios = [
+        "handshake", "idle", "requests", "mix", "cas", "slow-reader", "presence-storm", "storage-fanout",
+        "online-fanout", "redis-fanout",
+    ]
+
+    func validate() throws {
+        guard Self.scenarios.contains(self.scenario) else {
+            throw ValidationError("unknown scenario \(self.scenario); one of \(Self.scenarios.joined(separator: ", "))")
+        }
+        guard self.connections >= 1, self.depth >= 1, self.threads >= 1, self.subscribers >= 1, self.events >= 1,
+            self.rounds >= 1, self.count >= 1
+        else {
+            throw ValidationError("--connections, --depth, --threads, --subscribers, --events, --rounds and --count must be at least 1")
+        }
+        guard self.rate >= 0, self.duration > 0, self.eventTimeout > 0 else {
+            throw ValidationError("--rate must not be negative; --duration and --event-timeout must be positive")
+        }
+        guard (0...1).contains(self.setRatio) else { throw ValidationError("--set-ratio must be within 0...1") }
+        guard ["user", "channel"].contains(self.via) else { throw ValidationError("--via must be user or channel") }
+        if self.tcp != nil, self.unixSocket != nil { throw ValidationError("give --tcp or --unix, not both") }
+        _ = try self.target()
+        if self.scenario == "redis-fanout" { _ = try BenchTarget.tcp(self.redis) }
+        if ["requests", "slow-reader", "presence-storm"].contains(self.scenario) { _ = try self.makeRequest() }
+    }
+
+    /// The gateway to connect to.
+    func target() throws -> BenchTarget {
+        if let path = self.unixSocket { return .unix(path: path) }
+        return try BenchTarget.tcp(self.tcp ?? "127.0.0.1:7400")
+    }
 
     func makeRequest() throws -> @Sendable (UInt64) -> Request {
         switch self.op {
@@ -83,8 +144,9 @@ struct SBBench: AsyncParsableCommand {
         }
     }
 
+    /// Opens a ``BenchConnectionHandler`` connection and completes once it is logged in.
     func connect(
-        group: MultiThreadedEventLoopGroup, user: String, work: BenchWork, totals: BenchTotals
+        group: MultiThreadedEventLoopGroup, target: BenchTarget, user: String, work: BenchWork, totals: BenchTotals
     ) -> EventLoopFuture<any Channel> {
         let loop = group.next()
         let welcomed = loop.makePromise(of: Void.self)
@@ -96,15 +158,22 @@ struct SBBench: AsyncParsableCommand {
                         BenchConnectionHandler(user: user, work: work, totals: totals, welcomed: welcomed))
                 }
             }
-        let connected: EventLoopFuture<any Channel>
-        if let path = self.unixSocket {
-            connected = bootstrap.connect(unixDomainSocketPath: path)
-        } else {
-            let address = self.tcp ?? "127.0.0.1:7400"
-            let colon = address.lastIndex(of: ":")!
-            connected = bootstrap.connect(host: String(address[..<colon]), port: Int(address[address.index(after: colon)...]) ?? 7400)
-        }
+        let connected = target.connect(bootstrap)
+        connected.whenFailure { welcomed.fail($0) }  // no channel, no handler to complete it
         return connected.flatMap { channel in welcomed.futureResult.map { channel } }
+    }
+
+    /// Opens `count` connections, `batch` at a time, and returns them in index order.
+    func openInBatches<T: Sendable>(
+        _ count: Int, batch: Int = 500, _ open: (Int) -> EventLoopFuture<T>
+    ) async throws -> [T] {
+        var opened: [T] = []
+        opened.reserveCapacity(count)
+        while opened.count < count {
+            let futures = (opened.count..<min(opened.count + batch, count)).map(open)
+            for future in futures { opened.append(try await future.get()) }
+        }
+        return opened
     }
 
     func run() async throws {
@@ -113,131 +182,33 @@ struct SBBench: AsyncParsableCommand {
         let before = Usage.sample(server: self.serverPID)
         let clock = ContinuousClock()
         let start = clock.now
-        var report: [(String, String)] = [("scenario", self.scenario), ("transport", self.unixSocket == nil ? "tcp" : "unix")]
+        var report = BenchReport()
+        report.add("scenario", self.scenario)
+        report.add("transport", self.scenario == "redis-fanout" ? "tcp" : try self.target().transport)
 
         switch self.scenario {
-        case "handshake":
-            let totals = BenchTotals(budget: UInt64(self.count))
-            let target = UInt64(self.count)
-            // Each worker chains connect -> WELCOME -> close -> connect on the event loop, without a Swift
-            // concurrency hop per handshake, so the load generator spends its CPU on sockets.
-            @Sendable func worker(_ index: Int, _ round: Int) -> EventLoopFuture<Void> {
-                let loop = group.next()
-                guard totals.welcomed.load(ordering: .relaxed) < target else { return loop.makeSucceededVoidFuture() }
-                return self.connect(group: group, user: "h\(index)-\(round)", work: .closeAfterWelcome, totals: totals)
-                    .flatMap { $0.closeFuture }
-                    .flatMapError { _ in loop.makeSucceededVoidFuture() }
-                    .flatMap { worker(index, round + 1) }
-            }
-            let workers = (0..<self.connections).map { worker($0, 0) }
-            try await EventLoopFuture.andAllSucceed(workers, on: group.next()).get()
-            let seconds = (clock.now - start).seconds
-            let handshakes = totals.welcomed.load(ordering: .relaxed)
-            report += [("handshakes", "\(handshakes)"), ("seconds", String(format: "%.2f", seconds)),
-                       ("handshakes_per_second", "\(Int(Double(handshakes) / seconds))")]
-
-        case "idle":
-            let totals = BenchTotals(budget: 0)
-            let baseline = Usage.sample(server: self.serverPID)
-            var channels: [any Channel] = []
-            channels.reserveCapacity(self.connections)
-            let batch = 500
-            var opened = 0
-            while opened < self.connections {
-                let futures = (opened..<min(opened + batch, self.connections)).map {
-                    self.connect(group: group, user: "idle-\($0)", work: .idle, totals: totals)
-                }
-                for future in futures { channels.append(try await future.get()) }
-                opened += futures.count
-            }
-            try await Task.sleep(for: .seconds(2))
-            let held = Usage.sample(server: self.serverPID)
-            let perConnection = (held.serverRSSBytes - baseline.serverRSSBytes) / Int64(max(channels.count, 1))
-            report += [("connections", "\(channels.count)"), ("server_rss_before_mib", "\(baseline.serverRSSBytes >> 20)"),
-                       ("server_rss_held_mib", "\(held.serverRSSBytes >> 20)"), ("server_bytes_per_connection", "\(perConnection)"),
-                       ("open_seconds", String(format: "%.2f", (clock.now - start).seconds))]
-            for channel in channels { channel.close(promise: nil) }
-
-        case "requests", "slow-reader":
-            let totals = BenchTotals(budget: UInt64(self.count))
-            let make = try self.makeRequest()
-            var slowChannel: (any Channel)?
-            if self.scenario == "slow-reader" {
-                // One client pipelines a million requests and never reads a reply.
-                let flood = BenchTotals(budget: 0)
-                slowChannel = try await self.connect(
-                    group: group, user: "slow-reader", work: .neverRead(make(0), count: 1_000_000), totals: flood).get()
-            }
-            let deadline = Task {
-                try? await Task.sleep(for: .seconds(self.duration))
-                totals.stop.store(true, ordering: .relaxed)
-            }
-            var channels: [any Channel] = []
-            for index in 0..<self.connections {
-                channels.append(try await self.connect(group: group, user: "bench-\(index)", work: .requests(depth: self.depth, make: make), totals: totals).get())
-            }
-            for channel in channels { try? await channel.closeFuture.get() }
-            deadline.cancel()
-            slowChannel?.close(promise: nil)
-            let seconds = (clock.now - start).seconds
-            let answered = totals.answered.load(ordering: .relaxed)
-            let latencies = totals.latencies
-            func micros(_ p: Double) -> String { String(format: "%.1f", Double(latencies.valueAtPercentile(p)) / 1000) }
-            report += [("op", self.op), ("connections", "\(self.connections)"), ("depth", "\(self.depth)"),
-                       ("requests", "\(answered)"), ("error_responses", "\(totals.errors.load(ordering: .relaxed))"),
-                       ("seconds", String(format: "%.2f", seconds)), ("requests_per_second", "\(Int(Double(answered) / seconds))"),
-                       ("p50_us", micros(50)), ("p99_us", micros(99)), ("p999_us", micros(99.9)), ("max_us", micros(100))]
-        case "presence-storm":
-            // --connections clients run --op requests while --joiners sessions join one channel with presence events.
-            let joinTotals = BenchTotals(budget: 0)
-            let totals = BenchTotals(budget: UInt64(self.count))
-            let make = try self.makeRequest()
-            var channels: [any Channel] = []
-            for index in 0..<self.connections {
-                channels.append(try await self.connect(group: group, user: "bench-\(index)", work: .requests(depth: self.depth, make: make), totals: totals).get())
-            }
-            let joinStart = clock.now
-            var joiners: [any Channel] = []
-            var opened = 0
-            while opened < self.joiners {
-                let batch = (opened..<min(opened + 500, self.joiners)).map {
-                    self.connect(group: group, user: "joiner-\($0)", work: .join(channel: "storm"), totals: joinTotals)
-                }
-                for future in batch { joiners.append(try await future.get()) }
-                opened += batch.count
-            }
-            while joinTotals.joined.load(ordering: .relaxed) < UInt64(self.joiners) && (clock.now - joinStart).seconds < 60 {
-                try await Task.sleep(for: .milliseconds(10))
-            }
-            let joinSeconds = (clock.now - joinStart).seconds
-            try await Task.sleep(for: .seconds(2))  // let the last interval events arrive
-            totals.stop.store(true, ordering: .relaxed)
-            for channel in channels { try? await channel.closeFuture.get() }
-            let latencies = totals.latencies
-            func micros(_ p: Double) -> String { String(format: "%.1f", Double(latencies.valueAtPercentile(p)) / 1000) }
-            report += [("joiners", "\(self.joiners)"), ("joined", "\(joinTotals.joined.load(ordering: .relaxed))"),
-                       ("join_seconds", String(format: "%.2f", joinSeconds)),
-                       ("presence_pushes", "\(joinTotals.presencePushes.load(ordering: .relaxed))"),
-                       ("interval_pushes", "\(joinTotals.intervalPushes.load(ordering: .relaxed))"),
-                       ("remote_join_pushes", "\(joinTotals.joinEventPushes.load(ordering: .relaxed))"),
-                       ("other_requests", "\(totals.answered.load(ordering: .relaxed))"),
-                       ("other_p50_us", micros(50)), ("other_p99_us", micros(99)), ("other_max_us", micros(100))]
-            for joiner in joiners { joiner.close(promise: nil) }
-        default:
-            throw ValidationError("unknown scenario \(self.scenario)")
+        case "handshake": try await self.runHandshakes(group: group, report: &report)
+        case "idle": try await self.runIdle(group: group, report: &report)
+        case "requests", "mix", "slow-reader": try await self.runRequests(group: group, report: &report)
+        case "presence-storm": try await self.runPresenceStorm(group: group, report: &report)
+        case "cas": try await self.runCAS(group: group, report: &report)
+        case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
+        case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
+        case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
+        default: throw ValidationError("unknown scenario \(self.scenario)")
         }
 
         let after = Usage.sample(server: self.serverPID)
         let elapsed = (clock.now - start).seconds
-        report += [("sbbench_cpu_percent", String(format: "%.0f", (after.selfCPUSeconds - before.selfCPUSeconds) / elapsed * 100))]
+        report.add("sbbench_cpu_percent", (after.selfCPUSeconds - before.selfCPUSeconds) / elapsed * 100, decimals: 0)
         if self.serverPID != nil {
-            report += [("server_cpu_percent", String(format: "%.0f", (after.serverCPUSeconds - before.serverCPUSeconds) / elapsed * 100)),
-                       ("server_rss_mib", "\(after.serverRSSBytes >> 20)")]
+            report.add("server_cpu_percent", (after.serverCPUSeconds - before.serverCPUSeconds) / elapsed * 100, decimals: 0)
+            report.add("server_rss_mib", Int(after.serverRSSBytes >> 20))
         }
-        if self.json {
-            print("{" + report.map { "\"\($0.0)\": \(Double($0.1) != nil ? $0.1 : "\"\($0.1)\"")" }.joined(separator: ", ") + "}")
-        } else {
-            for (key, value) in report { print("\(key): \(value)") }
+        print(self.json ? report.json : report.text)
+        guard report.isValid else {
+            FileHandle.standardError.write(Data("sbbench: the run is broken: \(report.failures.joined(separator: "; "))\n".utf8))
+            throw ExitCode.failure
         }
     }
 }
