@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "switchboard", targets: ["switchboard"]),
         .executable(name: "sbcodecbench", targets: ["sbcodecbench"]),
         .executable(name: "sbbench", targets: ["sbbench"]),
+        .executable(name: "sbctl", targets: ["sbctl"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -106,6 +107,22 @@ let package = Package(
             path: "Tools/sbbench",
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SwitchboardCLI",
+            dependencies: [
+                "SwitchboardClient",
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "sbctl",
+            dependencies: ["SwitchboardCLI"],
+            path: "Tools/sbctl",
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "sbstorebench",
             dependencies: ["SwitchboardStore", "SwitchboardWire", .product(name: "Logging", package: "swift-log")],
@@ -144,6 +161,15 @@ let package = Package(
                 "sbbench", "SwitchboardWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SwitchboardCLITests",
+            dependencies: [
+                "SwitchboardCLI", "SwitchboardWire", "SwitchboardClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strictSettings
         ),

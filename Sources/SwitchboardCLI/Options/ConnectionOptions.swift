@@ -1,0 +1,101 @@
+import ArgumentParser
+import NIOCore
+import SwitchboardClient
+import SwitchboardWire
+
+/// Options every sbctl command takes: where the gateway is, who logs in, how long to wait, how to print.
+///
+/// Unset options come from the environment: `SWITCHBOARD_ADDRESS`, `SWITCHBOARD_USER`, `SWITCHBOARD_TOKEN`,
+/// `SWITCHBOARD_DEVICE`, `SWITCHBOARD_TIMEOUT`.
+public struct ConnectionOptions: ParsableArguments, Sendable {
+    @Option(name: .customLong("tcp"), help: ArgumentHelp("Gateway TCP address.", valueName: "host:port"))
+    public var tcp: String?
+
+    @Option(name: .customLong("unix"), help: ArgumentHelp("Gateway Unix socket path.", valueName: "path"))
+    public var unix: String?
+
+    @Option(help: "User to log in as (open mode), or to check against the token. Default: $SWITCHBOARD_USER, else the login name.")
+    public var user: String?
+
+    @Option(help: "Login token (sb1...). Default: $SWITCHBOARD_TOKEN.")
+    public var token: String?
+
+    @Option(help: "This device's id. Default: $SWITCHBOARD_DEVICE.")
+    public var device: String?
+
+    @Option(help: ArgumentHelp("Seconds to wait for connecting and for each answer (default 30).", valueName: "seconds"))
+    public var timeout: Double?
+
+    @Flag(help: "Print JSON (the spec's canonical rendering) instead of text.")
+    public var json = false
+
+    public init() {}
+
+    public func validate() throws {
+        if self.tcp != nil, self.unix != nil { throw ValidationError("give either --tcp or --unix, not both") }
+        if let tcp = self.tcp, GatewayAddress.parseTCP(tcp) == nil {
+            throw ValidationError("--tcp must be host:port, found '\(tcp)'")
+        }
+        if let unix = self.unix, unix.isEmpty { throw ValidationError("--unix needs a path") }
+        if let timeout = self.timeout, !(timeout > 0 && timeout <= 86_400) {
+            throw ValidationError("--timeout must be between 0 and 86400 seconds")
+        }
+    }
+
+    /// Whether the command line named a gateway or a login (not allowed inside the shell, which has one connection).
+    public var namesConnection: Bool {
+        self.tcp != nil || self.unix != nil || self.user != nil || self.token != nil || self.device != nil
+    }
+
+    /// The output format asked for.
+    public var format: OutputFormat { self.json ? .json : .text }
+
+    /// The gateway address: `--tcp`, `--unix`, `SWITCHBOARD_ADDRESS`, else `./switchboard.sock` when that file
+    /// exists, else TCP 127.0.0.1:7400.
+    public func endpoint(
+        environment: [String: String], fileExists: (String) -> Bool
+    ) throws(CommandFailure) -> ClientConfiguration.Endpoint {
+        if let tcp = self.tcp {
+            guard let endpoint = GatewayAddress.parseTCP(tcp) else { throw .usage("--tcp must be host:port") }
+            return endpoint
+        }
+        if let unix = self.unix { return .unix(path: unix) }
+        if let address = environment["SWITCHBOARD_ADDRESS"], !address.isEmpty {
+            guard let endpoint = GatewayAddress.parse(address) else {
+                throw .usage("SWITCHBOARD_ADDRESS must be unix:PATH, tcp:HOST:PORT, a path or HOST:PORT, found '\(address)'")
+            }
+            return endpoint
+        }
+        if fileExists(GatewayAddress.defaultUnixPath) { return .unix(path: GatewayAddress.defaultUnixPath) }
+        return GatewayAddress.defaultTCP
+    }
+
+    /// Seconds to wait for each answer: `--timeout`, `SWITCHBOARD_TIMEOUT`, else 30.
+    public func timeoutSeconds(environment: [String: String]) throws(CommandFailure) -> Double {
+        if let timeout = self.timeout { return timeout }
+        guard let text = environment["SWITCHBOARD_TIMEOUT"], !text.isEmpty else { return 30 }
+        guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {
+            throw .usage("SWITCHBOARD_TIMEOUT must be a number of seconds, found '\(text)'")
+        }
+        return seconds
+    }
+
+    /// The client configuration these options and the environment describe.
+    public func clientConfiguration(
+        environment: [String: String], fileExists: (String) -> Bool
+    ) throws(CommandFailure) -> ClientConfiguration {
+        let token = self.token ?? environment["SWITCHBOARD_TOKEN"] ?? ""
+        // With a token the server takes the user from it; in open mode a user id is required.
+        let fallbackUser = token.isEmpty ? (environment["USER"].flatMap { $0.isEmpty ? nil : $0 } ?? "sbctl") : ""
+        let user = self.user ?? environment["SWITCHBOARD_USER"] ?? fallbackUser
+        var configuration = ClientConfiguration(
+            endpoint: try self.endpoint(environment: environment, fileExists: fileExists), userID: user, token: token)
+        configuration.deviceID = self.device ?? environment["SWITCHBOARD_DEVICE"] ?? ""
+        configuration.clientType = .other
+        configuration.clientName = "sbctl/1"
+        let timeout = TimeAmount.milliseconds(Int64(try self.timeoutSeconds(environment: environment) * 1000))
+        configuration.requestTimeout = timeout
+        configuration.connectTimeout = timeout
+        return configuration
+    }
+}

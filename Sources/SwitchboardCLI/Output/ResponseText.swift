@@ -1,0 +1,114 @@
+import SwitchboardWire
+
+/// Human-readable rendering of responses: one fact per line, `key=value` where values are quoted when needed.
+public enum ResponseText {
+    /// The lines printed for a successful response.
+    public static func lines(for response: Response) -> [String] {
+        switch response {
+        case .setChannelMetadata(let body), .updateChannelMetadata(let body), .removeChannelMetadata(let body):
+            return ["majorRevision \(body.majorRevision)"]
+        case .setUserMetadata(let body), .updateUserMetadata(let body), .removeUserMetadata(let body):
+            return ["majorRevision \(body.majorRevision)"]
+        case .getChannelMetadata(let body):
+            return ["majorRevision \(body.majorRevision)"] + body.items.map(Self.metadataItem)
+        case .getUserMetadata(let body):
+            let header = body.userId.isEmpty ? "" : "user \(TextQuoting.quoted(body.userId)) "
+            return ["\(header)majorRevision \(body.majorRevision)"] + body.items.map(Self.metadataItem)
+        case .getLocks(let body):
+            return body.locks.isEmpty ? ["no locks"] : body.locks.map(Self.lock)
+        case .whoNow(let body):
+            var lines = ["totalOccupancy \(body.totalOccupancy)"]
+            lines += body.users.map(Self.userState)
+            if !body.nextPage.isEmpty { lines.append("nextPage \(TextQuoting.quoted(body.nextPage))") }
+            return lines
+        case .whereNow(let body):
+            return ["totalChannel \(body.totalChannel)"] + body.channels.map(Self.channel)
+        case .getState(let body):
+            return ["user \(TextQuoting.quoted(body.userId))"] + body.items.map { TextQuoting.pair($0.key, $0.value) }
+        case .subscribeEvent(let body):
+            if body.failedPublishers.isEmpty { return ["ok"] }
+            return ["failedPublishers " + body.failedPublishers.map(TextQuoting.quoted).joined(separator: " ")]
+        case .publishEvent(let body):
+            return ["eventId \(TextQuoting.quoted(body.eventId)) at \(TextQuoting.instant(milliseconds: body.timestampMs))"]
+        case .queryEventSubscriptions(let body):
+            return body.subscriptions.isEmpty ? ["no subscriptions"] : body.subscriptions.map(Self.subscription)
+        case .getUserInfo(let body):
+            return body.users.map(Self.userInfo) + Self.missing(body.missing)
+        case .getGroupInfo(let body):
+            return body.groups.map(Self.groupInfo) + Self.missing(body.missing)
+        case .getGroupMemberInfo(let body):
+            return body.members.map(Self.memberInfo) + Self.missing(body.missing)
+        case .updateGroupMembers(let body):
+            return ["memberCount \(body.memberCount)"]
+        case .getGroupMembers(let body):
+            var lines = ["totalMembers \(body.totalMembers)"] + body.userIds.map(TextQuoting.quoted)
+            if !body.nextPage.isEmpty { lines.append("nextPage \(TextQuoting.quoted(body.nextPage))") }
+            return lines
+        case .clearProfile(let body):
+            return ["removed \(body.removed)"]
+        case .renewToken(let body):
+            if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
+            return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]
+        case .logout, .subscribeUserMetadata, .unsubscribeUserMetadata, .setLock, .acquireLock, .releaseLock,
+            .removeLock, .revokeLock, .subscribeChannel, .unsubscribeChannel, .setState, .removeState,
+            .unsubscribeEvent, .setUserInfo, .setGroupInfo, .setGroupMemberInfo, .subscribeProfiles,
+            .unsubscribeProfiles, .registerProvider, .answerProvider:
+            return ["ok"]
+        }
+    }
+
+    /// `key=value` and, when set, the item's revision, time and author.
+    public static func metadataItem(_ item: MetadataItem) -> String {
+        var line = TextQuoting.pair(item.key, item.value) + "  revision=\(item.revision)"
+        if item.updateTs != 0 { line += " updated=\(TextQuoting.instant(milliseconds: item.updateTs))" }
+        if !item.authorUserId.isEmpty { line += " author=\(TextQuoting.quoted(item.authorUserId))" }
+        return line
+    }
+
+    static func lock(_ lock: LockDetail) -> String {
+        let holder = lock.owner.isEmpty ? "free" : "owner=\(TextQuoting.quoted(lock.owner))"
+        return "\(TextQuoting.quoted(lock.lockName))  \(holder) ttl=\(lock.ttlSeconds)s"
+    }
+
+    /// A user and their state: `Ann mood=happy`.
+    public static func userState(_ user: UserState) -> String {
+        ([TextQuoting.quoted(user.userId)] + user.states.map { TextQuoting.pair($0.key, $0.value) })
+            .joined(separator: "  ")
+    }
+
+    static func channel(_ channel: ChannelRef) -> String {
+        "\(TextQuoting.quoted(channel.channel))  \(channel.channelType)"
+    }
+
+    static func subscription(_ subscription: EventSubscription) -> String {
+        "\(TextQuoting.quoted(subscription.publisher))  eventType=\(subscription.eventType) "
+            + "remaining=\(subscription.remainingSeconds)s "
+            + "expires=\(TextQuoting.instant(milliseconds: subscription.expiresAtMs))"
+    }
+
+    static func userInfo(_ info: UserInfo) -> String {
+        Self.record(info.userId, [("name", info.name), ("portraitUri", info.portraitUri), ("extra", info.extra)],
+            updatedAtMs: info.updatedAtMs)
+    }
+
+    static func groupInfo(_ info: GroupInfo) -> String {
+        Self.record(info.groupId, [("name", info.name), ("portraitUri", info.portraitUri), ("extra", info.extra)],
+            updatedAtMs: info.updatedAtMs)
+    }
+
+    static func memberInfo(_ info: GroupMemberInfo) -> String {
+        Self.record("\(info.groupId)/\(info.userId)", [("nickname", info.nickname), ("extra", info.extra)],
+            updatedAtMs: info.updatedAtMs)
+    }
+
+    static func record(_ id: String, _ fields: [(String, String)], updatedAtMs: UInt64) -> String {
+        var parts = [TextQuoting.quoted(id)]
+        parts += fields.filter { !$0.1.isEmpty }.map { TextQuoting.pair($0.0, $0.1) }
+        if updatedAtMs != 0 { parts.append("updated=\(TextQuoting.instant(milliseconds: updatedAtMs))") }
+        return parts.joined(separator: "  ")
+    }
+
+    static func missing(_ ids: [String]) -> [String] {
+        ids.isEmpty ? [] : ["missing " + ids.map(TextQuoting.quoted).joined(separator: " ")]
+    }
+}

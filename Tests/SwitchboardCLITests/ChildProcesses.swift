@@ -1,0 +1,175 @@
+import Foundation
+import Testing
+
+/// The executables `swift build` puts next to the test bundle.
+enum Executables {
+    static var directory: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    }
+
+    static var sbctl: URL { Self.directory.appendingPathComponent("sbctl") }
+    static var switchboard: URL { Self.directory.appendingPathComponent("switchboard") }
+
+    /// A fresh temporary path with `suffix`.
+    static func temporaryPath(_ prefix: String, _ suffix: String) -> String {
+        "/tmp/\(prefix)-\(UInt32.random(in: 0...UInt32.max))\(suffix)"
+    }
+}
+
+/// Polls `condition` without blocking a cooperative thread; false when `seconds` pass first.
+func eventually(within seconds: Double = 30, _ condition: () async -> Bool) async -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(25))
+    }
+    return await condition()
+}
+
+/// A child process with its standard output and error captured in files and, optionally, a pipe as standard input.
+final class ChildProcess {
+    let process = Process()
+    let outputPath = Executables.temporaryPath("sbctl-out", ".txt")
+    let errorPath = Executables.temporaryPath("sbctl-err", ".txt")
+    private let input: Pipe?
+
+    /// Starts `executable` with `arguments`; `environment` is added to a copy of this process's environment without
+    /// the variables sbctl reads, so the tests see only what they set.
+    init(_ executable: URL, _ arguments: [String], environment: [String: String] = [:], pipeInput: Bool = false) throws {
+        var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SWITCHBOARD_") }
+        childEnvironment["SBCTL_HISTORY"] = ""
+        childEnvironment.merge(environment) { $1 }
+        _ = FileManager.default.createFile(atPath: self.outputPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: self.errorPath, contents: nil)
+        self.process.executableURL = executable
+        self.process.arguments = arguments
+        self.process.environment = childEnvironment
+        self.process.standardOutput = FileHandle(forWritingAtPath: self.outputPath)
+        self.process.standardError = FileHandle(forWritingAtPath: self.errorPath)
+        if pipeInput {
+            let pipe = Pipe()
+            self.process.standardInput = pipe
+            self.input = pipe
+        } else {
+            self.process.standardInput = FileHandle.nullDevice
+            self.input = nil
+        }
+        try self.process.run()
+    }
+
+    deinit {
+        if self.process.isRunning { kill(self.process.processIdentifier, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: self.outputPath)
+        try? FileManager.default.removeItem(atPath: self.errorPath)
+    }
+
+    /// Standard output so far.
+    var output: String { (try? String(contentsOfFile: self.outputPath, encoding: .utf8)) ?? "" }
+    /// Standard error so far.
+    var errorOutput: String { (try? String(contentsOfFile: self.errorPath, encoding: .utf8)) ?? "" }
+    /// Standard output's lines so far.
+    var outputLines: [String] { self.output.split(separator: "\n").map(String.init) }
+
+    /// Writes a line to standard input.
+    func send(_ line: String) throws {
+        try #require(self.input).fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+    }
+
+    /// Closes standard input (end of input for the child).
+    func closeInput() throws {
+        try self.input?.fileHandleForWriting.close()
+    }
+
+    /// Sends a signal.
+    func signal(_ number: Int32) {
+        kill(self.process.processIdentifier, number)
+    }
+
+    /// Waits for the exit and returns the status, or nil when the child is still running after `seconds`.
+    func exitStatus(within seconds: Double = 60) async -> Int32? {
+        guard await eventually(within: seconds, { !self.process.isRunning }) else { return nil }
+        return self.process.terminationStatus
+    }
+
+    /// Waits until standard output holds `text`.
+    func waitForOutput(containing text: String, within seconds: Double = 30) async -> Bool {
+        await eventually(within: seconds) { self.output.contains(text) }
+    }
+}
+
+/// What a finished sbctl run printed, and its exit status.
+struct SbctlRun {
+    var status: Int32
+    var output: String
+    var errorOutput: String
+
+    var outputLines: [String] { self.output.split(separator: "\n").map(String.init) }
+}
+
+/// A `switchboard` gateway running as a child process on a temporary Unix socket and database.
+final class ChildGateway {
+    let socketPath = Executables.temporaryPath("sbctl-gw", ".sock")
+    let databasePath = Executables.temporaryPath("sbctl-db", ".sqlite")
+    private let child: ChildProcess
+
+    /// Starts the gateway and waits until sbctl can log in.
+    init(extraArguments: [String] = []) async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Executables.switchboard.path), "build the switchboard product first")
+        try #require(FileManager.default.isExecutableFile(atPath: Executables.sbctl.path), "build the sbctl product first")
+        self.child = try ChildProcess(Executables.switchboard, [
+            "--tcp", "off", "--unix-socket", self.socketPath, "--database", self.databasePath, "--log-level", "error",
+        ] + extraArguments)
+        let socketPath = self.socketPath
+        try #require(await eventually { FileManager.default.fileExists(atPath: socketPath) }, "the gateway did not start")
+    }
+
+    /// Runs sbctl against this gateway as `user` and waits for it to finish.
+    func sbctl(_ arguments: [String], user: String? = "Tony", environment: [String: String] = [:]) async throws -> SbctlRun {
+        let child = try self.start(arguments, user: user, environment: environment)
+        let status = try #require(await child.exitStatus(), "sbctl \(arguments) did not finish")
+        return SbctlRun(status: status, output: child.output, errorOutput: child.errorOutput)
+    }
+
+    /// Starts sbctl against this gateway as `user` and returns at once.
+    func start(
+        _ arguments: [String], user: String? = "Tony", environment: [String: String] = [:], pipeInput: Bool = false
+    ) throws -> ChildProcess {
+        var connection = ["--unix", self.socketPath]
+        if let user { connection += ["--user", user] }
+        return try ChildProcess(Executables.sbctl, connection + arguments, environment: environment, pipeInput: pipeInput)
+    }
+
+    /// Waits until the gateway answers, even if only to refuse the login (the socket file exists a moment before
+    /// the gateway listens).
+    func waitUntilAnswering() async throws {
+        var answered = false
+        for _ in 0..<100 where !answered {
+            answered = try await self.sbctl(["where-now"]).status != 69
+            if !answered { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        try #require(answered, "the gateway does not answer")
+    }
+
+    /// Stops the gateway with SIGTERM and removes its files.
+    func stop() async {
+        self.child.signal(SIGTERM)
+        _ = await self.child.exitStatus(within: 30)
+        for suffix in ["", "-wal", "-shm", ".events", ".profiles", ".events-wal", ".events-shm", ".profiles-wal", ".profiles-shm"] {
+            try? FileManager.default.removeItem(atPath: self.databasePath + suffix)
+        }
+        try? FileManager.default.removeItem(atPath: self.socketPath)
+    }
+}
+
+/// Runs `body` with a started gateway and stops it afterwards.
+func withChildGateway(extraArguments: [String] = [], _ body: (ChildGateway) async throws -> Void) async throws {
+    let gateway = try await ChildGateway(extraArguments: extraArguments)
+    do {
+        try await gateway.waitUntilAnswering()
+        try await body(gateway)
+    } catch {
+        await gateway.stop()
+        throw error
+    }
+    await gateway.stop()
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import NIOCore
+import SwitchboardCLI
+import SwitchboardClient
+import SwitchboardWire
+import Testing
+
+@Suite("Connection options come from the command line, then the environment, then defaults")
+struct ConnectionOptionsTests {
+    static func options(_ arguments: String...) throws -> ConnectionOptions {
+        try ConnectionOptions.parse(arguments)
+    }
+
+    @Test("--tcp and --unix name the gateway; both at once is a usage error")
+    func explicitAddresses() throws {
+        let tcp = try Self.options("--tcp", "10.0.0.1:7500").endpoint(environment: [:]) { _ in true }
+        #expect(tcp == .tcp(host: "10.0.0.1", port: 7500))
+        let unix = try Self.options("--unix", "/run/sb.sock").endpoint(environment: ["SWITCHBOARD_ADDRESS": "x:1"]) { _ in false }
+        #expect(unix == .unix(path: "/run/sb.sock"))
+        #expect(throws: (any Error).self) { try Self.options("--tcp", "a:1", "--unix", "/x") }
+        #expect(throws: (any Error).self) { try Self.options("--tcp", "no-port") }
+    }
+
+    @Test("SWITCHBOARD_ADDRESS takes unix:, tcp:, a path or host:port")
+    func addressFromEnvironment() throws {
+        let none = try Self.options()
+        let cases: [(String, ClientConfiguration.Endpoint)] = [
+            ("unix:/tmp/a.sock", .unix(path: "/tmp/a.sock")), ("tcp:example.org:7400", .tcp(host: "example.org", port: 7400)),
+            ("./sb.sock", .unix(path: "./sb.sock")), ("127.0.0.1:9000", .tcp(host: "127.0.0.1", port: 9000)),
+            ("tcp:[::1]:7400", .tcp(host: "::1", port: 7400)),
+        ]
+        for (text, endpoint) in cases {
+            #expect(try none.endpoint(environment: ["SWITCHBOARD_ADDRESS": text]) { _ in false } == endpoint, "\(text)")
+        }
+        #expect(throws: CommandFailure.self) { try none.endpoint(environment: ["SWITCHBOARD_ADDRESS": "nonsense"]) { _ in false } }
+    }
+
+    @Test("without an address: ./switchboard.sock when it exists, else TCP 127.0.0.1:7400")
+    func defaultAddress() throws {
+        let none = try Self.options()
+        #expect(try none.endpoint(environment: [:]) { $0 == "./switchboard.sock" } == .unix(path: "./switchboard.sock"))
+        #expect(try none.endpoint(environment: [:]) { _ in false } == .tcp(host: "127.0.0.1", port: 7400))
+    }
+
+    @Test("user, token, device and timeout come from options, then SWITCHBOARD_* variables")
+    func loginFromOptionsAndEnvironment() throws {
+        let environment = [
+            "SWITCHBOARD_USER": "envUser", "SWITCHBOARD_TOKEN": "sb1.env", "SWITCHBOARD_DEVICE": "envDevice",
+            "SWITCHBOARD_TIMEOUT": "2.5", "USER": "login",
+        ]
+        let fromEnvironment = try Self.options().clientConfiguration(environment: environment) { _ in false }
+        #expect(fromEnvironment.userID == "envUser" && fromEnvironment.token == "sb1.env")
+        #expect(fromEnvironment.deviceID == "envDevice")
+        #expect(fromEnvironment.requestTimeout == .milliseconds(2500))
+        let fromOptions = try Self.options("--user", "Ann", "--token", "sb1.opt", "--device", "d", "--timeout", "4")
+            .clientConfiguration(environment: environment) { _ in false }
+        #expect(fromOptions.userID == "Ann" && fromOptions.token == "sb1.opt" && fromOptions.deviceID == "d")
+        #expect(fromOptions.requestTimeout == .seconds(4) && fromOptions.connectTimeout == .seconds(4))
+    }
+
+    @Test("the user defaults to the login name in open mode and to the token's user with a token")
+    func defaultUser() throws {
+        let open = try Self.options().clientConfiguration(environment: ["USER": "login"]) { _ in false }
+        #expect(open.userID == "login")
+        let withToken = try Self.options("--token", "sb1.x").clientConfiguration(environment: ["USER": "login"]) { _ in false }
+        #expect(withToken.userID == "")
+    }
+
+    @Test("connection options before the command move behind it")
+    func leadingOptions() throws {
+        let split = LeadingOptions.split(["--json", "--user", "Ann", "--timeout=3", "who-now", "lobby"])
+        #expect(split.options == ["--json", "--user", "Ann", "--timeout=3"])
+        #expect(split.command == ["who-now", "lobby"])
+        #expect(LeadingOptions.join(options: ["--json"], command: ["call", "x", "--", "y"]) == ["call", "x", "--json", "--", "y"])
+        #expect(try request("--json", "--user", "Ann", "where-now") == .whereNow(.init()))
+        #expect(LeadingOptions.split(["--user"]) == (["--user"], []))
+    }
+}

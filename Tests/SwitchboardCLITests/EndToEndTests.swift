@@ -1,0 +1,201 @@
+import Foundation
+import SwitchboardWire
+import Testing
+
+/// The real `sbctl` binary against the real `switchboard` binary, both child processes.
+@Suite("sbctl against a running gateway", .serialized)
+struct EndToEndTests {
+    static func json(_ line: String) throws -> JSONValue {
+        try JSONValue.parse(line)
+    }
+
+    @Test("user metadata set from the shell reads back in text and JSON")
+    func setAndGetUserMetadata() async throws {
+        try await withChildGateway { gateway in
+            let set = try await gateway.sbctl(["user-meta", "set", "Tony", "Name=Tony", "Age=40", "--record-ts"])
+            #expect(set.status == 0, "\(set.errorOutput)")
+            #expect(set.outputLines == ["majorRevision 1"])
+
+            let text = try await gateway.sbctl(["user-meta", "get", "Tony"], user: "Ann")
+            #expect(text.status == 0)
+            #expect(text.outputLines.first == "user Tony majorRevision 1")
+            #expect(text.outputLines.contains { $0.hasPrefix("Name=Tony  revision=1 updated=") })
+            #expect(text.outputLines.contains { $0.hasPrefix("Age=40  revision=1 updated=") })
+
+            let json = try await gateway.sbctl(["user-meta", "get", "Tony", "--json"], user: "Ann")
+            #expect(json.status == 0)
+            #expect(json.outputLines.count == 1)
+            let body = try #require(try Self.json(json.output)["body"])
+            let response = try GetUserMetadataResponse(json: body)
+            #expect(response.userId == "Tony" && response.majorRevision == 1)
+            #expect(response.items.map(\.key) == ["Name", "Age"])
+            #expect(response.items.allSatisfy { $0.updateTs > 0 })
+        }
+    }
+
+    @Test("a CAS conflict exits 85 and prints the error code and name, in text and JSON")
+    func casConflictExitStatus() async throws {
+        try await withChildGateway { gateway in
+            #expect(try await gateway.sbctl(["user-meta", "set", "Tony", "Name=Tony"]).status == 0)
+            let conflict = try await gateway.sbctl(["user-meta", "set", "Tony", "Name=Other", "--major-revision", "5"])
+            #expect(conflict.status == 85)
+            #expect(conflict.output.isEmpty)
+            #expect(conflict.errorOutput.hasPrefix("error 5000 revisionConflict: "), "\(conflict.errorOutput)")
+            #expect(conflict.errorOutput.contains("(currentRevision 1)"))
+
+            let item = try await gateway.sbctl(["user-meta", "set", "Tony", "Name=Other", "--item-revision", "Name=0", "--json"])
+            #expect(item.status == 85)
+            let error = try #require(try Self.json(item.errorOutput.trimmingCharacters(in: .whitespacesAndNewlines))["error"])
+            #expect(error["code"] == .uint(5001))
+            #expect(error["name"] == .string("itemRevisionConflict"))
+            #expect(error["key"] == .string("Name"))
+
+            let unchanged = try await gateway.sbctl(["user-meta", "get", "Tony"])
+            #expect(unchanged.outputLines.contains { $0.hasPrefix("Name=Tony ") })
+        }
+    }
+
+    @Test("who-now --state lists a member whose state a piped shell session set")
+    func whoNowShowsState() async throws {
+        try await withChildGateway { gateway in
+            let ann = try gateway.start(["shell"], user: "Ann", pipeInput: true)
+            try ann.send("channel subscribe lobby")
+            try ann.send(#"state set lobby mood=happy "note=two words""#)
+            #expect(await eventually { ann.outputLines.filter { $0 == "ok" }.count == 2 }, "\(ann.output)\(ann.errorOutput)")
+
+            let who = try await gateway.sbctl(["who-now", "lobby", "--state"])
+            #expect(who.status == 0)
+            #expect(who.outputLines == ["totalOccupancy 1", #"Ann  mood=happy  note="two words""#])
+
+            let json = try await gateway.sbctl(["who-now", "lobby", "--state", "--json"])
+            let body = try WhoNowResponse(json: try #require(try Self.json(json.output)["body"]))
+            #expect(body.users == [UserState(userId: "Ann", states: [
+                StateItem(key: "mood", value: "happy"), StateItem(key: "note", value: "two words"),
+            ])])
+
+            try ann.closeInput()
+            #expect(await ann.exitStatus() == 0)
+        }
+    }
+
+    @Test("events: subscribe, query, and a published event reaches the subscriber's watch")
+    func eventsSubscribePublishQuery() async throws {
+        try await withChildGateway { gateway in
+            let subscribe = try await gateway.sbctl(["events", "subscribe", "Ann", "--expiry", "3600"])
+            #expect(subscribe.status == 0 && subscribe.outputLines == ["ok"], "\(subscribe.errorOutput)")
+
+            let query = try await gateway.sbctl(["events", "query", "Ann"])
+            #expect(query.status == 0)
+            let line = try #require(query.outputLines.first)
+            #expect(line.hasPrefix("Ann  eventType=1 remaining="), "\(line)")
+
+            // The user-meta snapshot tells that the watch is logged in before Ann publishes.
+            let watch = try gateway.start(["watch", "--user-meta", "Tony", "--json"])
+            #expect(await watch.waitForOutput(containing: #""op":"storageEvent""#), "\(watch.errorOutput)")
+            let publish = try await gateway.sbctl(["events", "publish", "10001", "--ext", "hello there"], user: "Ann")
+            #expect(publish.status == 0 && publish.output.hasPrefix("eventId "), "\(publish.errorOutput)")
+            #expect(await watch.waitForOutput(containing: #""value":10001"#), "\(watch.output)")
+            watch.signal(SIGINT)
+            #expect(await watch.exitStatus() == 0)
+
+            let event = try #require(watch.outputLines.first { $0.contains(#""value":10001"#) })
+            guard case .push(.subscribedEvents(let pushed)) = try SwitchboardMessage(json: Self.json(event)) else {
+                Issue.record("not a subscribedEvents push: \(event)")
+                return
+            }
+            #expect(pushed.events.contains { $0.publisher == "Ann" && $0.ext == "hello there" })
+
+            let reserved = try await gateway.sbctl(["events", "publish", "5"], user: "Ann")
+            #expect(reserved.status == 87 && reserved.errorOutput.hasPrefix("error 7010 reservedEventValue: "))
+        }
+    }
+
+    @Test("a profile record read back lists the ids nobody knew, in JSON and text")
+    func profileSetAndGet() async throws {
+        try await withChildGateway { gateway in
+            #expect(try await gateway.sbctl(["profile", "user", "set", "Tony", "--name", "Tony Stark"]).status == 0)
+            let get = try await gateway.sbctl(["profile", "user", "get", "Tony", "Nobody", "--json"], user: "Ann")
+            #expect(get.status == 0)
+            let body = try GetUserInfoResponse(json: try #require(try Self.json(get.output)["body"]))
+            #expect(body.users.map(\.name) == ["Tony Stark"] && body.missing == ["Nobody"])
+
+            let text = try await gateway.sbctl(["profile", "user", "get", "Tony"])
+            #expect(text.outputLines.first?.hasPrefix(#"Tony  name="Tony Stark"  updated="#) == true)
+        }
+    }
+
+    @Test("watch prints the push another sbctl invocation caused, then stops after --count pushes")
+    func watchReceivesPushFromAnotherInvocation() async throws {
+        try await withChildGateway { gateway in
+            let watch = try gateway.start(["watch", "--user-meta", "Tony", "--count", "2"], user: "Watcher")
+            #expect(await watch.waitForOutput(containing: "storageEvent snapshot user Tony"), "\(watch.errorOutput)")
+            #expect(try await gateway.sbctl(["user-meta", "set", "Tony", "k=v"]).status == 0)
+            #expect(await watch.exitStatus() == 0, "\(watch.errorOutput)")
+            #expect(watch.outputLines == [
+                "storageEvent snapshot user Tony majorRevision=0",
+                "storageEvent set user Tony majorRevision=1 publisher=Tony: k=v",
+            ])
+        }
+    }
+
+    @Test("the shell driven through a pipe runs commands, lists and recalls history, and exits with the last status")
+    func shellThroughPipeWithHistoryRecall() async throws {
+        try await withChildGateway { gateway in
+            let historyPath = Executables.temporaryPath("sbctl-history", "")
+            defer { try? FileManager.default.removeItem(atPath: historyPath) }
+            let shell = try gateway.start(["shell"], environment: ["SBCTL_HISTORY": historyPath], pipeInput: true)
+            for line in ["user-meta set - a=1", "user-meta get", "# a comment", "history", "!2", "lock release lobby none"] {
+                try shell.send(line)
+            }
+            try shell.closeInput()
+            #expect(await shell.exitStatus() == 84, "\(shell.errorOutput)")  // lockNotFound: the last command's status
+            #expect(shell.outputLines == [
+                "majorRevision 1",
+                "user Tony majorRevision 1", "a=1  revision=1",
+                "  1  user-meta set - a=1", "  2  user-meta get", "  3  history",
+                "user Tony majorRevision 1", "a=1  revision=1",
+            ])
+            #expect(shell.errorOutput.contains("error 4003 lockNotFound: "))
+            let saved = try String(contentsOfFile: historyPath, encoding: .utf8)
+            #expect(saved == "user-meta set - a=1\nuser-meta get\nhistory\nuser-meta get\nlock release lobby none\n")
+
+            // A second shell starts with the saved history; exit's status wins.
+            let again = try gateway.start(["shell", "--json"], environment: ["SBCTL_HISTORY": historyPath], pipeInput: true)
+            try again.send("!4")
+            try again.send("exit 3")
+            try again.closeInput()
+            #expect(await again.exitStatus() == 3)
+            let first = try #require(again.outputLines.first)
+            let body = try #require(try Self.json(first)["body"])
+            #expect(try GetUserMetadataResponse(json: body).items.map(\.key) == ["a"])
+        }
+    }
+
+    @Test("a gateway that cannot be reached exits 69")
+    func unreachableGatewayExits69() async throws {
+        let child = try ChildProcess(Executables.sbctl, ["who-now", "lobby", "--unix", "/tmp/sbctl-nothing-here.sock"])
+        #expect(await child.exitStatus() == 69)
+        #expect(child.errorOutput.hasPrefix("error unavailable: cannot connect to unix:/tmp/sbctl-nothing-here.sock"))
+    }
+
+    @Test("a refused login exits 77; a minted token logs in, and the own-record rule refuses with 82")
+    func tokensAndPermissions() async throws {
+        let secret = "sbctl-test-secret"
+        try await withChildGateway(extraArguments: ["--token-secret", secret]) { gateway in
+            let noToken = try await gateway.sbctl(["where-now"])
+            #expect(noToken.status == 77, "\(noToken.errorOutput)")
+            #expect(noToken.errorOutput.hasPrefix("error 200"))
+
+            let mint = try ChildProcess(Executables.switchboard, ["token", "--user", "Ann", "--token-secret", secret])
+            #expect(await mint.exitStatus() == 0)
+            let token = mint.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let own = try await gateway.sbctl(["profile", "user", "set", "Ann", "--name", "Ann"], user: nil,
+                environment: ["SWITCHBOARD_TOKEN": token])
+            #expect(own.status == 0, "\(own.errorOutput)")
+            let other = try await gateway.sbctl(["profile", "user", "set", "Tony", "--name", "T"], user: nil,
+                environment: ["SWITCHBOARD_TOKEN": token])
+            #expect(other.status == 82)
+            #expect(other.errorOutput.hasPrefix("error 2003 permissionDenied: "))
+        }
+    }
+}

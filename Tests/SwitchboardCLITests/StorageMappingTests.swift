@@ -1,0 +1,81 @@
+import SwitchboardCLI
+import SwitchboardWire
+import Testing
+
+@Suite("Storage commands map to metadata requests")
+struct StorageMappingTests {
+    @Test("user-meta set maps the user, key=value items and --record-ts")
+    func userMetaSetMapsItemsAndFlags() throws {
+        let mapped = try request("user-meta", "set", "Tony", "Name=Tony", "Age=40", "--record-ts")
+        #expect(mapped == .setUserMetadata(SetUserMetadataRequest(
+            userId: "Tony", items: [MetadataItem(key: "Name", value: "Tony"), MetadataItem(key: "Age", value: "40")],
+            recordTs: true)))
+    }
+
+    @Test("a value keeps everything after the first '=' and may be empty")
+    func valuesKeepLaterEqualsSigns() throws {
+        let mapped = try request("user-meta", "set", "-", "formula=a=b", "empty=")
+        #expect(mapped == .setUserMetadata(SetUserMetadataRequest(
+            items: [MetadataItem(key: "formula", value: "a=b"), MetadataItem(key: "empty", value: "")])))
+    }
+
+    @Test("CAS options set majorRevision and per-item revisions; defaults are -1")
+    func casOptionsSetRevisions() throws {
+        let mapped = try request(
+            "user-meta", "update", "Tony", "a=1", "b=2", "--major-revision", "7", "--item-revision", "b=0",
+            "--record-user-id")
+        #expect(mapped == .updateUserMetadata(SetUserMetadataRequest(
+            userId: "Tony", items: [MetadataItem(key: "a", value: "1"), MetadataItem(key: "b", value: "2", revision: 0)],
+            majorRevision: 7, recordUserId: true)))
+        guard case .setUserMetadata(let plain) = try request("user-meta", "set", "Tony", "a=1") else {
+            Issue.record("not a setUserMetadata request")
+            return
+        }
+        #expect(plain.majorRevision == -1 && plain.items[0].revision == -1)
+    }
+
+    @Test("a revision check for a key that is not written is a usage error")
+    func itemRevisionForUnknownKeyIsUsageError() {
+        #expect(isUsageError("user-meta", "set", "Tony", "a=1", "--item-revision", "b=1"))
+    }
+
+    @Test("items without '=' or an empty item list are usage errors")
+    func malformedItemsAreUsageErrors() {
+        #expect(isUsageError("user-meta", "set", "Tony", "novalue"))
+        #expect(isUsageError("user-meta", "set", "Tony"))
+        #expect(isUsageError("user-meta", "set", "Tony", "=v"))
+    }
+
+    @Test("user-meta remove names keys only; without keys it removes the whole set")
+    func userMetaRemoveNamesKeys() throws {
+        #expect(try request("user-meta", "remove", "Tony", "a", "b") == .removeUserMetadata(SetUserMetadataRequest(
+            userId: "Tony", items: [MetadataItem(key: "a"), MetadataItem(key: "b")])))
+        #expect(try request("user-meta", "remove", "Tony") == .removeUserMetadata(SetUserMetadataRequest(userId: "Tony")))
+    }
+
+    @Test("user-meta get, subscribe and unsubscribe default to the caller")
+    func userMetaReadsDefaultToTheCaller() throws {
+        #expect(try request("user-meta", "get") == .getUserMetadata(GetUserMetadataRequest()))
+        #expect(try request("user-meta", "get", "Ann") == .getUserMetadata(GetUserMetadataRequest(userId: "Ann")))
+        #expect(try request("user-meta", "subscribe", "Ann")
+            == .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Ann")))
+        #expect(try request("user-meta", "unsubscribe") == .unsubscribeUserMetadata(UnsubscribeUserMetadataRequest()))
+    }
+
+    @Test("channel-meta maps --stream, --lock and the CAS options")
+    func channelMetaMapsStreamLockAndCAS() throws {
+        let mapped = try request(
+            "channel-meta", "set", "room", "topic=hi", "--stream", "--lock", "L1", "--major-revision", "0")
+        #expect(mapped == .setChannelMetadata(SetChannelMetadataRequest(
+            channel: "room", channelType: .stream, items: [MetadataItem(key: "topic", value: "hi")], majorRevision: 0,
+            lock: "L1")))
+        #expect(try request("channel-meta", "get", "lobby")
+            == .getChannelMetadata(GetChannelMetadataRequest(channel: "lobby")))
+        #expect(try request("channel-meta", "update", "lobby", "a=2", "--record-ts")
+            == .updateChannelMetadata(SetChannelMetadataRequest(
+                channel: "lobby", items: [MetadataItem(key: "a", value: "2")], recordTs: true)))
+        #expect(try request("channel-meta", "remove", "lobby", "a", "--item-revision", "a=3")
+            == .removeChannelMetadata(SetChannelMetadataRequest(
+                channel: "lobby", items: [MetadataItem(key: "a", revision: 3)])))
+    }
+}
