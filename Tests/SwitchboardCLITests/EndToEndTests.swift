@@ -175,7 +175,8 @@ struct EndToEndTests {
     func unreachableGatewayExits69() async throws {
         let child = try ChildProcess(Executables.sbctl, ["who-now", "lobby", "--unix", "/tmp/sbctl-nothing-here.sock"])
         #expect(await child.exitStatus() == 69)
-        #expect(child.errorOutput.hasPrefix("error unavailable: cannot connect to unix:/tmp/sbctl-nothing-here.sock"))
+        #expect(child.errorOutput.hasPrefix("error unavailable: "))
+        #expect(child.errorOutput.contains("unix:/tmp/sbctl-nothing-here.sock"))
     }
 
     @Test("a refused login exits 77; a minted token logs in, and the own-record rule refuses with 82")

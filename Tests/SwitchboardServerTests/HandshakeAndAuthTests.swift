@@ -108,7 +108,8 @@ import Testing
             await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
                 _ = try await gateway.connect(transport, user: "", token: "not-a-token")
             }
-            await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
+            // No token at all is "not authenticated" (SB-5.3-1), not a bad token.
+            await #expect(throws: SwitchboardClientError(code: .notAuthenticated, message: "")) {
                 _ = try await gateway.connect(transport, user: "", token: "")
             }
         }

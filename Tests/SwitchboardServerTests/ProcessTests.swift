@@ -11,7 +11,7 @@ import Testing
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard")
     }
 
-    static func waitForFile(_ path: String, seconds: Double = 20) async -> Bool {
+    static func waitForFile(_ path: String, seconds: Double = 60) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if FileManager.default.fileExists(atPath: path) { return true }

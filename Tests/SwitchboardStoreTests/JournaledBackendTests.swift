@@ -97,13 +97,13 @@ struct JournaledBackendTests {
             let path = directory + "/meta.sqlite"
             let first = ControlledBackend(try SQLiteBackend(path: path))
             first.set(.held)  // the database never gets them: a crash before the checkpoint
-            let journaled = try JournaledBackend(base: first, journalPath: path + ".journal")
+            let journaled = try JournaledBackend(base: first, journalPath: path + ".journal", logger: silentLogger)
             _ = try journaled.loadAll()
             for revision in 1...50 { try journaled.apply([upsert("Tony", "k\(revision)", "v\(revision)", revision: UInt64(revision))]) }
             #expect(try SQLiteBackend(path: path).loadAll().isEmpty)
 
             // "Restart": a new process opens the same files.
-            let second = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal")
+            let second = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger)
             let sets = try second.loadAll()
             #expect(sets.count == 1 && sets.first?.majorRevision == 50 && sets.first?.items.count == 50)
             #expect(sets.first?.items.last == MetadataItem(key: "k50", value: "v50", revision: 50, updateTs: 7, authorUserId: "Tony"))
@@ -118,7 +118,7 @@ struct JournaledBackendTests {
             let path = directory + "/meta.sqlite"
             let held = ControlledBackend(try SQLiteBackend(path: path))
             held.set(.held)
-            let journaled = try JournaledBackend(base: held, journalPath: path + ".journal")
+            let journaled = try JournaledBackend(base: held, journalPath: path + ".journal", logger: silentLogger)
             _ = try journaled.loadAll()
             try journaled.apply([upsert("Amy", "a", "1", revision: 1)])
             try journaled.apply([upsert("Amy", "b", "2", revision: 2)])
@@ -128,7 +128,7 @@ struct JournaledBackendTests {
             handle.write(Data([40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]))
             try handle.close()
 
-            let reopened = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal")
+            let reopened = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger)
             let sets = try reopened.loadAll()
             #expect(sets.first?.items.map(\.key) == ["a", "b"])
             try reopened.close()
@@ -139,7 +139,7 @@ struct JournaledBackendTests {
     @Test func theJournalEmptiesOnceTheDatabaseHasEverything() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory + "/meta.sqlite"
-            let journaled = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal")
+            let journaled = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger)
             _ = try journaled.loadAll()
             for revision in 1...20 { try journaled.apply([upsert("Tony", "k", "v\(revision)", revision: UInt64(revision))]) }
             #expect(await eventually { journaled.journalBytes == JournalFile.header.count })
@@ -152,7 +152,7 @@ struct JournaledBackendTests {
         try await withTemporaryDirectory { directory in
             let path = directory + "/meta.sqlite"
             let controlled = ControlledBackend(try SQLiteBackend(path: path))
-            let journaled = try JournaledBackend(base: controlled, journalPath: path + ".journal")
+            let journaled = try JournaledBackend(base: controlled, journalPath: path + ".journal", logger: silentLogger)
             _ = try journaled.loadAll()
             controlled.set(.failing)
             try journaled.apply([upsert("Tony", "k", "1", revision: 1)])  // durable in the journal
@@ -179,7 +179,7 @@ struct JournaledBackendTests {
         try await withTemporaryDirectory { directory in
             let path = directory + "/not-a-journal"
             try Data("hello".utf8).write(to: URL(fileURLWithPath: path))
-            #expect(throws: JournalError.self) { _ = try JournaledBackend(base: try SQLiteBackend.inMemory(), journalPath: path) }
+            #expect(throws: JournalError.self) { _ = try JournaledBackend(base: try SQLiteBackend.inMemory(), journalPath: path, logger: silentLogger) }
         }
     }
 
@@ -189,14 +189,14 @@ struct JournaledBackendTests {
             let held = ControlledBackend(try SQLiteBackend(path: path))
             held.set(.held)
             let store = try MetadataStore.load(
-                from: try JournaledBackend(base: held, journalPath: path + ".journal"),
+                from: try JournaledBackend(base: held, journalPath: path + ".journal", logger: silentLogger),
                 configuration: StoreConfiguration(durability: .acknowledgeAfterCommit), logger: silentLogger)
             for index in 0..<100 {
                 try await store.apply(.set, .user("Tony"), [item("k\(index)", "v\(index)")], caller: "Tony")
             }
             // No close: the process "dies" with everything only in the journal.
             let reopened = try MetadataStore.load(
-                from: try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal"),
+                from: try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger),
                 configuration: StoreConfiguration(), logger: silentLogger)
             let snapshot = reopened.read(.user("Tony"))
             #expect(snapshot.items.count == 100 && snapshot.majorRevision == 100)

@@ -51,6 +51,7 @@ let cases = [
     Case(name: "setUserMetadata, 1 item", message: oneItem, compressionThreshold: nil),
     Case(name: "setUserMetadata, 3 items", message: threeItems, compressionThreshold: nil),
     Case(name: "whoNow response, 100 users", message: whoNow, compressionThreshold: nil),
+    Case(name: "whoNow response, 100 users, zlib", message: whoNow, compressionThreshold: 512),
     Case(name: "event push, 16 KiB, zlib", message: event, compressionThreshold: 512),
 ]
 

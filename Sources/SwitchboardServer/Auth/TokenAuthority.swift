@@ -57,8 +57,10 @@ public struct TokenAuthority: Sendable {
     /// Verifies a token's signature and expiry.
     ///
     /// - Parameter now: current time, seconds since the Unix epoch.
-    /// - Throws: ``ErrorCode/invalidToken`` for anything malformed or forged, ``ErrorCode/tokenExpired`` when expired.
+    /// - Throws: ``ErrorCode/notAuthenticated`` for no token at all (SB-5.3-1), ``ErrorCode/invalidToken`` for
+    ///   anything malformed or forged, ``ErrorCode/tokenExpired`` when expired.
     public func verify(_ token: String, now: Int64) throws(SwitchboardWireError) -> AccessToken {
+        guard !token.isEmpty else { throw SwitchboardWireError(.notAuthenticated, "this server requires a token") }
         guard token.hasPrefix(Self.prefix) else { throw SwitchboardWireError(.invalidToken, "token is not an sb1 token") }
         let parts = token.dropFirst(Self.prefix.count).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, let signature = Base64URL.decode(parts[1]) else {
