@@ -12,4 +12,9 @@ static inline int CSwitchboardZlib_deflateInit(z_streamp stream, int level) {
     return deflateInit(stream, level);
 }
 
+/// `deflateInit2` with a zlib (RFC 1950) wrapper: `windowBits` 9-15, `memLevel` 1-9.
+static inline int CSwitchboardZlib_deflateInit2(z_streamp stream, int level, int windowBits, int memLevel) {
+    return deflateInit2(stream, level, Z_DEFLATED, windowBits, memLevel, Z_DEFAULT_STRATEGY);
+}
+
 #endif

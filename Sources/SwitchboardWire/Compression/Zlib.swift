@@ -10,7 +10,10 @@ public enum Zlib {
     @discardableResult
     public static func deflate(_ input: ByteBuffer, into output: inout ByteBuffer, level: Int32 = 6) -> Int? {
         var stream = z_stream()
-        guard CSwitchboardZlib_deflateInit(&stream, level) == Z_OK else { return nil }
+        // A window no larger than the input compresses it as well as the full 32 KiB one, and zlib's state shrinks
+        // with it: about 64 KiB for a 4 KiB body instead of 256 KiB, which malloc would map and unmap each time.
+        let (windowBits, memoryLevel) = Self.windowAndMemoryLevel(forBytes: input.readableBytes)
+        guard CSwitchboardZlib_deflateInit2(&stream, level, windowBits, memoryLevel) == Z_OK else { return nil }
         defer { deflateEnd(&stream) }
         let bound = Int(deflateBound(&stream, UInt(input.readableBytes)))
         return input.withUnsafeReadableBytes { inputBytes -> Int? in
@@ -24,6 +27,13 @@ public enum Zlib {
                 return Int(stream.total_out)
             }
         }.flatMap { $0 > 0 ? $0 : nil }
+    }
+
+    /// The smallest window (9-15 bits) that covers `count` bytes, and a hash memory level to match (at most 8).
+    static func windowAndMemoryLevel(forBytes count: Int) -> (windowBits: Int32, memoryLevel: Int32) {
+        var bits: Int32 = 9
+        while bits < 15 && (1 << bits) < count { bits += 1 }
+        return (bits, min(8, bits - 6))
     }
 
     /// Inflates one zlib stream that must produce exactly `expectedSize` bytes.
