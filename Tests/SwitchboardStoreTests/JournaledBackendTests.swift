@@ -107,7 +107,7 @@ struct JournaledBackendTests {
             let sets = try second.loadAll()
             #expect(sets.count == 1 && sets.first?.majorRevision == 50 && sets.first?.items.count == 50)
             #expect(sets.first?.items.last == MetadataItem(key: "k50", value: "v50", revision: 50, updateTs: 7, authorUserId: "Tony"))
-            #expect(second.journalBytes == JournalFile.header.count)  // replayed, then emptied
+            #expect(second.journalBytes == 0)  // replayed, then emptied
             try second.close()
             first.set(.normal)
         }
@@ -122,10 +122,10 @@ struct JournaledBackendTests {
             _ = try journaled.loadAll()
             try journaled.apply([upsert("Amy", "a", "1", revision: 1)])
             try journaled.apply([upsert("Amy", "b", "2", revision: 2)])
-            // A crash in the middle of a third append: its length and part of its payload reached the disk.
+            // A crash in the middle of a third append: its header and part of its payload reached the disk.
             let handle = try #require(FileHandle(forWritingAtPath: path + ".journal"))
-            handle.seekToEndOfFile()
-            handle.write(Data([40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]))
+            try handle.seek(toOffset: UInt64(JournalFile.headerSize + journaled.journalBytes))
+            handle.write(Data([40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]))
             try handle.close()
 
             let reopened = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger)
@@ -139,12 +139,58 @@ struct JournaledBackendTests {
     @Test func theJournalEmptiesOnceTheDatabaseHasEverything() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory + "/meta.sqlite"
-            let journaled = try JournaledBackend(base: try SQLiteBackend(path: path), journalPath: path + ".journal", logger: silentLogger)
+            let journaled = try JournaledBackend(
+                base: try SQLiteBackend(path: path), journalPath: path + ".journal", checkpointInterval: .milliseconds(20),
+                logger: silentLogger)
             _ = try journaled.loadAll()
             for revision in 1...20 { try journaled.apply([upsert("Tony", "k", "v\(revision)", revision: UInt64(revision))]) }
-            #expect(await eventually { journaled.journalBytes == JournalFile.header.count })
+            #expect(await eventually { journaled.journalBytes == 0 })
             #expect(try SQLiteBackend(path: path).loadAll().first?.items.first?.value == "v20")
             try journaled.close()
+        }
+    }
+
+    @Test func underSteadyLoadTheJournalStaysWithinACheckpointInterval() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory + "/meta.sqlite"
+            let journaled = try JournaledBackend(
+                base: try SQLiteBackend(path: path), journalPath: path + ".journal", checkpointInterval: .milliseconds(20),
+                logger: silentLogger)
+            _ = try journaled.loadAll()
+            var written = 0
+            var largest = 0
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(1)
+            var revision: UInt64 = 0
+            while clock.now < deadline {
+                revision += 1
+                let batch = (0..<20).map { upsert("user\($0)", "k", String(repeating: "x", count: 100), revision: revision) }
+                try journaled.apply(batch)
+                written += 1
+                largest = max(largest, journaled.journalBytes)
+            }
+            // Never cut (a checkpoint always ends in a new generation), so at most a few intervals' worth remains.
+            #expect(written > 50)
+            #expect(largest < written * 2_300 / 2, "largest \(largest) bytes after \(written) batches")
+            try journaled.close()
+            #expect(try SQLiteBackend(path: path).loadAll().count == 20)
+        }
+    }
+
+    @Test func aNewGenerationVoidsTheOldEntriesItWritesOver() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory + "/journal"
+            let file = try JournalFile(path: path)
+            for index in 0..<3 { try file.append(Array(repeating: UInt8(index + 1), count: 1_000)) }
+            try file.reset()
+            try file.append([42, 43])
+            #expect(try file.readEntries().map(Array.init) == [[42, 43]])
+            file.close()
+            let reopened = try JournalFile(path: path)
+            #expect(try reopened.readEntries().map(Array.init) == [[42, 43]])
+            try reopened.append([44])
+            #expect(try reopened.readEntries().map(Array.init) == [[42, 43], [44]])
+            #expect(reopened.generation == 2)
         }
     }
 

@@ -22,7 +22,10 @@ public final class JournaledBackend: MetadataBackend {
     private struct Checkpoints {
         /// Journaled batches not yet in the database, oldest first.
         var pending: [[ChangeRecord]] = []
+        /// A checkpoint is due after the interval.
         var scheduled = false
+        /// A checkpoint was asked for at once because the journal grew past `checkpointBytes`.
+        var urgent = false
         /// Why the last checkpoint failed; nil when it succeeded.
         var failure: String?
     }
@@ -33,32 +36,37 @@ public final class JournaledBackend: MetadataBackend {
     private let checkpoints = Mutex(Checkpoints())
     private let checkpointQueue = DispatchQueue(label: "switchboard.store.checkpoint")
     private let logger: Logger
+    private let checkpointInterval: DispatchTimeInterval
+    private let checkpointBytes: Int
 
     /// Journals the changes for `base` in the file at `journalPath` (created if needed).
+    ///
+    /// - Parameters:
+    ///   - checkpointInterval: How long journaled batches may wait before they are written into the database
+    ///     together (the longer, the fewer and larger the database transactions).
+    ///   - checkpointBytes: A journal holding this many bytes of entries is written into the database at once.
     /// - Throws: ``JournalError`` when the journal cannot be opened.
-    public init(base: any MetadataBackend, journalPath: String, logger: Logger = Logger(label: "switchboard.store")) throws {
+    public init(
+        base: any MetadataBackend, journalPath: String, checkpointInterval: DispatchTimeInterval = .milliseconds(200),
+        checkpointBytes: Int = 16 << 20, logger: Logger = Logger(label: "switchboard.store")
+    ) throws {
         self.base = base
         self.journal = Mutex(try JournalFile(path: journalPath))
         self.logger = logger
+        self.checkpointInterval = checkpointInterval
+        self.checkpointBytes = checkpointBytes
     }
 
     /// Replays the journal into the database, empties it, then loads the database.
     public func loadAll() throws -> [StoredSet] {
         try self.journal.withLock { journal in
-            let (payloads, tornBytes) = try journal.readEntries()
-            if tornBytes > 0 {
-                self.logger.warning(
-                    "the journal ends in a torn entry (a crash during its write, never acknowledged); ignoring it",
-                    metadata: ["bytes": "\(tornBytes)"])
-            }
-            guard !payloads.isEmpty || tornBytes > 0 else { return }
+            let payloads = try journal.readEntries()
+            guard !payloads.isEmpty else { return }
             let batches = try payloads.map { payload throws(ChangeRecordCoding.Malformed) in
                 try ChangeRecordCoding.decode(payload)
             }
-            if !batches.isEmpty {
-                try self.base.apply(batches: batches)
-                self.logger.info("replayed the journal into the database", metadata: ["batches": "\(batches.count)"])
-            }
+            try self.base.apply(batches: batches)
+            self.logger.info("replayed the journal into the database", metadata: ["batches": "\(batches.count)"])
             try journal.reset()
         }
         return try self.base.loadAll()
@@ -82,15 +90,26 @@ public final class JournaledBackend: MetadataBackend {
         ChangeRecordCoding.encode(batch, into: &payload)
         let schedule = try self.journal.withLock { journal in
             try journal.append(payload)
-            return self.checkpoints.withLock { state in
+            let behind = journal.entryBytes >= self.checkpointBytes
+            return self.checkpoints.withLock { state -> Schedule in
                 state.pending.append(batch)
-                if state.scheduled { return false }
+                if behind && !state.urgent {
+                    state.urgent = true
+                    return .now
+                }
+                if state.scheduled { return .none }
                 state.scheduled = true
-                return true
+                return .later
             }
         }
-        if schedule { self.checkpointQueue.async { self.runCheckpoints() } }
+        switch schedule {
+        case .now: self.checkpointQueue.async { self.runCheckpoints() }
+        case .later: self.checkpointQueue.asyncAfter(deadline: .now() + self.checkpointInterval) { self.runCheckpoints() }
+        case .none: break
+        }
     }
+
+    private enum Schedule { case none, later, now }
 
     /// Waits for the checkpointer, empties the journal if the database has all of it, and closes both.
     public func close() throws {
@@ -106,46 +125,51 @@ public final class JournaledBackend: MetadataBackend {
         try self.base.close()
     }
 
-    /// Bytes in the journal now (header included).
-    public var journalBytes: Int { self.journal.withLock { $0.size } }
+    /// Bytes of entries in the journal now (0 once the database holds everything).
+    public var journalBytes: Int { self.journal.withLock { $0.entryBytes } }
 
     // MARK: - Checkpointer queue
 
-    /// Applies waiting batches until none is left or the database refuses them.
+    /// Applies the waiting batches in one transaction, then starts a new journal generation: the batches journaled
+    /// meanwhile (a few milliseconds' worth) are applied first with appends held, so the journal never outgrows
+    /// one checkpoint interval, however steady the load.
     private func runCheckpoints() {
-        while true {
-            let batches = self.checkpoints.withLock { state -> [[ChangeRecord]] in
-                let batches = state.pending
-                state.pending = []
-                if batches.isEmpty { state.scheduled = false }
-                return batches
-            }
-            if batches.isEmpty { return }
+        guard self.applyPending() else { return }
+        self.journal.withLock { journal in
+            guard self.applyPending() else { return }
             do {
-                try self.base.apply(batches: batches)
+                try journal.reset()
             } catch {
-                self.checkpoints.withLock { state in
-                    state.pending.insert(contentsOf: batches, at: 0)
-                    state.failure = "\(error)"
-                    state.scheduled = false
-                }
-                self.logger.error(
-                    "writing the journal into the database failed; writes are refused until it succeeds",
-                    metadata: ["error": "\(error)", "batches": "\(batches.count)"])
-                return
-            }
-            self.journal.withLock { journal in
-                let caughtUp = self.checkpoints.withLock { state in
-                    state.failure = nil
-                    return state.pending.isEmpty
-                }
-                guard caughtUp else { return }
-                do {
-                    try journal.reset()
-                } catch {
-                    self.logger.warning("could not empty the journal", metadata: ["error": "\(error)"])
-                }
+                self.logger.warning("could not empty the journal", metadata: ["error": "\(error)"])
             }
         }
+    }
+
+    /// Applies every waiting batch in one transaction.
+    /// - Returns: Whether the database took them (true when none was waiting).
+    private func applyPending() -> Bool {
+        let batches = self.checkpoints.withLock { state -> [[ChangeRecord]] in
+            let batches = state.pending
+            state.pending = []
+            // Batches journaled from now on schedule the next checkpoint themselves.
+            state.scheduled = false
+            state.urgent = false
+            return batches
+        }
+        if batches.isEmpty { return true }
+        do {
+            try self.base.apply(batches: batches)
+        } catch {
+            self.checkpoints.withLock { state in
+                state.pending.insert(contentsOf: batches, at: 0)
+                state.failure = "\(error)"
+            }
+            self.logger.error(
+                "writing the journal into the database failed; writes are refused until it succeeds",
+                metadata: ["error": "\(error)", "batches": "\(batches.count)"])
+            return false
+        }
+        self.checkpoints.withLock { $0.failure = nil }
+        return true
     }
 }
