@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "switchboard", targets: ["switchboard"]),
         .executable(name: "sbcodecbench", targets: ["sbcodecbench"]),
         .executable(name: "sbbench", targets: ["sbbench"]),
+        .executable(name: "sbdump", targets: ["sbdump"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -106,6 +107,27 @@ let package = Package(
             path: "Tools/sbbench",
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SwitchboardDump",
+            dependencies: [
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "sbdump",
+            dependencies: [
+                "SwitchboardDump",
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/sbdump",
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "sbstorebench",
             dependencies: ["SwitchboardStore", "SwitchboardWire", .product(name: "Logging", package: "swift-log")],
@@ -130,6 +152,16 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "SwitchboardDumpTests",
+            dependencies: [
+                "SwitchboardDump", "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            exclude: ["Fixtures"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "SwitchboardStoreTests",
             dependencies: [
                 "SwitchboardStore", "SwitchboardWire",
@@ -141,7 +173,7 @@ let package = Package(
         .testTarget(
             name: "SwitchboardServerTests",
             dependencies: [
-                "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore",
+                "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore", "SwitchboardDump",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
