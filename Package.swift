@@ -18,6 +18,7 @@ let package = Package(
         .executable(name: "sbcodecbench", targets: ["sbcodecbench"]),
         .executable(name: "sbbench", targets: ["sbbench"]),
         .executable(name: "sbctl", targets: ["sbctl"]),
+        .executable(name: "sbdump", targets: ["sbdump"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -117,10 +118,31 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SwitchboardDump",
+            dependencies: [
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "sbctl",
             dependencies: ["SwitchboardCLI"],
             path: "Tools/sbctl",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "sbdump",
+            dependencies: [
+                "SwitchboardDump",
+                "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/sbdump",
             swiftSettings: strictSettings
         ),
         .executableTarget(
@@ -144,6 +166,16 @@ let package = Package(
         .testTarget(
             name: "SwitchboardWireTests",
             dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SwitchboardDumpTests",
+            dependencies: [
+                "SwitchboardDump", "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -176,7 +208,7 @@ let package = Package(
         .testTarget(
             name: "SwitchboardServerTests",
             dependencies: [
-                "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore",
+                "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore", "SwitchboardDump",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
