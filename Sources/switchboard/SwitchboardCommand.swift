@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "journal", "provider-timeout-ms",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -75,11 +75,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "SQLite database file.")
     var database = "./switchboard.sqlite"
 
-    @Option(help: "When a metadata write is acknowledged: \"commit\" (once it is durable on disk; group commit) or \"apply\" (at once: faster, but a crash loses the writes of the last batch).")
+    @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch).")
     var durability = "commit"
-
-    @Option(help: "Where metadata writes become durable: \"on\" (an append-only journal <database>.journal, synced per group commit and written into SQLite behind, many batches per transaction) or \"off\" (each group commit is an SQLite transaction).")
-    var journal = "on"
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
     var threads = 1
@@ -193,9 +190,6 @@ struct Serve: AsyncParsableCommand {
         guard self.durability == "commit" || self.durability == "apply" else {
             throw ValidationError("--durability must be commit or apply")
         }
-        guard self.journal == "on" || self.journal == "off" else {
-            throw ValidationError("--journal must be on or off")
-        }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
         presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
@@ -225,12 +219,8 @@ struct Serve: AsyncParsableCommand {
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
         }
-        // The metadata store: everything acknowledged is in the journal or SQLite; load it all before accepting connections.
-        let database = try SQLiteBackend(path: configuration.databasePath)
-        let backend: any MetadataBackend =
-            self.journal == "on"
-            ? try JournaledBackend(base: database, journalPath: configuration.databasePath + ".journal", logger: logger)
-            : database
+        // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
+        let backend = try SQLiteBackend(path: configuration.databasePath)
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)

@@ -103,24 +103,19 @@ import Testing
         while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
     }
 
-    static func startGateway(socketPath: String, database: String, journal: String = "on") throws -> Process {
+    static func startGateway(socketPath: String, database: String) throws -> Process {
         let process = Process()
         process.executableURL = Self.executable
-        process.arguments = [
-            "--tcp", "off", "--unix-socket", socketPath, "--database", database, "--journal", journal, "--log-level", "error",
-        ]
+        process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
         try process.run()
         return process
     }
 
-    /// With the journal (acknowledged once in the journal, replayed at start) and without it (acknowledged once
-    /// in SQLite).
-    @Test(arguments: ["on", "off"])
-    func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite(journal: String) async throws {
+    @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
         let database = NSTemporaryDirectory() + "sb-kill-\(UInt32.random(in: 0...UInt32.max)).sqlite"
         let socketPath = temporarySocketPath()
-        let first = try Self.startGateway(socketPath: socketPath, database: database, journal: journal)
+        let first = try Self.startGateway(socketPath: socketPath, database: database)
         defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
         try #require(await Self.waitForFile(socketPath))
         let writer = try await Self.connectWhenListening(socketPath)
@@ -157,7 +152,7 @@ import Testing
         #expect(acknowledged.count >= 400)
 
         unlink(socketPath)
-        let second = try Self.startGateway(socketPath: socketPath, database: database, journal: journal)
+        let second = try Self.startGateway(socketPath: socketPath, database: database)
         defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
         let reader = try await Self.connectWhenListening(socketPath)
         _ = try await reader.login("Tony")

@@ -21,20 +21,11 @@ public protocol MetadataBackend: Sendable {
     /// - Throws: When the transaction did not commit; then nothing of the batch may be stored.
     func apply(_ batch: [ChangeRecord]) throws
 
-    /// Applies several batches, in order, in one transaction if the backend can (a journal catching up); the
-    /// default applies each in its own.
-    func apply(batches: [[ChangeRecord]]) throws
-
     /// Releases the database. The default does nothing.
     func close() throws
 }
 
 extension MetadataBackend {
-    /// Applies each batch in its own transaction.
-    public func apply(batches: [[ChangeRecord]]) throws {
-        for batch in batches { try self.apply(batch) }
-    }
-
     /// Does nothing.
     public func close() throws {}
 }

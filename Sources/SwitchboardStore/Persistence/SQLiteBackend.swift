@@ -66,56 +66,41 @@ public final class SQLiteBackend: MetadataBackend {
                 try db.execute(sql: SQLiteSchema.probe)
                 return
             }
-            try Self.apply(batch, in: db)
-        }
-    }
-
-    /// Applies the batches in order in one transaction (a journal catching up).
-    public func apply(batches: [[ChangeRecord]]) throws {
-        try self.writer.write { db in
-            guard batches.contains(where: { !$0.isEmpty }) else {
-                try db.execute(sql: SQLiteSchema.probe)
-                return
+            let upsertSet = try db.cachedStatement(sql: SQLiteSchema.upsertSet)
+            for record in batch {
+                let scope = record.scope
+                upsertSet.setUncheckedArguments([
+                    Int64(scope.storageType.rawValue), Int64(scope.channelType.rawValue), scope.name,
+                    Int64(truncatingIfNeeded: record.majorRevision), record.isRemoved,
+                ])
+                try upsertSet.execute()
             }
-            for batch in batches where !batch.isEmpty { try Self.apply(batch, in: db) }
-        }
-    }
-
-    private static func apply(_ batch: [ChangeRecord], in db: Database) throws {
-        let upsertSet = try db.cachedStatement(sql: SQLiteSchema.upsertSet)
-        for record in batch {
-            let scope = record.scope
-            upsertSet.setUncheckedArguments([
-                Int64(scope.storageType.rawValue), Int64(scope.channelType.rawValue), scope.name,
-                Int64(truncatingIfNeeded: record.majorRevision), record.isRemoved,
-            ])
-            try upsertSet.execute()
-        }
-        let clear = try db.cachedStatement(sql: SQLiteSchema.clearItems)
-        let delete = try db.cachedStatement(sql: SQLiteSchema.deleteItem)
-        let upsertKeeping = try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition)
-        let upsertMoving = try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition)
-        for record in batch {
-            let storageType = Int64(record.scope.storageType.rawValue)
-            let channelType = Int64(record.scope.channelType.rawValue)
-            let name = record.scope.name
-            if record.clearsItems {
-                clear.setUncheckedArguments([storageType, channelType, name])
-                try clear.execute()
-            }
-            for change in record.items {
-                switch change.operation {
-                case .delete:
-                    delete.setUncheckedArguments([storageType, channelType, name, change.key])
-                    try delete.execute()
-                case .upsert(let item, let position, let keepsStoredPosition):
-                    let statement = keepsStoredPosition ? upsertKeeping : upsertMoving
-                    statement.setUncheckedArguments([
-                        storageType, channelType, name, change.key, item.value, item.revision,
-                        Int64(truncatingIfNeeded: item.updateTs), item.authorUserId,
-                        Int64(truncatingIfNeeded: position),
-                    ])
-                    try statement.execute()
+            let clear = try db.cachedStatement(sql: SQLiteSchema.clearItems)
+            let delete = try db.cachedStatement(sql: SQLiteSchema.deleteItem)
+            let upsertKeeping = try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition)
+            let upsertMoving = try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition)
+            for record in batch {
+                let storageType = Int64(record.scope.storageType.rawValue)
+                let channelType = Int64(record.scope.channelType.rawValue)
+                let name = record.scope.name
+                if record.clearsItems {
+                    clear.setUncheckedArguments([storageType, channelType, name])
+                    try clear.execute()
+                }
+                for change in record.items {
+                    switch change.operation {
+                    case .delete:
+                        delete.setUncheckedArguments([storageType, channelType, name, change.key])
+                        try delete.execute()
+                    case .upsert(let item, let position, let keepsStoredPosition):
+                        let statement = keepsStoredPosition ? upsertKeeping : upsertMoving
+                        statement.setUncheckedArguments([
+                            storageType, channelType, name, change.key, item.value, item.revision,
+                            Int64(truncatingIfNeeded: item.updateTs), item.authorUserId,
+                            Int64(truncatingIfNeeded: position),
+                        ])
+                        try statement.execute()
+                    }
                 }
             }
         }
