@@ -51,7 +51,7 @@ struct SBBench: AsyncParsableCommand {
     @Option(help: "Target rate, paced: requests per second over all connections (requests, mix), or events per second (storage-fanout, redis-fanout). 0: as fast as the depth allows; fan-out: the next event once the previous one reached every subscriber.")
     var rate: Double = 0
 
-    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states), setuser (setUserInfo of user-0...99; needs admin or open mode), users100 (getUserInfo of user-0...99).")
+    @Option(help: "Request to send: where (whereNow), set (setUserMetadata of the caller, 1 item), setmany (setUserMetadata of one of 100,000 users, 1 item; needs admin or open mode), set3 (3 items), get (getUserMetadata of the caller), who (first whoNow page of channel \"storm\" with states), setuser (setUserInfo of user-0...99; needs admin or open mode), users100 (getUserInfo of user-0...99).")
     var op = "where"
 
     @Option(name: .customLong("set-ratio"), help: "mix: share of setUserMetadata among the requests (0-1).")
@@ -132,6 +132,13 @@ struct SBBench: AsyncParsableCommand {
             return { sequence in
                 .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
             }
+        case "setmany":
+            return { sequence in
+                // Spread over 100,000 users (a multiplicative hash of the sequence): writes land all over the table.
+                let user = (sequence &* 2_654_435_761) % 100_000
+                return .setUserMetadata(
+                    SetUserMetadataRequest(userId: "user-\(user)", items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
+            }
         case "set3":
             return { sequence in
                 .setUserMetadata(
@@ -140,7 +147,7 @@ struct SBBench: AsyncParsableCommand {
                         MetadataItem(key: "Avatar", value: "https://example.com/a.png"),
                     ]))
             }
-        default: throw ValidationError("--op must be where, set, set3, get, who, setuser or users100")
+        default: throw ValidationError("--op must be where, set, setmany, set3, get, who, setuser or users100")
         }
     }
 
