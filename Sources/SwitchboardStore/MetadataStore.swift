@@ -32,6 +32,7 @@ public final class MetadataStore: Sendable {
     let shards: [Shard]
     let clock: StoreClock
     private let mode: Mode
+    private let commitDriver: CommitDriver
     private let writeBack: WriteBackQueue?
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
@@ -90,6 +91,7 @@ public final class MetadataStore: Sendable {
         self.shards = states.map { Shard($0) }
         self.limits = configuration.limits
         self.clock = configuration.clock
+        self.commitDriver = configuration.commitDriver
         if let backend {
             self.mode =
                 configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
@@ -179,7 +181,18 @@ public final class MetadataStore: Sendable {
             completion(.failure(refusal))
             return
         }
-        writeBack?.scheduleDrain()
+        if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
+    }
+
+    /// Whether writes wait for ``commitQueuedWrites()`` (``CommitDriver/caller`` under acknowledge-after-commit).
+    public var commitsAreCallerDriven: Bool {
+        self.mode == .acknowledgeAfterCommit && self.commitDriver == .caller
+    }
+
+    /// Commits every queued write now, on the calling thread, and answers them (``CommitDriver/caller``).
+    /// Blocks for one transaction (more if writes keep arriving from other threads meanwhile).
+    public func commitQueuedWrites() {
+        self.writeBack?.drainNow()
     }
 
     /// Applies a set, update or remove atomically and waits for its answer (see ``write(_:caller:nowMs:completion:)``).

@@ -10,6 +10,8 @@ public struct StoreConfiguration: Sendable {
     public var probeIntervalMs: UInt64
     /// The wall clock for lock expiry and lock event timestamps.
     public var clock: StoreClock
+    /// Who commits writes under ``Durability/acknowledgeAfterCommit``.
+    public var commitDriver: CommitDriver
 
     /// Creates a configuration; every parameter has a production default.
     public init(
@@ -17,12 +19,25 @@ public struct StoreConfiguration: Sendable {
         limits: StoreLimits = StoreLimits(),
         durability: Durability = .acknowledgeAfterCommit,
         probeIntervalMs: UInt64 = 500,
-        clock: StoreClock = .system
+        clock: StoreClock = .system,
+        commitDriver: CommitDriver = .writerQueue
     ) {
         self.shardCount = shardCount
         self.limits = limits
         self.durability = durability
         self.probeIntervalMs = probeIntervalMs
         self.clock = clock
+        self.commitDriver = commitDriver
     }
+}
+
+/// Who commits the writes that wait for their commit (``Durability/acknowledgeAfterCommit``).
+public enum CommitDriver: Sendable, Hashable {
+    /// The store's writer queue, as soon as writes arrive (group commit on its own thread).
+    case writerQueue
+    /// The caller, with ``MetadataStore/commitQueuedWrites()``, typically once per event-loop tick after every
+    /// request read in that tick was applied: the commit runs on the caller's thread (blocking it for one
+    /// transaction) and answers in place, with no hand-over between threads, as Redis does with
+    /// `appendfsync always`. Flushes, closing and failure probes still run on the writer queue.
+    case caller
 }

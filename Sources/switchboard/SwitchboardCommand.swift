@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "provider-timeout-ms",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -77,6 +77,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch).")
     var durability = "commit"
+
+    @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit) or \"writer\" (the store's writer thread, as writes arrive).")
+    var commitOn = "loop"
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
     var threads = 1
@@ -190,6 +193,9 @@ struct Serve: AsyncParsableCommand {
         guard self.durability == "commit" || self.durability == "apply" else {
             throw ValidationError("--durability must be commit or apply")
         }
+        guard self.commitOn == "loop" || self.commitOn == "writer" else {
+            throw ValidationError("--commit-on must be loop or writer")
+        }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
         presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
@@ -223,6 +229,7 @@ struct Serve: AsyncParsableCommand {
         let backend = try SQLiteBackend(path: configuration.databasePath)
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
+        storeConfiguration.commitDriver = self.commitOn == "loop" ? .caller : .writerQueue
         let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)
         let sessions = SessionRegistry()
         let subscriptions = SubscriptionRegistry()

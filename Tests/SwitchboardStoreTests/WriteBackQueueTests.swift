@@ -322,3 +322,45 @@ struct ChangeBatchTests {
         #expect(keys.count == 4)
     }
 }
+
+@Suite("Caller-driven commits (the gateway commits once per event-loop tick)")
+struct CallerDrivenCommitTests {
+    let tony = MetadataScope.user("Tony")
+
+    @Test func writesWaitForTheCallerAndAreAnsweredOnItsThreadInOneTransaction() async throws {
+        let backend = RecordingBackend()
+        let store = try MetadataStore.load(
+            from: backend, configuration: StoreConfiguration(commitDriver: .caller), logger: silentLogger)
+        #expect(store.commitsAreCallerDriven)
+        let answers = (0..<10).map { index in startWrite(store, .set, tony, [item("k\(index)", "v")]) }
+        // Nothing commits behind the caller's back.
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(backend.commits.isEmpty && answers.allSatisfy { $0.count == 0 })
+        store.commitQueuedWrites()
+        // Answered before commitQueuedWrites returned, all in one transaction.
+        #expect(answers.allSatisfy { $0.count == 1 })
+        #expect(backend.commits.count == 1 && backend.commits.first?.first?.items.count == 10)
+        #expect(try answers.last?.all.first?.get().majorRevision == 10)
+        await store.close()
+    }
+
+    @Test func closingCommitsWhatTheCallerLeftQueued() async throws {
+        let backend = RecordingBackend()
+        let store = try MetadataStore.load(
+            from: backend, configuration: StoreConfiguration(commitDriver: .caller), logger: silentLogger)
+        let answer = startWrite(store, .set, tony, [item("k", "v")])
+        await store.close()
+        #expect(answer.count == 1 && backend.commits.count == 1)
+    }
+
+    @Test func acknowledgeBeforeCommitStillCommitsBehind() async throws {
+        let backend = RecordingBackend()
+        let store = try MetadataStore.load(
+            from: backend, configuration: StoreConfiguration(durability: .acknowledgeBeforeCommit, commitDriver: .caller),
+            logger: silentLogger)
+        #expect(!store.commitsAreCallerDriven)
+        _ = startWrite(store, .set, tony, [item("k", "v")])
+        #expect(await eventually { backend.commits.count == 1 })
+        await store.close()
+    }
+}

@@ -1,17 +1,24 @@
 import NIOCore
 import SwitchboardStore
 import SwitchboardWire
+import Synchronization
 
 /// The metadata storage and lock operations (`Protocol/SPEC.md` §13.1-13.2), and their events.
 ///
 /// Writes go to the ``MetadataStore``, which answers after the write's transaction committed (group commit);
 /// the response and the storage event leave together, so subscribers never see a write that could still be
 /// reverted. Events are encoded once per change and written to every subscriber.
+///
+/// With a store whose commits are caller-driven (``CommitDriver/caller``), the first write an event loop handles in
+/// a tick schedules one commit at the end of that tick, on that loop: every write read in the tick shares the
+/// transaction, and the answers go out in place, as Redis does with `appendfsync always`.
 public final class StorageArea: RequestHandler, SessionObserver, ChannelMembershipObserver {
     private let store: MetadataStore
     private let subscriptions: SubscriptionRegistry
     private let sessions: SessionRegistry
     private let compressionThreshold: Int
+    /// Event loops with a commit scheduled for the end of their current tick.
+    private let commitsScheduled = Mutex<Set<ObjectIdentifier>>([])
 
     /// Creates the area and routes the store's lock events to channel members that asked for them.
     public init(
@@ -156,7 +163,19 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
                 responder.fail(error.body)
             }
         }
+        if self.store.commitsAreCallerDriven { self.scheduleCommit(on: context.session.eventLoop) }
         return .deferred
+    }
+
+    /// Commits the store's queued writes once this loop has handled everything it read in the current tick.
+    private func scheduleCommit(on loop: any EventLoop) {
+        let key = ObjectIdentifier(loop)
+        guard self.commitsScheduled.withLock({ $0.insert(key).inserted }) else { return }
+        loop.execute { [self] in
+            // Writes made while this commit runs (on other loops) schedule the next one.
+            self.commitsScheduled.withLock { _ = $0.remove(key) }
+            self.store.commitQueuedWrites()
+        }
     }
 
     /// Sends the write's storage event to the channel's metadata subscribers or the user's metadata subscribers;

@@ -93,6 +93,15 @@ final class WriteBackQueue: Sendable {
         self.queue.async { self.runScheduledDrain() }
     }
 
+    /// Commits everything queued now, on the calling thread (``CommitDriver/caller``): `sync` on the serial
+    /// writer queue runs the block on the caller's thread when the queue is idle, so the commit and the answers
+    /// (delivered in place to an event loop that calls this) need no thread hand-over.
+    func drainNow() {
+        self.queue.sync {
+            self.drainAll()
+        }
+    }
+
     // MARK: - Control (any thread)
 
     /// Commits everything queued before the call.
