@@ -17,11 +17,13 @@ final class GatewayCore: Sendable {
     private let handlers: [(any RequestHandler)?]
     /// Server time in ms since the Unix epoch (injectable for tests).
     let nowMillis: @Sendable () -> Int64
+    /// Each event loop's end-of-tick flush list.
+    let flushBatches: FlushBatches
 
     init(
         configuration: ServerConfiguration, registry: SessionRegistry, handlers: [any RequestHandler],
         observers: [any SessionObserver], metrics: GatewayMetrics, logger: Logger,
-        nowMillis: @escaping @Sendable () -> Int64
+        nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches
     ) {
         self.configuration = configuration
         self.registry = registry
@@ -30,6 +32,7 @@ final class GatewayCore: Sendable {
         self.logger = logger
         self.observers = observers
         self.nowMillis = nowMillis
+        self.flushBatches = flushBatches
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         for handler in handlers {
             for op in handler.operations { table[Int(op.rawValue)] = handler }

@@ -60,11 +60,11 @@ public final class SwitchboardGateway: Service, Sendable {
     ) {
         self.configuration = configuration
         let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
+        self.eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
         self.core = GatewayCore(
             configuration: configuration, registry: registry,
             handlers: [SessionArea(authority: authority)] + handlers, observers: observers, metrics: metrics,
-            logger: logger, nowMillis: nowMillis)
-        self.eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
+            logger: logger, nowMillis: nowMillis, flushBatches: FlushBatches(group: self.eventLoopGroup))
         self.onRunning = onRunning
     }
 

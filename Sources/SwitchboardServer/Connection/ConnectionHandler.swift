@@ -37,6 +37,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Pushes at least this long are written as the shared encoded buffer rather than copied into the output.
     static let sharedPushMinimumBytes = 512
     private var flushScheduled = false
+    /// This loop's end-of-tick flush list.
+    private var flushBatch: FlushBatch?
     private var context: ChannelHandlerContext?
 
     private var session: SessionHandle?
@@ -79,6 +81,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.flushBatch = self.core.flushBatches.batch(for: context.eventLoop)
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -509,9 +512,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func sendEncodedPush(_ push: EncodedPush) {
         guard self.state == .ready || self.state == .draining else { return }
         let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
-        if frame.readableBytes >= Self.sharedPushMinimumBytes, let context = self.context {
-            // A large fan-out push: queue the one encoded buffer itself, shared by every receiving connection,
-            // instead of a copy per connection, so a storm of pushes to many slow readers holds each push once.
+        if let context = self.context, frame.readableBytes >= Self.sharedPushMinimumBytes || (self.output?.readableBytes ?? 0) == 0 {
+            // Queue the one encoded buffer itself, shared by every receiving connection, instead of a copy per
+            // connection: a large push is held once however many slow readers it waits for, and a push to an
+            // idle connection (the fan-out case) costs no buffer of its own. Small pushes behind other output
+            // are copied into it, to leave in the same write.
             if let output = self.output, output.readableBytes > 0 {
                 self.output = nil
                 context.write(self.wrapOutboundOut(output), promise: nil)
@@ -538,11 +543,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func scheduleFlush() {
         guard !self.inReadCycle, !self.flushScheduled, let context = self.context else { return }
         self.flushScheduled = true
-        context.eventLoop.assumeIsolated().execute { [weak self] in
-            guard let self else { return }
-            self.flushScheduled = false
-            self.flushOutput()
+        if let batch = self.flushBatch {
+            batch.add(self)
+            return
         }
+        context.eventLoop.assumeIsolated().execute { [weak self] in
+            self?.flushScheduledOutput()
+        }
+    }
+
+    /// Writes what the tick left in the output (called at the end of the tick that scheduled it).
+    func flushScheduledOutput() {
+        self.flushScheduled = false
+        self.flushOutput()
     }
 
     private func flushOutput() {
