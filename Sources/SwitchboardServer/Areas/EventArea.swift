@@ -50,6 +50,8 @@ public final class EventArea: RequestHandler, SessionObserver {
         var lastOffline: [String: Int64] = [:]
         /// (user, client type) → abnormal end waiting for the grace period.
         var pendingDrops: [DropKey: Scheduled<Void>] = [:]
+        /// When expired subscriptions and events were last dropped (server ms).
+        var lastPurgeMs: Int64 = 0
     }
 
     private struct DropKey: Hashable {
@@ -145,6 +147,10 @@ public final class EventArea: RequestHandler, SessionObserver {
             guard mine.count + added <= Limits.publishersPerUser else { return nil }
             var previous: [String: Subscription?] = [:]
             for publisher in valid {
+                // A publisher's online state is stored only while someone subscribes to it: store it now.
+                if state.subscribers[publisher]?.isEmpty ?? true, let online = state.onlineState[publisher] {
+                    self.store.setOnlineState(online)
+                }
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
                 state.subscribers[publisher, default: []].insert(subscriber)
@@ -307,14 +313,20 @@ public final class EventArea: RequestHandler, SessionObserver {
                 self.syncAtLogin(session, in: &state, now: now)
             }
         }
-        if Int.random(in: 0..<64) == 0 { self.purgeExpired(now: now) }
+        // Expired subscriptions and events are skipped lazily everywhere; dropping them is housekeeping, once a minute.
+        let purgeDue = self.state.withLock { state in
+            guard now - state.lastPurgeMs >= 60_000 else { return false }
+            state.lastPurgeMs = now
+            return true
+        }
+        if purgeDue { self.purgeExpired(now: now) }
     }
 
     public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
         let user = session.info.userID
         let now = self.nowMillis()
         let normal = reason == .logout || reason == .kicked
-        let nowOffline: Bool = self.state.withLock { state in
+        let storeOffline: Bool = self.state.withLock { state in
             state.online[user]?.removeAll { $0 === session }
             let offline = (state.online[user] ?? []).isEmpty
             if offline {
@@ -333,9 +345,10 @@ public final class EventArea: RequestHandler, SessionObserver {
                     }
                 }
             }
-            return offline
+            // Only a user with subscriptions needs it after a restart (offline delivery at the next login).
+            return offline && state.subscriptions[user] != nil
         }
-        if nowOffline { self.store.setLastOffline(user: user, atMs: now) }
+        if storeOffline { self.store.setLastOffline(user: user, atMs: now) }
     }
 
     /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.
@@ -348,7 +361,9 @@ public final class EventArea: RequestHandler, SessionObserver {
             eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
             expiresAtMs: 0, onlineClientTypes: types)
         state.onlineState[user] = event
-        self.store.setOnlineState(event)
+        // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
+        // when nobody is online), so a stream of logins of unwatched users costs no database writes.
+        if !(state.subscribers[user]?.isEmpty ?? true) { self.store.setOnlineState(event) }
         self.fanOut([event], to: self.subscriberSessions(of: user, in: state, now: now))
     }
 

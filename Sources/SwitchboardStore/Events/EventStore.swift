@@ -169,8 +169,9 @@ public final class EventStore: Sendable {
     /// Records a publisher's latest online state.
     public func setOnlineState(_ event: SubscribedEvent) {
         self.write { db in
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO online_state (publisher, event_id, value, timestamp, client_types) VALUES (?, ?, ?, ?, ?)",
+            let statement = try db.cachedStatement(
+                sql: "INSERT OR REPLACE INTO online_state (publisher, event_id, value, timestamp, client_types) VALUES (?, ?, ?, ?, ?)")
+            try statement.execute(
                 arguments: [
                     event.publisher, event.eventId, Int64(event.value), Int64(event.timestampMs),
                     event.onlineClientTypes.map { String($0.rawValue) }.joined(separator: ","),
@@ -181,8 +182,8 @@ public final class EventStore: Sendable {
     /// Records when a user's last session ended.
     public func setLastOffline(user: String, atMs: Int64) {
         self.write { db in
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO user_offline (user, offline_at) VALUES (?, ?)", arguments: [user, atMs])
+            let statement = try db.cachedStatement(sql: "INSERT OR REPLACE INTO user_offline (user, offline_at) VALUES (?, ?)")
+            try statement.execute(arguments: [user, atMs])
         }
     }
 
