@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import NIOPosix
 import Synchronization
 import SwitchboardStore
 import SwitchboardWire
@@ -49,7 +50,9 @@ public final class EventArea: RequestHandler, SessionObserver {
         /// user → when their last session ended.
         var lastOffline: [String: Int64] = [:]
         /// (user, client type) → abnormal end waiting for the grace period.
-        var pendingDrops: [DropKey: Scheduled<Void>] = [:]
+        var pendingDrops: [DropKey: NIODeadline] = [:]
+        /// The sweep that publishes drops whose grace period passed runs (started with the first drop).
+        var sweeping = false
         /// When expired subscriptions and events were last dropped (server ms).
         var lastPurgeMs: Int64 = 0
     }
@@ -303,9 +306,8 @@ public final class EventArea: RequestHandler, SessionObserver {
             let wasOffline = (state.online[user] ?? []).isEmpty
             state.online[user, default: []].append(session)
             let key = DropKey(user: user, clientType: session.info.clientType)
-            if let pending = state.pendingDrops.removeValue(forKey: key) {
+            if state.pendingDrops.removeValue(forKey: key) != nil {
                 // Came back within the grace period: the drop never happened for the subscribers.
-                pending.cancel()
             } else {
                 self.publishOnlineState(of: user, value: 1, in: &state, now: now)
             }
@@ -336,19 +338,36 @@ public final class EventArea: RequestHandler, SessionObserver {
             if normal {
                 self.publishOnlineState(of: user, value: 2, in: &state, now: now)
             } else {
-                let key = DropKey(user: user, clientType: session.info.clientType)
-                state.pendingDrops[key]?.cancel()
-                state.pendingDrops[key] = session.eventLoop.scheduleTask(in: self.gracePeriod) { [self] in
-                    self.state.withLock { state in
-                        guard state.pendingDrops.removeValue(forKey: key) != nil else { return }
-                        self.publishOnlineState(of: user, value: 3, in: &state, now: self.nowMillis())
-                    }
+                // One sweep publishes the drops whose grace passed (no timer per session: NIO cancels timers by a
+                // linear search of the loop's timer heap, and every reconnect within the grace would cancel one).
+                state.pendingDrops[DropKey(user: user, clientType: session.info.clientType)] = .now() + self.gracePeriod
+                if !state.sweeping {
+                    state.sweeping = true
+                    self.startDropSweep()
                 }
             }
             // Only a user with subscriptions needs it after a restart (offline delivery at the next login).
             return offline && state.subscriptions[user] != nil
         }
         if storeOffline { self.store.setLastOffline(user: user, atMs: now) }
+    }
+
+    /// Every quarter of the grace period (at most 100 ms), publishes value 3 for the abnormal ends whose grace passed.
+    private func startDropSweep() {
+        let interval = TimeAmount.nanoseconds(min(max(self.gracePeriod.nanoseconds / 4, 1_000_000), 100_000_000))
+        MultiThreadedEventLoopGroup.singleton.next().scheduleRepeatedTask(initialDelay: interval, delay: interval) {
+            [weak self] task in
+            guard let self else { return task.cancel() }
+            let now = NIODeadline.now()
+            let nowMillis = self.nowMillis()
+            self.state.withLock { state in
+                let due = state.pendingDrops.filter { $0.value <= now }.map(\.key)
+                for key in due {
+                    state.pendingDrops[key] = nil
+                    self.publishOnlineState(of: key.user, value: 3, in: &state, now: nowMillis)
+                }
+            }
+        }
     }
 
     /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.

@@ -50,6 +50,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var heartbeatInterval: TimeAmount = .seconds(15)
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
+    /// When a connection that has not sent HELLO is closed.
+    private var handshakeDeadline = NIODeadline.distantFuture
     private var tokenExpiryTimer: Scheduled<Void>?
     private var tokenNoticeTimer: Scheduled<Void>?
     private var readBlocked = false
@@ -104,16 +106,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core.metrics.connections.increment()
         self.core.metrics.connectionsAccepted.increment()
         self.lastReceived = .now()
-        self.handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(
-            in: self.core.configuration.handshakeTimeout
-        ) { [weak self] in
-            guard let self, case .awaitingHello = self.state else { return }
-            self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
+        self.handshakeDeadline = .now() + self.core.configuration.handshakeTimeout
+        if let batch = self.flushBatch {
+            batch.watch(self)
+        } else {
+            self.handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(
+                in: self.core.configuration.handshakeTimeout
+            ) { [weak self] in self?.checkDeadlines(now: .now()) }
         }
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        self.flushBatch?.unwatch(self)
         self.heartbeatTask?.cancel()
         self.handshakeTimer?.cancel()
         self.tokenExpiryTimer?.cancel()
@@ -361,18 +366,33 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func startHeartbeatWatch(context: ChannelHandlerContext) {
+        // The loop's sweep checks the deadline (checkDeadlines); without one, a task per connection does.
+        guard self.flushBatch == nil else { return }
         let interval = self.heartbeatInterval
-        let misses = Int64(self.core.configuration.heartbeat.misses)
         let check = TimeAmount.nanoseconds(max(interval.nanoseconds / 4, 50_000_000))
         self.heartbeatTask = context.eventLoop.assumeIsolated().scheduleTask(in: check) { [weak self] in
             guard let self, self.state == .ready || self.state == .draining else { return }
-            if NIODeadline.now() - self.lastReceived > TimeAmount.nanoseconds(interval.nanoseconds * misses) {
-                self.fail(
-                    code: .heartbeatTimeout, message: "nothing received for \(misses) heartbeat intervals",
-                    reason: .abnormal)
-            } else {
-                self.startHeartbeatWatch(context: context)
+            self.checkDeadlines(now: .now())
+            if self.state == .ready || self.state == .draining { self.startHeartbeatWatch(context: context) }
+        }
+    }
+
+    /// Ends a connection that sent no HELLO within the handshake timeout, or nothing for `misses` heartbeat
+    /// intervals once logged in.
+    func checkDeadlines(now: NIODeadline) {
+        switch self.state {
+        case .awaitingHello:
+            guard now >= self.handshakeDeadline else { return }
+            self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
+        case .ready, .draining:
+            let misses = Int64(self.core.configuration.heartbeat.misses)
+            guard now - self.lastReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) else {
+                return
             }
+            self.fail(
+                code: .heartbeatTimeout, message: "nothing received for \(misses) heartbeat intervals", reason: .abnormal)
+        case .closed:
+            return
         }
     }
 

@@ -1,16 +1,45 @@
 import NIOCore
 
-/// The connections of one event loop that have output waiting for the end of the current tick.
+/// Per-event-loop bookkeeping shared by the loop's connections: the end-of-tick flush list and the deadline sweep.
 ///
-/// One task per tick flushes all of them, instead of one task per connection: a push fanned out to thousands of
-/// sessions on a loop costs one scheduled task, not thousands of closures. Used only on its event loop.
+/// One task per tick flushes every connection with output, instead of one task per connection: a push fanned out
+/// to thousands of sessions on a loop costs one scheduled task, not thousands of closures. One repeating sweep
+/// checks every connection's handshake and heartbeat deadlines, instead of a scheduled task per connection: NIO
+/// cancels a scheduled task by a linear search of the loop's timer heap, so with thousands of connections each
+/// cancellation (every close) would scan thousands of timers. Used only on its event loop.
 final class FlushBatch {
+    /// How often the sweep checks deadlines (so timeouts fire up to this late).
+    static let sweepInterval = TimeAmount.milliseconds(100)
+
     private let eventLoop: any EventLoop
     private var pending: [ConnectionHandler] = []
     private var scheduled = false
+    private var watched: [ObjectIdentifier: ConnectionHandler] = [:]
+    private var sweep: RepeatedTask?
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
+    }
+
+    /// Checks `handler`'s deadlines every ``sweepInterval`` until ``unwatch(_:)``.
+    func watch(_ handler: ConnectionHandler) {
+        self.watched[ObjectIdentifier(handler)] = handler
+        guard self.sweep == nil else { return }
+        let bound = NIOLoopBound(self, eventLoop: self.eventLoop)
+        self.sweep = self.eventLoop.scheduleRepeatedTask(initialDelay: Self.sweepInterval, delay: Self.sweepInterval) {
+            _ in bound.value.checkDeadlines()
+        }
+    }
+
+    private func checkDeadlines() {
+        let now = NIODeadline.now()
+        // A check may close a connection, which unwatches it: iterate over a copy.
+        for handler in Array(self.watched.values) { handler.checkDeadlines(now: now) }
+    }
+
+    /// Stops checking `handler` (it closed).
+    func unwatch(_ handler: ConnectionHandler) {
+        self.watched[ObjectIdentifier(handler)] = nil
     }
 
     /// Flushes `handler` at the end of this tick (once, however often it is added before then).
