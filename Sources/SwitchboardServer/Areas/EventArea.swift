@@ -51,6 +51,10 @@ public final class EventArea: RequestHandler, SessionObserver {
         var lastOffline: [String: Int64] = [:]
         /// (user, client type) → abnormal end waiting for the grace period.
         var pendingDrops: [DropKey: NIODeadline] = [:]
+        /// The same drops in the order their grace ends (the grace is fixed, so that is the order they came in);
+        /// an entry whose key has since come back, or dropped again later, is skipped.
+        var dropQueue: [(key: DropKey, deadline: NIODeadline)] = []
+        var dropQueueStart = 0
         /// The sweep that publishes drops whose grace period passed runs (started with the first drop).
         var sweeping = false
         /// When expired subscriptions and events were last dropped (server ms).
@@ -340,7 +344,10 @@ public final class EventArea: RequestHandler, SessionObserver {
             } else {
                 // One sweep publishes the drops whose grace passed (no timer per session: NIO cancels timers by a
                 // linear search of the loop's timer heap, and every reconnect within the grace would cancel one).
-                state.pendingDrops[DropKey(user: user, clientType: session.info.clientType)] = .now() + self.gracePeriod
+                let key = DropKey(user: user, clientType: session.info.clientType)
+                let deadline = NIODeadline.now() + self.gracePeriod
+                state.pendingDrops[key] = deadline
+                state.dropQueue.append((key, deadline))
                 if !state.sweeping {
                     state.sweeping = true
                     self.startDropSweep()
@@ -361,10 +368,16 @@ public final class EventArea: RequestHandler, SessionObserver {
             let now = NIODeadline.now()
             let nowMillis = self.nowMillis()
             self.state.withLock { state in
-                let due = state.pendingDrops.filter { $0.value <= now }.map(\.key)
-                for key in due {
+                while state.dropQueueStart < state.dropQueue.count, state.dropQueue[state.dropQueueStart].deadline <= now {
+                    let (key, deadline) = state.dropQueue[state.dropQueueStart]
+                    state.dropQueueStart += 1
+                    guard state.pendingDrops[key] == deadline else { continue }  // came back, or dropped again since
                     state.pendingDrops[key] = nil
                     self.publishOnlineState(of: key.user, value: 3, in: &state, now: nowMillis)
+                }
+                if state.dropQueueStart > 1_024, state.dropQueueStart * 2 > state.dropQueue.count {
+                    state.dropQueue.removeFirst(state.dropQueueStart)
+                    state.dropQueueStart = 0
                 }
             }
         }
@@ -472,7 +485,13 @@ public final class EventArea: RequestHandler, SessionObserver {
         self.store.purgeExpired(nowMillis: now)
     }
 
+    /// A random prefix drawn at start and a counter: unique across restarts like a UUID, without a call into the
+    /// kernel's random source for every event (online-state events are published at every login).
+    private static let eventIDPrefix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+    private static let eventIDCounter = Atomic<UInt64>(0)
+
     private static func newEventID() -> String {
-        UUID().uuidString.lowercased()
+        let number = Self.eventIDCounter.wrappingAdd(1, ordering: .relaxed).newValue
+        return Self.eventIDPrefix + "-" + String(number, radix: 16)
     }
 }
