@@ -303,10 +303,10 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         unknown: (State) -> [(id: String, member: String)]
     ) -> RequestOutcome {
         self.state.withLock { state in
+            // Without a provider of this kind there is no one to ask: answer at once (no pass over the ids first).
+            guard let provider = state.providers[kind] else { return Self.outcome(query, in: state, timedOut: false) }
             let wanted = unknown(state)
-            guard !wanted.isEmpty, let provider = state.providers[kind] else {
-                return Self.outcome(query, in: state, timedOut: false)
-            }
+            guard !wanted.isEmpty else { return Self.outcome(query, in: state, timedOut: false) }
             let readID = state.nextReadID
             state.nextReadID += 1
             var outstanding = Set<UInt64>()
@@ -345,6 +345,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         switch query {
         case .users(let ids):
             var response = GetUserInfoResponse()
+            response.users.reserveCapacity(ids.count)
             for id in ids {
                 if let user = state.users[id] { response.users.append(user) } else { response.missing.append(id) }
             }
@@ -774,7 +775,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     private static func checkBatch(_ ids: [String], _ what: String) throws -> [String] {
         guard !ids.isEmpty else { throw Rejection(.invalidArgument, "\(what): at least one id") }
         guard ids.count <= Limits.idsPerBatch else { throw Rejection(.batchTooLarge, "\(what): at most 100 ids") }
-        var seen = Set<String>()
+        var seen = Set<String>(minimumCapacity: ids.count)
         var unique: [String] = []
         unique.reserveCapacity(ids.count)
         for id in ids {
