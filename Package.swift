@@ -163,6 +163,11 @@ let package = Package(
             path: "Tools/fuzz/sbfuzz",
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SwitchboardTestSupport",
+            path: "Tests/SwitchboardTestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "SwitchboardWireTests",
             dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
@@ -171,7 +176,7 @@ let package = Package(
         .testTarget(
             name: "SwitchboardDumpTests",
             dependencies: [
-                "SwitchboardDump", "SwitchboardWire",
+                "SwitchboardDump", "SwitchboardWire", "SwitchboardTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
@@ -199,7 +204,7 @@ let package = Package(
         .testTarget(
             name: "SwitchboardCLITests",
             dependencies: [
-                "SwitchboardCLI", "SwitchboardWire", "SwitchboardClient",
+                "SwitchboardCLI", "SwitchboardWire", "SwitchboardClient", "SwitchboardTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -209,6 +214,7 @@ let package = Package(
             name: "SwitchboardServerTests",
             dependencies: [
                 "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore", "SwitchboardDump",
+                "SwitchboardTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -1,4 +1,5 @@
 import Foundation
+import SwitchboardTestSupport
 import Testing
 
 /// The executables `swift build` puts next to the test bundle.
@@ -28,10 +29,9 @@ func eventually(within seconds: Double = 30, _ condition: () async -> Bool) asyn
 
 /// A child process with its standard output and error captured in files and, optionally, a pipe as standard input.
 final class ChildProcess {
-    let process = Process()
+    private let process: SpawnedProcess
     let outputPath = Executables.temporaryPath("sbctl-out", ".txt")
     let errorPath = Executables.temporaryPath("sbctl-err", ".txt")
-    private let input: Pipe?
 
     /// Starts `executable` with `arguments`; `environment` is added to a copy of this process's environment without
     /// the variables sbctl reads, so the tests see only what they set.
@@ -39,26 +39,13 @@ final class ChildProcess {
         var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SWITCHBOARD_") }
         childEnvironment["SBCTL_HISTORY"] = ""
         childEnvironment.merge(environment) { $1 }
-        _ = FileManager.default.createFile(atPath: self.outputPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: self.errorPath, contents: nil)
-        self.process.executableURL = executable
-        self.process.arguments = arguments
-        self.process.environment = childEnvironment
-        self.process.standardOutput = FileHandle(forWritingAtPath: self.outputPath)
-        self.process.standardError = FileHandle(forWritingAtPath: self.errorPath)
-        if pipeInput {
-            let pipe = Pipe()
-            self.process.standardInput = pipe
-            self.input = pipe
-        } else {
-            self.process.standardInput = FileHandle.nullDevice
-            self.input = nil
-        }
-        try self.process.run()
+        self.process = try SpawnedProcess(
+            executable: executable.path, arguments: arguments, environment: childEnvironment,
+            stdin: pipeInput ? .pipe : .null, stdout: .file(self.outputPath), stderr: .file(self.errorPath))
     }
 
     deinit {
-        if self.process.isRunning { kill(self.process.processIdentifier, SIGKILL) }
+        if self.process.isRunning { self.process.signal(SIGKILL) }
         try? FileManager.default.removeItem(atPath: self.outputPath)
         try? FileManager.default.removeItem(atPath: self.errorPath)
     }
@@ -72,23 +59,22 @@ final class ChildProcess {
 
     /// Writes a line to standard input.
     func send(_ line: String) throws {
-        try #require(self.input).fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+        try self.process.write(Array((line + "\n").utf8))
     }
 
     /// Closes standard input (end of input for the child).
     func closeInput() throws {
-        try self.input?.fileHandleForWriting.close()
+        self.process.closeInput()
     }
 
     /// Sends a signal.
     func signal(_ number: Int32) {
-        kill(self.process.processIdentifier, number)
+        self.process.signal(number)
     }
 
     /// Waits for the exit and returns the status, or nil when the child is still running after `seconds`.
     func exitStatus(within seconds: Double = 60) async -> Int32? {
-        guard await eventually(within: seconds, { !self.process.isRunning }) else { return nil }
-        return self.process.terminationStatus
+        await self.process.waitForExit(seconds: seconds)
     }
 
     /// Waits until standard output holds `text`.

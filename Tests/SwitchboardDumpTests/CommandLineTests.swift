@@ -1,6 +1,7 @@
 import Foundation
 import SwitchboardDump
 import SwitchboardWire
+import SwitchboardTestSupport
 import Testing
 
 /// The real `sbdump` executable, run as a child process.
@@ -30,21 +31,16 @@ import Testing
         _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
         _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
 
-        let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = arguments
-        process.standardInput = try FileHandle(forReadingFrom: inputFile)
-        process.standardOutput = try FileHandle(forWritingTo: outputFile)
-        process.standardError = try FileHandle(forWritingTo: errorFile)
-        try process.run()
-        let deadline = ContinuousClock.now + .seconds(60)
-        while process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
-        if process.isRunning {
-            process.terminate()
+        let process = try SpawnedProcess(
+            executable: Self.executable.path, arguments: arguments, stdin: .file(inputFile.path),
+            stdout: .file(outputFile.path), stderr: .file(errorFile.path))
+        let status = await process.waitForExit(seconds: 60)
+        if status == nil {
+            process.signal(SIGKILL)
             Issue.record("sbdump \(arguments) did not finish")
         }
         return Run(
-            status: process.terminationStatus,
+            status: status ?? -1,
             output: String(decoding: try Data(contentsOf: outputFile), as: UTF8.self),
             errors: String(decoding: try Data(contentsOf: errorFile), as: UTF8.self))
     }

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
@@ -38,11 +39,10 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
         let socketPath = temporarySocketPath()
         let database = NSTemporaryDirectory() + "sb-\(UInt32.random(in: 0...UInt32.max)).sqlite"
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
+        let process = try SpawnedProcess(
+            executable: binary.path,
+            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"])
+        defer { if process.isRunning { process.signal(SIGKILL) } }
         try #require(await Self.waitForFile(socketPath), "the gateway did not start")
 
         let socket = try await Self.connectWhenListening(socketPath)
@@ -52,10 +52,9 @@ import Testing
             FrameEncoder().encode(.request(id: id, .whereNow(WhereNowRequest())), into: &batch)
         }
         socket.send(batch)
-        kill(process.processIdentifier, SIGTERM)
+        process.signal(SIGTERM)
         let messages = try await socket.drainUntilClosed()
-        await Self.waitForExit(process)
-        #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+        #expect(await process.waitForExit() == 0)
 
         var answers: [UInt32: Int] = [:]
         var goAway: GoAway?
@@ -80,35 +79,26 @@ import Testing
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
         let socketPath = temporarySocketPath()
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env-\(UInt32.random(in: 0...UInt32.max)).sqlite"]
         var environment = ProcessInfo.processInfo.environment
         environment["SWITCHBOARD_TCP"] = "off"
         environment["SWITCHBOARD_UNIX_SOCKET"] = socketPath
         environment["SWITCHBOARD_MAX_INFLIGHT"] = "33"
-        process.environment = environment
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
+        let process = try SpawnedProcess(
+            executable: binary.path,
+            arguments: ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env-\(UInt32.random(in: 0...UInt32.max)).sqlite"],
+            environment: environment)
+        defer { if process.isRunning { process.signal(SIGKILL) } }
         try #require(await Self.waitForFile(socketPath), "the gateway did not listen on the socket from the environment")
         let socket = try await Self.connectWhenListening(socketPath)
         #expect(try await socket.login("Tony").maxInflight == 33)
-        kill(process.processIdentifier, SIGINT)
-        await Self.waitForExit(process)
-        #expect(process.terminationStatus == 0)
+        process.signal(SIGINT)
+        #expect(await process.waitForExit() == 0)
     }
 
-    /// Waits for a child to exit without blocking a cooperative thread.
-    static func waitForExit(_ process: Process) async {
-        while process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
-    }
-
-    static func startGateway(socketPath: String, database: String) throws -> Process {
-        let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
-        try process.run()
-        return process
+    static func startGateway(socketPath: String, database: String) throws -> SpawnedProcess {
+        try SpawnedProcess(
+            executable: Self.executable.path,
+            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"])
     }
 
     @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
@@ -116,7 +106,7 @@ import Testing
         let database = NSTemporaryDirectory() + "sb-kill-\(UInt32.random(in: 0...UInt32.max)).sqlite"
         let socketPath = temporarySocketPath()
         let first = try Self.startGateway(socketPath: socketPath, database: database)
-        defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
+        defer { if first.isRunning { first.signal(SIGKILL) } }
         try #require(await Self.waitForFile(socketPath))
         let writer = try await Self.connectWhenListening(socketPath)
         _ = try await writer.login("Tony")
@@ -144,16 +134,16 @@ import Testing
             if case .response(let id, _) = message { acknowledged.insert(id) }
             more += 1
         }
-        kill(first.processIdentifier, SIGKILL)
+        first.signal(SIGKILL)
         while let message = try? await writer.next() {
             if case .response(let id, _) = message { acknowledged.insert(id) }
         }
-        await Self.waitForExit(first)
+        _ = await first.waitForExit()
         #expect(acknowledged.count >= 400)
 
         unlink(socketPath)
         let second = try Self.startGateway(socketPath: socketPath, database: database)
-        defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
+        defer { if second.isRunning { second.signal(SIGKILL) } }
         let reader = try await Self.connectWhenListening(socketPath)
         _ = try await reader.login("Tony")
         reader.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
@@ -165,7 +155,21 @@ import Testing
         let lost = acknowledged.filter { !keys.contains("k\($0)") }
         #expect(lost.isEmpty, "\(lost.count) acknowledged writes lost: \(lost.sorted().prefix(10))")
         #expect(stored.majorRevision >= UInt64(acknowledged.count))
-        kill(second.processIdentifier, SIGTERM)
-        await Self.waitForExit(second)
+        second.signal(SIGTERM)
+        _ = await second.waitForExit()
+    }
+}
+
+@Suite struct SpawnedProcessTests {
+    @Test func aChildInheritsOnlyItsStandardStreams() async throws {
+        let listing = NSTemporaryDirectory() + "sb-fds-\(UInt32.random(in: 0...UInt32.max)).txt"
+        defer { unlink(listing) }
+        let extra = open("/dev/null", O_RDONLY)  // not close-on-exec: Foundation's Process would have closed it too
+        defer { close(extra) }
+        let child = try SpawnedProcess(executable: "/bin/ls", arguments: ["/proc/self/fd"], stdout: .file(listing))
+        #expect(await child.waitForExit() == 0)
+        let descriptors = try String(contentsOfFile: listing, encoding: .utf8).split(separator: "\n").compactMap { Int($0) }
+        // 0, 1, 2 and the directory ls itself opened to list them.
+        #expect(descriptors.filter { $0 > 2 }.count <= 1, "inherited: \(descriptors)")
     }
 }

@@ -234,9 +234,10 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let existed = channel.members[userID] != nil
         var member = channel.members[userID] ?? PresenceMember(userID: userID)
         let wasVisible = existed && member.visible
-        if let pending = member.pending {
-            // Came back within the debounce or the presence timeout: nothing happened.
-            pending.task.cancel()
+        if member.pending != nil {
+            // Came back within the debounce or the presence timeout: nothing happened. The timer is left to fire
+            // and find no pending exit of its generation: NIO cancels a timer by a linear search of its loop's
+            // timer heap, which a reconnect storm of thousands of members would pay thousands of times.
             member.pending = nil
         }
         member.sessions[session] = quiet
@@ -265,10 +266,10 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             let generation = self.nextGeneration()
             let key = channel.key
             let memberID = member.userID
-            let task = self.timerLoop.scheduleTask(in: delay) { [weak self] () -> Void in
+            self.timerLoop.scheduleTask(in: delay) { [weak self] () -> Void in
                 self?.pendingExitExpired(channel: key, userID: memberID, generation: generation)
             }
-            member.pending = PresenceMember.Pending(exit: exit, generation: generation, task: task)
+            member.pending = PresenceMember.Pending(exit: exit, generation: generation)
             channel.members[member.userID] = member
         } else {
             let wasVisible = member.visible
@@ -664,7 +665,6 @@ struct PresenceMember {
     struct Pending {
         var exit: PresenceExit
         var generation: UInt64
-        var task: Scheduled<Void>
     }
 
     /// The user id as first seen (the spelling kept in the sorted list).

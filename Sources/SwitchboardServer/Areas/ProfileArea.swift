@@ -49,7 +49,6 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         var responder: Responder
         var query: Query
         var outstanding: Set<UInt64>
-        var timer: Scheduled<Void>?
     }
 
     private struct Ask {
@@ -317,10 +316,10 @@ public final class ProfileArea: RequestHandler, SessionObserver {
                 state.asks[askID] = Ask(readID: readID, kind: kind, id: id, memberUserID: member, provider: provider)
                 provider.send(.providerRequest(ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member)))
             }
-            let timer = context.session.eventLoop.scheduleTask(in: self.providerTimeout) { [self] in
+            context.session.eventLoop.scheduleTask(in: self.providerTimeout) { [self] in
                 self.finish(readID: readID, timedOut: true)
             }
-            state.reads[readID] = PendingRead(responder: context.responder, query: query, outstanding: outstanding, timer: timer)
+            state.reads[readID] = PendingRead(responder: context.responder, query: query, outstanding: outstanding)
             return .deferred
         }
     }
@@ -328,8 +327,9 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     /// Answers a waiting read from what the directory holds now.
     private func finish(readID: UInt64, timedOut: Bool) {
         let answer: (Responder, RequestOutcome)? = self.state.withLock { state in
+            // A read answered before its timeout leaves the timer to fire and find nothing (NIO cancels timers by a
+            // linear search of the loop's timer heap).
             guard let read = state.reads.removeValue(forKey: readID) else { return nil }
-            read.timer?.cancel()
             for askID in read.outstanding { state.asks[askID] = nil }
             return (read.responder, Self.outcome(read.query, in: state, timedOut: timedOut))
         }
