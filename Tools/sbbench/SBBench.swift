@@ -24,7 +24,7 @@ struct SBBench: AsyncParsableCommand {
             the run is broken (lost or duplicate events, error responses, a wrong final CAS counter).
             """)
 
-    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout | provider")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
@@ -86,7 +86,7 @@ struct SBBench: AsyncParsableCommand {
 
     static let scenarios = [
         "handshake", "idle", "requests", "mix", "cas", "slow-reader", "presence-storm", "storage-fanout",
-        "online-fanout", "redis-fanout",
+        "online-fanout", "redis-fanout", "provider",
     ]
 
     func validate() throws {
@@ -202,6 +202,7 @@ struct SBBench: AsyncParsableCommand {
         case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
         case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
         case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
+        case "provider": try await self.runProvider(group: group, report: &report)
         default: throw ValidationError("unknown scenario \(self.scenario)")
         }
 
