@@ -52,8 +52,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var handshakeTimer: Scheduled<Void>?
     /// When a connection that has not sent HELLO is closed.
     private var handshakeDeadline = NIODeadline.distantFuture
-    private var tokenExpiryTimer: Scheduled<Void>?
-    private var tokenNoticeTimer: Scheduled<Void>?
+    /// When the session's token expires (server ms), if it has one.
+    private var tokenExpiresAtMs: Int64?
+    /// When the expiry notice is due (server ms), until it is sent.
+    private var tokenNoticeAtMs: Int64?
     private var readBlocked = false
     private var readPending = false
     private var supportsCompression = false
@@ -121,8 +123,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.flushBatch?.unwatch(self)
         self.heartbeatTask?.cancel()
         self.handshakeTimer?.cancel()
-        self.tokenExpiryTimer?.cancel()
-        self.tokenNoticeTimer?.cancel()
         let wasAdmitted = self.connectionID != 0
         self.state = .closed
         if let session = self.session {
@@ -342,27 +342,26 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// (Re)arms the end of the session at the token's expiry: GOAWAY 2002, reason `authExpired`, unless the client
-    /// renews the token first (`renewToken`).
+    /// renews the token first (`renewToken`). The loop's deadline sweep (``checkDeadlines(now:)``) enforces it.
     func tokenRenewed(expiresAtMs: Int64) {
         guard let context = self.context, self.state == .ready || self.state == .draining else { return }
-        self.tokenExpiryTimer?.cancel()
-        self.tokenNoticeTimer?.cancel()
-        let remaining = max(expiresAtMs - self.core.nowMillis(), 0)
-        // SB-5.3-4: a serverNotice (2002, atMs = expiry) 60 s ahead, or at once when less time is left.
-        self.tokenNoticeTimer = context.eventLoop.assumeIsolated().scheduleTask(
-            in: .milliseconds(max(remaining - 60_000, 0))
-        ) { [weak self] in
-            self?.sendPush(
-                .push(
-                    .serverNotice(
-                        ServerNotice(
-                            code: UInt64(ErrorCode.tokenExpired.rawValue), message: "the session's token expires soon",
-                            atMs: UInt64(max(expiresAtMs, 0))))))
+        self.tokenExpiresAtMs = expiresAtMs
+        // SB-5.3-4: a serverNotice (2002, atMs = expiry) 60 s ahead, or at once (after this tick's replies) when
+        // less time is left.
+        let noticeAtMs = expiresAtMs - 60_000
+        self.tokenNoticeAtMs = noticeAtMs
+        if noticeAtMs <= self.core.nowMillis() {
+            context.eventLoop.assumeIsolated().execute { [weak self] in self?.checkDeadlines(now: .now()) }
         }
-        self.tokenExpiryTimer = context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(remaining)) {
-            [weak self] in
-            self?.fail(code: .tokenExpired, message: "the session's token expired; renew it before it does", reason: .authExpired)
-        }
+    }
+
+    private func sendTokenNotice(expiresAtMs: Int64) {
+        self.sendPush(
+            .push(
+                .serverNotice(
+                    ServerNotice(
+                        code: UInt64(ErrorCode.tokenExpired.rawValue), message: "the session's token expires soon",
+                        atMs: UInt64(max(expiresAtMs, 0))))))
     }
 
     private func startHeartbeatWatch(context: ChannelHandlerContext) {
@@ -378,13 +377,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Ends a connection that sent no HELLO within the handshake timeout, or nothing for `misses` heartbeat
-    /// intervals once logged in.
+    /// intervals once logged in, or whose token expired (after the notice a minute ahead).
     func checkDeadlines(now: NIODeadline) {
         switch self.state {
         case .awaitingHello:
             guard now >= self.handshakeDeadline else { return }
             self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
         case .ready, .draining:
+            if let expiry = self.tokenExpiresAtMs {
+                let nowMs = self.core.nowMillis()
+                if let notice = self.tokenNoticeAtMs, nowMs >= notice {
+                    self.tokenNoticeAtMs = nil
+                    self.sendTokenNotice(expiresAtMs: expiry)
+                }
+                if nowMs >= expiry {
+                    self.fail(code: .tokenExpired, message: "the session's token expired; renew it before it does", reason: .authExpired)
+                    return
+                }
+            }
             let misses = Int64(self.core.configuration.heartbeat.misses)
             guard now - self.lastReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) else {
                 return
