@@ -33,8 +33,10 @@ final class FlushBatch {
 
     private func checkDeadlines() {
         let now = NIODeadline.now()
-        // A check may close a connection, which unwatches it: iterate over a copy.
-        for handler in Array(self.watched.values) { handler.checkDeadlines(now: now) }
+        // A check may close a connection, which unwatches it: the loop iterates the dictionary as it was (a value;
+        // a removal during the loop copies it), without an array of every connection per sweep.
+        let watched = self.watched
+        for handler in watched.values { handler.checkDeadlines(now: now) }
     }
 
     /// Stops checking `handler` (it closed).
