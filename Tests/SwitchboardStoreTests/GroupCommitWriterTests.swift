@@ -21,7 +21,7 @@ struct GroupCommitWriterTests {
             writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (?, 'x')", arguments: [key]) }) { outcome in
                 // The completion sees its own row committed (read through the database, outside the transaction).
                 let rows = (try? database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t WHERE k = ?", arguments: [key]) }) ?? 0
-                if case .success = outcome { seen.append((key, rows ?? 0)) }
+                if case .success = outcome { seen.append((key, rows)) }
             }
         }
         writer.flush()

@@ -60,10 +60,10 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     }
 
     private struct State {
-        var users: [String: UserInfo] = [:]
-        var groups: [String: GroupInfo] = [:]
+        var users: EncodedRecordTable<UserInfo> = [:]
+        var groups: EncodedRecordTable<GroupInfo> = [:]
         /// group → member user → record.
-        var members: [String: [String: GroupMemberInfo]] = [:]
+        var members: [String: EncodedRecordTable<GroupMemberInfo>] = [:]
         var lists: [String: MemberList] = [:]
         var userSubscribers: [String: Set<SessionHandle>] = [:]
         var groupSubscribers: [String: Set<SessionHandle>] = [:]
@@ -304,7 +304,8 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         self.state.withLock { state in
             // Without a provider of this kind there is no one to ask: answer at once (no pass over the ids first).
             guard let provider = state.providers[kind] else { return Self.outcome(query, in: state, timedOut: false) }
-            let wanted = unknown(state)
+            var asked = Set<String>()
+            let wanted = unknown(state).filter { asked.insert($0.id + "\u{0}" + $0.member).inserted }
             guard !wanted.isEmpty else { return Self.outcome(query, in: state, timedOut: false) }
             let readID = state.nextReadID
             state.nextReadID += 1
@@ -336,6 +337,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         guard let (responder, outcome) = answer else { return }
         switch outcome {
         case .response(let response): responder.succeed(response)
+        case .encodedResponse(let response): responder.succeed(response)
         case .failure(let error): responder.fail(error)
         case .deferred: responder.fail(ErrorBody(.internal, "read not answered"))
         }
@@ -344,25 +346,11 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     private static func outcome(_ query: Query, in state: State, timedOut: Bool) -> RequestOutcome {
         switch query {
         case .users(let ids):
-            var response = GetUserInfoResponse()
-            response.users.reserveCapacity(ids.count)
-            for id in ids {
-                if let user = state.users[id] { response.users.append(user) } else { response.missing.append(id) }
-            }
-            return .response(.getUserInfo(response))
+            return .encodedResponse(Self.batch(.getUserInfo, ids, from: state.users))
         case .groups(let ids):
-            var response = GetGroupInfoResponse()
-            for id in ids {
-                if let group = state.groups[id] { response.groups.append(group) } else { response.missing.append(id) }
-            }
-            return .response(.getGroupInfo(response))
+            return .encodedResponse(Self.batch(.getGroupInfo, ids, from: state.groups))
         case .members(let group, let ids):
-            var response = GetGroupMemberInfoResponse()
-            let known = state.members[group] ?? [:]
-            for id in ids {
-                if let member = known[id] { response.members.append(member) } else { response.missing.append(id) }
-            }
-            return .response(.getGroupMemberInfo(response))
+            return .encodedResponse(Self.batch(.getGroupMemberInfo, ids, from: state.members[group] ?? [:]))
         case .memberList(let group, let after, let limit):
             guard let list = state.lists[group] else {
                 return timedOut
@@ -387,6 +375,16 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             return .response(
                 .getGroupMembers(GetGroupMembersResponse(userIds: page, nextPage: next, totalMembers: UInt64(sorted.count))))
         }
+    }
+
+    /// A batch read's response (`GetUserInfoResponse`, `GetGroupInfoResponse` and `GetGroupMemberInfoResponse` all
+    /// hold the records as field 1 and the ids without a record as field 2), copied from the records' stored encodings.
+    private static func batch<Record>(
+        _ operation: Opcode, _ ids: [String], from table: EncodedRecordTable<Record>
+    ) -> EncodedResponse {
+        var body = ByteBufferAllocator().buffer(capacity: 4_096)
+        table.appendFields(ids, recordField: 1, missingField: 2, to: &body)
+        return EncodedResponse(operation: operation, body: body)
     }
 
     // MARK: Clear
@@ -771,18 +769,13 @@ public final class ProfileArea: RequestHandler, SessionObserver {
         guard value.utf8.count <= limit else { throw Rejection(.valueTooLong, "\(what) is at most \(limit) bytes") }
     }
 
-    /// 1-100 valid ids, duplicates dropped (first occurrence kept).
+    /// 1-100 valid ids. Duplicates are kept here: the answer lists each id once (``EncodedRecordTable``), and
+    /// provider asks are made once per id.
     private static func checkBatch(_ ids: [String], _ what: String) throws -> [String] {
         guard !ids.isEmpty else { throw Rejection(.invalidArgument, "\(what): at least one id") }
         guard ids.count <= Limits.idsPerBatch else { throw Rejection(.batchTooLarge, "\(what): at most 100 ids") }
-        var seen = Set<String>(minimumCapacity: ids.count)
-        var unique: [String] = []
-        unique.reserveCapacity(ids.count)
-        for id in ids {
-            try Self.checkID(id, what)
-            if seen.insert(id).inserted { unique.append(id) }
-        }
-        return unique
+        for id in ids { try Self.checkID(id, what) }
+        return ids
     }
 
     private static func checkSubscriptionLists(_ request: SubscribeProfilesRequest) throws {

@@ -484,6 +484,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         switch handler.handle(request, context: requestContext) {
         case .response(let response):
             self.completeDeferred(id: requestID, .response(id: requestID, response))
+        case .encodedResponse(let response):
+            self.completeDeferred(id: requestID, encoded: response)
         case .failure(let error):
             self.completeDeferred(id: requestID, .error(id: requestID, op: op, error))
         case .deferred:
@@ -513,6 +515,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Sends the one answer to request `id` from a body encoded beforehand; a second answer for the same id is dropped.
+    func completeDeferred(id: UInt32, encoded response: EncodedResponse) {
+        guard let started = self.inFlight.removeValue(forKey: id) else { return }
+        let op = response.operation.rawValue
+        self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - started).nanoseconds)
+        self.sendEncoded(FrameHeader(kind: .response, op: op, requestID: id), body: response.body)
+        if self.state == .draining && self.inFlight.isEmpty {
+            self.closeConnection()
+        }
+    }
+
     private func operation(of message: SwitchboardMessage) -> Opcode? {
         if case .response(_, let response) = message { return response.operation }
         return nil
@@ -529,6 +542,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard var output = self.output else { return }
         self.output = nil  // unique while appending
         self.encoder.encode(message, into: &output)
+        self.output = output
+        self.core.metrics.framesOut.increment()
+        self.scheduleFlush()
+    }
+
+    /// Appends a frame whose body was encoded beforehand to this tick's output.
+    private func sendEncoded(_ header: FrameHeader, body: ByteBuffer) {
+        guard self.state != .closed else { return }
+        if self.output == nil {
+            self.output = self.context?.channel.allocator.buffer(capacity: body.readableBytes + 16)
+        }
+        guard var output = self.output else { return }
+        self.output = nil  // unique while appending
+        self.encoder.encode(header: header, body: body, into: &output)
         self.output = output
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()

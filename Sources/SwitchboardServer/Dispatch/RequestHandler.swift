@@ -5,10 +5,27 @@ import SwitchboardWire
 public enum RequestOutcome: Sendable {
     /// Answer now with this response.
     case response(Response)
+    /// Answer now with a response whose body the handler assembled from bytes encoded beforehand.
+    case encodedResponse(EncodedResponse)
     /// Answer now with this error.
     case failure(ErrorBody)
     /// The handler answers later through ``RequestContext/responder`` (a durable write, a lock wait, a provider).
     case deferred
+}
+
+/// A response body assembled by a handler from records it keeps encoded (a batch read copies each record's bytes
+/// instead of encoding the record again); byte for byte what encoding the typed response would give.
+public struct EncodedResponse: Sendable {
+    /// The operation answered.
+    public var operation: Opcode
+    /// The encoded response body (`Protocol/SPEC.md` §3).
+    public var body: ByteBuffer
+
+    /// Creates a response from its operation and encoded body.
+    public init(operation: Opcode, body: ByteBuffer) {
+        self.operation = operation
+        self.body = body
+    }
 }
 
 /// Answers one request exactly once, from any thread.
@@ -21,6 +38,17 @@ public struct Responder: Sendable {
     /// Answers with a response.
     public func succeed(_ response: Response) {
         self.complete(.response(id: self.requestID, response))
+    }
+
+    /// Answers with a response encoded beforehand.
+    public func succeed(_ response: EncodedResponse) {
+        let connection = self.connection
+        let id = self.requestID
+        if self.eventLoop.inEventLoop {
+            connection.value.completeDeferred(id: id, encoded: response)
+        } else {
+            self.eventLoop.execute { connection.value.completeDeferred(id: id, encoded: response) }
+        }
     }
 
     /// Answers with an error.

@@ -53,13 +53,32 @@ public struct FrameEncoder: Sendable {
         }
     }
 
+    /// Appends one frame whose body was encoded beforehand (a response assembled from pre-encoded records), compressed
+    /// like any other body of at least ``compressionThreshold`` bytes.
+    ///
+    /// - Returns: the number of bytes written.
+    @discardableResult
+    public func encode(header: FrameHeader, body: ByteBuffer, into buffer: inout ByteBuffer) -> Int {
+        if let threshold = self.compressionThreshold, body.readableBytes >= threshold {
+            return self.encodeCompressed(plain: body, header: header, into: &buffer)
+        }
+        let start = buffer.writerIndex
+        Self.encodeRaw(header: header, body: body, into: &buffer)
+        return buffer.writerIndex - start
+    }
+
     @usableFromInline
     func encodeCompressed(
         _ message: SwitchboardMessage, header: FrameHeader, bodySize: Int, into buffer: inout ByteBuffer
     ) -> Int {
-        let start = buffer.writerIndex
         var plain = ByteBufferAllocator().buffer(capacity: bodySize)
         message.encodeBody(into: &plain)
+        return self.encodeCompressed(plain: plain, header: header, into: &buffer)
+    }
+
+    private func encodeCompressed(plain: ByteBuffer, header: FrameHeader, into buffer: inout ByteBuffer) -> Int {
+        let start = buffer.writerIndex
+        let bodySize = plain.readableBytes
         var compressed = ByteBufferAllocator().buffer(capacity: bodySize / 2 + 64)
         compressed.writeSwitchboardVarint(UInt64(bodySize))
         if Zlib.deflate(plain, into: &compressed, level: self.compressionLevel) != nil,
