@@ -257,6 +257,29 @@ private func clear(
         }
     }
 
+    @Test func aHundredRecordBatchIsTheSameCompressedAndPlain() async throws {
+        try await withProfileGateway { gateway in
+            let admin = try await gateway.connect(.tcp, user: "ops")
+            let plain = try await gateway.connect(.unix, user: "plain") { $0.features = [] }
+            #expect(admin.welcome.features == ["zlib"] && plain.welcome.features == [])
+            var written: [UserInfo] = []
+            for index in 0..<99 {
+                let info = UserInfo(userId: "user-\(index)", name: "Name \(index) 名前", portraitUri: "https://cdn/p/\(index).png",
+                    extra: String(repeating: "{\"k\":\(index)}", count: index % 7))
+                _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: info)))
+                written.append(info)
+            }
+            let ids = written.map(\.userId).reversed() + ["nobody"]
+            let compressed = try await getUsers(admin, Array(ids))
+            let uncompressed = try await getUsers(plain, Array(ids))
+            #expect(compressed == uncompressed)
+            #expect(compressed.users.map(\.userId) == written.map(\.userId).reversed() && compressed.missing == ["nobody"])
+            #expect(zip(compressed.users, written.reversed()).allSatisfy {
+                $0.name == $1.name && $0.portraitUri == $1.portraitUri && $0.extra == $1.extra && $0.updatedAtMs > 0
+            })
+        }
+    }
+
     @Test func pagingAThousandMembers() async throws {
         try await withProfileGateway { gateway in
             let admin = try await gateway.connect(.tcp, user: "ops")
