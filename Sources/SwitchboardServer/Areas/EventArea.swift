@@ -259,9 +259,14 @@ public final class EventArea: RequestHandler, SessionObserver {
             }
             var targets = self.subscriberSessions(of: publisher, in: state, now: now)
             if request.multiDeviceSync {
-                for session in state.online[publisher] ?? [] where session !== context.session { targets.insert(session) }
+                // The publisher's other devices, unless they are there already (a publisher subscribed to itself).
+                let listed = Set(targets.lazy.filter { $0.info.userID == publisher }.map { ObjectIdentifier($0) })
+                for session in state.online[publisher] ?? []
+                where session !== context.session && !listed.contains(ObjectIdentifier(session)) {
+                    targets.append(session)
+                }
             } else {
-                targets.remove(context.session)
+                targets.removeAll { $0 === context.session }
             }
             // Online subscribers get it at once (it is live); the publisher's answer waits for the kept copy.
             self.fanOut([event], to: targets)
@@ -448,22 +453,24 @@ public final class EventArea: RequestHandler, SessionObserver {
     }
 
     /// Every online session of every user with an unexpired subscription to `publisher`.
-    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> Set<SessionHandle> {
-        var sessions = Set<SessionHandle>()
+    /// The online sessions of the publisher's subscribers: no session twice, since each belongs to one subscriber and
+    /// a user's online list holds each of their sessions once (so no set is built for a fan-out to thousands).
+    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> [SessionHandle] {
+        var sessions: [SessionHandle] = []
         for subscriber in state.subscribers[publisher] ?? [] {
             guard let online = state.online[subscriber],
                 let subscription = state.subscriptions[subscriber]?[publisher], subscription.expiresAtMs > now
             else { continue }
-            sessions.formUnion(online)
+            sessions.append(contentsOf: online)
         }
         return sessions
     }
 
     /// One push, encoded once, to every target.
-    private func fanOut(_ events: [SubscribedEvent], to targets: Set<SessionHandle>) {
+    private func fanOut(_ events: [SubscribedEvent], to targets: [SessionHandle]) {
         guard !targets.isEmpty, !events.isEmpty else { return }
         let push = EncodedPush(.subscribedEvents(SubscribedEvents(events: events)), compressionThreshold: self.compressionThreshold)
-        for session in targets { session.send(push) }
+        push.send(to: targets)
     }
 
     private func purgeExpired(now: Int64) {

@@ -645,7 +645,7 @@ public final class ProfileArea: RequestHandler, SessionObserver {
             return
         }
         let push = EncodedPush(.profileChanged(change), compressionThreshold: self.compressionThreshold)
-        for session in targets { session.send(push) }
+        push.send(to: targets)
     }
 
     // MARK: Providers

@@ -35,7 +35,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             }
             guard !members.isEmpty else { return }
             let push = EncodedPush(.lockEvent(event), compressionThreshold: compressionThreshold)
-            for member in members { member.send(push) }
+            push.send(to: members)
         }
     }
 
@@ -193,7 +193,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         guard !targets.isEmpty else { return }
         let event = outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)
         let push = EncodedPush(.storageEvent(event), compressionThreshold: self.compressionThreshold)
-        for target in targets { target.send(push) }
+        push.send(to: targets)
     }
 
     private func subscribeUser(_ userID: String, _ context: RequestContext) throws(SwitchboardStoreError) -> RequestOutcome {

@@ -116,3 +116,24 @@ public final class EncodedPush: Sendable {
         }
     }
 }
+
+extension EncodedPush {
+    /// Sends the push to every session in `sessions`: at once to those on the calling thread's event loop, and with
+    /// one task per other event loop for the rest (not one task per session: a fan-out to thousands of sessions on
+    /// another loop would otherwise queue thousands of cross-thread tasks).
+    public func send(to sessions: some Sequence<SessionHandle>) {
+        var elsewhere: [(loop: any EventLoop, sessions: [SessionHandle])] = []
+        for session in sessions {
+            if session.eventLoop.inEventLoop {
+                session.send(self)
+            } else if let index = elsewhere.firstIndex(where: { $0.loop === session.eventLoop }) {
+                elsewhere[index].sessions.append(session)
+            } else {
+                elsewhere.append((session.eventLoop, [session]))
+            }
+        }
+        for (loop, targets) in elsewhere {
+            loop.execute { for session in targets { session.send(self) } }
+        }
+    }
+}
