@@ -100,8 +100,10 @@ let package = Package(
             name: "sbbench",
             dependencies: [
                 "SwitchboardWire",
+                "SwitchboardServer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],

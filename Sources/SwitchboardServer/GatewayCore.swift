@@ -20,21 +20,24 @@ final class GatewayCore: Sendable {
     /// Each event loop's end-of-tick flush list.
     let flushBatches: FlushBatches
 
+    /// Creates the shared state; `handlers` are the command areas, behind the session area (logout, renewToken),
+    /// which every gateway has.
     init(
         configuration: ServerConfiguration, registry: SessionRegistry, handlers: [any RequestHandler],
         observers: [any SessionObserver], metrics: GatewayMetrics, logger: Logger,
         nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches
     ) {
+        let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
         self.configuration = configuration
         self.registry = registry
-        self.authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
+        self.authority = authority
         self.metrics = metrics
         self.logger = logger
         self.observers = observers
         self.nowMillis = nowMillis
         self.flushBatches = flushBatches
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
-        for handler in handlers {
+        for handler in [SessionArea(authority: authority)] + handlers {
             for op in handler.operations { table[Int(op.rawValue)] = handler }
         }
         self.handlers = table

@@ -59,11 +59,10 @@ public final class SwitchboardGateway: Service, Sendable {
         onRunning: @escaping @Sendable (BoundAddresses) -> Void = { _ in }
     ) {
         self.configuration = configuration
-        let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
         self.eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
         self.core = GatewayCore(
             configuration: configuration, registry: registry,
-            handlers: [SessionArea(authority: authority)] + handlers, observers: observers, metrics: metrics,
+            handlers: handlers, observers: observers, metrics: metrics,
             logger: logger, nowMillis: nowMillis, flushBatches: FlushBatches(group: self.eventLoopGroup))
         self.onRunning = onRunning
     }

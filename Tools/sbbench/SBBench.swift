@@ -19,12 +19,14 @@ struct SBBench: AsyncParsableCommand {
             slow-reader (requests while one client floods itself and never reads), presence-storm (requests while \
             --joiners sessions join one channel), storage-fanout (one writer, --subscribers receive its metadata \
             changes), online-fanout (--subscribers receive a publisher's login and logout --rounds times), \
-            redis-fanout (the same fan-out over Redis PUBLISH/SUBSCRIBE at --redis). Reports throughput, latency \
+            redis-fanout (the same fan-out over Redis PUBLISH/SUBSCRIBE at --redis), whonow-inprocess (no gateway: the \
+            gateway's connection handling and presence area in this process, a channel of --members members, whoNow \
+            pages timed on the server side over --walks walks through every page). Reports throughput, latency \
             percentiles, the CPU of sbbench itself and of the server (--server-pid), and exits with status 1 when \
-            the run is broken (lost or duplicate events, error responses, a wrong final CAS counter).
+            the run is broken (lost or duplicate events, error responses, a wrong final CAS counter, a wrong whoNow page).
             """)
 
-    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout | provider")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
@@ -38,6 +40,15 @@ struct SBBench: AsyncParsableCommand {
 
     @Option(help: "presence-storm: sessions that join the channel.")
     var joiners = 10_000
+
+    @Option(help: "whonow-inprocess: members of the channel (each an in-process session).")
+    var members = 100_000
+
+    @Option(help: "whonow-inprocess: walks through every whoNow page of the channel.")
+    var walks = 10
+
+    @Flag(help: "whonow-inprocess: the sessions negotiate zlib, as SwitchboardClient does, so pages are sent compressed.")
+    var zlib = false
 
     @Option(help: "Requests in flight per connection (at most the server's max-inflight, 128 by default).")
     var depth = 1
@@ -86,7 +97,7 @@ struct SBBench: AsyncParsableCommand {
 
     static let scenarios = [
         "handshake", "idle", "requests", "mix", "cas", "slow-reader", "presence-storm", "storage-fanout",
-        "online-fanout", "redis-fanout", "provider",
+        "online-fanout", "redis-fanout", "provider", "whonow-inprocess",
     ]
 
     func validate() throws {
@@ -94,9 +105,10 @@ struct SBBench: AsyncParsableCommand {
             throw ValidationError("unknown scenario \(self.scenario); one of \(Self.scenarios.joined(separator: ", "))")
         }
         guard self.connections >= 1, self.depth >= 1, self.threads >= 1, self.subscribers >= 1, self.events >= 1,
-            self.rounds >= 1, self.count >= 1
+            self.rounds >= 1, self.count >= 1, self.members >= 1, self.walks >= 1
         else {
-            throw ValidationError("--connections, --depth, --threads, --subscribers, --events, --rounds and --count must be at least 1")
+            throw ValidationError(
+                "--connections, --depth, --threads, --subscribers, --events, --rounds, --count, --members and --walks must be at least 1")
         }
         guard self.rate >= 0, self.duration > 0, self.eventTimeout > 0 else {
             throw ValidationError("--rate must not be negative; --duration and --event-timeout must be positive")
@@ -191,7 +203,11 @@ struct SBBench: AsyncParsableCommand {
         let start = clock.now
         var report = BenchReport()
         report.add("scenario", self.scenario)
-        report.add("transport", self.scenario == "redis-fanout" ? "tcp" : try self.target().transport)
+        switch self.scenario {
+        case "redis-fanout": report.add("transport", "tcp")
+        case "whonow-inprocess": report.add("transport", "in-process")
+        default: report.add("transport", try self.target().transport)
+        }
 
         switch self.scenario {
         case "handshake": try await self.runHandshakes(group: group, report: &report)
@@ -203,6 +219,7 @@ struct SBBench: AsyncParsableCommand {
         case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
         case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
         case "provider": try await self.runProvider(group: group, report: &report)
+        case "whonow-inprocess": try self.runWhoNowInProcess(report: &report)
         default: throw ValidationError("unknown scenario \(self.scenario)")
         }
 
