@@ -97,7 +97,9 @@ public final class MetadataStore: Sendable {
                 configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
             self.writeBack = WriteBackQueue(
                 backend: backend, shards: self.shards, durability: configuration.durability,
-                probeIntervalMs: max(configuration.probeIntervalMs, 1), logger: logger,
+                probeIntervalMs: max(configuration.probeIntervalMs, 1),
+                writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,
+                logger: logger,
                 metrics: StoreMetrics(factory: metricsFactory))
         } else {
             self.mode = .memoryOnly

@@ -12,6 +12,11 @@ public struct StoreConfiguration: Sendable {
     public var clock: StoreClock
     /// Who commits writes under ``Durability/acknowledgeAfterCommit``.
     public var commitDriver: CommitDriver
+    /// Under ``Durability/acknowledgeBeforeCommit``, how long the writer lets writes gather before it commits them,
+    /// in ms (0: as soon as they arrive). Nobody waits for these commits, and each transaction has a fixed cost
+    /// (locks, WAL frames), so fewer, larger transactions leave more CPU to the event loops; it is also the most a
+    /// crash loses beyond the batch being written.
+    public var writeBehindDelayMs: UInt64
 
     /// Creates a configuration; every parameter has a production default.
     public init(
@@ -20,7 +25,8 @@ public struct StoreConfiguration: Sendable {
         durability: Durability = .acknowledgeAfterCommit,
         probeIntervalMs: UInt64 = 500,
         clock: StoreClock = .system,
-        commitDriver: CommitDriver = .writerQueue
+        commitDriver: CommitDriver = .writerQueue,
+        writeBehindDelayMs: UInt64 = 5
     ) {
         self.shardCount = shardCount
         self.limits = limits
@@ -28,6 +34,7 @@ public struct StoreConfiguration: Sendable {
         self.probeIntervalMs = probeIntervalMs
         self.clock = clock
         self.commitDriver = commitDriver
+        self.writeBehindDelayMs = writeBehindDelayMs
     }
 }
 

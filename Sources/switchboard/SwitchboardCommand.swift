@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "provider-timeout-ms",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -80,6 +80,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit) or \"writer\" (the store's writer thread, as writes arrive).")
     var commitOn = "loop"
+
+    @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
+    var writeBehindMs: UInt64 = 5
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
     var threads = 1
@@ -230,6 +233,7 @@ struct Serve: AsyncParsableCommand {
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         storeConfiguration.commitDriver = self.commitOn == "loop" ? .caller : .writerQueue
+        storeConfiguration.writeBehindDelayMs = self.writeBehindMs
         let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)
         let sessions = SessionRegistry()
         let subscriptions = SubscriptionRegistry()

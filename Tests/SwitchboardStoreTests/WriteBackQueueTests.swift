@@ -105,6 +105,21 @@ struct WriteBackQueueTests {
         #expect(backend.commits.map { $0.map(\.scope) } == [[tony]])
     }
 
+    @Test func acknowledgeBeforeCommitGathersWritesForTheWriteBehindDelay() async throws {
+        let backend = RecordingBackend()
+        // A long delay, so that on a loaded machine every write below lands before the first drain runs.
+        let store = try MetadataStore.load(
+            from: backend,
+            configuration: StoreConfiguration(durability: .acknowledgeBeforeCommit, probeIntervalMs: 10, writeBehindDelayMs: 400),
+            logger: silentLogger)
+        let answers = (0..<200).map { startWrite(store, .set, .user("user-\($0)"), [item("k", "\($0)")]) }
+        #expect(answers.allSatisfy { $0.count == 1 })  // answered before any commit
+        #expect(backend.commits.isEmpty)
+        // The delayed drain commits them all in one transaction, without a flush.
+        #expect(await eventually(timeoutMs: 10_000) { backend.commits.reduce(0) { $0 + $1.count } == 200 })
+        #expect(backend.commits.count == 1)
+    }
+
     @Test func aFailedCommitRevertsItsWritesAndEveryWriteQueuedBehindIt() async throws {
         let backend = RecordingBackend()
         let store = try backedStore(backend)

@@ -41,6 +41,8 @@ final class WriteBackQueue: Sendable {
     private let shards: [Shard]
     private let queue = DispatchQueue(label: "switchboard.store.writeback", qos: .userInitiated)
     private let probeIntervalMs: UInt64
+    /// How long a scheduled drain waits for more writes to gather (acknowledge-before-commit only; 0 otherwise).
+    private let writeBehindDelayMs: UInt64
     private let logger: Logger
     private let metrics: StoreMetrics
 
@@ -54,12 +56,13 @@ final class WriteBackQueue: Sendable {
 
     init(
         backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64,
-        logger: Logger, metrics: StoreMetrics
+        writeBehindDelayMs: UInt64 = 0, logger: Logger, metrics: StoreMetrics
     ) {
         self.backend = backend
         self.shards = shards
         self.durability = durability
         self.probeIntervalMs = probeIntervalMs
+        self.writeBehindDelayMs = writeBehindDelayMs
         self.logger = logger
         self.metrics = metrics
     }
@@ -90,7 +93,13 @@ final class WriteBackQueue: Sendable {
     func scheduleDrain() {
         if self.drainScheduled.load(ordering: .sequentiallyConsistent) { return }
         if self.drainScheduled.exchange(true, ordering: .sequentiallyConsistent) { return }
-        self.queue.async { self.runScheduledDrain() }
+        if self.writeBehindDelayMs > 0 {
+            self.queue.asyncAfter(deadline: .now() + .milliseconds(Int(self.writeBehindDelayMs))) {
+                self.runScheduledDrain()
+            }
+        } else {
+            self.queue.async { self.runScheduledDrain() }
+        }
     }
 
     /// Commits everything queued now, on the calling thread (``CommitDriver/caller``): `sync` on the serial
@@ -183,6 +192,11 @@ final class WriteBackQueue: Sendable {
             let collected = self.writer.withLock { $0.collected }
             guard self.currentHealth != .failing, self.enqueued.load(ordering: .sequentiallyConsistent) > collected
             else { return }
+            if self.writeBehindDelayMs > 0 {
+                // Let the next batch gather too.
+                self.scheduleDrain()
+                return
+            }
             if self.drainScheduled.exchange(true, ordering: .sequentiallyConsistent) { return }
         }
     }
