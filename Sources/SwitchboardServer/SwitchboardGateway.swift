@@ -147,10 +147,9 @@ public final class SwitchboardGateway: Service, Sendable {
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.so_keepalive), value: 1)
-            .childChannelOption(
-                .writeBufferWaterMark,
-                value: .init(low: limits.outboundLowWaterMark, high: limits.outboundHighWaterMark)
-            )
+            // A small write window: pushes beyond it wait in the connection handler, where replies pass them
+            // (SB-5.9-2); the handler applies the configured high-water mark and hard cap to the whole queue.
+            .childChannelOption(.writeBufferWaterMark, value: ConnectionHandler.writeWindow(lowWaterMark: limits.outboundLowWaterMark))
             .childChannelOption(.maxMessagesPerRead, value: 16)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

@@ -249,6 +249,77 @@ import Testing
         }
     }
 
+    /// SB-5.6-2, SB-5.9-2: a PONG and a response overtake pushes queued for a client that reads slowly. Over the Unix
+    /// socket, whose kernel buffer holds only a few 64 KiB pushes (loopback TCP may buffer megabytes, so there the
+    /// pushes would already have left the server).
+    @Test func pongAndResponsesGoAheadOfQueuedPushes() async throws {
+        let area = TestArea(delay: .milliseconds(1))
+        try await withGateway({
+            $0.limits.outboundHighWaterMark = 16 << 20
+            $0.limits.outboundLowWaterMark = 8 << 20
+            $0.limits.outboundHardCap = 32 << 20
+        }, handlers: [area]) { gateway in
+            let socket = try RawSocket(gateway, .unix)
+            _ = try await socket.login("slow-reader")
+            // 32 pushes of 64 KiB (2 MiB), not read yet; then a PING and a request.
+            socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 32))))
+            try await Task.sleep(for: .milliseconds(300))
+            socket.send(.control(.ping(Ping(nonce: 77))))
+            socket.send(.request(id: 2, .getUserMetadata(GetUserMetadataRequest(userId: "x"))))
+            #expect(await eventually(seconds: 10) { area.received.value.load(ordering: .relaxed) == 1 })
+            try await Task.sleep(for: .milliseconds(200))  // the delayed answer is written
+            var pushesBefore: [String: Int] = [:]
+            var pushes = 0
+            while pushes < 32 || pushesBefore.count < 2 {
+                guard let message = try await socket.next() else { break }
+                switch message {
+                case .push(.serverNotice): pushes += 1
+                case .control(.pong(let pong)) where pong.nonce == 77: pushesBefore["pong"] = pushes
+                case .response(2, _): pushesBefore["response"] = pushes
+                default: break
+                }
+            }
+            #expect(pushes == 32)
+            // Without the queue in the handler both would come after all 32 pushes.
+            #expect((pushesBefore["pong"] ?? 99) < 16, "PONG after \(pushesBefore["pong"] ?? -1) pushes")
+            #expect((pushesBefore["response"] ?? 99) < 16, "response after \(pushesBefore["response"] ?? -1) pushes")
+        }
+    }
+
+    /// SB-5.9-1: above the high-water mark of queued bytes the server reads no more requests from that client; once
+    /// the client has read enough to bring the queue below the low-water mark, it reads and answers them.
+    @Test(arguments: Transport.allCases)
+    func aClientBehindOnReadingIsNotReadFromUntilItCatchesUp(transport: Transport) async throws {
+        let area = TestArea(delay: .milliseconds(1))
+        try await withGateway({
+            $0.limits.outboundHighWaterMark = 512 << 10
+            $0.limits.outboundLowWaterMark = 128 << 10
+            $0.limits.outboundHardCap = 64 << 20
+        }, handlers: [area]) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try await socket.login("behind")
+            // 16 MiB of pushes: far above the high-water mark whatever the kernel buffers.
+            socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 256))))
+            try await Task.sleep(for: .milliseconds(300))
+            for id in 2...6 { socket.send(.request(id: UInt32(id), .getUserMetadata(GetUserMetadataRequest(userId: "x")))) }
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(area.received.value.load(ordering: .relaxed) == 0, "requests were read above the high-water mark")
+            var answered = Set<UInt32>()
+            var pushes = 0
+            while answered.count < 5 {
+                guard let message = try await socket.next() else { break }
+                switch message {
+                case .push(.serverNotice): pushes += 1
+                case .response(let id, .getUserMetadata): answered.insert(id)
+                default: break
+                }
+            }
+            #expect(answered == [2, 3, 4, 5, 6])
+            #expect(area.received.value.load(ordering: .relaxed) == 5)
+            #expect(pushes > 100, "the requests were read only after the client caught up (\(pushes) pushes first)")
+        }
+    }
+
     @Test(arguments: Transport.allCases)
     func clientThatNeverReadsIsCutOffWhileOthersKeepWorking(transport: Transport) async throws {
         let recorder = SessionRecorder()

@@ -58,6 +58,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var tokenNoticeAtMs: Int64?
     private var readBlocked = false
     private var readPending = false
+    /// Pushes waiting for the socket (SB-5.9-2, SB-5.6-2): while the channel's own small write window is full,
+    /// pushes wait here, and responses, PONGs and GOAWAY go to the socket ahead of them.
+    private var heldPushes = CircularBuffer<ByteBuffer>()
+    private var heldBytes = 0
     private var supportsCompression = false
 
     init(core: GatewayCore) {
@@ -139,6 +143,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.connections.decrement()
         }
         self.inFlight.removeAll()
+        self.dropHeldPushes()
         self.context = nil
         context.fireChannelInactive()
     }
@@ -202,16 +207,71 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
+            self.releaseHeldPushes(context: context)
+        }
+        self.updateReadBackpressure(context: context)
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// The channel's write window (its NIO write-buffer water marks) for a gateway whose configured low-water mark is
+    /// `lowWaterMark`: small, so that queued pushes wait in ``heldPushes`` where replies can pass them.
+    static func writeWindow(lowWaterMark: Int) -> NIOCore.ChannelOptions.Types.WriteBufferWaterMark {
+        let high = max(min(64 << 10, lowWaterMark), 2)
+        return NIOCore.ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)
+    }
+
+    /// Bytes waiting to leave: held pushes and what the channel buffers.
+    private func queuedOutboundBytes(context: ChannelHandlerContext) -> Int {
+        let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+        return self.heldBytes + buffered
+    }
+
+    /// SB-5.9-1: stops reading above the high-water mark of queued bytes and resumes below the low-water mark.
+    private func updateReadBackpressure(context: ChannelHandlerContext, queued: Int? = nil) {
+        let limits = self.core.configuration.limits
+        let queued = queued ?? self.queuedOutboundBytes(context: context)
+        if !self.readBlocked, queued >= limits.outboundHighWaterMark {
+            self.readBlocked = true
+            self.core.metrics.recordLimitHit("outboundHighWaterMark")
+        } else if self.readBlocked, queued < limits.outboundLowWaterMark {
             self.readBlocked = false
             if self.readPending {
                 self.readPending = false
                 context.read()
             }
-        } else {
-            self.readBlocked = true
-            self.core.metrics.recordLimitHit("outboundHighWaterMark")
         }
-        context.fireChannelWritabilityChanged()
+    }
+
+    /// Forgets held pushes (the connection is closing: they would never be read).
+    private func dropHeldPushes() {
+        self.heldPushes.removeAll()
+        self.heldBytes = 0
+    }
+
+    /// Holds a push behind the ones already waiting (called while pushes must wait).
+    private func hold(_ frame: ByteBuffer) {
+        self.heldPushes.append(frame)
+        self.heldBytes += frame.readableBytes
+        self.core.metrics.framesOut.increment()
+        self.scheduleFlush()  // the end-of-tick check applies the high-water mark and the hard cap
+    }
+
+    /// Pushes wait while others wait (their order is kept) or while the channel's write window is full.
+    private var pushesMustWait: Bool {
+        !self.heldPushes.isEmpty || !(self.context?.channel.isWritable ?? true)
+    }
+
+    /// Hands held pushes to the channel, in order, while its write window takes them.
+    private func releaseHeldPushes(context: ChannelHandlerContext) {
+        var released = false
+        while let frame = self.heldPushes.first, context.channel.isWritable, self.state != .closed {
+            self.heldPushes.removeFirst()
+            self.heldBytes -= frame.readableBytes
+            self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
+            context.write(self.wrapOutboundOut(frame), promise: nil)
+            released = true
+        }
+        if released { context.flush() }
     }
 
     private func frameError(_ error: SwitchboardWireError) {
@@ -563,12 +623,22 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func sendPush(_ message: SwitchboardMessage) {
         guard self.state == .ready || self.state == .draining else { return }
+        if self.pushesMustWait, let context = self.context {
+            var frame = context.channel.allocator.buffer(capacity: 256)
+            self.encoder.encode(message, into: &frame)
+            self.hold(frame)
+            return
+        }
         self.send(message)
     }
 
     func sendEncodedPush(_ push: EncodedPush) {
         guard self.state == .ready || self.state == .draining else { return }
         let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
+        if self.pushesMustWait {
+            self.hold(frame)
+            return
+        }
         if let context = self.context, frame.readableBytes >= Self.sharedPushMinimumBytes || (self.output?.readableBytes ?? 0) == 0 {
             // Queue the one encoded buffer itself, shared by every receiving connection, instead of a copy per
             // connection: a large push is held once however many slow readers it waits for, and a push to an
@@ -622,14 +692,23 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
             context.write(self.wrapOutboundOut(output), promise: nil)
         } else if !self.writtenUnflushed {
+            // Nothing to write; pushes held this tick still count against the limits.
+            if !self.heldPushes.isEmpty { self.checkOutboundQueue(context: context) }
             return
         }
         self.writtenUnflushed = false
         context.flush()
+        self.checkOutboundQueue(context: context)
+    }
+
+    /// Applies the high-water mark and the hard cap to what waits to leave (held pushes and the channel's buffer).
+    private func checkOutboundQueue(context: ChannelHandlerContext) {
+        guard self.state != .closed else { return }
+        let queued = self.queuedOutboundBytes(context: context)
+        self.updateReadBackpressure(context: context, queued: queued)
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
-        if let queued = try? context.channel.syncOptions?.getOption(.bufferedWritableBytes),
-            queued > self.core.configuration.limits.outboundHardCap
-        {
+        if queued > self.core.configuration.limits.outboundHardCap {
+            self.dropHeldPushes()
             self.core.metrics.recordLimitHit("outboundHardCap")
             self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
             // GOAWAY goes behind the backlog the client is not reading; close at once so nothing more piles up.
@@ -676,6 +755,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard self.state != .closed, let context = self.context else { return }
         self.state = .closed
         self.heartbeatTask?.cancel()
+        // Pushes still held are dropped: the session ends, and GOAWAY is the last frame.
+        self.dropHeldPushes()
         let pending = self.output?.readableBytes ?? 0
         guard pending > 0 || self.writtenUnflushed else {
             context.close(promise: nil)
