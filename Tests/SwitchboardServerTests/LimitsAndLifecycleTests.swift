@@ -286,6 +286,37 @@ import Testing
         }
     }
 
+    /// Pushes held for a client that reads as fast as it can all arrive, once each, with PONGs in between.
+    @Test(arguments: Transport.allCases)
+    func heldPushesAllArriveWhileTheClientReads(transport: Transport) async throws {
+        try await withGateway({
+            $0.limits.outboundHighWaterMark = 64 << 20
+            $0.limits.outboundLowWaterMark = 32 << 20
+            $0.limits.outboundHardCap = 128 << 20
+        }, handlers: [TestArea()]) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try await socket.login("fast-reader")
+            socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 256))))  // 16 MiB
+            var pushes = 0
+            var pongs = Set<UInt64>()
+            var nonce: UInt64 = 0
+            while pushes < 256 || pongs.count < Int(nonce) {
+                if pushes % 32 == 0, Int(nonce) < pushes / 32 + 1 {
+                    nonce += 1
+                    socket.send(.control(.ping(Ping(nonce: nonce))))
+                }
+                guard let message = try await socket.next() else { break }
+                switch message {
+                case .push(.serverNotice(let notice)): pushes += 1; #expect(notice.message.utf8.count == 64 << 10)
+                case .control(.pong(let pong)): pongs.insert(pong.nonce)
+                default: break
+                }
+            }
+            #expect(pushes == 256)
+            #expect(pongs == Set(1...nonce))
+        }
+    }
+
     /// SB-5.9-1: above the high-water mark of queued bytes the server reads no more requests from that client; once
     /// the client has read enough to bring the queue below the low-water mark, it reads and answers them.
     @Test(arguments: Transport.allCases)

@@ -62,6 +62,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// pushes wait here, and responses, PONGs and GOAWAY go to the socket ahead of them.
     private var heldPushes = CircularBuffer<ByteBuffer>()
     private var heldBytes = 0
+    /// Set while held pushes are being handed to the channel: a flush inside that can make the channel writable
+    /// again, and the nested notification only asks the running loop for another round (no recursion).
+    private var releasingHeldPushes = false
+    private var releaseRequested = false
     private var supportsCompression = false
 
     init(core: GatewayCore) {
@@ -263,15 +267,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Hands held pushes to the channel, in order, while its write window takes them.
     private func releaseHeldPushes(context: ChannelHandlerContext) {
-        var released = false
-        while let frame = self.heldPushes.first, context.channel.isWritable, self.state != .closed {
-            self.heldPushes.removeFirst()
-            self.heldBytes -= frame.readableBytes
-            self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
-            context.write(self.wrapOutboundOut(frame), promise: nil)
-            released = true
+        if self.releasingHeldPushes {
+            self.releaseRequested = true
+            return
         }
-        if released { context.flush() }
+        self.releasingHeldPushes = true
+        defer { self.releasingHeldPushes = false }
+        repeat {
+            self.releaseRequested = false
+            var released = false
+            while let frame = self.heldPushes.first, context.channel.isWritable, self.state != .closed {
+                self.heldPushes.removeFirst()
+                self.heldBytes -= frame.readableBytes
+                self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
+                context.write(self.wrapOutboundOut(frame), promise: nil)
+                released = true
+            }
+            // The flush may write everything at once and report the channel writable again (releaseRequested).
+            if released { context.flush() }
+        } while self.releaseRequested && !self.heldPushes.isEmpty && self.state != .closed
     }
 
     private func frameError(_ error: SwitchboardWireError) {
