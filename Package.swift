@@ -172,7 +172,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SwitchboardWireTests",
-            dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["SwitchboardWire", "SwitchboardTestSupport", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: strictSettings
         ),
         .testTarget(

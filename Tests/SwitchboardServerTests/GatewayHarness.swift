@@ -5,6 +5,7 @@ import NIOPosix
 import ServiceLifecycle
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 
@@ -255,14 +256,6 @@ final class RawSocket: @unchecked Sendable {
 
 enum Codec {
     static func bytes(hex: String) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        var iterator = hex.utf8.makeIterator()
-        func nibble(_ c: UInt8) -> UInt8 {
-            c <= UInt8(ascii: "9") ? c - UInt8(ascii: "0") : c - UInt8(ascii: "a") + 10
-        }
-        while let high = iterator.next(), let low = iterator.next() {
-            buffer.writeInteger(nibble(high) << 4 | nibble(low))
-        }
-        return buffer
+        ByteBuffer(bytes: Hex.bytes(hex))
     }
 }

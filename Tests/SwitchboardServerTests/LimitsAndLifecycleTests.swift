@@ -254,11 +254,7 @@ import Testing
     /// pushes would already have left the server).
     @Test func pongAndResponsesGoAheadOfQueuedPushes() async throws {
         let area = TestArea(delay: .milliseconds(1))
-        try await withGateway({
-            $0.limits.outboundHighWaterMark = 16 << 20
-            $0.limits.outboundLowWaterMark = 8 << 20
-            $0.limits.outboundHardCap = 32 << 20
-        }, handlers: [area]) { gateway in
+        try await withGateway(outboundLimits(high: 16 << 20, low: 8 << 20, hardCap: 32 << 20), handlers: [area]) { gateway in
             let socket = try RawSocket(gateway, .unix)
             _ = try await socket.login("slow-reader")
             // 32 pushes of 64 KiB (2 MiB), not read yet; then a PING and a request.
@@ -289,11 +285,7 @@ import Testing
     /// Pushes held for a client that reads as fast as it can all arrive, once each, with PONGs in between.
     @Test(arguments: Transport.allCases)
     func heldPushesAllArriveWhileTheClientReads(transport: Transport) async throws {
-        try await withGateway({
-            $0.limits.outboundHighWaterMark = 64 << 20
-            $0.limits.outboundLowWaterMark = 32 << 20
-            $0.limits.outboundHardCap = 128 << 20
-        }, handlers: [TestArea()]) { gateway in
+        try await withGateway(outboundLimits(high: 64 << 20, low: 32 << 20, hardCap: 128 << 20), handlers: [TestArea()]) { gateway in
             let socket = try RawSocket(gateway, transport)
             _ = try await socket.login("fast-reader")
             socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 256))))  // 16 MiB
@@ -322,11 +314,7 @@ import Testing
     @Test(arguments: Transport.allCases)
     func aClientBehindOnReadingIsNotReadFromUntilItCatchesUp(transport: Transport) async throws {
         let area = TestArea(delay: .milliseconds(1))
-        try await withGateway({
-            $0.limits.outboundHighWaterMark = 512 << 10
-            $0.limits.outboundLowWaterMark = 128 << 10
-            $0.limits.outboundHardCap = 64 << 20
-        }, handlers: [area]) { gateway in
+        try await withGateway(outboundLimits(high: 512 << 10, low: 128 << 10, hardCap: 64 << 20), handlers: [area]) { gateway in
             let socket = try RawSocket(gateway, transport)
             _ = try await socket.login("behind")
             // 16 MiB of pushes: far above the high-water mark whatever the kernel buffers.
@@ -354,11 +342,7 @@ import Testing
     @Test(arguments: Transport.allCases)
     func clientThatNeverReadsIsCutOffWhileOthersKeepWorking(transport: Transport) async throws {
         let recorder = SessionRecorder()
-        try await withGateway({
-            $0.limits.outboundHighWaterMark = 256 << 10
-            $0.limits.outboundLowWaterMark = 64 << 10
-            $0.limits.outboundHardCap = 2 << 20
-        }, handlers: [TestArea()], observers: [recorder]) { gateway in
+        try await withGateway(outboundLimits(high: 256 << 10, low: 64 << 10, hardCap: 2 << 20), handlers: [TestArea()], observers: [recorder]) { gateway in
             let bystander = try await gateway.connect(transport, user: "bystander")
             let socket = try RawSocket(gateway, transport)
             _ = try await socket.login("reader-that-never-reads")
@@ -446,5 +430,14 @@ import Testing
             #expect((await client.goAway)?.reason == .serverShutdown)
             #expect(!FileManager.default.fileExists(atPath: bound.unixSocketPath ?? ""))
         }
+    }
+}
+
+/// A gateway configuration with these outbound queue limits (bytes).
+private func outboundLimits(high: Int, low: Int, hardCap: Int) -> @Sendable (inout ServerConfiguration) -> Void {
+    { configuration in
+        configuration.limits.outboundHighWaterMark = high
+        configuration.limits.outboundLowWaterMark = low
+        configuration.limits.outboundHardCap = hardCap
     }
 }

@@ -1,4 +1,5 @@
 import NIOCore
+import SwitchboardTestSupport
 import SwitchboardWire
 
 /// Random whole messages of every class, for the fuzz tests.
@@ -40,25 +41,10 @@ enum Codec {
     }
 
     static func hex(_ buffer: ByteBuffer) -> String {
-        buffer.readableBytesView.map { byte in
-            let digits = String(byte, radix: 16)
-            return byte < 16 ? "0" + digits : digits
-        }.joined()
+        Hex.string(buffer.readableBytesView)
     }
 
     static func bytes(hex: String) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        var iterator = hex.utf8.makeIterator()
-        func nibble(_ c: UInt8) -> UInt8 {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            default: return c - UInt8(ascii: "A") + 10
-            }
-        }
-        while let high = iterator.next(), let low = iterator.next() {
-            buffer.writeInteger(nibble(high) << 4 | nibble(low))
-        }
-        return buffer
+        ByteBuffer(bytes: Hex.bytes(hex))
     }
 }
