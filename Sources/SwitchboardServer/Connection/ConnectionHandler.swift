@@ -46,7 +46,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var inFlight: [UInt32: NIODeadline] = [:]
     private var highestRequestID: UInt32 = 0
     private var rateLimiter: TokenBucket?
+    /// When the last read arrived; also the arrival time of every request in that read (one clock read per batch).
     private var lastReceived = NIODeadline.now()
+    /// Server time in ms for the requests of the current read, read from the clock once when first needed.
+    private var readNowMillis: Int64?
     private var heartbeatInterval: TimeAmount = .seconds(15)
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
@@ -165,6 +168,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let bytes = self.unwrapInboundIn(data)
         self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
         self.lastReceived = .now()
+        self.readNowMillis = nil
         self.inReadCycle = true
         if var existing = self.cumulation {
             self.cumulation = nil  // keep the buffer uniquely referenced while appending
@@ -526,7 +530,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.reject(requestID, op, .tooManyInflight, "more than \(limits.maxInflight) requests in flight")
             return
         }
-        let now = NIODeadline.now()
+        let now = self.lastReceived
         if let wait = self.rateLimiter?.take(now: now) {
             self.core.metrics.recordLimitHit("requestsPerSecond")
             var body = ErrorBody(.rateLimited, "over \(limits.requestsPerSecond) requests per second")
@@ -554,7 +558,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             responder: Responder(
                 requestID: requestID, op: op, connection: NIOLoopBound(self, eventLoop: context.eventLoop),
                 eventLoop: context.eventLoop),
-            nowMillis: self.core.nowMillis())
+            nowMillis: self.requestNowMillis())
         switch handler.handle(request, context: requestContext) {
         case .response(let response):
             self.completeDeferred(id: requestID, .response(id: requestID, response))
@@ -565,6 +569,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .deferred:
             break
         }
+    }
+
+    /// Server time for a request of the current read.
+    private func requestNowMillis() -> Int64 {
+        if let now = self.readNowMillis { return now }
+        let now = self.core.nowMillis()
+        self.readNowMillis = now
+        return now
     }
 
     private func reject(_ requestID: UInt32, _ op: UInt8, _ code: ErrorCode, _ message: String) {
