@@ -48,29 +48,27 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     /// response's encoding (records first, then the missing ids).
     func appendFields(_ ids: [String], recordField: UInt32, missingField: UInt32, to body: inout ByteBuffer) {
         var written = IdentitySet(capacity: ids.count)
-        var found: [Entry] = []
-        found.reserveCapacity(ids.count)
         var missing: [String] = []
         var seenMissing = Set<String>()
-        var size = 0
         for id in ids {
             if let entry = self.entries[id] {
                 guard written.insert(ObjectIdentifier(entry)) else { continue }
-                found.append(entry)
-                size += WireField.lengthDelimitedFieldSize(recordField, length: entry.encoded.count)
+                // One capacity check per record, then plain stores (byte-by-byte ByteBuffer writes cost an
+                // exclusivity check each).
+                let size = WireField.lengthDelimitedFieldSize(recordField, length: entry.encoded.count)
+                body.writeSwitchboardEncoded(size: size) { writer in
+                    writer.writeTag(recordField, .lengthDelimited)
+                    writer.writeVarint(UInt64(entry.encoded.count))
+                    entry.encoded.withUnsafeBytes { writer.writeBytes($0) }
+                }
             } else if seenMissing.insert(id).inserted {
                 missing.append(id)
-                size += WireField.stringFieldSize(missingField, id)
             }
         }
-        // One capacity check, then plain stores: byte-by-byte ByteBuffer writes cost an exclusivity check each.
-        body.writeSwitchboardEncoded(size: size) { writer in
-            for entry in found {
-                writer.writeTag(recordField, .lengthDelimited)
-                writer.writeVarint(UInt64(entry.encoded.count))
-                entry.encoded.withUnsafeBytes { writer.writeBytes($0) }
+        for id in missing {
+            body.writeSwitchboardEncoded(size: WireField.stringFieldSize(missingField, id)) { writer in
+                writer.writeStringField(missingField, id)
             }
-            for id in missing { writer.writeStringField(missingField, id) }
         }
     }
 }

@@ -382,7 +382,8 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     private static func batch<Record>(
         _ operation: Opcode, _ ids: [String], from table: EncodedRecordTable<Record>
     ) -> EncodedResponse {
-        var body = ByteBufferAllocator().buffer(capacity: 4_096)
+        // Room for typical records (about 100 bytes each); larger ones grow the buffer.
+        var body = ByteBufferAllocator().buffer(capacity: max(256, ids.count * 128))
         table.appendFields(ids, recordField: 1, missingField: 2, to: &body)
         return EncodedResponse(operation: operation, body: body)
     }
