@@ -730,6 +730,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Applies the high-water mark and the hard cap to what waits to leave (held pushes and the channel's buffer).
     private func checkOutboundQueue(context: ChannelHandlerContext) {
         guard self.state != .closed else { return }
+        // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
+        // below every limit, with reading not blocked, so there is nothing to change (the common case, without
+        // asking the channel for its buffered bytes at every flush).
+        if self.heldPushes.isEmpty, !self.readBlocked, context.channel.isWritable { return }
         let queued = self.queuedOutboundBytes(context: context)
         self.updateReadBackpressure(context: context, queued: queued)
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
