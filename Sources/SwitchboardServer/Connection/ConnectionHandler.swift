@@ -68,6 +68,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Set while held pushes are being handed to the channel: a flush inside that can make the channel writable
     /// again, and the nested notification only asks the running loop for another round (no recursion).
     private var releasingHeldPushes = false
+    /// The channel's writability as its last `channelWritabilityChanged` told it: read on every push and flush
+    /// without touching the channel object (a fan-out to thousands of connections is bound by cache misses).
+    private var channelWritable = true
     private var releaseRequested = false
     private var supportsCompression = false
 
@@ -214,7 +217,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable {
+        self.channelWritable = context.channel.isWritable
+        if self.channelWritable {
             self.releaseHeldPushes(context: context)
         }
         self.updateReadBackpressure(context: context)
@@ -266,7 +270,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Pushes wait while others wait (their order is kept) or while the channel's write window is full.
     private var pushesMustWait: Bool {
-        !self.heldPushes.isEmpty || !(self.context?.channel.isWritable ?? true)
+        !self.heldPushes.isEmpty || !self.channelWritable
     }
 
     /// Hands held pushes to the channel, in order, while its write window takes them.
@@ -733,7 +737,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
         // below every limit, with reading not blocked, so there is nothing to change (the common case, without
         // asking the channel for its buffered bytes at every flush).
-        if self.heldPushes.isEmpty, !self.readBlocked, context.channel.isWritable { return }
+        if self.heldPushes.isEmpty, !self.readBlocked, self.channelWritable { return }
         let queued = self.queuedOutboundBytes(context: context)
         self.updateReadBackpressure(context: context, queued: queued)
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
