@@ -37,8 +37,9 @@ public final class EventArea: RequestHandler, SessionObserver {
     private struct State {
         /// subscriber → publisher → subscription (event type 1).
         var subscriptions: [String: [String: Subscription]] = [:]
-        /// publisher → subscribers.
-        var subscribers: [String: Set<String>] = [:]
+        /// publisher → subscriber → when that subscription expires (server ms): the fan-out index, which answers
+        /// "who gets this publisher's events" with one lookup per subscriber (the online sessions).
+        var subscribers: [String: [String: Int64]] = [:]
         /// publisher → kept events, oldest first.
         var kept: [String: [SubscribedEvent]] = [:]
         /// publisher → latest application event (kept or not).
@@ -93,7 +94,7 @@ public final class EventArea: RequestHandler, SessionObserver {
             for s in snapshot.subscriptions where s.eventType == 1 {
                 state.subscriptions[s.subscriber, default: [:]][s.publisher] =
                     Subscription(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs)
-                state.subscribers[s.publisher, default: []].insert(s.subscriber)
+                state.subscribers[s.publisher, default: [:]][s.subscriber] = s.expiresAtMs
             }
             for event in snapshot.keptEvents {
                 state.kept[event.publisher, default: []].append(event)
@@ -160,7 +161,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 }
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
-                state.subscribers[publisher, default: []].insert(subscriber)
+                state.subscribers[publisher, default: [:]][subscriber] = expiresAt
             }
             state.subscriptions[subscriber] = mine
             return previous
@@ -435,12 +436,12 @@ public final class EventArea: RequestHandler, SessionObserver {
     ) {
         if let subscription {
             state.subscriptions[subscriber, default: [:]][publisher] = subscription
-            state.subscribers[publisher, default: []].insert(subscriber)
+            state.subscribers[publisher, default: [:]][subscriber] = subscription.expiresAtMs
             return
         }
         state.subscriptions[subscriber]?[publisher] = nil
         if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
-        state.subscribers[publisher]?.remove(subscriber)
+        state.subscribers[publisher]?[subscriber] = nil
         if state.subscribers[publisher]?.isEmpty == true { state.subscribers[publisher] = nil }
     }
 
@@ -457,10 +458,8 @@ public final class EventArea: RequestHandler, SessionObserver {
     /// a user's online list holds each of their sessions once (so no set is built for a fan-out to thousands).
     private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> [SessionHandle] {
         var sessions: [SessionHandle] = []
-        for subscriber in state.subscribers[publisher] ?? [] {
-            guard let online = state.online[subscriber],
-                let subscription = state.subscriptions[subscriber]?[publisher], subscription.expiresAtMs > now
-            else { continue }
+        for (subscriber, expiresAtMs) in state.subscribers[publisher] ?? [:] where expiresAtMs > now {
+            guard let online = state.online[subscriber] else { continue }
             sessions.append(contentsOf: online)
         }
         return sessions
@@ -480,7 +479,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 guard !expired.isEmpty else { continue }
                 for publisher in expired {
                     state.subscriptions[subscriber]?[publisher] = nil
-                    state.subscribers[publisher]?.remove(subscriber)
+                    state.subscribers[publisher]?[subscriber] = nil
                 }
                 if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
             }

@@ -72,6 +72,11 @@ public final class SessionHandle: Sendable, Hashable {
         self.onLoop { $0.sendEncodedPush(push) }
     }
 
+    /// Sends a push from the session's own event loop (the caller checked that it runs there).
+    fileprivate func sendOnItsLoop(_ push: EncodedPush) {
+        self.connection.value.sendEncodedPush(push)
+    }
+
     /// Tells the connection its token now expires at `expiresAtMs` (after `renewToken`).
     public func tokenRenewed(expiresAtMs: Int64) {
         self.onLoop { $0.tokenRenewed(expiresAtMs: expiresAtMs) }
@@ -123,9 +128,15 @@ extension EncodedPush {
     /// another loop would otherwise queue thousands of cross-thread tasks).
     public func send(to sessions: some Sequence<SessionHandle>) {
         var elsewhere: [(loop: any EventLoop, sessions: [SessionHandle])] = []
+        // Sessions on the calling thread's loop (the common case: one loop, or a fan-out from a connection's own
+        // request) are told apart by the loop's identity, asking the current loop only once.
+        var here: (any EventLoop)?
         for session in sessions {
-            if session.eventLoop.inEventLoop {
-                session.send(self)
+            if let here, session.eventLoop === here {
+                session.sendOnItsLoop(self)
+            } else if here == nil, session.eventLoop.inEventLoop {
+                here = session.eventLoop
+                session.sendOnItsLoop(self)
             } else if let index = elsewhere.firstIndex(where: { $0.loop === session.eventLoop }) {
                 elsewhere[index].sessions.append(session)
             } else {
@@ -133,7 +144,7 @@ extension EncodedPush {
             }
         }
         for (loop, targets) in elsewhere {
-            loop.execute { for session in targets { session.send(self) } }
+            loop.execute { for session in targets { session.sendOnItsLoop(self) } }
         }
     }
 }
