@@ -146,4 +146,48 @@ import Testing
         #expect(goAway?.opName == "goAway")
         #expect(sink.events.filter { $0.connection == 2 }.compactMap(\.frame).contains { $0.opName == "pong" })
     }
+
+    @Test("a client that breaks the handshake rules is flagged with the rule it broke; a correct session is not")
+    func handshakeRuleViolationsAreFlagged() async throws {
+        let sink = RecordingSink()
+        try await withGateway { gateway in
+            let proxy = try await TapProxy.start(Self.proxyConfiguration(gateway, .unix), sink: sink)
+            guard case .unix(let path) = proxy.listeningAddress else { return }
+            let through = RunningGateway(addresses: .init(unixSocketPath: path), gateway: nil)
+            // Connection 1: a request before HELLO; the gateway answers GOAWAY 1007.
+            let early = try RawSocket(through, .unix)
+            early.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest(userId: "x"))))
+            _ = try await early.drainUntilClosed()
+            #expect(await sink.wait { $0.filter(Self.isClose).count == 1 })
+            // Connection 2: a correct session.
+            let fine = try await SwitchboardConnection.connect(ClientConfiguration(endpoint: .unix(path: path), userID: "Pepper"))
+            try await fine.ping(nonce: 1)
+            await fine.close()
+            #expect(await sink.wait { $0.filter(Self.isClose).count == 2 })
+            // Connection 3: logged in without zlib, then a compressed frame.
+            let sneaky = try RawSocket(through, .unix)
+            _ = try await sneaky.login("Happy")
+            var compressed = ByteBuffer()
+            let request = GetUserMetadataRequest(userId: String(repeating: "a", count: 60))  // compresses well
+            FrameEncoder(compressionThreshold: 1).encode(.request(id: 5, .getUserMetadata(request)), into: &compressed)
+            sneaky.send(compressed)
+            _ = try await sneaky.drainUntilClosed()
+            #expect(await sink.wait { $0.filter(Self.isClose).count == 3 })
+            await proxy.stop()
+        }
+        func violations(_ connection: UInt64) -> [SessionRules.Violation] {
+            sink.events.filter { $0.connection == connection }.compactMap { event in
+                if case .ruleViolation(let violation) = event.kind { return violation }
+                return nil
+            }
+        }
+        #expect(violations(1).map(\.rule) == ["SB-5.1-1"])
+        #expect(violations(1).first?.frameIndex == 1)
+        #expect(violations(2).isEmpty)
+        #expect(violations(3).map(\.rule) == ["SB-5.2-1"])
+        let rendered = sink.events.filter { $0.connection == 1 }.map { TextRenderer().render($0) }
+        #expect(rendered.contains { $0.contains("breaks SB-5.1-1: the client's first frame must be HELLO, not request getUserMetadata") })
+        let json = sink.events.filter { $0.connection == 3 }.map { JSONLinesRenderer().render($0) }
+        #expect(json.contains { $0.contains("\"event\":\"violation\"") && $0.contains("\"rule\":\"SB-5.2-1\"") })
+    }
 }

@@ -22,6 +22,8 @@ public struct DumpEvent: Sendable {
         case connectionClosed(ConnectionSummary)
         /// Proxy mode: the capture file of a connection could not be written.
         case captureFailed(path: String, reason: String)
+        /// Proxy mode: a frame broke a handshake or feature rule of the session (``SessionRules``).
+        case ruleViolation(SessionRules.Violation)
     }
 
     /// When it happened (proxy mode); nil for file and stdin input.

@@ -30,6 +30,7 @@ public struct JSONLinesRenderer: DumpRenderer {
         case .upstreamUnreachable: name = "upstreamUnreachable"
         case .connectionClosed: name = "close"
         case .captureFailed: name = "captureFailed"
+        case .ruleViolation: name = "violation"
         }
         add("event", .string(name))
         if let time = event.time { add("time", .string(time.iso8601)) }
@@ -76,6 +77,10 @@ public struct JSONLinesRenderer: DumpRenderer {
         case .captureFailed(let path, let reason):
             add("path", .string(path))
             add("reason", .string(reason))
+        case .ruleViolation(let violation):
+            add("frame", .uint(UInt64(violation.frameIndex)))
+            add("rule", .string(violation.rule))
+            add("message", .string(violation.message))
         }
         return .object(members)
     }

@@ -56,6 +56,8 @@ public struct TextRenderer: DumpRenderer {
                     + "\(summary.serverToClientBytes) bytes/\(summary.serverToClientFrames) frames")
         case .captureFailed(let path, let reason):
             parts.append("capture to \(path) failed: \(reason)")
+        case .ruleViolation(let violation):
+            parts.append("#\(violation.frameIndex) breaks \(violation.rule): \(violation.message)")
         }
         return parts.joined(separator: " ")
     }

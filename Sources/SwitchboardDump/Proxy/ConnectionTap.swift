@@ -12,6 +12,7 @@ final class ConnectionTap {
     private var clientToServer: FrameScanner
     private var serverToClient: FrameScanner
     private var pairing = RequestPairing()
+    private var rules = SessionRules()
     private let openedAt = NIODeadline.now()
     private var firstToClose: ConnectionSide?
     private var inactiveSides: Set<ConnectionSide> = []
@@ -101,6 +102,9 @@ final class ConnectionTap {
             self.pairing.observe(&frame, at: now)
             self.capture?.append(frame.wireBytes)
             self.emit(.frame(frame), time: time, direction: direction)
+            for violation in self.rules.observe(frame, from: direction) {
+                self.emit(.ruleViolation(violation), time: time, direction: direction)
+            }
         case .stopped(let problem), .garbage(let problem):
             self.emit(.decodingStopped(problem), time: time, direction: direction)
         }
