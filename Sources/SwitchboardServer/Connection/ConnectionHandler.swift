@@ -63,7 +63,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var readPending = false
     /// Pushes waiting for the socket (SB-5.9-2, SB-5.6-2): while the channel's own small write window is full,
     /// pushes wait here, and responses, PONGs and GOAWAY go to the socket ahead of them.
-    private var heldPushes = CircularBuffer<ByteBuffer>()
+    /// Created when the first push has to wait and dropped when the last one left, so an idle connection holds no
+    /// queue storage (`CircularBuffer()` allocates room for 16 at once).
+    private var heldPushes: CircularBuffer<ByteBuffer>?
     private var heldBytes = 0
     /// Set while held pushes are being handed to the channel: a flush inside that can make the channel writable
     /// again, and the nested notification only asks the running loop for another round (no recursion).
@@ -256,13 +258,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Forgets held pushes (the connection is closing: they would never be read).
     private func dropHeldPushes() {
-        self.heldPushes.removeAll()
+        self.heldPushes = nil
         self.heldBytes = 0
     }
 
     /// Holds a push behind the ones already waiting (called while pushes must wait).
     private func hold(_ frame: ByteBuffer) {
-        self.heldPushes.append(frame)
+        if self.heldPushes == nil { self.heldPushes = CircularBuffer(initialCapacity: 4) }
+        self.heldPushes!.append(frame)
         self.heldBytes += frame.readableBytes
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()  // the end-of-tick check applies the high-water mark and the hard cap
@@ -270,7 +273,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Pushes wait while others wait (their order is kept) or while the channel's write window is full.
     private var pushesMustWait: Bool {
-        !self.heldPushes.isEmpty || !self.channelWritable
+        self.heldPushes != nil || !self.channelWritable
     }
 
     /// Hands held pushes to the channel, in order, while its write window takes them.
@@ -284,8 +287,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         repeat {
             self.releaseRequested = false
             var released = false
-            while let frame = self.heldPushes.first, context.channel.isWritable, self.state != .closed {
-                self.heldPushes.removeFirst()
+            while let frame = self.heldPushes?.first, context.channel.isWritable, self.state != .closed {
+                self.heldPushes!.removeFirst()
+                if self.heldPushes!.isEmpty { self.heldPushes = nil }
                 self.heldBytes -= frame.readableBytes
                 self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
                 context.write(self.wrapOutboundOut(frame), promise: nil)
@@ -293,7 +297,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
             // The flush may write everything at once and report the channel writable again (releaseRequested).
             if released { context.flush() }
-        } while self.releaseRequested && !self.heldPushes.isEmpty && self.state != .closed
+        } while self.releaseRequested && self.heldPushes != nil && self.state != .closed
     }
 
     private func frameError(_ error: SwitchboardWireError) {
@@ -723,7 +727,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             context.write(self.wrapOutboundOut(output), promise: nil)
         } else if !self.writtenUnflushed {
             // Nothing to write; pushes held this tick still count against the limits.
-            if !self.heldPushes.isEmpty { self.checkOutboundQueue(context: context) }
+            if self.heldPushes != nil { self.checkOutboundQueue(context: context) }
             return
         }
         self.writtenUnflushed = false
@@ -737,7 +741,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
         // below every limit, with reading not blocked, so there is nothing to change (the common case, without
         // asking the channel for its buffered bytes at every flush).
-        if self.heldPushes.isEmpty, !self.readBlocked, self.channelWritable { return }
+        if self.heldPushes == nil, !self.readBlocked, self.channelWritable { return }
         let queued = self.queuedOutboundBytes(context: context)
         self.updateReadBackpressure(context: context, queued: queued)
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
