@@ -81,7 +81,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit) or \"writer\" (the store's writer thread, as writes arrive).")
     var commitOn = "loop"
 
-    @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
+    @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them, 0-1000 (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
     var writeBehindMs: UInt64 = 5
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
@@ -198,6 +198,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard self.commitOn == "loop" || self.commitOn == "writer" else {
             throw ValidationError("--commit-on must be loop or writer")
+        }
+        guard self.writeBehindMs <= 1_000 else {
+            throw ValidationError("--write-behind-ms must be 0-1000")
         }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))

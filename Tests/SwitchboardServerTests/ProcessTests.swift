@@ -95,6 +95,18 @@ import Testing
         #expect(await process.waitForExit() == 0)
     }
 
+    @Test func anOutOfRangeWriteBehindDelayIsRefusedAtStart() async throws {
+        let database = NSTemporaryDirectory() + "sb-wb-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        defer { unlink(database) }
+        let gateway = try SpawnedProcess(
+            executable: Self.executable.path,
+            arguments: ["--tcp", "off", "--unix-socket", temporarySocketPath(), "--database", database, "--durability", "apply",
+                        "--write-behind-ms", "18446744073709551615", "--log-level", "error"])
+        let status = await gateway.waitForExit(seconds: 30)
+        #expect(status == 64, "exit status \(status.map(String.init) ?? "none")")  // ArgumentParser's validation failure
+        #expect(access(database, F_OK) != 0, "no database is created for a refused configuration")
+    }
+
     static func startGateway(socketPath: String, database: String) throws -> SpawnedProcess {
         try SpawnedProcess(
             executable: Self.executable.path,

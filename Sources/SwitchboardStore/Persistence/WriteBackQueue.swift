@@ -94,7 +94,7 @@ final class WriteBackQueue: Sendable {
         if self.drainScheduled.load(ordering: .sequentiallyConsistent) { return }
         if self.drainScheduled.exchange(true, ordering: .sequentiallyConsistent) { return }
         if self.writeBehindDelayMs > 0 {
-            self.queue.asyncAfter(deadline: .now() + .milliseconds(Int(self.writeBehindDelayMs))) {
+            self.queue.asyncAfter(deadline: .now() + .milliseconds(Int(clamping: self.writeBehindDelayMs))) {
                 self.runScheduledDrain()
             }
         } else {
