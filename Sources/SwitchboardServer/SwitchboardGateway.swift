@@ -37,7 +37,7 @@ public final class SwitchboardGateway: Service, Sendable {
     private let core: GatewayCore
     private let eventLoopGroup: MultiThreadedEventLoopGroup
     private let onRunning: @Sendable (BoundAddresses) -> Void
-    private let listeners = Mutex<[any Channel]>([])
+    private let listeners = Mutex<[SocketListener]>([])
 
     /// The sessions of this gateway (command areas use it to reach users).
     public var registry: SessionRegistry { self.core.registry }
@@ -85,20 +85,21 @@ public final class SwitchboardGateway: Service, Sendable {
                 description: "open development mode (no token secret) only listens on loopback, not \(host)")
         }
         var bound = BoundAddresses()
-        var channels: [any Channel] = []
+        var listeners: [SocketListener] = []
         if let host = configuration.tcpHost {
-            let channel = try await self.bootstrap().bind(host: host, port: configuration.tcpPort).get()
-            bound.tcp = channel.localAddress
-            channels.append(channel)
+            let listener = try SocketListener.tcp(host: host, port: configuration.tcpPort, backlog: Self.backlog)
+            bound.tcp = listener.localAddress
+            listeners.append(listener)
         }
         if let path = configuration.unixSocketPath {
             try Self.removeStaleSocket(at: path)
-            let channel = try await self.bootstrap().bind(unixDomainSocketPath: path, cleanupExistingSocketFile: false).get()
+            listeners.append(try SocketListener.unix(path: path, backlog: Self.backlog))
             bound.unixSocketPath = path
-            channels.append(channel)
         }
-        guard !channels.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
-        self.listeners.withLock { $0 = channels }
+        guard !listeners.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
+        let adopt = self.adopter()
+        for listener in listeners { listener.start(logger: self.core.logger, accepted: adopt) }
+        self.listeners.withLock { $0 = listeners }
         self.core.logger.info(
             "switchboard listening",
             metadata: [
@@ -108,12 +109,10 @@ public final class SwitchboardGateway: Service, Sendable {
         self.onRunning(bound)
 
         await withGracefulShutdownHandler {
-            for channel in channels {
-                try? await channel.closeFuture.get()
-            }
+            for listener in listeners { await listener.waitUntilStopped() }
         } onGracefulShutdown: {
             self.listeners.withLock { listeners in
-                for channel in listeners { channel.close(promise: nil) }
+                for listener in listeners { listener.stop() }
             }
         }
         if let path = bound.unixSocketPath { unlink(path) }
@@ -140,25 +139,30 @@ public final class SwitchboardGateway: Service, Sendable {
         }
     }
 
-    private func bootstrap() -> ServerBootstrap {
+    /// Listen queue length of each listener.
+    static let backlog: CInt = 4096
+
+    /// What the listeners do with an accepted socket: make it a channel on the next event loop, with a
+    /// ``ConnectionHandler`` that knows the socket's descriptor.
+    private func adopter() -> @Sendable (CInt) -> Void {
         let core = self.core
-        let limits = self.configuration.limits
-        return ServerBootstrap(group: self.eventLoopGroup)
-            .serverChannelOption(.backlog, value: 4096)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.so_keepalive), value: 1)
-            // A small write window: pushes beyond it wait in the connection handler, where replies pass them
-            // (SB-5.9-2); the handler applies the configured high-water mark and hard cap to the whole queue.
-            .childChannelOption(.writeBufferWaterMark, value: ConnectionHandler.writeWindow(lowWaterMark: limits.outboundLowWaterMark))
-            .childChannelOption(.maxMessagesPerRead, value: 16)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    if channel.localAddress?.protocol != .unix {
-                        try channel.syncOptions?.setOption(.socketOption(.tcp_nodelay), value: 1)
+        let group = self.eventLoopGroup
+        let window = ConnectionHandler.writeWindow(lowWaterMark: self.configuration.limits.outboundLowWaterMark)
+        return { descriptor in
+            _ = ClientBootstrap(group: group)  // sets TCP_NODELAY (NIO skips it for Unix sockets)
+                .channelOption(.socketOption(.so_keepalive), value: 1)
+                // A small write window: pushes beyond it wait in the connection handler, where replies pass them
+                // (SB-5.9-2); the handler applies the configured high-water mark and hard cap to the whole queue.
+                .channelOption(.writeBufferWaterMark, value: window)
+                .channelOption(.maxMessagesPerRead, value: 16)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(
+                            ConnectionHandler(core: core, socket: DirectSocketWriter(descriptor: descriptor)))
                     }
-                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core))
                 }
-            }
+                .withConnectedSocket(descriptor)
+        }
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -146,6 +146,11 @@ struct TestArea: RequestHandler {
                 return .failure(ErrorBody(.tooManySubscriptions, "subscription limit"))
             }
             return .response(.subscribeUserMetadata(EmptyBody()))
+        case .publishEvent(let publish) where publish.eventType == 2:
+            // value = number of numbered pushes (`ServerNotice.code` 0, 1, 2, …) of mixed sizes, sent to the caller
+            // in bursts of 1-5 over as many event-loop ticks.
+            Self.sendNumbered(to: context.session, from: 0, total: Int(publish.value))
+            return .response(.publishEvent(PublishEventResponse(eventId: "numbered")))
         case .publishEvent(let publish):
             // value = number of 64 KiB pushes to send to the caller.
             let push = EncodedPush(
@@ -155,6 +160,31 @@ struct TestArea: RequestHandler {
             return .response(.publishEvent(PublishEventResponse(eventId: "flood")))
         default:
             return .failure(ErrorBody(.unavailable, ""))
+        }
+    }
+}
+
+extension TestArea {
+    /// The size of numbered push `number`'s message: 64 KiB, 600 bytes and 20 bytes in turn.
+    static func numberedPushSize(_ number: Int) -> Int {
+        [64 << 10, 600, 20][number % 3]
+    }
+
+    /// Sends bursts of 1-5 pushes, one burst per tick, with a pause of 100 µs after every fourth burst (so the
+    /// client's reads free room in the socket while pushes are still being sent).
+    private static func sendNumbered(to session: SessionHandle, from start: Int, total: Int, burst: Int = 0) {
+        let send: @Sendable () -> Void = {
+            let end = min(start + 1 + start % 5, total)
+            for number in start..<end {
+                let notice = ServerNotice(code: UInt64(number), message: String(repeating: "n", count: Self.numberedPushSize(number)))
+                session.send(EncodedPush(.serverNotice(notice), compressionThreshold: Int.max))
+            }
+            if end < total { Self.sendNumbered(to: session, from: end, total: total, burst: burst + 1) }
+        }
+        if burst % 4 == 3 {
+            session.eventLoop.scheduleTask(in: .microseconds(100), send)
+        } else {
+            session.eventLoop.execute(send)
         }
     }
 }

@@ -282,6 +282,42 @@ import Testing
         }
     }
 
+    /// Pushes leave in the order they were sent whichever way each goes out: written to the socket at once, gathered
+    /// with others of the same tick, or queued in the channel behind a partial write while the client is not reading.
+    @Test(arguments: Transport.allCases)
+    func pushesArriveInOrderWhetherWrittenDirectlyGatheredOrQueued(transport: Transport) async throws {
+        try await withGateway(outboundLimits(high: 64 << 20, low: 32 << 20, hardCap: 128 << 20), handlers: [TestArea()]) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            _ = try await socket.login("in-order")
+            let total = 1_500  // 500 of 64 KiB among them: far more than the kernel buffers
+            // Several rounds: whether a direct write could overtake queued output depends on when the client reads.
+            for round in 1...3 {
+                socket.send(.request(id: UInt32(round), .publishEvent(PublishEventRequest(eventType: 2, value: UInt64(total)))))
+                try await Task.sleep(for: .milliseconds(100))
+                socket.send(.control(.ping(Ping(nonce: UInt64(round)))))
+                var next = 0
+                var ponged = false
+                var read = 0
+                while next < total || !ponged {
+                    // A slow reader: short pauses, so the socket keeps filling and draining while pushes are sent.
+                    read += 1
+                    if read % 16 == 0 { try await Task.sleep(for: .microseconds(300)) }
+                    guard let message = try await socket.next() else { break }
+                    switch message {
+                    case .push(.serverNotice(let notice)):
+                        #expect(notice.code == UInt64(next), "push \(notice.code) arrived when \(next) was due")
+                        #expect(notice.message.utf8.count == TestArea.numberedPushSize(Int(notice.code)))
+                        next = Int(notice.code) + 1
+                    case .control(.pong(let pong)): ponged = ponged || pong.nonce == UInt64(round)
+                    default: break
+                    }
+                }
+                #expect(next == total, "round \(round)")
+                #expect(ponged, "round \(round)")
+            }
+        }
+    }
+
     /// Pushes held for a client that reads as fast as it can all arrive, once each, with PONGs in between.
     @Test(arguments: Transport.allCases)
     func heldPushesAllArriveWhileTheClientReads(transport: Transport) async throws {
@@ -429,6 +465,8 @@ import Testing
             #expect((await client.goAway)?.code == UInt64(ErrorCode.shuttingDown.rawValue))
             #expect((await client.goAway)?.reason == .serverShutdown)
             #expect(!FileManager.default.fileExists(atPath: bound.unixSocketPath ?? ""))
+            // The listeners are closed: a new connection is refused.
+            #expect(throws: (any Error).self) { try RawSocket(running, .tcp) }
         }
     }
 }

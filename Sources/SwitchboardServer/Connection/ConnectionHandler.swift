@@ -75,9 +75,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var channelWritable = true
     private var releaseRequested = false
     private var supportsCompression = false
+    /// The socket, when the handler knows it (the gateway's listeners): output then goes to the socket directly
+    /// while the channel holds none of it.
+    private let socket: DirectSocketWriter?
+    /// Flushes handed to the channel whose data it has not all written yet; while any, output goes through the
+    /// channel too, behind them.
+    private var channelFlushesPending = 0
+    /// The loop's flush generation when a push last went to the socket at once: a second push in the same
+    /// generation gathers in the output instead, so a burst to one connection leaves in one write.
+    private var directPushGeneration: UInt64 = .max
 
-    init(core: GatewayCore) {
+    /// Creates the handler of one connection; with `socket`, output is written to it directly when possible.
+    init(core: GatewayCore, socket: DirectSocketWriter? = nil) {
         self.core = core
+        self.socket = socket
         let limits = core.configuration.limits
         self.decoder = FrameDecoder(
             limits: FrameLimits(
@@ -296,7 +307,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 released = true
             }
             // The flush may write everything at once and report the channel writable again (releaseRequested).
-            if released { context.flush() }
+            if released { self.flushChannel(context: context) }
         } while self.releaseRequested && self.heldPushes != nil && self.state != .closed
     }
 
@@ -673,6 +684,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.hold(frame)
             return
         }
+        // The fan-out case: nothing else waits to leave this connection, so the push goes to the socket at once
+        // (one send, no trip through the channel). Otherwise it waits for the end of the tick, below.
+        if self.socket != nil, !self.inReadCycle, !self.writtenUnflushed, (self.output?.readableBytes ?? 0) == 0,
+            let socket = self.directSocket, let batch = self.flushBatch, batch.generation != self.directPushGeneration,
+            let context = self.context
+        {
+            self.directPushGeneration = batch.generation
+            batch.advanceGenerationAtEndOfTick()
+            self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
+            self.core.metrics.framesOut.increment()
+            self.writeDirectly(frame, to: socket, context: context)
+            return
+        }
         if let context = self.context, frame.readableBytes >= Self.sharedPushMinimumBytes || (self.output?.readableBytes ?? 0) == 0 {
             // Queue the one encoded buffer itself, shared by every receiving connection, instead of a copy per
             // connection: a large push is held once however many slow readers it waits for, and a push to an
@@ -724,6 +748,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if let output = self.output, output.readableBytes > 0 {
             self.output = nil
             self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+            if !self.writtenUnflushed, let socket = self.directSocket {
+                self.writeDirectly(output, to: socket, context: context)
+                self.checkOutboundQueue(context: context)
+                return
+            }
             context.write(self.wrapOutboundOut(output), promise: nil)
         } else if !self.writtenUnflushed {
             // Nothing to write; pushes held this tick still count against the limits.
@@ -731,8 +760,41 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         self.writtenUnflushed = false
-        context.flush()
+        self.flushChannel(context: context)
         self.checkOutboundQueue(context: context)
+    }
+
+    /// The socket, when output may go to it directly now: the channel holds none of the connection's output (no
+    /// flush pending in it, no push held for it) and the connection is open.
+    private var directSocket: DirectSocketWriter? {
+        guard self.channelFlushesPending == 0, self.heldPushes == nil, self.state != .closed else { return nil }
+        return self.socket
+    }
+
+    /// Sends `buffer` on the socket; what the socket does not take goes to the channel, and output after it
+    /// follows through the channel until the channel has written it all.
+    private func writeDirectly(_ buffer: ByteBuffer, to socket: DirectSocketWriter, context: ChannelHandlerContext) {
+        let sent = socket.send(buffer)
+        if sent == buffer.readableBytes { return }
+        var rest = buffer
+        if let sent, sent > 0 { rest.moveReaderIndex(forwardBy: sent) }
+        // On an error (sent == nil) the channel meets it again when it writes, and closes the connection.
+        context.write(self.wrapOutboundOut(rest), promise: nil)
+        self.flushChannel(context: context)
+    }
+
+    /// Flushes the channel. With a known socket, counts the flush until the channel has written everything handed
+    /// to it so far (the promise of an empty write behind it completes then), so direct writes cannot overtake it.
+    private func flushChannel(context: ChannelHandlerContext) {
+        guard self.socket != nil else {
+            context.flush()
+            return
+        }
+        self.channelFlushesPending += 1
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.write(self.wrapOutboundOut(ByteBuffer()), promise: written)
+        context.flush()
+        written.futureResult.assumeIsolated().whenComplete { _ in self.channelFlushesPending -= 1 }
     }
 
     /// Applies the high-water mark and the hard cap to what waits to leave (held pushes and the channel's buffer).

@@ -16,6 +16,9 @@ final class FlushBatch {
     private var scheduled = false
     private var watched: [ObjectIdentifier: ConnectionHandler] = [:]
     private var sweep: RepeatedTask?
+    /// Advances at the end of every tick in which something was flushed or written directly (see
+    /// ``advanceGenerationAtEndOfTick()``): connections tell pushes of the same tick apart by it.
+    private(set) var generation: UInt64 = 0
 
     init(eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
@@ -52,7 +55,15 @@ final class FlushBatch {
         self.eventLoop.assumeIsolated().execute { self.run() }
     }
 
+    /// Makes ``generation`` advance at the end of this tick (a connection wrote a push directly).
+    func advanceGenerationAtEndOfTick() {
+        guard !self.scheduled else { return }
+        self.scheduled = true
+        self.eventLoop.assumeIsolated().execute { self.run() }
+    }
+
     private func run() {
+        self.generation &+= 1
         self.scheduled = false
         let handlers = self.pending
         self.pending.removeAll(keepingCapacity: true)
