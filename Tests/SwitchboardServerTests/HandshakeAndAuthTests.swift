@@ -201,6 +201,18 @@ import Testing
         }
     }
 
+    @Test func aTCPPortInUseIsAStartErrorNamingTheAddress() async throws {
+        try await withGateway { gateway in
+            let port = try #require(gateway.addresses.tcp?.port)
+            let error = await #expect(throws: GatewayStartError.self) {
+                try await withGateway({ $0.tcpPort = port; $0.unixSocketPath = nil }) { _ in }
+            }
+            #expect(error?.description.contains("127.0.0.1:\(port)") == true, "\(error?.description ?? "")")
+            let connection = try await gateway.connect(.tcp, user: "Tony")
+            try await connection.ping()
+        }
+    }
+
     @Test func sessionEndsWhenItsTokenExpiresUnlessRenewed() async throws {
         let recorder = SessionRecorder()
         try await withGateway({ $0.tokenSecret = Self.secret }, observers: [recorder]) { gateway in
