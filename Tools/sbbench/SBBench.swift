@@ -133,8 +133,11 @@ struct SBBench: AsyncParsableCommand {
         case "get": return { _ in .getUserMetadata(GetUserMetadataRequest()) }
         case "who": return { _ in .whoNow(WhoNowRequest(channel: "storm", includeState: true)) }
         case "setuser":
-            return { sequence in
-                let id = "user-\(sequence % 100)"
+            // One count over every connection (each connection's own sequence would cover only its first ids), so
+            // `--count 100` or more stores all of user-0...99.
+            let written = Atomic<UInt64>(0)
+            return { _ in
+                let id = "user-\(written.wrappingAdd(1, ordering: .relaxed).oldValue % 100)"
                 return .setUserInfo(SetUserInfoRequest(info: UserInfo(userId: id, name: "Name \(id)", portraitUri: "https://example.com/\(id).png")))
             }
         case "users100":
