@@ -15,6 +15,8 @@ final class GatewayCore: Sendable {
     let observers: [any SessionObserver]
     /// Handlers indexed by op (0...63).
     private let handlers: [(any RequestHandler)?]
+    /// Handlers that answer an op from its encoded body, indexed by op (0...63).
+    private let encodedReaders: [(any EncodedReadHandler)?]
     /// Server time in ms since the Unix epoch (injectable for tests).
     let nowMillis: @Sendable () -> Int64
     /// Each event loop's end-of-tick flush list.
@@ -37,10 +39,22 @@ final class GatewayCore: Sendable {
         self.nowMillis = nowMillis
         self.flushBatches = flushBatches
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
+        var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
         for handler in [SessionArea(authority: authority)] + handlers {
-            for op in handler.operations { table[Int(op.rawValue)] = handler }
+            let reader = handler as? any EncodedReadHandler
+            let encoded = Set(reader?.encodedReadOperations ?? [])
+            for op in handler.operations {
+                table[Int(op.rawValue)] = handler
+                readers[Int(op.rawValue)] = encoded.contains(op) ? reader : nil
+            }
         }
         self.handlers = table
+        self.encodedReaders = readers
+    }
+
+    /// The handler that may answer `op` from its encoded body, if any.
+    func encodedReader(for op: UInt8) -> (any EncodedReadHandler)? {
+        op < 64 ? self.encodedReaders[Int(op)] : nil
     }
 
     func handler(for op: Opcode) -> (any RequestHandler)? {

@@ -14,7 +14,7 @@ import SwitchboardWire
 /// per record and answers later (``RequestOutcome/deferred``) when every ask is answered or the provider timeout
 /// passes; nothing blocks meanwhile. What a provider answers is stored like any other record, member lists
 /// included (§13.5-6).
-public final class ProfileArea: RequestHandler, SessionObserver {
+public final class ProfileArea: EncodedReadHandler, SessionObserver {
     /// Fixed limits of §11.
     public enum Limits {
         public static let maxIDBytes = 64
@@ -259,6 +259,32 @@ public final class ProfileArea: RequestHandler, SessionObserver {
     }
 
     // MARK: Reads
+
+    public var encodedReadOperations: [Opcode] { [.getUserInfo, .getGroupInfo] }
+
+    /// A batch of user or group infos straight from the request body: ids looked up by their bytes, records copied
+    /// from their stored encodings. Nil (the typed path answers) when a provider of the kind is registered (missing
+    /// ids are asked for) or the ids are not the plain case (errors are reported by the typed path).
+    public func answerEncoded(_ operation: Opcode, body: ByteBuffer, session: SessionHandle) -> EncodedResponse? {
+        let kind: ProfileKind = operation == .getUserInfo ? .user : .group
+        guard operation == .getUserInfo || operation == .getGroupInfo else { return nil }
+        return self.state.withLock { state -> EncodedResponse? in
+            guard state.providers[kind] == nil else { return nil }
+            var answer = ByteBufferAllocator().buffer(capacity: 128 * 100)
+            let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
+                let maxIDs = Limits.idsPerBatch
+                let maxBytes = Limits.maxIDBytes
+                return kind == .user
+                    ? try state.users.appendFields(
+                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, recordField: 1, missingField: 2,
+                        to: &answer)
+                    : try state.groups.appendFields(
+                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, recordField: 1, missingField: 2,
+                        to: &answer)
+            }
+            return answered == true ? EncodedResponse(operation: operation, body: answer) : nil
+        }
+    }
 
     private func getUsers(_ request: GetUserInfoRequest, _ context: RequestContext) throws -> RequestOutcome {
         let ids = try Self.checkBatch(request.userIds, "userIds")

@@ -558,6 +558,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.recordError(.rateLimited)
             return
         }
+        // Reads a command area answers straight from the encoded body (the plain case of a batch read).
+        if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
+            let response = reader.answerEncoded(operation, body: frame.body, session: session)
+        {
+            self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
+            self.sendEncoded(FrameHeader(kind: .response, op: op, requestID: requestID), body: response.body)
+            return
+        }
         let request: Request
         do {
             guard case .request(_, let decoded) = try SwitchboardMessage.decode(frame) else { return }

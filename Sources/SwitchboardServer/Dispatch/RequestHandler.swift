@@ -87,6 +87,17 @@ public protocol RequestHandler: Sendable {
     func handle(_ request: Request, context: RequestContext) -> RequestOutcome
 }
 
+/// A command area that answers some reads straight from their encoded request bodies, without decoding them into a
+/// ``Request`` (and its `String`s) first: for reads whose cost is mostly that decoding, such as batch reads of 100 ids.
+public protocol EncodedReadHandler: RequestHandler {
+    /// The operations it may answer this way (a subset of ``RequestHandler/operations``).
+    var encodedReadOperations: [Opcode] { get }
+    /// The answer to a request of `operation` whose body is `body` (inflated), or nil to have the request decoded and
+    /// passed to ``RequestHandler/handle(_:context:)`` as usual. Return nil for anything but the plain case (an
+    /// error to report, a provider to ask), so that errors are reported exactly as the typed path reports them.
+    func answerEncoded(_ operation: Opcode, body: ByteBuffer, session: SessionHandle) -> EncodedResponse?
+}
+
 /// Learns when sessions start and end (presence, online state, locks hang on this).
 public protocol SessionObserver: Sendable {
     /// A session completed its handshake.

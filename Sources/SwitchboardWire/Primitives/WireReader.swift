@@ -149,6 +149,21 @@ public struct WireReader {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// Reads a length-prefixed UTF-8 string as the bytes it occupies in the body, without making a `String`; checked
+    /// as ``readString()`` checks (invalid UTF-8 is ``ErrorCode/invalidUtf8``). The bytes are valid only inside the
+    /// ``read(_:_:)`` that made this reader.
+    @inlinable
+    public mutating func readStringBytes() throws(SwitchboardWireError) -> UnsafeRawBufferPointer {
+        let slice = try self.readLengthDelimited()
+        let count = slice.end - slice.index
+        if count == 0 { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        let start = self.base.unsafelyUnwrapped + slice.index
+        guard UTF8Validation.isValid(UnsafeBufferPointer(start: start.assumingMemoryBound(to: UInt8.self), count: count)) else {
+            throw SwitchboardWireError(.invalidUtf8, "string field is not valid UTF-8")
+        }
+        return UnsafeRawBufferPointer(start: start, count: count)
+    }
+
     /// Reads a nested message.
     @inlinable
     public mutating func readMessage<M: WireCodable>(_: M.Type) throws(SwitchboardWireError) -> M {
