@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOCore
 import SwitchboardWire
 
@@ -33,7 +36,11 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
         }
 
         func hasKey(_ bytes: UnsafeRawBufferPointer) -> Bool {
-            self.key.count == bytes.count && self.key.withUnsafeBytes { $0.elementsEqual(bytes) }
+            self.key.count == bytes.count && self.key.withUnsafeBytes { Self.same($0, bytes) }
+        }
+
+        static func same(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
+            lhs.count == rhs.count && (lhs.count == 0 || memcmp(lhs.baseAddress!, rhs.baseAddress!, lhs.count) == 0)
         }
     }
 
@@ -190,7 +197,8 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
         ) {
             guard let entry = table.entry(for: bytes) else {
                 // Missing ids are rare and few (at most a batch): a linear check for repeats.
-                if !self.missing.contains(where: { $0.elementsEqual(bytes) }) { self.missing.append(Array(bytes)) }
+                let repeated = self.missing.contains { id in id.withUnsafeBytes { Entry.same($0, bytes) } }
+                if !repeated { self.missing.append(Array(bytes)) }
                 return
             }
             guard self.written.insert(ObjectIdentifier(entry)) else { return }
@@ -217,32 +225,40 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     }
 }
 
-/// The hash of directory ids: a per-process random seed, eight bytes at a time through a multiply-xorshift mix, and
-/// a final avalanche (the finalizer of SplitMix64).
+/// The hash of directory ids: a per-process random seed and the length, then each 8-byte word (the last one
+/// overlapping, or for ids under 8 bytes a word built from at most three loads) through a multiply-xorshift round,
+/// and a final avalanche (the finalizer of SplitMix64).
 enum ProfileKeyHash {
     static let seed = UInt64.random(in: .min ... .max)
 
     static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-        var state = Self.seed ^ (UInt64(bytes.count) &* 0x9E37_79B9_7F4A_7C15)
-        var offset = 0
-        while offset + 8 <= bytes.count {
-            state = Self.mix(state ^ bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
-            offset += 8
+        let count = bytes.count
+        var state = Self.seed ^ (UInt64(truncatingIfNeeded: count) &* 0x9E37_79B9_7F4A_7C15)
+        if count >= 8 {
+            var offset = 0
+            while offset + 8 < count {
+                state = Self.round(state, bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+                offset += 8
+            }
+            state = Self.round(state, bytes.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self))
+        } else if count >= 4 {
+            let low = UInt64(bytes.loadUnaligned(fromByteOffset: 0, as: UInt32.self))
+            let high = UInt64(bytes.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self))
+            state = Self.round(state, low | high << 32)
+        } else if count > 0 {
+            let word = UInt64(bytes[0]) | UInt64(bytes[count / 2]) << 8 | UInt64(bytes[count - 1]) << 16
+            state = Self.round(state, word)
         }
-        if offset < bytes.count {
-            var tail: UInt64 = 0
-            for index in offset..<bytes.count { tail |= UInt64(bytes[index]) << UInt64((index - offset) * 8) }
-            state = Self.mix(state ^ tail)
-        }
-        return Self.mix(state ^ (state >> 31))
-    }
-
-    @inline(__always)
-    private static func mix(_ value: UInt64) -> UInt64 {
-        var x = value
+        var x = state
         x = (x ^ (x >> 30)) &* 0xBF58_476D_1CE4_E5B9
         x = (x ^ (x >> 27)) &* 0x94D0_49BB_1331_11EB
         return x ^ (x >> 31)
+    }
+
+    @inline(__always)
+    private static func round(_ state: UInt64, _ word: UInt64) -> UInt64 {
+        let x = (state ^ word) &* 0x9FB2_1C65_1E98_DF25
+        return x ^ (x >> 28)
     }
 }
 
