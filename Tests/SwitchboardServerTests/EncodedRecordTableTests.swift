@@ -18,7 +18,7 @@ import Testing
         for _ in 0..<200 {
             let ids = (0..<Int.random(in: 1...100, using: &generator)).map { _ in "user-\(Int.random(in: 0..<70, using: &generator))" }
             var fast = ByteBuffer()
-            table.appendFields(ids, recordField: 1, missingField: 2, to: &fast)
+            table.appendFields(ids, missingField: 2, to: &fast)
             // The typed response: each id once, first occurrence, records then missing ids.
             var seen = Set<String>()
             let unique = ids.filter { seen.insert($0).inserted }
@@ -35,11 +35,11 @@ import Testing
         var table: EncodedRecordTable<UserInfo> = ["a": UserInfo(userId: "a", name: "first")]
         table["a"] = UserInfo(userId: "a", name: "second")
         var body = ByteBuffer()
-        table.appendFields(["a"], recordField: 1, missingField: 2, to: &body)
+        table.appendFields(["a"], missingField: 2, to: &body)
         #expect(try GetUserInfoResponse(decoding: body).users.map(\.name) == ["second"])
         #expect(table.removeValue(forKey: "a")?.name == "second")
         body.clear()
-        table.appendFields(["a", "a"], recordField: 1, missingField: 2, to: &body)
+        table.appendFields(["a", "a"], missingField: 2, to: &body)
         #expect(try GetUserInfoResponse(decoding: body) == GetUserInfoResponse(missing: ["a"]))
         #expect(table.isEmpty && table.values.isEmpty)
     }
@@ -49,7 +49,7 @@ import Testing
         var answer = ByteBuffer()
         let plain = try WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
             try table.appendFields(
-                readingIDsFrom: &reader, idField: 1, maxIDs: 100, maxIDBytes: 64, recordField: 1, missingField: 2, to: &answer)
+                readingIDsFrom: &reader, idField: 1, maxIDs: 100, maxIDBytes: 64, missingField: 2, to: &answer)
         }
         return plain ? answer : nil
     }
@@ -68,7 +68,7 @@ import Testing
                 request.writeBytes([0x28, 0x07])  // field 5, varint 7
             }
             var typed = ByteBuffer()
-            table.appendFields(batch, recordField: 1, missingField: 2, to: &typed)
+            table.appendFields(batch, missingField: 2, to: &typed)
             #expect(try Self.answer(table, body: request) == typed, "batch \(batch)")
         }
     }

@@ -1,17 +1,14 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import NIOCore
 import SwitchboardWire
 
 /// Directory records by id, each kept together with its wire encoding.
 ///
 /// A record is encoded once, when it is stored; a batch read then copies each record's bytes into its response
-/// (``appendFields(_:recordField:missingField:to:)``) instead of copying the record's strings out of the table and
+/// (``appendFields(_:missingField:to:)``) instead of copying the record's strings out of the table and
 /// encoding them again, which is where a 100-record read spent most of its time.
 ///
 /// The table is its own open-addressing hash table keyed by the ids' UTF-8 bytes, so a read can look ids up straight
-/// from the request body (``appendFields(readingIDsFrom:idField:recordField:missingField:to:)``) without making a
+/// from the request body (``appendFields(readingIDsFrom:idField:maxIDs:maxIDBytes:missingField:to:)``) without making a
 /// `String` of each; a `Dictionary` would need one, and would hash it with `Hasher` (SipHash), which with the
 /// `String`s was about a quarter of a 100-id read. The hash is a seeded multiply-xorshift mix, a fraction of SipHash's
 /// cost. What it gives up is SipHash's resistance to chosen-key collisions; here the stored keys are user ids (set by
@@ -22,32 +19,71 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     /// comparing ids a second time.
     private final class Entry: Sendable {
         let id: String
-        let key: [UInt8]
         let hash: UInt64
         let record: Record
-        let encoded: [UInt8]
+        /// The id's UTF-8 bytes, then the record as a batch answer's field (``recordField``: tag, length, encoding),
+        /// in one array: a lookup and the copy into the answer touch one allocation.
+        let storage: [UInt8]
+        let keyCount: Int
 
         init(id: String, key: [UInt8], hash: UInt64, record: Record) {
             self.id = id
-            self.key = key
             self.hash = hash
             self.record = record
-            self.encoded = record.encodedBody
+            let encoded = record.encodedBody
+            let fieldSize = WireField.lengthDelimitedFieldSize(EncodedRecordTable.recordField, length: encoded.count)
+            var storage = key
+            storage.reserveCapacity(key.count + fieldSize)
+            var prefix = ByteBuffer()
+            prefix.writeSwitchboardEncoded(size: fieldSize - encoded.count) { writer in
+                writer.writeTag(EncodedRecordTable.recordField, .lengthDelimited)
+                writer.writeVarint(UInt64(encoded.count))
+            }
+            storage.append(contentsOf: prefix.readableBytesView)
+            storage.append(contentsOf: encoded)
+            self.storage = storage
+            self.keyCount = key.count
         }
 
         func hasKey(_ bytes: UnsafeRawBufferPointer) -> Bool {
-            self.key.count == bytes.count && self.key.withUnsafeBytes { Self.same($0, bytes) }
+            self.keyCount == bytes.count
+                && self.storage.withUnsafeBytes { Self.same(UnsafeRawBufferPointer(rebasing: $0[..<bytes.count]), bytes) }
         }
 
+        /// Appends the record's field to `body`.
+        func appendField(to body: inout ByteBuffer) {
+            _ = self.storage.withUnsafeBytes { body.writeBytes(UnsafeRawBufferPointer(rebasing: $0[self.keyCount...])) }
+        }
+
+        /// Byte equality, eight bytes at a time (ids are short: a call to `memcmp` cost more than the comparison).
         static func same(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
-            lhs.count == rhs.count && (lhs.count == 0 || memcmp(lhs.baseAddress!, rhs.baseAddress!, lhs.count) == 0)
+            let count = lhs.count
+            guard count == rhs.count else { return false }
+            var offset = 0
+            while offset + 8 <= count {
+                guard lhs.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                    == rhs.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                else { return false }
+                offset += 8
+            }
+            while offset < count {
+                guard lhs[offset] == rhs[offset] else { return false }
+                offset += 1
+            }
+            return true
         }
     }
+
+    /// The field number of a record in a batch answer (`GetUserInfoResponse`, `GetGroupInfoResponse` and
+    /// `GetGroupMemberInfoResponse` all hold their records as field 1).
+    static var recordField: UInt32 { 1 }
 
     /// Open addressing with linear probing; nil is an empty slot. The count of slots is a power of two, at least
     /// twice ``count``.
     private var slots: [Entry?]
     private(set) var count = 0
+    /// ``ProfileKeyHash/seed``, read once (a global's lazy initialization check on every hash was measurable).
+    private let seed = ProfileKeyHash.seed
 
     init() {
         self.slots = Array(repeating: nil, count: 16)
@@ -60,14 +96,14 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
 
     /// The record stored under `id`; assigning encodes it, assigning nil removes it.
     subscript(id: String) -> Record? {
-        get { Self.withKey(id) { bytes in self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes)).map { self.slots[$0]!.record } } }
+        get { Self.withKey(id) { bytes in self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes, seed: self.seed)).map { self.slots[$0]!.record } } }
         set {
             guard let newValue else {
                 self.removeValue(forKey: id)
                 return
             }
             let key = Array(id.utf8)
-            let hash = key.withUnsafeBytes { ProfileKeyHash.hash($0) }
+            let hash = key.withUnsafeBytes { ProfileKeyHash.hash($0, seed: self.seed) }
             let entry = Entry(id: id, key: key, hash: hash, record: newValue)
             if let slot = key.withUnsafeBytes({ self.slot(of: $0, hash: hash) }) {
                 self.slots[slot] = entry
@@ -82,7 +118,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     /// Removes and returns the record stored under `id`.
     @discardableResult
     mutating func removeValue(forKey id: String) -> Record? {
-        guard var hole = Self.withKey(id, { self.slot(of: $0, hash: ProfileKeyHash.hash($0)) }) else { return nil }
+        guard var hole = Self.withKey(id, { self.slot(of: $0, hash: ProfileKeyHash.hash($0, seed: self.seed)) }) else { return nil }
         let removed = self.slots[hole]!.record
         // Backward-shift deletion: pull later entries of the run into the hole when their home slot allows it, so
         // no tombstones are needed and every run stays unbroken.
@@ -107,18 +143,18 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     var keys: [String] { self.slots.compactMap { $0?.id } }
     var values: [Record] { self.slots.compactMap { $0?.record } }
 
-    /// Appends, for each of `ids` in order, the stored record as field `recordField`; then each id without a record as
+    /// Appends, for each of `ids` in order, the stored record as field ``recordField``; then each id without a record as
     /// field `missingField`. An id named twice is answered once (its first occurrence). The bytes equal the typed
     /// response's encoding (records first, then the missing ids).
-    func appendFields(_ ids: [String], recordField: UInt32, missingField: UInt32, to body: inout ByteBuffer) {
+    func appendFields(_ ids: [String], missingField: UInt32, to body: inout ByteBuffer) {
         var answer = BatchAnswer(count: ids.count)
         for id in ids {
-            Self.withKey(id) { bytes in answer.add(bytes, from: self, recordField: recordField, to: &body) }
+            Self.withKey(id) { bytes in answer.add(bytes, from: self, to: &body) }
         }
         answer.appendMissing(field: missingField, to: &body)
     }
 
-    /// As ``appendFields(_:recordField:missingField:to:)``, for the ids in the fields `idField` of a request body, read
+    /// As ``appendFields(_:missingField:to:)``, for the ids in the fields `idField` of a request body, read
     /// without making `String`s of them; other fields are skipped.
     ///
     /// - Returns: false when the ids are not the plain case: none, more than `maxIDs`, or one empty or longer than
@@ -126,7 +162,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     ///   errors (malformed body, invalid UTF-8) are thrown.
     func appendFields(
         readingIDsFrom reader: inout WireReader, idField: UInt32, maxIDs: Int, maxIDBytes: Int,
-        recordField: UInt32, missingField: UInt32, to body: inout ByteBuffer
+        missingField: UInt32, to body: inout ByteBuffer
     ) throws(SwitchboardWireError) -> Bool {
         var answer = BatchAnswer(count: maxIDs)
         var ids = 0
@@ -139,7 +175,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
             let bytes = try reader.readStringBytes()
             ids += 1
             guard ids <= maxIDs, bytes.count >= 1, bytes.count <= maxIDBytes else { return false }
-            answer.add(bytes, from: self, recordField: recordField, to: &body)
+            answer.add(bytes, from: self, to: &body)
         }
         guard ids > 0 else { return false }
         answer.appendMissing(field: missingField, to: &body)
@@ -166,7 +202,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     }
 
     private func entry(for bytes: UnsafeRawBufferPointer) -> Entry? {
-        self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes)).map { self.slots[$0]! }
+        self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes, seed: self.seed)).map { self.slots[$0]! }
     }
 
     /// Puts `entry` into the first free slot of its run (its key is not in the table).
@@ -192,9 +228,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
             self.written = IdentitySet(capacity: count)
         }
 
-        mutating func add(
-            _ bytes: UnsafeRawBufferPointer, from table: EncodedRecordTable, recordField: UInt32, to body: inout ByteBuffer
-        ) {
+        mutating func add(_ bytes: UnsafeRawBufferPointer, from table: EncodedRecordTable, to body: inout ByteBuffer) {
             guard let entry = table.entry(for: bytes) else {
                 // Missing ids are rare and few (at most a batch): a linear check for repeats.
                 let repeated = self.missing.contains { id in id.withUnsafeBytes { Entry.same($0, bytes) } }
@@ -202,14 +236,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
                 return
             }
             guard self.written.insert(ObjectIdentifier(entry)) else { return }
-            // One capacity check per record, then plain stores (byte-by-byte ByteBuffer writes cost an exclusivity
-            // check each).
-            let size = WireField.lengthDelimitedFieldSize(recordField, length: entry.encoded.count)
-            body.writeSwitchboardEncoded(size: size) { writer in
-                writer.writeTag(recordField, .lengthDelimited)
-                writer.writeVarint(UInt64(entry.encoded.count))
-                entry.encoded.withUnsafeBytes { writer.writeBytes($0) }
-            }
+            entry.appendField(to: &body)
         }
 
         func appendMissing(field: UInt32, to body: inout ByteBuffer) {
@@ -231,9 +258,9 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
 enum ProfileKeyHash {
     static let seed = UInt64.random(in: .min ... .max)
 
-    static func hash(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64) -> UInt64 {
         let count = bytes.count
-        var state = Self.seed ^ (UInt64(truncatingIfNeeded: count) &* 0x9E37_79B9_7F4A_7C15)
+        var state = seed ^ (UInt64(truncatingIfNeeded: count) &* 0x9E37_79B9_7F4A_7C15)
         if count >= 8 {
             var offset = 0
             while offset + 8 < count {

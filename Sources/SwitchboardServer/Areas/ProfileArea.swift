@@ -276,10 +276,10 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 let maxBytes = Limits.maxIDBytes
                 return kind == .user
                     ? try state.users.appendFields(
-                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, recordField: 1, missingField: 2,
+                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
                         to: &answer)
                     : try state.groups.appendFields(
-                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, recordField: 1, missingField: 2,
+                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
                         to: &answer)
             }
             return answered == true ? EncodedResponse(operation: operation, body: answer) : nil
@@ -410,7 +410,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     ) -> EncodedResponse {
         // Room for typical records (about 100 bytes each); larger ones grow the buffer.
         var body = ByteBufferAllocator().buffer(capacity: max(256, ids.count * 128))
-        table.appendFields(ids, recordField: 1, missingField: 2, to: &body)
+        table.appendFields(ids, missingField: 2, to: &body)
         return EncodedResponse(operation: operation, body: body)
     }
 
