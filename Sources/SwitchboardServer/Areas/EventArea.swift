@@ -258,7 +258,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 if kept.count > Limits.keptEventsPerPublisher { kept.removeFirst(kept.count - Limits.keptEventsPerPublisher) }
                 state.kept[publisher] = kept
             }
-            var targets = self.subscriberSessions(of: publisher, in: state, now: now)
+            var targets = Array(self.subscriberSessions(of: publisher, in: state, now: now))
             if request.multiDeviceSync {
                 // The publisher's other devices, unless they are there already (a publisher subscribed to itself).
                 let listed = Set(targets.lazy.filter { $0.info.userID == publisher }.map { ObjectIdentifier($0) })
@@ -456,18 +456,17 @@ public final class EventArea: RequestHandler, SessionObserver {
     /// Every online session of every user with an unexpired subscription to `publisher`.
     /// The online sessions of the publisher's subscribers: no session twice, since each belongs to one subscriber and
     /// a user's online list holds each of their sessions once (so no set is built for a fan-out to thousands).
-    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> [SessionHandle] {
-        var sessions: [SessionHandle] = []
-        for (subscriber, expiresAtMs) in state.subscribers[publisher] ?? [:] where expiresAtMs > now {
-            guard let online = state.online[subscriber] else { continue }
-            sessions.append(contentsOf: online)
-        }
-        return sessions
+    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> some Sequence<SessionHandle> {
+        // Lazily: a fan-out to thousands of sessions walks them once, without an array of them (every element
+        // retained on the way in and released on the way out, each a cache miss on a cold object).
+        (state.subscribers[publisher] ?? [:]).lazy.filter { $0.value > now }.flatMap { state.online[$0.key] ?? [] }
     }
 
     /// One push, encoded once, to every target.
-    private func fanOut(_ events: [SubscribedEvent], to targets: [SessionHandle]) {
-        guard !targets.isEmpty, !events.isEmpty else { return }
+    private func fanOut(_ events: [SubscribedEvent], to targets: some Sequence<SessionHandle>) {
+        guard !events.isEmpty else { return }
+        var iterator = targets.makeIterator()
+        guard iterator.next() != nil else { return }
         let push = EncodedPush(.subscribedEvents(SubscribedEvents(events: events)), compressionThreshold: self.compressionThreshold)
         push.send(to: targets)
     }
