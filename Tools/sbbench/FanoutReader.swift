@@ -104,7 +104,6 @@ final class FanoutReader<Scanner: FanoutStreamScanner>: Sendable {
         _ = csbbench_name_thread("sbbench-reader")
         var ready = [UInt64](repeating: 0, count: 1024)
         var scratch = [UInt8](repeating: 0, count: 64 << 10)
-        let start = monotonicNanoseconds()
         while !self.stopRequested.load(ordering: .relaxed) {
             let count = ready.withUnsafeMutableBufferPointer {
                 csbbench_epoll_wait(self.epoll, $0.baseAddress, Int32($0.count), 10)
@@ -114,7 +113,7 @@ final class FanoutReader<Scanner: FanoutStreamScanner>: Sendable {
                 for index in 0..<Int(max(count, 0)) {
                     self.read(subscriber: Int(ready[index]), into: &scratch, state: &state)
                 }
-                if let keepAlive = self.keepAlive { self.sendKeepAlives(keepAlive, since: start, state: &state) }
+                if let keepAlive = self.keepAlive { self.sendKeepAlives(keepAlive, state: &state) }
             }
         }
     }
@@ -159,12 +158,17 @@ final class FanoutReader<Scanner: FanoutStreamScanner>: Sendable {
     }
 
     /// Sends the keep-alives that fell due: every connection gets one per interval, connection i at i/N of it.
-    private func sendKeepAlives(_ keepAlive: FanoutKeepAlive, since start: UInt64, state: inout LoopState) {
+    private func sendKeepAlives(_ keepAlive: FanoutKeepAlive, state: inout LoopState) {
         let count = self.descriptors.count
         guard count > 0, keepAlive.intervalNanoseconds > 0 else { return }
-        let elapsed = monotonicNanoseconds() - start
+        let now = monotonicNanoseconds()
+        guard now >= keepAlive.since else { return }
+        let elapsed = now - keepAlive.since
         let due = Int(elapsed / keepAlive.intervalNanoseconds) * count
             + Int((elapsed % keepAlive.intervalNanoseconds) * UInt64(count) / keepAlive.intervalNanoseconds)
+        // After a long pause (the reader started late, or the thread was starved) each connection gets one, not one
+        // per missed interval.
+        state.keepAlivesSent = max(state.keepAlivesSent, due - count + 1)
         while state.keepAlivesSent <= due {
             let subscriber = state.keepAlivesSent % count
             state.keepAlivesSent += 1
@@ -176,18 +180,31 @@ final class FanoutReader<Scanner: FanoutStreamScanner>: Sendable {
     }
 }
 
-/// Bytes a ``FanoutReader`` sends on every connection once per interval.
+/// Bytes a ``FanoutReader`` sends on every connection once per interval: connection i of N at `since` + i/N of the
+/// interval, and every interval after (those due before the reader starts go out as it starts).
 struct FanoutKeepAlive: Sendable {
     var bytes: [UInt8]
     var intervalNanoseconds: UInt64
+    /// Where the schedule starts (`CLOCK_MONOTONIC`): no later than the connections last sent something.
+    var since: UInt64
+
+    init(bytes: [UInt8], intervalNanoseconds: UInt64, since: UInt64 = monotonicNanoseconds()) {
+        self.bytes = bytes
+        self.intervalNanoseconds = intervalNanoseconds
+        self.since = since
+    }
 
     /// A PING twice per heartbeat interval of the subscribers' WELCOMEs (at least a second apart), as
     /// ``BenchClient`` pings: the protocol wants a PING from a client that sent nothing for a heartbeat interval.
+    /// The schedule starts when the first subscriber wrote its handshake, so no connection waits more than an
+    /// interval, or the time the setup took, for its first PING.
     static func switchboardPing(_ subscribers: [RawSubscriber]) -> FanoutKeepAlive {
         var ping = ByteBuffer()
         FrameEncoder().encode(.control(.ping(Ping(nonce: 1))), into: &ping)
         let heartbeatMs = subscribers.map(\.heartbeatMs).min() ?? 15_000
-        return FanoutKeepAlive(bytes: Array(ping.readableBytesView), intervalNanoseconds: max(heartbeatMs, 2_000) / 2 * 1_000_000)
+        return FanoutKeepAlive(
+            bytes: Array(ping.readableBytesView), intervalNanoseconds: max(heartbeatMs, 2_000) / 2 * 1_000_000,
+            since: subscribers.map(\.handshakeSentAt).min() ?? monotonicNanoseconds())
     }
 }
 

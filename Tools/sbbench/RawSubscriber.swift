@@ -20,6 +20,8 @@ struct RawSubscriber: Sendable {
     var heartbeatMs: UInt64 = 0
     /// The last request id used on the connection.
     var lastRequestID: UInt32 = 0
+    /// When the handshake was written (`CLOCK_MONOTONIC`): the last the server heard from the connection.
+    var handshakeSentAt: UInt64 = 0
 
     static let window = 256
     /// How long a blocking read or write may wait before the setup gives up.
@@ -111,7 +113,7 @@ struct RawSubscriber: Sendable {
                 let window = opened.count..<min(opened.count + Self.window, count)
                 for index in window {
                     let socket = try Blocking.connect(to: address, index: index)
-                    opened.append(RawSubscriber(descriptor: socket.descriptor))
+                    opened.append(RawSubscriber(descriptor: socket.descriptor, handshakeSentAt: monotonicNanoseconds()))
                     try socket.write(hello(index))
                 }
                 for index in window {
