@@ -96,9 +96,14 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "CSBBenchLinux",
+            path: "Tools/CSBBenchLinux"
+        ),
         .executableTarget(
             name: "sbbench",
             dependencies: [
+                "CSBBenchLinux",
                 "SwitchboardWire",
                 "SwitchboardServer",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -197,8 +202,10 @@ let package = Package(
         .testTarget(
             name: "SBBenchTests",
             dependencies: [
-                "sbbench", "SwitchboardWire",
+                "sbbench", "SwitchboardWire", "SwitchboardTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             swiftSettings: strictSettings

@@ -18,13 +18,15 @@ import Testing
 
     @Test("every subscriber receiving every event is a clean run with latencies from the send instants")
     func completeRun() {
-        let recorder = FanoutRecorder(subscribers: 3, events: 2)
-        recorder.sent(event: 0, at: 1_000)
-        recorder.sent(event: 1, at: 5_000)
+        let progress = FanoutProgress(subscribers: 3, events: 2)
+        var recorder = FanoutRecorder(progress: progress)
+        progress.sent(event: 0, at: 1_000)
+        progress.sent(event: 1, at: 5_000)
         for subscriber in 0..<3 {
             recorder.delivered(event: 0, subscriber: subscriber, at: 2_000 + UInt64(subscriber) * 1_000)
             recorder.delivered(event: 1, subscriber: subscriber, at: 6_000, sentAt: 5_500)
         }
+        #expect(progress.deliveries(of: 0) == 3 && progress.deliveries(of: 1) == 3)
         let summary = recorder.summary
         #expect(summary.sentEvents == 2 && summary.deliveries == 6 && summary.lost == 0)
         #expect(summary.latencies.totalCount == 6)
@@ -41,15 +43,17 @@ import Testing
 
     @Test("lost, duplicate and unknown deliveries each break the run")
     func brokenRuns() {
-        let recorder = FanoutRecorder(subscribers: 2, events: 3)
-        recorder.sent(event: 0, at: 0)
-        recorder.sent(event: 1, at: 0)
+        let progress = FanoutProgress(subscribers: 2, events: 3)
+        var recorder = FanoutRecorder(progress: progress)
+        progress.sent(event: 0, at: 0)
+        progress.sent(event: 1, at: 0)
         recorder.delivered(event: 0, subscriber: 0, at: 10)
         recorder.delivered(event: 0, subscriber: 0, at: 11)  // duplicate
         recorder.delivered(event: 0, subscriber: 1, at: 12)
         recorder.delivered(event: 1, subscriber: 1, at: 13)  // subscriber 0 never gets event 1
         recorder.delivered(event: 2, subscriber: 0, at: 14)  // event 2 was never sent
         recorder.delivered(event: 7, subscriber: 0, at: 15, sentAt: 1)  // out of range
+        #expect(progress.deliveries(of: 0) == 2 && progress.deliveries(of: 1) == 1 && progress.deliveries(of: 2) == 0)
         let summary = recorder.summary
         #expect(summary.sentEvents == 2)
         #expect(summary.expectedDeliveries == 4 && summary.deliveries == 3 && summary.lost == 1)
@@ -60,20 +64,35 @@ import Testing
         #expect(report.text.hasSuffix("result: FAILED (" + report.failures.joined(separator: "; ") + ")"))
     }
 
+    @Test("something received that is no delivery (a frame that cannot be parsed) breaks the run")
+    func unexpectedReceipt() {
+        let progress = FanoutProgress(subscribers: 1, events: 1)
+        var recorder = FanoutRecorder(progress: progress)
+        progress.sent(event: 0, at: 0)
+        recorder.delivered(event: 0, subscriber: 0, at: 1)
+        recorder.unexpectedReceived()
+        let summary = recorder.summary
+        #expect(summary.lost == 0 && summary.unexpected == 1)
+        var report = BenchReport()
+        summary.add(to: &report, prefix: "", seconds: 1)
+        #expect(report.failures.count == 1)
+    }
+
     @Test("a run that sent nothing is broken")
     func emptyRun() {
         var report = BenchReport()
-        FanoutRecorder(subscribers: 5, events: 5).summary.add(to: &report, prefix: "", seconds: 1)
+        FanoutRecorder(progress: FanoutProgress(subscribers: 5, events: 5)).summary.add(to: &report, prefix: "", seconds: 1)
         #expect(!report.isValid)
     }
 
     @Test("waiting for deliveries ends when they are all in, or at the timeout")
     func waiting() async {
-        let recorder = FanoutRecorder(subscribers: 1, events: 1)
-        #expect(await !recorder.waitForDeliveries(of: 0..<1, timeout: 0.05))
-        recorder.sent(event: 0, at: 0)
+        let progress = FanoutProgress(subscribers: 1, events: 1)
+        var recorder = FanoutRecorder(progress: progress)
+        #expect(await !progress.waitForDeliveries(of: 0..<1, timeout: 0.05))
+        progress.sent(event: 0, at: 0)
         recorder.delivered(event: 0, subscriber: 0, at: 1)
-        #expect(await recorder.waitForDeliveries(of: 0..<1, timeout: 0.05))
+        #expect(await progress.waitForDeliveries(of: 0..<1, timeout: 0.05))
     }
 
     @Test("the JSON report renders numbers as numbers, other values as strings, and the verdict")

@@ -2,9 +2,10 @@ import NIOCore
 import NIOPosix
 import SwitchboardWire
 
-/// A logged-in benchmark connection for the scenarios that need answers (fan-out writers and subscribers, CAS
-/// clients, the online-state publisher): requests are matched to responses by id, every push goes to a callback
-/// with the instant its bytes were read, and the connection pings the server so an idle subscriber is not cut.
+/// A logged-in benchmark connection for the scenarios that need answers (fan-out writers, CAS clients, the
+/// online-state publisher, the provider): requests are matched to responses by id, every push goes to a callback
+/// with the instant its bytes were read, and the connection pings the server so an idle connection is not cut.
+/// (The fan-out subscribers are ``RawSubscriber`` sockets read by a ``FanoutReader``.)
 ///
 /// All callbacks run on the connection's event loop; so do the futures `send` returns.
 struct BenchClient: Sendable {

@@ -4,11 +4,18 @@ import Synchronization
 /// without a rate, each once the previous one reached every subscriber; stops early after `--duration` seconds or
 /// when an event does not reach everyone within `--event-timeout` (the run is broken then anyway).
 extension SBBench {
-    /// Sends events through `send` (which must note each one in the recorder as it is written, and count the
-    /// writer's acknowledgements in `acks`), waits for the deliveries, and reports.
-    func driveFanout(
-        recorder: FanoutRecorder, acks: FanoutAcks, report: inout BenchReport, send: (Int) -> Void
-    ) async {
+    /// How a fan-out drive went.
+    struct FanoutDrive {
+        var sent: Int
+        /// From the first send to the last.
+        var sendSeconds: Double
+        /// From the first send until the deliveries and acknowledgements were in (or timed out).
+        var seconds: Double
+    }
+
+    /// Sends events through `send` (which must note each one in `progress` as it is written, and count the
+    /// writer's acknowledgements in `acks`), and waits for the deliveries and acknowledgements.
+    func driveFanout(progress: FanoutProgress, acks: FanoutAcks, send: (Int) -> Void) async -> FanoutDrive {
         let clock = ContinuousClock()
         let start = clock.now
         var sent = 0
@@ -19,18 +26,22 @@ extension SBBench {
             }
             send(event)
             sent += 1
-            if self.rate == 0, await !recorder.waitForDeliveries(of: event..<event + 1, timeout: self.eventTimeout) { break }
+            if self.rate == 0, await !progress.waitForDeliveries(of: event..<event + 1, timeout: self.eventTimeout) { break }
         }
         let sendSeconds = (clock.now - start).seconds
-        _ = await recorder.waitForDeliveries(of: 0..<sent, timeout: self.eventTimeout)
+        _ = await progress.waitForDeliveries(of: 0..<sent, timeout: self.eventTimeout)
         _ = await acks.waitFor(sent, timeout: self.eventTimeout)
-        let seconds = (clock.now - start).seconds
+        return FanoutDrive(sent: sent, sendSeconds: sendSeconds, seconds: (clock.now - start).seconds)
+    }
+
+    /// Reports a drive with the deliveries the reader recorded (read once the reader stopped).
+    func reportFanout(_ drive: FanoutDrive, summary: FanoutSummary, acks: FanoutAcks, into report: inout BenchReport) {
         report.add("subscribers", self.subscribers)
         if self.rate > 0 { report.add("target_rate", self.rate, decimals: 1) }
-        report.add("events_per_second", Double(sent) / max(sendSeconds, 1e-9), decimals: 1)
-        report.add("seconds", seconds, decimals: 2)
-        recorder.summary.add(to: &report, prefix: "", seconds: seconds)
-        acks.add(to: &report, sent: sent)
+        report.add("events_per_second", Double(drive.sent) / max(drive.sendSeconds, 1e-9), decimals: 1)
+        report.add("seconds", drive.seconds, decimals: 2)
+        summary.add(to: &report, prefix: "", seconds: drive.seconds)
+        acks.add(to: &report, sent: drive.sent)
     }
 }
 

@@ -11,16 +11,6 @@ enum RESPValue: Sendable, Equatable {
     /// nil: the null array (`*-1`).
     case array([RESPValue]?)
 
-    /// True for a simple or bulk string of exactly these ASCII bytes (no String is made).
-    func isString(_ ascii: StaticString) -> Bool {
-        let expected = UnsafeRawBufferPointer(start: ascii.utf8Start, count: ascii.utf8CodeUnitCount)
-        switch self {
-        case .bulkString(let bytes?): return bytes.readableBytesView.elementsEqual(expected)
-        case .simpleString(let text): return text.utf8.elementsEqual(expected)
-        default: return false
-        }
-    }
-
     /// The text of a simple or bulk string.
     var string: String? {
         switch self {

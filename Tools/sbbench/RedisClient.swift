@@ -1,25 +1,21 @@
 import NIOCore
 import NIOPosix
 
-/// A minimal Redis connection speaking RESP2 over NIO, for the redis-fanout comparison: commands are answered in
-/// order; on a subscribed connection every `message` push goes to a callback with the instant its bytes were read.
+/// A minimal Redis connection speaking RESP2 over NIO, for the redis-fanout publisher: commands are answered in
+/// order. (The subscribers are ``RawSubscriber`` sockets.)
 struct RedisClient: Sendable {
     let channel: any Channel
 
     var eventLoop: any EventLoop { self.channel.eventLoop }
 
     /// Connects to a Redis server.
-    ///
-    /// - Parameter onMessage: Called for every `["message", channel, payload]` push with the instant it was read.
-    static func connect(
-        to target: BenchTarget, on loop: any EventLoop, onMessage: (@Sendable (ByteBuffer, UInt64) -> Void)? = nil
-    ) -> EventLoopFuture<RedisClient> {
+    static func connect(to target: BenchTarget, on loop: any EventLoop) -> EventLoopFuture<RedisClient> {
         let bootstrap = ClientBootstrap(group: loop)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(RedisClientHandler(onMessage: onMessage))
+                    try channel.pipeline.syncOperations.addHandler(RedisClientHandler())
                 }
             }
         return target.connect(bootstrap).map { RedisClient(channel: $0) }
@@ -55,13 +51,8 @@ final class RedisClientHandler: ChannelDuplexHandler {
     typealias OutboundIn = RedisCall
     typealias OutboundOut = ByteBuffer
 
-    private let onMessage: (@Sendable (ByteBuffer, UInt64) -> Void)?
     private var cumulation = ByteBuffer()
     private var pending = CircularBuffer<EventLoopPromise<RESPValue>>()
-
-    init(onMessage: (@Sendable (ByteBuffer, UInt64) -> Void)?) {
-        self.onMessage = onMessage
-    }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let call = self.unwrapOutboundIn(data)
@@ -74,16 +65,9 @@ final class RedisClientHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = self.unwrapInboundIn(data)
         self.cumulation.writeBuffer(&bytes)
-        let now = NIODeadline.now().uptimeNanoseconds
         do {
             while let value = try RESPParser.parse(from: &self.cumulation) {
-                if case .array(let elements?) = value, elements.count == 3, elements[0].isString("message"),
-                    case .bulkString(let payload?) = elements[2]
-                {
-                    self.onMessage?(payload, now)
-                } else if let reply = self.pending.popFirst() {
-                    reply.succeed(value)
-                }
+                self.pending.popFirst()?.succeed(value)
             }
         } catch {
             context.close(promise: nil)

@@ -6,7 +6,8 @@ import SwitchboardWire
 /// The `storage-fanout` scenario: `--subscribers` connections follow one metadata set (the writer's user metadata
 /// with subscribeUserMetadata, or with `--via channel` channel "fanout" with subscribeChannel withMetadata); one
 /// writer connection sets item "t" to a ``FanoutPayload`` (event index and send instant); every subscriber notes
-/// when the storage event with that item arrived.
+/// when the storage event with that item arrived. The subscribers are ``RawSubscriber`` sockets read by one
+/// ``FanoutReader`` thread; the writer is a ``BenchClient``.
 extension SBBench {
     static let fanoutWriter = "fanout-writer"
     static let fanoutChannel = "fanout"
@@ -16,35 +17,34 @@ extension SBBench {
         let target = try self.target()
         let clock = ContinuousClock()
         let viaChannel = self.via == "channel"
-        let recorder = FanoutRecorder(subscribers: self.subscribers, events: self.events)
+        let progress = FanoutProgress(subscribers: self.subscribers, events: self.events)
         let subscribe: Request = viaChannel
             ? .subscribeChannel(SubscribeChannelRequest(channel: Self.fanoutChannel, withMetadata: true, withPresence: false))
             : .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: Self.fanoutWriter))
         let subject = viaChannel ? Self.fanoutChannel : Self.fanoutWriter
 
         let subscribeStart = clock.now
-        let subscribers = try await self.openInBatches(self.subscribers) { index in
-            BenchClient.connect(
-                to: target, on: group.next(), user: "fanout-sub-\(index)",
-                onPush: { frame, now in
-                    Self.storageEventReceived(frame, subject: subject, subscriber: index, at: now, recorder: recorder)
-                }
-            )
-            .flatMap { client in
-                client.send(subscribe).flatMapThrowing { response in
-                    if let code = response.errorCode { throw BenchFailure("subscribing failed with \(code)") }
-                    return client
-                }
-            }
+        let subscribers = try await RawSubscriber.openSwitchboard(
+            self.subscribers, target: target, user: { "fanout-sub-\($0)" }, requests: [subscribe]
+        ) { response in
+            if let code = response.errorCode { throw BenchFailure("subscribing failed with \(code)") }
         }
+        defer { RawSubscriber.close(subscribers) }
         report.add("via", self.via)
         report.add("subscribe_seconds", (clock.now - subscribeStart).seconds, decimals: 2)
 
+        let reader = try FanoutReader(
+            subscribers: subscribers,
+            scanner: SwitchboardFanoutScanner(StorageFanoutAttribution(subject: subject, recorder: FanoutRecorder(progress: progress))),
+            keepAlive: .switchboardPing(subscribers))
+        reader.start()
+        defer { _ = reader.stop() }
         let writer = try await BenchClient.connect(to: target, on: group.next(), user: Self.fanoutWriter).get()
+        defer { writer.close() }
         let acks = FanoutAcks()
-        await self.driveFanout(recorder: recorder, acks: acks, report: &report) { event in
+        let drive = await self.driveFanout(progress: progress, acks: acks) { event in
             writer.send { now in
-                recorder.sent(event: event, at: now)
+                progress.sent(event: event, at: now)
                 let item = MetadataItem(key: Self.fanoutKey, value: FanoutPayload(event: event, sentAt: now).text)
                 return viaChannel
                     ? .setChannelMetadata(SetChannelMetadataRequest(channel: Self.fanoutChannel, items: [item]))
@@ -58,24 +58,10 @@ extension SBBench {
                 }
             }
         }
-        let dropped = subscribers.filter { !$0.channel.isActive }.count
-        if dropped > 0 { report.fail("\(dropped) subscriber connections were closed during the run") }
-        writer.close()
-        for subscriber in subscribers { subscriber.close() }
-    }
-
-    /// Notes the arrival of a storage event written by the writer; snapshots and other pushes are ignored.
-    static func storageEventReceived(_ frame: Frame, subject: String, subscriber: Int, at now: UInt64, recorder: FanoutRecorder) {
-        guard frame.header.op == PushCode.storageEvent.rawValue,
-            case .push(.storageEvent(let event))? = try? SwitchboardMessage.decode(frame),
-            event.eventType == .set, event.target == subject
-        else { return }
-        for item in event.items where item.key == Self.fanoutKey {
-            if let payload = FanoutPayload(item.value[...]) {
-                recorder.delivered(event: payload.event, subscriber: subscriber, at: now, sentAt: payload.sentAt)
-            } else {
-                recorder.delivered(event: -1, subscriber: subscriber, at: now)
-            }
+        let stopped = reader.stop()
+        self.reportFanout(drive, summary: stopped.scanner.attribution.recorder.summary, acks: acks, into: &report)
+        if stopped.closedConnections > 0 {
+            report.fail("\(stopped.closedConnections) subscriber connections were closed during the run")
         }
     }
 }
