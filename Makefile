@@ -9,7 +9,8 @@ run: deps
 	swift run -c release switchboard
 
 ## Runs the whole test suite: generated code up to date, the Python reference codec against the vectors, swift test.
-test: deps
+test:
+	@Tools/ensure-system-packages.sh redis-server
 	python3 Tools/codegen/generate.py --check
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test

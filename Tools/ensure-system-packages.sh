@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the C libraries the package links (zlib, SQLite) when they are missing. Debian/Ubuntu only.
+# Installs the C libraries the package links (zlib, SQLite) when they are missing, and any further Debian packages
+# named as arguments (the test suite names redis-server: sbbench's redis-fanout is tested against a real Redis).
+# Debian/Ubuntu only.
 set -euo pipefail
-needed=(zlib1g-dev libsqlite3-dev)
+needed=(zlib1g-dev libsqlite3-dev "$@")
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
