@@ -142,26 +142,43 @@ public final class SwitchboardGateway: Service, Sendable {
     /// Listen queue length of each listener.
     static let backlog: CInt = 4096
 
-    /// What the listeners do with an accepted socket: make it a channel on the next event loop, with a
-    /// ``ConnectionHandler`` that knows the socket's descriptor.
-    private func adopter() -> @Sendable (CInt) -> Void {
+    /// What the listeners do with accepted sockets: make each a channel on the next event loop (one task per loop
+    /// for a batch), with a ``ConnectionHandler`` that knows the socket's descriptor.
+    private func adopter() -> @Sendable ([CInt]) -> Void {
         let core = self.core
         let group = self.eventLoopGroup
         let window = ConnectionHandler.writeWindow(lowWaterMark: self.configuration.limits.outboundLowWaterMark)
-        return { descriptor in
-            _ = ClientBootstrap(group: group)  // sets TCP_NODELAY (NIO skips it for Unix sockets)
-                .channelOption(.socketOption(.so_keepalive), value: 1)
-                // A small write window: pushes beyond it wait in the connection handler, where replies pass them
-                // (SB-5.9-2); the handler applies the configured high-water mark and hard cap to the whole queue.
-                .channelOption(.writeBufferWaterMark, value: window)
-                .channelOption(.maxMessagesPerRead, value: 16)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(
-                            ConnectionHandler(core: core, socket: DirectSocketWriter(descriptor: descriptor)))
+        return { descriptors in
+            var byLoop: [(loop: any EventLoop, descriptors: [CInt])] = []
+            for descriptor in descriptors {
+                let loop = group.next()
+                if let index = byLoop.firstIndex(where: { $0.loop === loop }) {
+                    byLoop[index].descriptors.append(descriptor)
+                } else {
+                    byLoop.append((loop, [descriptor]))
+                }
+            }
+            for (loop, descriptors) in byLoop {
+                loop.execute {
+                    for descriptor in descriptors {
+                        // On its loop, so the channel is set up at once (no task per connection).
+                        _ = ClientBootstrap(group: loop)  // sets TCP_NODELAY (NIO skips it for Unix sockets)
+                            .channelOption(.socketOption(.so_keepalive), value: 1)
+                            // A small write window: pushes beyond it wait in the connection handler, where replies
+                            // pass them (SB-5.9-2); the handler applies the configured high-water mark and hard cap
+                            // to the whole queue.
+                            .channelOption(.writeBufferWaterMark, value: window)
+                            .channelOption(.maxMessagesPerRead, value: 16)
+                            .channelInitializer { channel in
+                                channel.eventLoop.makeCompletedFuture {
+                                    try channel.pipeline.syncOperations.addHandler(
+                                        ConnectionHandler(core: core, socket: DirectSocketWriter(descriptor: descriptor)))
+                                }
+                            }
+                            .withConnectedSocket(descriptor)
                     }
                 }
-                .withConnectedSocket(descriptor)
+            }
         }
     }
 

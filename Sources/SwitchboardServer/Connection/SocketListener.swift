@@ -27,6 +27,10 @@ final class SocketListener: Sendable {
     private let stopRequested = Atomic<Bool>(false)
     /// Whether the accept thread runs (it closes the descriptors when it ends; otherwise `deinit` does).
     private let started = Atomic<Bool>(false)
+    /// The pause after a hand-over (see `acceptLoop`).
+    static let coalescingMicroseconds: UInt32 = 500
+    /// Most connections handed over at once.
+    static let maxBatch = 256
     /// The address it listens on (the port the kernel chose for port 0).
     let localAddress: SocketAddress
 
@@ -116,9 +120,10 @@ final class SocketListener: Sendable {
         }
     }
 
-    /// Starts the accept thread: each accepted socket (non-blocking, close-on-exec) goes to `accepted` on that
-    /// thread (NIO makes it non-blocking). Accepting stops at ``stop()``, which closes the listening socket.
-    func start(logger: Logger, accepted: @escaping @Sendable (CInt) -> Void) {
+    /// Starts the accept thread: the sockets accepted at each wake-up (close-on-exec; NIO makes them non-blocking)
+    /// go to `accepted` together, on that thread, so that a burst of connections costs one hand-over to the event
+    /// loops, not one per connection. Accepting stops at ``stop()``, which closes the listening socket.
+    func start(logger: Logger, accepted: @escaping @Sendable ([CInt]) -> Void) {
         guard !self.started.exchange(true, ordering: .sequentiallyConsistent) else { return }
         Thread.spawn(name: "switchboard-accept") { self.acceptLoop(logger: logger, accepted: accepted) }
     }
@@ -141,11 +146,12 @@ final class SocketListener: Sendable {
         }
     }
 
-    private func acceptLoop(logger: Logger, accepted: @Sendable (CInt) -> Void) {
+    private func acceptLoop(logger: Logger, accepted: @Sendable ([CInt]) -> Void) {
         var polled = [
             pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: self.wakeDescriptor, events: Int16(POLLIN), revents: 0),
         ]
+        var failing = false
         while !self.stopRequested.load(ordering: .sequentiallyConsistent) {
             let ready = poll(&polled, nfds_t(polled.count), -1)
             if ready < 0 {
@@ -153,20 +159,34 @@ final class SocketListener: Sendable {
                 logger.error("accept loop: poll failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
                 break
             }
-            // Take every waiting connection, then wait again.
-            while !self.stopRequested.load(ordering: .relaxed) {
+            // Take every waiting connection (up to a batch), hand them over, then wait again. After a hand-over the
+            // thread pauses briefly before it waits: in a burst of connections the next wake-up then finds several
+            // (each wake-up of this thread and of an event loop costs more than the connection's own set-up), and
+            // the first connection of a burst is not delayed.
+            var batch: [CInt] = []
+            defer {
+                if !batch.isEmpty {
+                    accepted(batch)
+                    usleep(Self.coalescingMicroseconds)
+                }
+            }
+            while !self.stopRequested.load(ordering: .relaxed), batch.count < Self.maxBatch {
                 let fd = accept(self.descriptor, nil, nil)
                 if fd >= 0 {
+                    failing = false
                     Self.setCloseOnExec(fd)
-                    accepted(fd)
+                    batch.append(fd)
                     continue
                 }
                 let error = errno
                 if error == EAGAIN || error == EWOULDBLOCK { break }
                 if error == EINTR || error == ECONNABORTED || error == EPROTO { continue }
                 // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays queued; try again shortly
-                // rather than spin on a listening socket that stays readable.
-                logger.warning("accept failed", metadata: ["error": "\(String(cString: strerror(error)))"])
+                // rather than spin on a listening socket that stays readable. Logged once per spell of failures.
+                if !failing {
+                    logger.warning("accept failed", metadata: ["error": "\(String(cString: strerror(error)))"])
+                    failing = true
+                }
                 usleep(10_000)
                 break
             }
