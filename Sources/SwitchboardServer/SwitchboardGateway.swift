@@ -109,7 +109,14 @@ public final class SwitchboardGateway: Service, Sendable {
         self.onRunning(bound)
 
         await withGracefulShutdownHandler {
-            for listener in listeners { await listener.waitUntilStopped() }
+            // Cancellation (without a graceful shutdown first) stops accepting too.
+            await withTaskCancellationHandler {
+                for listener in listeners { await listener.waitUntilStopped() }
+            } onCancel: {
+                self.listeners.withLock { listeners in
+                    for listener in listeners { listener.stop() }
+                }
+            }
         } onGracefulShutdown: {
             self.listeners.withLock { listeners in
                 for listener in listeners { listener.stop() }

@@ -471,6 +471,34 @@ import Testing
     }
 }
 
+extension SessionLifecycleTests {
+    /// Cancelling the gateway's task (no graceful shutdown first) stops its listeners and ends `run()`.
+    @Test func cancellingTheGatewayStopsItsListenersAndEndsRun() async throws {
+        var configuration = ServerConfiguration()
+        configuration.tcpHost = "127.0.0.1"
+        configuration.tcpPort = 0
+        configuration.unixSocketPath = temporarySocketPath()
+        let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let gateway = SwitchboardGateway(configuration: configuration, logger: logger, onRunning: { sink.yield($0) })
+        let ended = TestArea.Counter()
+        let running = Task {
+            try? await gateway.run()
+            ended.value.store(1, ordering: .relaxed)
+        }
+        var iterator = addresses.makeAsyncIterator()
+        let bound = try #require(await iterator.next())
+        let handle = RunningGateway(addresses: bound, gateway: gateway)
+        let client = try await handle.connect(.tcp, user: "Tony")
+        try await client.ping()
+        running.cancel()
+        #expect(await eventually(seconds: 10) { ended.value.load(ordering: .relaxed) == 1 }, "run() did not end")
+        #expect(throws: (any Error).self) { try RawSocket(handle, .tcp) }
+        #expect(!FileManager.default.fileExists(atPath: bound.unixSocketPath ?? ""))
+    }
+}
+
 /// A gateway configuration with these outbound queue limits (bytes).
 private func outboundLimits(high: Int, low: Int, hardCap: Int) -> @Sendable (inout ServerConfiguration) -> Void {
     { configuration in
