@@ -428,17 +428,8 @@ import Testing
 
     @Test(arguments: Transport.allCases)
     func gracefulShutdownAnswersEveryRequestInFlight(transport: Transport) async throws {
-        var configuration = ServerConfiguration()
-        configuration.tcpHost = "127.0.0.1"
-        configuration.tcpPort = 0
-        configuration.unixSocketPath = temporarySocketPath()
-        let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
         let area = TestArea(delay: .milliseconds(500))
-        let gateway = SwitchboardGateway(
-            configuration: configuration, handlers: [area], logger: logger,
-            onRunning: { sink.yield($0) })
+        let (gateway, addresses, logger) = Self.gatewayNotRunning(handlers: [area])
         let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
@@ -472,8 +463,11 @@ import Testing
 }
 
 extension SessionLifecycleTests {
-    /// Cancelling the gateway's task (no graceful shutdown first) stops its listeners and ends `run()`.
-    @Test func cancellingTheGatewayStopsItsListenersAndEndsRun() async throws {
+    /// A gateway on a free TCP port and a temporary Unix socket, not started; the stream yields its addresses once
+    /// it runs.
+    static func gatewayNotRunning(
+        handlers: [any RequestHandler] = []
+    ) -> (SwitchboardGateway, AsyncStream<SwitchboardGateway.BoundAddresses>, Logger) {
         var configuration = ServerConfiguration()
         configuration.tcpHost = "127.0.0.1"
         configuration.tcpPort = 0
@@ -481,7 +475,14 @@ extension SessionLifecycleTests {
         let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
         var logger = Logger(label: "test")
         logger.logLevel = .critical
-        let gateway = SwitchboardGateway(configuration: configuration, logger: logger, onRunning: { sink.yield($0) })
+        let gateway = SwitchboardGateway(
+            configuration: configuration, handlers: handlers, logger: logger, onRunning: { sink.yield($0) })
+        return (gateway, addresses, logger)
+    }
+
+    /// Cancelling the gateway's task (no graceful shutdown first) stops its listeners and ends `run()`.
+    @Test func cancellingTheGatewayStopsItsListenersAndEndsRun() async throws {
+        let (gateway, addresses, _) = Self.gatewayNotRunning()
         let ended = TestArea.Counter()
         let running = Task {
             try? await gateway.run()
