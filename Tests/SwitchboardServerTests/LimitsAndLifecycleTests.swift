@@ -401,11 +401,14 @@ import Testing
                 $0.sendsHeartbeats = false
             }
             #expect(silent.welcome.heartbeatMs == 300 && silent.welcome.heartbeatMisses == 3)
-            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 300 }
+            // A longer interval for the client that does send heartbeats: the test checks that heartbeats keep a
+            // session open, and 3 s of allowed silence rides out a loaded CI machine (300 ms did not, now and then).
+            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 1_000 }
             await silent.waitUntilClosed()
             #expect((await silent.goAway)?.code == UInt64(ErrorCode.heartbeatTimeout.rawValue))
             #expect(await recorder.wait { $0.ended.contains { $0.user == "silent" && $0.reason == .abnormal } })
-            try await Task.sleep(for: .milliseconds(800))
+            // Past the 3 s a silent client would get: only its heartbeats keep it connected.
+            try await Task.sleep(for: .milliseconds(2_800))
             #expect(chatty.isActive, "a client that sends heartbeats stays connected")
             try await chatty.ping()
         }
