@@ -227,6 +227,9 @@ import Testing
         #expect(await sink.wait { $0.contains { if case .connectionClosed(let summary) = $0.kind { summary.closedBy == .upstream } else { false } } })
         let goAway = sink.events.first { $0.direction == .serverToClient }?.frame
         #expect(goAway?.opName == "goAway")
+        // The proxy counts the connection closed once both of its channels are (the client side may finish closing
+        // a moment after the close was recorded): wait up to 5 s.
+        for _ in 0..<500 where proxy.openConnections != 0 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(proxy.openConnections == 0)
         await proxy.stop()
     }
