@@ -50,15 +50,26 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
                 && self.storage.withUnsafeBytes { Self.same(UnsafeRawBufferPointer(rebasing: $0[..<bytes.count]), bytes) }
         }
 
-        /// Appends the record's field to `body`.
-        func appendField(to body: inout ByteBuffer) {
-            _ = self.storage.withUnsafeBytes { body.writeBytes(UnsafeRawBufferPointer(rebasing: $0[self.keyCount...])) }
+        /// The size of the record's field (tag, length, encoding).
+        var fieldSize: Int { self.storage.count - self.keyCount }
+
+        /// Writes the record's field.
+        func writeField(to writer: inout WireWriter) {
+            self.storage.withUnsafeBytes { bytes in
+                writer.writeBytes(UnsafeRawBufferPointer(start: bytes.baseAddress! + self.keyCount, count: bytes.count - self.keyCount))
+            }
         }
 
-        /// Byte equality, eight bytes at a time (ids are short: a call to `memcmp` cost more than the comparison).
+        /// Byte equality, eight bytes at a time (ids are short: a call to `memcmp` cost more than the comparison); ids
+        /// of 4 to 8 bytes in two overlapping 4-byte loads.
         static func same(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Bool {
             let count = lhs.count
             guard count == rhs.count else { return false }
+            if count >= 4 && count <= 8 {
+                return lhs.loadUnaligned(fromByteOffset: 0, as: UInt32.self) == rhs.loadUnaligned(fromByteOffset: 0, as: UInt32.self)
+                    && lhs.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)
+                        == rhs.loadUnaligned(fromByteOffset: count - 4, as: UInt32.self)
+            }
             var offset = 0
             while offset + 8 <= count {
                 guard lhs.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
@@ -149,20 +160,22 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     func appendFields(_ ids: [String], missingField: UInt32, to body: inout ByteBuffer) {
         var answer = BatchAnswer(count: ids.count)
         for id in ids {
-            Self.withKey(id) { bytes in answer.add(bytes, from: self, to: &body) }
+            Self.withKey(id) { bytes in answer.add(bytes, from: self) }
         }
-        answer.appendMissing(field: missingField, to: &body)
+        answer.write(missingField: missingField, to: &body)
     }
 
     /// As ``appendFields(_:missingField:to:)``, for the ids in the fields `idField` of a request body, read
-    /// without making `String`s of them; other fields are skipped.
+    /// without making `String`s of them (other fields are skipped), and written to `body` in one go once the answer's
+    /// size is known: straight into a connection's output (``EncodedAnswerOutput``) or a buffer.
     ///
-    /// - Returns: false when the ids are not the plain case: none, more than `maxIDs`, or one empty or longer than
-    ///   `maxIDBytes` bytes (the caller then answers from the typed request, which reports the error); the reader's
-    ///   errors (malformed body, invalid UTF-8) are thrown.
+    /// - Returns: false, having written nothing, when the ids are not the plain case: none, more than `maxIDs`, or
+    ///   one empty or longer than `maxIDBytes` bytes (the caller then answers from the typed request, which reports
+    ///   the error); the reader's errors (malformed body) and an id that is not UTF-8 are thrown, before anything
+    ///   is written.
     func appendFields(
         readingIDsFrom reader: inout WireReader, idField: UInt32, maxIDs: Int, maxIDBytes: Int,
-        missingField: UInt32, to body: inout ByteBuffer
+        missingField: UInt32, to body: inout some ResponseBodySink
     ) throws(SwitchboardWireError) -> Bool {
         var answer = BatchAnswer(count: maxIDs)
         var ids = 0
@@ -172,13 +185,13 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
                 continue
             }
             guard field.wireType == .lengthDelimited else { return false }
-            let bytes = try reader.readStringBytes()
+            let bytes = try reader.readUncheckedStringBytes()
             ids += 1
             guard ids <= maxIDs, bytes.count >= 1, bytes.count <= maxIDBytes else { return false }
-            answer.add(bytes, from: self, to: &body)
+            try answer.add(checking: bytes, from: self)
         }
         guard ids > 0 else { return false }
-        answer.appendMissing(field: missingField, to: &body)
+        answer.write(missingField: missingField, to: &body)
         return true
     }
 
@@ -201,8 +214,10 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
         }
     }
 
-    private func entry(for bytes: UnsafeRawBufferPointer) -> Entry? {
-        self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes, seed: self.seed)).map { self.slots[$0]! }
+    /// The entry stored under `bytes`, unretained: valid while the table is neither changed nor dropped.
+    private func entry(for bytes: UnsafeRawBufferPointer) -> Unmanaged<Entry>? {
+        guard let slot = self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes, seed: self.seed)) else { return nil }
+        return self.slots.withUnsafeBufferPointer { Unmanaged.passUnretained($0[slot].unsafelyUnwrapped) }
     }
 
     /// Puts `entry` into the first free slot of its run (its key is not in the table).
@@ -219,31 +234,65 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
         for case let entry? in old { self.place(entry) }
     }
 
-    /// One batch answer being written: which entries were written (by identity) and which ids were missing.
+    /// One batch answer being assembled: the entries to answer with, in order and each once, and the missing ids;
+    /// then written in one go (``write(missingField:to:)``).
+    ///
+    /// The entries are held unretained: an answer lives within one call on the table, which keeps them.
     private struct BatchAnswer {
-        var written: IdentitySet
-        var missing: [[UInt8]] = []
+        private var seen: IdentitySet
+        private var found: [Unmanaged<Entry>] = []
+        private var foundSize = 0
+        private var missing: [[UInt8]] = []
 
         init(count: Int) {
-            self.written = IdentitySet(capacity: count)
+            self.seen = IdentitySet(capacity: count)
+            self.found.reserveCapacity(count)
         }
 
-        mutating func add(_ bytes: UnsafeRawBufferPointer, from table: EncodedRecordTable, to body: inout ByteBuffer) {
+        /// As ``add(_:from:)`` for bytes straight from a request, not yet checked to be UTF-8: an id found in the
+        /// table equals a stored key, which was checked when it was stored, so only a missing id is checked here
+        /// (invalid UTF-8 is ``ErrorCode/invalidUtf8``, as reading it as a `String` would report).
+        mutating func add(checking bytes: UnsafeRawBufferPointer, from table: EncodedRecordTable) throws(SwitchboardWireError) {
             guard let entry = table.entry(for: bytes) else {
-                // Missing ids are rare and few (at most a batch): a linear check for repeats.
-                let repeated = self.missing.contains { id in id.withUnsafeBytes { Entry.same($0, bytes) } }
-                if !repeated { self.missing.append(Array(bytes)) }
+                guard WireReader.isValidUTF8(bytes) else {
+                    throw SwitchboardWireError(.invalidUtf8, "string field is not valid UTF-8")
+                }
+                self.addMissing(bytes)
                 return
             }
-            guard self.written.insert(ObjectIdentifier(entry)) else { return }
-            entry.appendField(to: &body)
+            self.addFound(entry)
         }
 
-        func appendMissing(field: UInt32, to body: inout ByteBuffer) {
-            for id in self.missing {
-                let size = WireField.lengthDelimitedFieldSize(field, length: id.count)
-                body.writeSwitchboardEncoded(size: size) { writer in
-                    writer.writeTag(field, .lengthDelimited)
+        mutating func add(_ bytes: UnsafeRawBufferPointer, from table: EncodedRecordTable) {
+            guard let entry = table.entry(for: bytes) else {
+                self.addMissing(bytes)
+                return
+            }
+            self.addFound(entry)
+        }
+
+        private mutating func addFound(_ entry: Unmanaged<Entry>) {
+            guard self.seen.insert(ObjectIdentifier(entry.takeUnretainedValue())) else { return }
+            self.found.append(entry)
+            self.foundSize += entry._withUnsafeGuaranteedRef { $0.fieldSize }
+        }
+
+        private mutating func addMissing(_ bytes: UnsafeRawBufferPointer) {
+            // Missing ids are rare and few (at most a batch): a linear check for repeats.
+            let repeated = self.missing.contains { id in id.withUnsafeBytes { Entry.same($0, bytes) } }
+            if !repeated { self.missing.append(Array(bytes)) }
+        }
+
+        /// Writes the records' fields, then each missing id as field `missingField`.
+        func write(missingField: UInt32, to body: inout some ResponseBodySink) {
+            var size = self.foundSize
+            for id in self.missing { size += WireField.lengthDelimitedFieldSize(missingField, length: id.count) }
+            body.writeBody(size: size) { writer in
+                for entry in self.found {
+                    entry._withUnsafeGuaranteedRef { $0.writeField(to: &writer) }
+                }
+                for id in self.missing {
+                    writer.writeTag(missingField, .lengthDelimited)
                     writer.writeVarint(UInt64(id.count))
                     id.withUnsafeBytes { writer.writeBytes($0) }
                 }

@@ -265,24 +265,25 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     /// A batch of user or group infos straight from the request body: ids looked up by their bytes, records copied
     /// from their stored encodings. Nil (the typed path answers) when a provider of the kind is registered (missing
     /// ids are asked for) or the ids are not the plain case (errors are reported by the typed path).
-    public func answerEncoded(_ operation: Opcode, body: ByteBuffer, session: SessionHandle) -> EncodedResponse? {
+    public func answerEncoded(
+        _ operation: Opcode, body: ByteBuffer, session: SessionHandle, into output: inout EncodedAnswerOutput
+    ) -> Bool {
+        guard operation == .getUserInfo || operation == .getGroupInfo else { return false }
         let kind: ProfileKind = operation == .getUserInfo ? .user : .group
-        guard operation == .getUserInfo || operation == .getGroupInfo else { return nil }
-        return self.state.withLock { state -> EncodedResponse? in
-            guard state.providers[kind] == nil else { return nil }
-            var answer = ByteBufferAllocator().buffer(capacity: 128 * 100)
+        return self.state.withLock { state -> Bool in
+            guard state.providers[kind] == nil else { return false }
             let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
                 let maxIDs = Limits.idsPerBatch
                 let maxBytes = Limits.maxIDBytes
                 return kind == .user
                     ? try state.users.appendFields(
                         readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                        to: &answer)
+                        to: &output)
                     : try state.groups.appendFields(
                         readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                        to: &answer)
+                        to: &output)
             }
-            return answered == true ? EncodedResponse(operation: operation, body: answer) : nil
+            return answered == true
         }
     }
 

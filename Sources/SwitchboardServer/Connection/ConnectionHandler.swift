@@ -563,11 +563,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         // Reads a command area answers straight from the encoded body (the plain case of a batch read).
         if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
-            let response = reader.answerEncoded(operation, body: frame.body, session: session)
+            let buffer = self.takeOutput(capacity: 8192)
         {
-            self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
-            self.sendEncoded(FrameHeader(kind: .response, op: op, requestID: requestID), body: response.body)
-            return
+            var answer = EncodedAnswerOutput(
+                header: FrameHeader(kind: .response, op: op, requestID: requestID), encoder: self.encoder, buffer: buffer)
+            let answered = reader.answerEncoded(operation, body: frame.body, session: session, into: &answer)
+            self.output = answer.buffer
+            if answered {
+                self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
+                self.core.metrics.framesOut.increment()
+                self.scheduleFlush()
+                return
+            }
         }
         let request: Request
         do {
@@ -661,6 +668,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.output = output
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()
+    }
+
+    /// This tick's output, taken out of `self` so that it stays uniquely referenced while the caller appends to it
+    /// (the caller puts it back); nil once the connection is closed.
+    private func takeOutput(capacity: Int) -> ByteBuffer? {
+        guard self.state != .closed else { return nil }
+        if let output = self.output {
+            self.output = nil
+            return output
+        }
+        return self.context?.channel.allocator.buffer(capacity: capacity)
     }
 
     /// Appends a frame whose body was encoded beforehand to this tick's output.

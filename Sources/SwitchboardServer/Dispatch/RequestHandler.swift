@@ -92,10 +92,51 @@ public protocol RequestHandler: Sendable {
 public protocol EncodedReadHandler: RequestHandler {
     /// The operations it may answer this way (a subset of ``RequestHandler/operations``).
     var encodedReadOperations: [Opcode] { get }
-    /// The answer to a request of `operation` whose body is `body` (inflated), or nil to have the request decoded and
-    /// passed to ``RequestHandler/handle(_:context:)`` as usual. Return nil for anything but the plain case (an
-    /// error to report, a provider to ask), so that errors are reported exactly as the typed path reports them.
-    func answerEncoded(_ operation: Opcode, body: ByteBuffer, session: SessionHandle) -> EncodedResponse?
+    /// Answers a request of `operation` whose body is `body` (inflated) by writing the response body to `output`
+    /// and returning true; or returns false, having written nothing, to have the request decoded and passed to
+    /// ``RequestHandler/handle(_:context:)`` as usual. Return false for anything but the plain case (an error to
+    /// report, a provider to ask), so that errors are reported exactly as the typed path reports them.
+    func answerEncoded(
+        _ operation: Opcode, body: ByteBuffer, session: SessionHandle, into output: inout EncodedAnswerOutput
+    ) -> Bool
+}
+
+/// Where a response body is written in one go once its size is known.
+public protocol ResponseBodySink {
+    /// Writes a body of `size` bytes, which `write` must write exactly (checked).
+    mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void)
+}
+
+extension ByteBuffer: ResponseBodySink {
+    /// Appends the body.
+    public mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void) {
+        self.writeSwitchboardEncoded(size: size, write)
+    }
+}
+
+/// The answer of an ``EncodedReadHandler``: its body goes straight into the connection's output, behind the
+/// response frame's header (or, when it is large enough to be compressed on this connection, through zlib), with no
+/// buffer of its own.
+public struct EncodedAnswerOutput: ResponseBodySink {
+    let header: FrameHeader
+    let encoder: FrameEncoder
+    /// The connection's output, with the frame appended once a body was written.
+    var buffer: ByteBuffer
+    /// Whether a body was written (at most one is).
+    public private(set) var isWritten = false
+
+    init(header: FrameHeader, encoder: FrameEncoder, buffer: ByteBuffer) {
+        self.header = header
+        self.encoder = encoder
+        self.buffer = buffer
+    }
+
+    /// Appends the response frame with a body of `size` bytes, which `write` must write exactly (checked). Once.
+    public mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void) {
+        precondition(!self.isWritten, "an answer has one body")
+        self.isWritten = true
+        self.encoder.encode(header: self.header, bodySize: size, into: &self.buffer, writeBody: write)
+    }
 }
 
 /// Learns when sessions start and end (presence, online state, locks hang on this).

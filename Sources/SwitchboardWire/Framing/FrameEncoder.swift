@@ -67,6 +67,34 @@ public struct FrameEncoder: Sendable {
         return buffer.writerIndex - start
     }
 
+    /// Appends one frame whose body, `bodySize` bytes, `writeBody` writes straight into `buffer` (an answer assembled
+    /// from pre-encoded pieces, with no buffer of its own); a body of at least ``compressionThreshold`` bytes is
+    /// written to a scratch buffer first and compressed like any other. `writeBody` must write exactly `bodySize`
+    /// bytes (checked).
+    ///
+    /// - Returns: the number of bytes written.
+    @inlinable
+    @discardableResult
+    public func encode(
+        header: FrameHeader, bodySize: Int, into buffer: inout ByteBuffer, writeBody: (inout WireWriter) -> Void
+    ) -> Int {
+        if let threshold = self.compressionThreshold, bodySize >= threshold {
+            var plain = ByteBufferAllocator().buffer(capacity: bodySize)
+            plain.writeSwitchboardEncoded(size: bodySize, writeBody)
+            return self.encodeCompressed(plain: plain, header: header, into: &buffer)
+        }
+        let length = header.encodedSize + bodySize
+        let total = Varint.size(UInt64(length)) + length
+        buffer.writeSwitchboardEncoded(size: total) { writer in
+            writer.writeVarint(UInt64(length))
+            writer.writeByte(header.flags.rawValue)
+            writer.writeByte(header.typeByte)
+            if header.kind.hasRequestID { writer.writeVarint(UInt64(header.requestID)) }
+            writeBody(&writer)
+        }
+        return total
+    }
+
     @usableFromInline
     func encodeCompressed(
         _ message: SwitchboardMessage, header: FrameHeader, bodySize: Int, into buffer: inout ByteBuffer
@@ -76,7 +104,8 @@ public struct FrameEncoder: Sendable {
         return self.encodeCompressed(plain: plain, header: header, into: &buffer)
     }
 
-    private func encodeCompressed(plain: ByteBuffer, header: FrameHeader, into buffer: inout ByteBuffer) -> Int {
+    @usableFromInline
+    func encodeCompressed(plain: ByteBuffer, header: FrameHeader, into buffer: inout ByteBuffer) -> Int {
         let start = buffer.writerIndex
         let bodySize = plain.readableBytes
         var compressed = ByteBufferAllocator().buffer(capacity: bodySize / 2 + 64)

@@ -149,19 +149,22 @@ public struct WireReader {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// Reads a length-prefixed UTF-8 string as the bytes it occupies in the body, without making a `String`; checked
-    /// as ``readString()`` checks (invalid UTF-8 is ``ErrorCode/invalidUtf8``). The bytes are valid only inside the
-    /// ``read(_:_:)`` that made this reader.
+    /// Reads a length-prefixed string field as the bytes it occupies in the body, without making a `String` and
+    /// without checking that they are UTF-8: the caller checks them (``isValidUTF8(_:)``) unless it already knows
+    /// them valid, as when they equal a stored key that was checked when it was stored. The bytes are valid only
+    /// inside the ``read(_:_:)`` that made this reader.
     @inlinable
-    public mutating func readStringBytes() throws(SwitchboardWireError) -> UnsafeRawBufferPointer {
+    public mutating func readUncheckedStringBytes() throws(SwitchboardWireError) -> UnsafeRawBufferPointer {
         let slice = try self.readLengthDelimited()
         let count = slice.end - slice.index
         if count == 0 { return UnsafeRawBufferPointer(start: nil, count: 0) }
-        let start = self.base.unsafelyUnwrapped + slice.index
-        guard UTF8Validation.isValid(UnsafeBufferPointer(start: start.assumingMemoryBound(to: UInt8.self), count: count)) else {
-            throw SwitchboardWireError(.invalidUtf8, "string field is not valid UTF-8")
-        }
-        return UnsafeRawBufferPointer(start: start, count: count)
+        return UnsafeRawBufferPointer(start: self.base.unsafelyUnwrapped + slice.index, count: count)
+    }
+
+    /// Whether `bytes` are valid UTF-8, as ``readString()`` checks its strings.
+    @inlinable
+    public static func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        UTF8Validation.isValid(bytes.assumingMemoryBound(to: UInt8.self))
     }
 
     /// Reads a nested message.
