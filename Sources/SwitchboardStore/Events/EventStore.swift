@@ -116,7 +116,7 @@ public final class EventStore: Sendable {
         self.write(completion) { db in
             for s in subscriptions {
                 try db.execute(
-                    sql: """
+                    cachedSQL: """
                         INSERT INTO event_subscription (subscriber, publisher, event_type, subscribed_at, expires_at)
                         VALUES (?, ?, ?, ?, ?) ON CONFLICT (subscriber, event_type, publisher)
                         DO UPDATE SET subscribed_at = excluded.subscribed_at, expires_at = excluded.expires_at
@@ -134,12 +134,12 @@ public final class EventStore: Sendable {
             if let publishers {
                 for publisher in publishers {
                     try db.execute(
-                        sql: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ? AND publisher = ?",
+                        cachedSQL: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ? AND publisher = ?",
                         arguments: [subscriber, Int64(eventType), publisher])
                 }
             } else {
                 try db.execute(
-                    sql: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ?",
+                    cachedSQL: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ?",
                     arguments: [subscriber, Int64(eventType)])
             }
         }
@@ -149,7 +149,7 @@ public final class EventStore: Sendable {
     public func keep(_ event: SubscribedEvent, limit: Int, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
             try db.execute(
-                sql: """
+                cachedSQL: """
                     INSERT INTO kept_event (event_id, publisher, event_type, value, timestamp, expires_at, ext)
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """,
@@ -158,7 +158,7 @@ public final class EventStore: Sendable {
                     Int64(event.expiresAtMs), event.ext,
                 ])
             try db.execute(
-                sql: """
+                cachedSQL: """
                     DELETE FROM kept_event WHERE publisher = ? AND seq NOT IN
                     (SELECT seq FROM kept_event WHERE publisher = ? ORDER BY seq DESC LIMIT ?)
                     """,
@@ -190,8 +190,8 @@ public final class EventStore: Sendable {
     /// Deletes expired subscriptions and kept events.
     public func purgeExpired(nowMillis: Int64) {
         self.write { db in
-            try db.execute(sql: "DELETE FROM event_subscription WHERE expires_at <= ?", arguments: [nowMillis])
-            try db.execute(sql: "DELETE FROM kept_event WHERE expires_at <= ?", arguments: [nowMillis])
+            try db.execute(cachedSQL: "DELETE FROM event_subscription WHERE expires_at <= ?", arguments: [nowMillis])
+            try db.execute(cachedSQL: "DELETE FROM kept_event WHERE expires_at <= ?", arguments: [nowMillis])
         }
     }
 

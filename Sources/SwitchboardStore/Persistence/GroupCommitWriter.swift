@@ -10,8 +10,9 @@ public typealias StoreWriteCompletion = @Sendable (Result<Void, any Error>) -> V
 /// outcome after its transaction committed (group commit).
 ///
 /// Callers never wait: ``submit(_:completion:)`` appends the write and returns. A serial writer queue takes every
-/// write queued so far, runs them in one transaction, each inside its own savepoint (so one failing write fails
-/// alone), commits, and only then calls the completions, in call order, on the writer queue. Writes submitted
+/// write queued so far, runs them in one transaction, commits, and only then calls the completions, in call order,
+/// on the writer queue. When a write fails, the transaction is rolled back and the batch runs again with each write
+/// inside its own savepoint, so that one failing write fails alone. Writes submitted
 /// while a transaction runs form the next one. A failed commit fails every write of its transaction.
 ///
 /// Used by ``EventStore`` and ``ProfileStore``: their areas answer a request from the completion, so a client is
@@ -42,7 +43,8 @@ final class GroupCommitWriter: Sendable {
     }
 
     /// Queues `body` to run in a write transaction; `completion` (on the writer queue) gets the outcome after the
-    /// transaction committed or failed. Without a completion a failure is logged.
+    /// transaction committed or failed. Without a completion a failure is logged. `body` may run a second time, after
+    /// a rollback, when a write of its batch failed: it must touch nothing but the database.
     func submit(
         _ body: @escaping @Sendable (Database) throws -> Void,
         completion: StoreWriteCompletion? = nil
@@ -78,6 +80,30 @@ final class GroupCommitWriter: Sendable {
     }
 
     private func commit(_ batch: [Pending]) {
+        let outcomes: [Result<Void, any Error>]
+        do {
+            // The common case first: every write succeeds, so the batch runs as it is, without a savepoint per write
+            // (two more statements each, which were most of a small write's cost).
+            try self.writer.write { db in
+                for pending in batch { try pending.body(db) }
+            }
+            outcomes = Array(repeating: .success(()), count: batch.count)
+        } catch {
+            // Something failed and the transaction rolled back: run the batch again with each write in its own
+            // savepoint, so that only the failing writes fail (the bodies only touch the database, so running them
+            // again after a rollback is safe).
+            outcomes = self.commitEachInItsSavepoint(batch)
+        }
+        for (pending, outcome) in zip(batch, outcomes) {
+            if let completion = pending.completion {
+                completion(outcome)
+            } else if case .failure(let error) = outcome {
+                self.logger.error("write-behind store: a write failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private func commitEachInItsSavepoint(_ batch: [Pending]) -> [Result<Void, any Error>] {
         var outcomes = [Result<Void, any Error>](repeating: .success(()), count: batch.count)
         do {
             try self.writer.write { db in
@@ -95,12 +121,6 @@ final class GroupCommitWriter: Sendable {
         } catch {
             outcomes = Array(repeating: .failure(error), count: batch.count)
         }
-        for (pending, outcome) in zip(batch, outcomes) {
-            if let completion = pending.completion {
-                completion(outcome)
-            } else if case .failure(let error) = outcome {
-                self.logger.error("write-behind store: a write failed", metadata: ["error": "\(error)"])
-            }
-        }
+        return outcomes
     }
 }

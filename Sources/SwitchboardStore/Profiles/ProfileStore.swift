@@ -90,7 +90,7 @@ public final class ProfileStore: Sendable {
     public func upsert(_ info: UserInfo, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
             try db.execute(
-                sql: "INSERT OR REPLACE INTO user_info (user_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
+                cachedSQL: "INSERT OR REPLACE INTO user_info (user_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
                 arguments: [info.userId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
         }
     }
@@ -99,7 +99,7 @@ public final class ProfileStore: Sendable {
     public func upsert(_ info: GroupInfo, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
             try db.execute(
-                sql: "INSERT OR REPLACE INTO group_info (group_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
+                cachedSQL: "INSERT OR REPLACE INTO group_info (group_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
                 arguments: [info.groupId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
         }
     }
@@ -108,7 +108,7 @@ public final class ProfileStore: Sendable {
     public func upsert(_ info: GroupMemberInfo, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
             try db.execute(
-                sql: """
+                cachedSQL: """
                     INSERT OR REPLACE INTO group_member_info (group_id, user_id, nickname, extra, updated_at)
                     VALUES (?, ?, ?, ?, ?)
                     """,
@@ -119,16 +119,16 @@ public final class ProfileStore: Sendable {
     /// Removes user records (`nil`: all of them).
     public func removeUsers(_ ids: [String]?, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
-            guard let ids else { return try db.execute(sql: "DELETE FROM user_info") }
-            for id in ids { try db.execute(sql: "DELETE FROM user_info WHERE user_id = ?", arguments: [id]) }
+            guard let ids else { return try db.execute(cachedSQL: "DELETE FROM user_info") }
+            for id in ids { try db.execute(cachedSQL: "DELETE FROM user_info WHERE user_id = ?", arguments: [id]) }
         }
     }
 
     /// Removes group records (`nil`: all of them).
     public func removeGroups(_ ids: [String]?, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
-            guard let ids else { return try db.execute(sql: "DELETE FROM group_info") }
-            for id in ids { try db.execute(sql: "DELETE FROM group_info WHERE group_id = ?", arguments: [id]) }
+            guard let ids else { return try db.execute(cachedSQL: "DELETE FROM group_info") }
+            for id in ids { try db.execute(cachedSQL: "DELETE FROM group_info WHERE group_id = ?", arguments: [id]) }
         }
     }
 
@@ -136,7 +136,7 @@ public final class ProfileStore: Sendable {
     public func removeMembers(_ keys: [(group: String, user: String)]?, completion: StoreWriteCompletion? = nil) {
         let keys = keys.map { $0.map { [$0.group, $0.user] } }
         self.write(completion) { db in
-            guard let keys else { return try db.execute(sql: "DELETE FROM group_member_info") }
+            guard let keys else { return try db.execute(cachedSQL: "DELETE FROM group_member_info") }
             for key in keys {
                 try db.execute(
                     sql: "DELETE FROM group_member_info WHERE group_id = ? AND user_id = ?", arguments: [key[0], key[1]])
@@ -151,9 +151,9 @@ public final class ProfileStore: Sendable {
         group: String, add: [String], remove: [String], replace: Bool, completion: StoreWriteCompletion? = nil
     ) {
         self.write(completion) { db in
-            try db.execute(sql: "INSERT OR IGNORE INTO member_list (group_id) VALUES (?)", arguments: [group])
+            try db.execute(cachedSQL: "INSERT OR IGNORE INTO member_list (group_id) VALUES (?)", arguments: [group])
             if replace {
-                try db.execute(sql: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
+                try db.execute(cachedSQL: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
             } else {
                 for user in remove {
                     try db.execute(
@@ -171,12 +171,12 @@ public final class ProfileStore: Sendable {
     public func removeMemberLists(_ groups: [String]?, completion: StoreWriteCompletion? = nil) {
         self.write(completion) { db in
             guard let groups else {
-                try db.execute(sql: "DELETE FROM member_list")
-                return try db.execute(sql: "DELETE FROM member_list_entry")
+                try db.execute(cachedSQL: "DELETE FROM member_list")
+                return try db.execute(cachedSQL: "DELETE FROM member_list_entry")
             }
             for group in groups {
-                try db.execute(sql: "DELETE FROM member_list WHERE group_id = ?", arguments: [group])
-                try db.execute(sql: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
+                try db.execute(cachedSQL: "DELETE FROM member_list WHERE group_id = ?", arguments: [group])
+                try db.execute(cachedSQL: "DELETE FROM member_list_entry WHERE group_id = ?", arguments: [group])
             }
         }
     }
