@@ -5,10 +5,27 @@ import SwitchboardWire
 import Synchronization
 
 /// What a benchmark connection does after its handshake.
+/// How a request-sending connection gets each request.
+enum RequestMaker: Sendable {
+    /// The same request every time: each connection encodes its body once and sends it again under new request ids
+    /// (as redis-benchmark formats its command once), so the load generator spends its time on the traffic.
+    case constant(Request)
+    /// A request made from the connection's sequence number (1, 2, ...).
+    case perSequence(@Sendable (UInt64) -> Request)
+
+    /// The request to send as number `sequence`.
+    func request(_ sequence: UInt64) -> Request {
+        switch self {
+        case .constant(let request): return request
+        case .perSequence(let make): return make(sequence)
+        }
+    }
+}
+
 enum BenchWork: Sendable {
     /// Keeps up to `depth` requests in flight until `stop` is set or `budget` requests were sent; with `pacing`,
     /// sends each request at its due time (open loop) instead of as soon as an answer frees a slot.
-    case requests(depth: Int, make: @Sendable (UInt64) -> Request, pacing: Pacing?)
+    case requests(depth: Int, make: RequestMaker, pacing: Pacing?)
     /// Stays idle (holds the connection).
     case idle
     /// Pipelines `count` requests and never reads a reply (a slow consumer).
@@ -101,6 +118,8 @@ final class BenchConnectionHandler: ChannelInboundHandler {
     private var pacer: Pacer?
     private var pacingTimer: Scheduled<Void>?
     private let encoder = FrameEncoder()
+    /// The op and encoded body of a ``RequestMaker/constant(_:)`` request.
+    private let constantRequest: (op: UInt8, body: ByteBuffer)?
 
     init(user: String, work: BenchWork, totals: BenchTotals, welcomed: EventLoopPromise<Void>) {
         self.user = user
@@ -111,6 +130,13 @@ final class BenchConnectionHandler: ChannelInboundHandler {
             self.sentAt = Array(repeating: 0, count: max(depth, 1) * 4)
         } else {
             self.sentAt = []
+        }
+        if case .requests(_, .constant(let request), _) = work {
+            var body = ByteBuffer()
+            SwitchboardMessage.request(id: 0, request).encodeBody(into: &body)
+            self.constantRequest = (request.operation.rawValue, body)
+        } else {
+            self.constantRequest = nil
         }
     }
 
@@ -130,7 +156,11 @@ final class BenchConnectionHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var bytes = self.unwrapInboundIn(data)
-        self.cumulation.writeBuffer(&bytes)
+        if self.cumulation.readableBytes == 0 {
+            self.cumulation = bytes  // no copy when nothing is left over from the last read
+        } else {
+            self.cumulation.writeBuffer(&bytes)
+        }
         let now = NIODeadline.now().uptimeNanoseconds
         while let frame = try? self.decoder.decodeFrame(from: &self.cumulation) {
             switch frame.header.kind {
@@ -224,7 +254,12 @@ final class BenchConnectionHandler: ChannelInboundHandler {
             self.sentAt[Int(self.nextID) % self.sentAt.count] = sentAt
             self.sequence += 1
             if self.output == nil { self.output = context.channel.allocator.buffer(capacity: 64 * depth) }
-            self.encoder.encode(.request(id: self.nextID, make(self.sequence)), into: &self.output!)
+            if let constant = self.constantRequest {
+                let header = FrameHeader(kind: .request, op: constant.op, requestID: self.nextID)
+                self.encoder.encode(header: header, body: constant.body, into: &self.output!)
+            } else {
+                self.encoder.encode(.request(id: self.nextID, make.request(self.sequence)), into: &self.output!)
+            }
             self.outstanding += 1
         }
         self.armPacingTimer(context: context)

@@ -69,9 +69,9 @@ extension SBBench {
         let start = clock.now
         let totals = BenchTotals(budget: UInt64(self.count))
         let mix = MetadataMix(setRatio: self.setRatio)
-        let make: @Sendable (UInt64) -> Request
+        let make: RequestMaker
         if self.scenario == "mix" {
-            make = { mix.request($0) }
+            make = .perSequence { mix.request($0) }
         } else {
             make = try self.makeRequest()
         }
@@ -80,7 +80,7 @@ extension SBBench {
             // One client pipelines a million requests and never reads a reply.
             let flood = BenchTotals(budget: 0)
             slowChannel = try await self.connect(
-                group: group, target: target, user: "slow-reader", work: .neverRead(make(0), count: 1_000_000), totals: flood
+                group: group, target: target, user: "slow-reader", work: .neverRead(make.request(0), count: 1_000_000), totals: flood
             ).get()
         }
         let deadline = Task {

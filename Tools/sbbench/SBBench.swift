@@ -127,35 +127,34 @@ struct SBBench: AsyncParsableCommand {
         return try BenchTarget.tcp(self.tcp ?? "127.0.0.1:7400")
     }
 
-    func makeRequest() throws -> @Sendable (UInt64) -> Request {
+    func makeRequest() throws -> RequestMaker {
         switch self.op {
-        case "where": return { _ in .whereNow(WhereNowRequest()) }
-        case "get": return { _ in .getUserMetadata(GetUserMetadataRequest()) }
-        case "who": return { _ in .whoNow(WhoNowRequest(channel: "storm", includeState: true)) }
+        case "where": return .constant(.whereNow(WhereNowRequest()))
+        case "get": return .constant(.getUserMetadata(GetUserMetadataRequest()))
+        case "who": return .constant(.whoNow(WhoNowRequest(channel: "storm", includeState: true)))
         case "setuser":
             // One count over every connection (each connection's own sequence would cover only its first ids), so
             // `--count 100` or more stores all of user-0...99.
             let written = Atomic<UInt64>(0)
-            return { _ in
+            return .perSequence { _ in
                 let id = "user-\(written.wrappingAdd(1, ordering: .relaxed).oldValue % 100)"
                 return .setUserInfo(SetUserInfoRequest(info: UserInfo(userId: id, name: "Name \(id)", portraitUri: "https://example.com/\(id).png")))
             }
         case "users100":
-            let ids = (0..<100).map { "user-\($0)" }
-            return { _ in .getUserInfo(GetUserInfoRequest(userIds: ids)) }
+            return .constant(.getUserInfo(GetUserInfoRequest(userIds: (0..<100).map { "user-\($0)" })))
         case "set":
-            return { sequence in
+            return .perSequence { sequence in
                 .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
             }
         case "setmany":
-            return { sequence in
+            return .perSequence { sequence in
                 // Spread over 100,000 users (a multiplicative hash of the sequence): writes land all over the table.
                 let user = (sequence &* 2_654_435_761) % 100_000
                 return .setUserMetadata(
                     SetUserMetadataRequest(userId: "user-\(user)", items: [MetadataItem(key: "Name", value: "v\(sequence % 100)")]))
             }
         case "set3":
-            return { sequence in
+            return .perSequence { sequence in
                 .setUserMetadata(
                     SetUserMetadataRequest(items: [
                         MetadataItem(key: "Name", value: "Tony"), MetadataItem(key: "Age", value: "\(sequence % 90)"),
