@@ -193,7 +193,7 @@ let package = Package(
         .testTarget(
             name: "SwitchboardStoreTests",
             dependencies: [
-                "SwitchboardStore", "SwitchboardWire",
+                "SwitchboardStore", "SwitchboardWire", "SwitchboardTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -152,19 +152,18 @@ import Testing
     static func withGateway(_ extraArguments: [String] = [], _ body: (String) async throws -> Void) async throws {
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard").path
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the switchboard product first")
-        let name = "sbb-\(UInt32.random(in: 0...UInt32.max))"
-        let socketPath = "/tmp/\(name).sock"
-        let database = NSTemporaryDirectory() + "\(name).sqlite"
+        let socketFile = TemporaryPath.socket("sbb")
+        let database = TemporaryPath("sbb", suffix: ".sqlite")
+        defer {
+            socketFile.remove()
+            database.remove()
+        }
+        let socketPath = socketFile.path
         let gateway = try SpawnedProcess(
             executable: binary,
-            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--rate-limit", "0", "--log-level", "error"]
+            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database.path, "--rate-limit", "0", "--log-level", "error"]
                 + extraArguments)
-        defer {
-            if gateway.isRunning { gateway.signal(SIGKILL) }
-            for store in ["", ".events", ".profiles"] {
-                for suffix in ["", "-wal", "-shm"] { unlink(database + store + suffix) }
-            }
-        }
+        defer { gateway.killAndWait() }  // before the files are removed
         try #require(try await Self.waitUntilListening(.unix(path: socketPath), process: gateway), "the gateway exited")
         try await body(socketPath)
         gateway.signal(SIGTERM)

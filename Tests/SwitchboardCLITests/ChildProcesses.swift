@@ -10,11 +10,6 @@ enum Executables {
 
     static var sbctl: URL { Self.directory.appendingPathComponent("sbctl") }
     static var switchboard: URL { Self.directory.appendingPathComponent("switchboard") }
-
-    /// A fresh temporary path with `suffix`.
-    static func temporaryPath(_ prefix: String, _ suffix: String) -> String {
-        "/tmp/\(prefix)-\(UInt32.random(in: 0...UInt32.max))\(suffix)"
-    }
 }
 
 /// Polls `condition` without blocking a cooperative thread; false when `seconds` pass first.
@@ -27,11 +22,12 @@ func eventually(within seconds: Double = 30, _ condition: () async -> Bool) asyn
     return await condition()
 }
 
-/// A child process with its standard output and error captured in files and, optionally, a pipe as standard input.
+/// A child process with its standard output and error captured in temporary files (removed with the object) and,
+/// optionally, a pipe as standard input.
 final class ChildProcess {
     private let process: SpawnedProcess
-    let outputPath = Executables.temporaryPath("sbctl-out", ".txt")
-    let errorPath = Executables.temporaryPath("sbctl-err", ".txt")
+    private let outputFile: TemporaryPath
+    private let errorFile: TemporaryPath
 
     /// Starts `executable` with `arguments`; `environment` is added to a copy of this process's environment without
     /// the variables sbctl reads, so the tests see only what they set.
@@ -39,21 +35,32 @@ final class ChildProcess {
         var childEnvironment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SWITCHBOARD_") }
         childEnvironment["SBCTL_HISTORY"] = ""
         childEnvironment.merge(environment) { $1 }
-        self.process = try SpawnedProcess(
-            executable: executable.path, arguments: arguments, environment: childEnvironment,
-            stdin: pipeInput ? .pipe : .null, stdout: .file(self.outputPath), stderr: .file(self.errorPath))
+        let outputFile = TemporaryPath("sbctl-out", suffix: ".txt")
+        let errorFile = TemporaryPath("sbctl-err", suffix: ".txt")
+        do {
+            self.process = try SpawnedProcess(
+                executable: executable.path, arguments: arguments, environment: childEnvironment,
+                stdin: pipeInput ? .pipe : .null, stdout: .file(outputFile.path), stderr: .file(errorFile.path))
+        } catch {
+            // The spawned child may have opened (created) the files before its exec failed.
+            outputFile.remove()
+            errorFile.remove()
+            throw error
+        }
+        self.outputFile = outputFile
+        self.errorFile = errorFile
     }
 
     deinit {
-        if self.process.isRunning { self.process.signal(SIGKILL) }
-        try? FileManager.default.removeItem(atPath: self.outputPath)
-        try? FileManager.default.removeItem(atPath: self.errorPath)
+        self.process.killAndWait()
+        self.outputFile.remove()
+        self.errorFile.remove()
     }
 
     /// Standard output so far.
-    var output: String { (try? String(contentsOfFile: self.outputPath, encoding: .utf8)) ?? "" }
+    var output: String { (try? String(contentsOfFile: self.outputFile.path, encoding: .utf8)) ?? "" }
     /// Standard error so far.
-    var errorOutput: String { (try? String(contentsOfFile: self.errorPath, encoding: .utf8)) ?? "" }
+    var errorOutput: String { (try? String(contentsOfFile: self.errorFile.path, encoding: .utf8)) ?? "" }
     /// Standard output's lines so far.
     var outputLines: [String] { self.output.split(separator: "\n").map(String.init) }
 
@@ -70,6 +77,11 @@ final class ChildProcess {
     /// Sends a signal.
     func signal(_ number: Int32) {
         self.process.signal(number)
+    }
+
+    /// Kills the child with SIGKILL unless it has exited, and waits until it is gone.
+    func killAndWait() {
+        self.process.killAndWait()
     }
 
     /// Waits for the exit and returns the status, or nil when the child is still running after `seconds`.
@@ -94,19 +106,22 @@ struct SbctlRun {
 
 /// A `switchboard` gateway running as a child process on a temporary Unix socket and database.
 final class ChildGateway {
-    let socketPath = Executables.temporaryPath("sbctl-gw", ".sock")
-    let databasePath = Executables.temporaryPath("sbctl-db", ".sqlite")
+    private let socketFile = TemporaryPath.socket("sbctl-gw")
+    private let database = TemporaryPath("sbctl-db", suffix: ".sqlite")
     private let child: ChildProcess
 
-    /// Starts the gateway and waits until sbctl can log in.
+    /// Starts the gateway and waits until its socket file exists; stops it and removes its files when it does not
+    /// start.
     init(extraArguments: [String] = []) async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Executables.switchboard.path), "build the switchboard product first")
         try #require(FileManager.default.isExecutableFile(atPath: Executables.sbctl.path), "build the sbctl product first")
         self.child = try ChildProcess(Executables.switchboard, [
-            "--tcp", "off", "--unix-socket", self.socketPath, "--database", self.databasePath, "--log-level", "error",
+            "--tcp", "off", "--unix-socket", self.socketFile.path, "--database", self.database.path, "--log-level", "error",
         ] + extraArguments)
-        let socketPath = self.socketPath
-        try #require(await eventually { FileManager.default.fileExists(atPath: socketPath) }, "the gateway did not start")
+        let socketPath = self.socketFile.path
+        let started = await eventually { FileManager.default.fileExists(atPath: socketPath) }
+        if !started { await self.stop() }
+        try #require(started, "the gateway did not start")
     }
 
     /// Runs sbctl against this gateway as `user` and waits for it to finish.
@@ -120,7 +135,7 @@ final class ChildGateway {
     func start(
         _ arguments: [String], user: String? = "Tony", environment: [String: String] = [:], pipeInput: Bool = false
     ) throws -> ChildProcess {
-        var connection = ["--unix", self.socketPath]
+        var connection = ["--unix", self.socketFile.path]
         if let user { connection += ["--user", user] }
         return try ChildProcess(Executables.sbctl, connection + arguments, environment: environment, pipeInput: pipeInput)
     }
@@ -136,14 +151,13 @@ final class ChildGateway {
         try #require(answered, "the gateway does not answer")
     }
 
-    /// Stops the gateway with SIGTERM and removes its files.
+    /// Stops the gateway with SIGTERM (SIGKILL when that takes more than 30 s) and removes its socket and its
+    /// databases with their SQLite files.
     func stop() async {
         self.child.signal(SIGTERM)
-        _ = await self.child.exitStatus(within: 30)
-        for suffix in ["", "-wal", "-shm", ".events", ".profiles", ".events-wal", ".events-shm", ".profiles-wal", ".profiles-shm"] {
-            try? FileManager.default.removeItem(atPath: self.databasePath + suffix)
-        }
-        try? FileManager.default.removeItem(atPath: self.socketPath)
+        if await self.child.exitStatus(within: 30) == nil { self.child.killAndWait() }
+        self.database.remove()
+        self.socketFile.remove()
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
@@ -141,8 +142,9 @@ struct EndToEndTests {
     @Test("the shell driven through a pipe runs commands, lists and recalls history, and exits with the last status")
     func shellThroughPipeWithHistoryRecall() async throws {
         try await withChildGateway { gateway in
-            let historyPath = Executables.temporaryPath("sbctl-history", "")
-            defer { try? FileManager.default.removeItem(atPath: historyPath) }
+            let history = TemporaryPath("sbctl-history")
+            defer { history.remove() }
+            let historyPath = history.path
             let shell = try gateway.start(["shell"], environment: ["SBCTL_HISTORY": historyPath], pipeInput: true)
             for line in ["user-meta set - a=1", "user-meta get", "# a comment", "history", "!2", "lock release lobby none"] {
                 try shell.send(line)

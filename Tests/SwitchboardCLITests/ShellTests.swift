@@ -1,5 +1,6 @@
 import Foundation
 import SwitchboardCLI
+import SwitchboardTestSupport
 import Testing
 
 @Suite("Shell lines split into words like a POSIX shell's")
@@ -36,10 +37,6 @@ struct ShellTokenizerTests {
 
 @Suite("Shell history is numbered, recalled with !N and kept in a file")
 struct ShellHistoryTests {
-    static func temporaryPath() -> String {
-        NSTemporaryDirectory() + "sbctl-history-\(UInt32.random(in: 0...UInt32.max))"
-    }
-
     @Test("entries are numbered from 1 and recalled with !N, !-N, !! and !prefix")
     func recall() throws {
         var history = ShellHistory(path: nil)
@@ -70,8 +67,9 @@ struct ShellHistoryTests {
 
     @Test("entries are appended to the file and read back by the next shell")
     func persistsAcrossSessions() throws {
-        let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let history = TemporaryPath("sbctl-history")
+        defer { history.remove() }
+        let path = history.path
         var first = ShellHistory(path: path)
         try first.add("who-now lobby")
         try first.add("where-now")

@@ -21,9 +21,9 @@ import Testing
     /// Runs sbdump with `arguments`, `input` on its standard input; waits without blocking a cooperative thread.
     static func run(_ arguments: [String], input: Data = Data()) async throws -> Run {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the sbdump product first")
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sbdump-cli-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let temporary = try TemporaryPath.directory("sbdump-cli")
+        defer { temporary.remove() }
+        let directory = URL(fileURLWithPath: temporary.path)
         let inputFile = directory.appendingPathComponent("stdin")
         let outputFile = directory.appendingPathComponent("stdout")
         let errorFile = directory.appendingPathComponent("stderr")
@@ -36,7 +36,7 @@ import Testing
             stdout: .file(outputFile.path), stderr: .file(errorFile.path))
         let status = await process.waitForExit(seconds: 60)
         if status == nil {
-            process.signal(SIGKILL)
+            process.killAndWait()
             Issue.record("sbdump \(arguments) did not finish")
         }
         return Run(

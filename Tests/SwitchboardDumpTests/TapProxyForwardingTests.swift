@@ -1,6 +1,7 @@
 import NIOCore
 import NIOPosix
 import SwitchboardDump
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -80,17 +81,17 @@ import Testing
         }
     }
 
-    static func socketPath() -> String { "/tmp/sbdump-\(UInt32.random(in: 0...UInt32.max)).sock" }
-
     @Test("bytes are forwarded unchanged both ways after garbage; each direction stops decoding there and says so")
     func forwardsGarbageUnchanged() async throws {
         let upstreamBytes = ByteCollector(echo: true)
         let echoServer = try await Self.startEchoServer(upstreamBytes)
         defer { echoServer.close(promise: nil) }
+        let socketFile = TemporaryPath.socket("sbdump")
+        defer { socketFile.remove() }
         let sink = RecordingSink()
         let proxy = try await TapProxy.start(
             TapProxyConfiguration(
-                listen: .unix(path: Self.socketPath()), upstream: .tcp(host: "127.0.0.1", port: echoServer.localAddress?.port ?? 0)),
+                listen: .unix(path: socketFile.path), upstream: .tcp(host: "127.0.0.1", port: echoServer.localAddress?.port ?? 0)),
             sink: sink)
 
         var generator = SeededGenerator(seed: 42)
@@ -168,10 +169,12 @@ import Testing
         let upstreamBytes = ByteCollector(echo: false)
         let server = try await Self.startEchoServer(upstreamBytes)
         defer { server.close(promise: nil) }
+        let socketFile = TemporaryPath.socket("sbdump")
+        defer { socketFile.remove() }
         let sink = RecordingSink()
         let proxy = try await TapProxy.start(
             TapProxyConfiguration(
-                listen: .unix(path: Self.socketPath()), upstream: .tcp(host: "127.0.0.1", port: server.localAddress?.port ?? 0)),
+                listen: .unix(path: socketFile.path), upstream: .tcp(host: "127.0.0.1", port: server.localAddress?.port ?? 0)),
             sink: sink)
         let hello = Bytes.encode([.control(.hello(Hello(protocolVersion: 1, userId: "Tony")))])
         for _ in 1...3 {
@@ -189,8 +192,9 @@ import Testing
     @Test("when the upstream cannot be reached the client is disconnected, and the proxy goes on accepting")
     func unreachableUpstream() async throws {
         let sink = RecordingSink()
+        let nothingListens = TemporaryPath.socket("sbdump")  // never bound
         let proxy = try await TapProxy.start(
-            TapProxyConfiguration(listen: .tcp(host: "127.0.0.1", port: 0), upstream: .unix(path: Self.socketPath())),
+            TapProxyConfiguration(listen: .tcp(host: "127.0.0.1", port: 0), upstream: .unix(path: nothingListens.path)),
             sink: sink)
         for attempt in 1...2 {
             let collector = ByteCollector(echo: false)
@@ -215,7 +219,9 @@ import Testing
             .bind(host: "127.0.0.1", port: 0).get()
         defer { server.close(promise: nil) }
         let sink = RecordingSink()
-        let listenPath = Self.socketPath()
+        let socketFile = TemporaryPath.socket("sbdump")
+        defer { socketFile.remove() }
+        let listenPath = socketFile.path
         let proxy = try await TapProxy.start(
             TapProxyConfiguration(listen: .unix(path: listenPath), upstream: .tcp(host: "127.0.0.1", port: server.localAddress?.port ?? 0)),
             sink: sink)

@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -63,8 +64,9 @@ import Testing
 
     @Test("a request before connect() fails at once with notConnected")
     func requestBeforeConnect() async {
+        let nothingListens = temporarySocket()  // never bound
         let client = SwitchboardClient(
-            configuration: ClientConfiguration(endpoint: .unix(path: temporarySocketPath()), userID: "Tony"))
+            configuration: ClientConfiguration(endpoint: .unix(path: nothingListens.path), userID: "Tony"))
         #expect(client.state == .notConnected)
         await expectClientError(.unavailable, kind: .notConnected) { _ = try await client.getUserMetadata() }
         await expectClientError(.unavailable, kind: .connectFailed) { try await client.connect() }
@@ -165,31 +167,33 @@ import Testing
 /// A stand-in gateway for behaviour a real one never shows: it answers HELLO with `welcome`, then answers each
 /// request with what `respond` returns (nothing: it stays silent, like a gateway whose machine froze).
 final class FakeGateway: Sendable {
-    let path: String
+    private let socketFile: TemporaryPath
     private let channel: any Channel
+    var path: String { self.socketFile.path }
 
-    private init(path: String, channel: any Channel) {
-        self.path = path
+    private init(socketFile: TemporaryPath, channel: any Channel) {
+        self.socketFile = socketFile
         self.channel = channel
     }
 
     static func start(
         welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response? = { _, _ in nil }
     ) async throws -> FakeGateway {
-        let path = temporarySocketPath()
+        let socketFile = temporarySocket()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(Handler(welcome: welcome, respond: respond))
                 }
             }
-            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
-        return FakeGateway(path: path, channel: channel)
+            .bind(unixDomainSocketPath: socketFile.path, cleanupExistingSocketFile: true).get()
+        return FakeGateway(socketFile: socketFile, channel: channel)
     }
 
+    /// Closes the listening socket and removes its file.
     func stop() async {
         try? await self.channel.close()
-        unlink(self.path)
+        self.socketFile.remove()
     }
 
     private final class Handler: ChannelInboundHandler {

@@ -18,6 +18,7 @@ import Testing
     @Test("after a gateway restart on the same socket and database the client reconnects with backoff, restores its subscriptions and gets later changes")
     func reconnectsAfterGatewayRestart() async throws {
         let place = FullGatewayPlace()
+        defer { place.remove() }
         let tony = SwitchboardClient(
             configuration: ClientConfiguration(endpoint: .unix(path: place.unixSocketPath), userID: "Tony"),
             reconnectPolicy: .quick)
@@ -161,6 +162,7 @@ import Testing
     @Test("the client gives up after the policy's attempts and fails the requests waiting for a connection")
     func givesUpAfterMaxAttempts() async throws {
         let place = FullGatewayPlace()
+        defer { place.remove() }
         var configuration = ClientConfiguration(endpoint: .unix(path: place.unixSocketPath), userID: "Tony")
         configuration.requestTimeout = .seconds(20)
         let tony = SwitchboardClient(
@@ -183,6 +185,7 @@ import Testing
     @Test("with failFast a request made while reconnecting fails at once; with waiting it times out")
     func requestsWhileDisconnected() async throws {
         let place = FullGatewayPlace()
+        defer { place.remove() }
         var configuration = ClientConfiguration(endpoint: .unix(path: place.unixSocketPath), userID: "Tony")
         configuration.whileDisconnected = .failFast
         configuration.requestTimeout = .seconds(5)

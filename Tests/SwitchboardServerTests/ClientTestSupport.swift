@@ -4,27 +4,45 @@ import NIOCore
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
 
 /// Where a full gateway keeps its data and listens, so that a second gateway can take over from a first.
+///
+/// A test that makes one removes it at its end (`defer { place.remove() }`), after the last gateway on it stopped.
 struct FullGatewayPlace: Sendable {
     /// The metadata database; the event and profile stores sit next to it (as `switchboard serve` puts them).
-    var databasePath = NSTemporaryDirectory() + "sb-client-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+    let database = TemporaryPath("sb-client", suffix: ".sqlite")
     /// The Unix socket.
-    var unixSocketPath = temporarySocketPath()
+    let unixSocket = temporarySocket()
+
+    var databasePath: String { self.database.path }
+    var unixSocketPath: String { self.unixSocket.path }
+
+    /// Removes the databases with their SQLite files, and the socket.
+    func remove() {
+        self.database.remove()
+        self.unixSocket.remove()
+    }
 }
 
 /// Runs `body` against a gateway with every area, wired as `switchboard serve` wires them
 /// (`Sources/switchboard/SwitchboardCommand.swift`): storage and locks, presence, events, profiles, each on its
-/// SQLite file at `place`. Stores are flushed and closed afterwards.
+/// SQLite file at `place`. Stores are flushed and closed afterwards. Without a `place` the gateway gets a fresh one,
+/// removed afterwards; a given `place` is the caller's to remove.
 func withFullGateway<T: Sendable>(
-    at place: FullGatewayPlace = FullGatewayPlace(),
+    at place: FullGatewayPlace? = nil,
     secret: [UInt8]? = nil,
     configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
+    guard let place else {
+        let place = FullGatewayPlace()
+        defer { place.remove() }
+        return try await withFullGateway(at: place, secret: secret, configure: configure, body)
+    }
     var logger = Logger(label: "test-full-gateway")
     logger.logLevel = .critical
     let store = try MetadataStore.load(

@@ -3,6 +3,7 @@ import NIOCore
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -289,8 +290,9 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
     }
 
     @Test func restartKeepsSubscriptionsAndKeptEvents() async throws {
-        let path = NSTemporaryDirectory() + "sb-events-\(UUID().uuidString).sqlite"
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("sb-events", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         let clock = ManualClock()
         let kept = try await withEventGateway(path: path, clock: clock) { gateway, _ in
             let a = try await gateway.connect(.tcp, user: "A")
@@ -352,8 +354,9 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
 
 @Suite struct EventDurabilityTests {
     @Test func subscriptionsAndKeptEventsAreInTheDatabaseWhenAcknowledged() async throws {
-        let path = NSTemporaryDirectory() + "sb-events-\(UUID().uuidString).sqlite"
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("sb-events", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         let clock = ManualClock()
         try await withEventGateway(path: path, clock: clock) { gateway, clock in
             let reader = try EventStore(path: path)
@@ -371,8 +374,9 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
     }
 
     @Test func aChangeTheDatabaseRefusesIsAnsweredStorageFailureAndUndone() async throws {
-        let path = NSTemporaryDirectory() + "sb-events-\(UUID().uuidString).sqlite"
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("sb-events", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withEventGateway(path: path) { gateway, _ in
             let a = try await gateway.connect(.unix, user: "A")
             _ = try await subscribe(a, ["kept"])

@@ -39,12 +39,13 @@ struct RunningGateway: Sendable {
     }
 }
 
-/// A temporary directory for a Unix socket path (kept short: sun_path holds 108 bytes).
-func temporarySocketPath() -> String {
-    "/tmp/sbt-\(UInt32.random(in: 0...UInt32.max)).sock"
+/// A fresh Unix socket path for a test gateway, client or proxy (``TemporaryPath/socket(_:)``); the test removes it.
+func temporarySocket() -> TemporaryPath {
+    TemporaryPath.socket("sbt")
 }
 
-/// Runs `body` against a gateway started with `configuration` and stops the gateway gracefully afterwards.
+/// Runs `body` against a gateway started with `configuration` and stops the gateway gracefully afterwards; the
+/// temporary Unix socket it listens on unless `configure` sets another is removed afterwards too.
 func withGateway<T: Sendable>(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },
     handlers: [any RequestHandler] = [],
@@ -53,10 +54,12 @@ func withGateway<T: Sendable>(
     nowMillis: (@Sendable () -> Int64)? = nil,
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
+    let socketFile = temporarySocket()
+    defer { socketFile.remove() }
     var configuration = ServerConfiguration()
     configuration.tcpHost = "127.0.0.1"
     configuration.tcpPort = 0
-    configuration.unixSocketPath = temporarySocketPath()
+    configuration.unixSocketPath = socketFile.path
     configuration.shutdownGracePeriod = .seconds(5)
     configure(&configuration)
     let (addressStream, addressSink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
@@ -175,7 +176,9 @@ import Testing
     }
 
     @Test func staleUnixSocketFileIsReplacedButALiveOneIsNot() async throws {
-        let path = temporarySocketPath()
+        let socketFile = temporarySocket()
+        defer { socketFile.remove() }
+        let path = socketFile.path
         // A stale socket file: bound, then its listener gone.
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()

@@ -4,6 +4,7 @@ import NIOCore
 import ServiceLifecycle
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -432,7 +433,9 @@ import Testing
     @Test(arguments: Transport.allCases)
     func gracefulShutdownAnswersEveryRequestInFlight(transport: Transport) async throws {
         let area = TestArea(delay: .milliseconds(500))
-        let (gateway, addresses, logger) = Self.gatewayNotRunning(handlers: [area])
+        let socketFile = temporarySocket()
+        defer { socketFile.remove() }
+        let (gateway, addresses, logger) = Self.gatewayNotRunning(on: socketFile, handlers: [area])
         let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
@@ -466,15 +469,15 @@ import Testing
 }
 
 extension SessionLifecycleTests {
-    /// A gateway on a free TCP port and a temporary Unix socket, not started; the stream yields its addresses once
-    /// it runs.
+    /// A gateway on a free TCP port and the Unix socket `socketFile` (the caller removes it), not started; the stream
+    /// yields its addresses once it runs.
     static func gatewayNotRunning(
-        handlers: [any RequestHandler] = []
+        on socketFile: TemporaryPath, handlers: [any RequestHandler] = []
     ) -> (SwitchboardGateway, AsyncStream<SwitchboardGateway.BoundAddresses>, Logger) {
         var configuration = ServerConfiguration()
         configuration.tcpHost = "127.0.0.1"
         configuration.tcpPort = 0
-        configuration.unixSocketPath = temporarySocketPath()
+        configuration.unixSocketPath = socketFile.path
         let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
         var logger = Logger(label: "test")
         logger.logLevel = .critical
@@ -485,7 +488,9 @@ extension SessionLifecycleTests {
 
     /// Cancelling the gateway's task (no graceful shutdown first) stops its listeners and ends `run()`.
     @Test func cancellingTheGatewayStopsItsListenersAndEndsRun() async throws {
-        let (gateway, addresses, _) = Self.gatewayNotRunning()
+        let socketFile = temporarySocket()
+        defer { socketFile.remove() }
+        let (gateway, addresses, _) = Self.gatewayNotRunning(on: socketFile)
         let ended = TestArea.Counter()
         let running = Task {
             try? await gateway.run()

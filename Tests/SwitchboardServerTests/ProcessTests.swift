@@ -37,12 +37,17 @@ import Testing
     @Test func sigtermAnswersEveryAcceptedRequestAndExitsZero() async throws {
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
-        let socketPath = temporarySocketPath()
-        let database = NSTemporaryDirectory() + "sb-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        let socketFile = temporarySocket()
+        let database = TemporaryPath("sb", suffix: ".sqlite")
+        defer {
+            socketFile.remove()
+            database.remove()
+        }
+        let socketPath = socketFile.path
         let process = try SpawnedProcess(
             executable: binary.path,
-            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"])
-        defer { if process.isRunning { process.signal(SIGKILL) } }
+            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database.path, "--log-level", "error"])
+        defer { process.killAndWait() }  // before the files are removed
         try #require(await Self.waitForFile(socketPath), "the gateway did not start")
 
         let socket = try await Self.connectWhenListening(socketPath)
@@ -78,16 +83,22 @@ import Testing
     @Test func optionsComeFromTheEnvironmentWhenNotGivenOnTheCommandLine() async throws {
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
-        let socketPath = temporarySocketPath()
+        let socketFile = temporarySocket()
+        let database = TemporaryPath("sb-env", suffix: ".sqlite")
+        defer {
+            socketFile.remove()
+            database.remove()
+        }
+        let socketPath = socketFile.path
         var environment = ProcessInfo.processInfo.environment
         environment["SWITCHBOARD_TCP"] = "off"
         environment["SWITCHBOARD_UNIX_SOCKET"] = socketPath
         environment["SWITCHBOARD_MAX_INFLIGHT"] = "33"
         let process = try SpawnedProcess(
             executable: binary.path,
-            arguments: ["--log-level", "error", "--database", NSTemporaryDirectory() + "sb-env-\(UInt32.random(in: 0...UInt32.max)).sqlite"],
+            arguments: ["--log-level", "error", "--database", database.path],
             environment: environment)
-        defer { if process.isRunning { process.signal(SIGKILL) } }
+        defer { process.killAndWait() }  // before the files are removed
         try #require(await Self.waitForFile(socketPath), "the gateway did not listen on the socket from the environment")
         let socket = try await Self.connectWhenListening(socketPath)
         #expect(try await socket.login("Tony").maxInflight == 33)
@@ -96,15 +107,20 @@ import Testing
     }
 
     @Test func anOutOfRangeWriteBehindDelayIsRefusedAtStart() async throws {
-        let database = NSTemporaryDirectory() + "sb-wb-\(UInt32.random(in: 0...UInt32.max)).sqlite"
-        defer { unlink(database) }
+        let socketFile = temporarySocket()
+        let database = TemporaryPath("sb-wb", suffix: ".sqlite")
+        defer {
+            socketFile.remove()
+            database.remove()
+        }
         let gateway = try SpawnedProcess(
             executable: Self.executable.path,
-            arguments: ["--tcp", "off", "--unix-socket", temporarySocketPath(), "--database", database, "--durability", "apply",
+            arguments: ["--tcp", "off", "--unix-socket", socketFile.path, "--database", database.path, "--durability", "apply",
                         "--write-behind-ms", "18446744073709551615", "--log-level", "error"])
+        defer { gateway.killAndWait() }  // before the files are removed
         let status = await gateway.waitForExit(seconds: 30)
         #expect(status == 64, "exit status \(status.map(String.init) ?? "none")")  // ArgumentParser's validation failure
-        #expect(access(database, F_OK) != 0, "no database is created for a refused configuration")
+        #expect(access(database.path, F_OK) != 0, "no database is created for a refused configuration")
     }
 
     static func startGateway(socketPath: String, database: String) throws -> SpawnedProcess {
@@ -115,10 +131,16 @@ import Testing
 
     @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
-        let database = NSTemporaryDirectory() + "sb-kill-\(UInt32.random(in: 0...UInt32.max)).sqlite"
-        let socketPath = temporarySocketPath()
+        let socketFile = temporarySocket()
+        let databaseFiles = TemporaryPath("sb-kill", suffix: ".sqlite")
+        defer {  // after both gateways were killed or stopped
+            socketFile.remove()
+            databaseFiles.remove()
+        }
+        let socketPath = socketFile.path
+        let database = databaseFiles.path
         let first = try Self.startGateway(socketPath: socketPath, database: database)
-        defer { if first.isRunning { first.signal(SIGKILL) } }
+        defer { first.killAndWait() }
         try #require(await Self.waitForFile(socketPath))
         let writer = try await Self.connectWhenListening(socketPath)
         _ = try await writer.login("Tony")
@@ -155,7 +177,7 @@ import Testing
 
         unlink(socketPath)
         let second = try Self.startGateway(socketPath: socketPath, database: database)
-        defer { if second.isRunning { second.signal(SIGKILL) } }
+        defer { second.killAndWait() }
         let reader = try await Self.connectWhenListening(socketPath)
         _ = try await reader.login("Tony")
         reader.send(.request(id: 1, .getUserMetadata(GetUserMetadataRequest())))
@@ -174,8 +196,9 @@ import Testing
 
 @Suite struct SpawnedProcessTests {
     @Test func aChildInheritsOnlyItsStandardStreams() async throws {
-        let listing = NSTemporaryDirectory() + "sb-fds-\(UInt32.random(in: 0...UInt32.max)).txt"
-        defer { unlink(listing) }
+        let listingFile = TemporaryPath("sb-fds", suffix: ".txt")
+        defer { listingFile.remove() }
+        let listing = listingFile.path
         let extra = open("/dev/null", O_RDONLY)  // not close-on-exec: Foundation's Process would have closed it too
         defer { close(extra) }
         let child = try SpawnedProcess(executable: "/bin/ls", arguments: ["/proc/self/fd"], stdout: .file(listing))

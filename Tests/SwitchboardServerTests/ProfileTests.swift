@@ -4,6 +4,7 @@ import NIOCore
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -445,8 +446,9 @@ private func clear(
     }
 
     @Test func restartKeepsTheDirectory() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("profiles-\(UUID().uuidString).sqlite").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("profiles", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withProfileGateway(path: path) { gateway in
             let admin = try await gateway.connect(.tcp, user: "ops")
             _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "u1", name: "One", extra: "{}"))))
@@ -478,13 +480,10 @@ func injectStorageFailure(path: String, trigger: String) throws {
 }
 
 @Suite struct ProfileDurabilityTests {
-    private static func temporaryPath() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("profiles-\(UUID().uuidString).sqlite").path
-    }
-
     @Test func aWriteIsInTheDatabaseWhenItIsAcknowledged() async throws {
-        let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("profiles", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withProfileGateway(path: path) { gateway in
             let admin = try await gateway.connect(.unix, user: "ops")
             let reader = try ProfileStore(path: path)
@@ -501,8 +500,9 @@ func injectStorageFailure(path: String, trigger: String) throws {
     }
 
     @Test func aWriteTheDatabaseRefusesIsAnsweredStorageFailureAndUndone() async throws {
-        let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("profiles", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withProfileGateway(path: path) { gateway in
             let admin = try await gateway.connect(.unix, user: "ops")
             let watcher = try await gateway.connect(.tcp, user: "watcher")
@@ -537,8 +537,9 @@ func injectStorageFailure(path: String, trigger: String) throws {
     }
 
     @Test func aMemberListFromAProviderSurvivesARestart() async throws {
-        let path = Self.temporaryPath()
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryPath("profiles", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withProfileGateway(path: path, timeout: .seconds(2)) { gateway in
             let provider = try await gateway.connect(.tcp, user: "provider")
             let caller = try await gateway.connect(.unix, user: "caller")

@@ -4,6 +4,7 @@ import NIOCore
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -279,7 +280,9 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
     }
 
     @Test func acknowledgedWritesSurviveARestartOfTheGateway() async throws {
-        let path = NSTemporaryDirectory() + "sb-restart-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        let database = TemporaryPath("sb-restart", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
         try await withStorageGateway(backend: try SQLiteBackend(path: path)) { gateway, _, _ in
             let tony = try await gateway.connect(.tcp, user: "Tony")
             for index in 0..<20 {

@@ -3,12 +3,17 @@ import NIOCore
 import SwitchboardClient
 import SwitchboardDump
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
 /// `sbdump proxy` (the SwitchboardDump tap proxy) in front of a real in-process gateway.
 @Suite struct TapProxySessionTests {
-    static func proxyConfiguration(_ gateway: RunningGateway, _ transport: Transport) -> TapProxyConfiguration {
+    /// A proxy in front of `gateway` over `transport`; over Unix sockets it listens on `socketFile` (the caller
+    /// removes it).
+    static func proxyConfiguration(
+        _ gateway: RunningGateway, _ transport: Transport, listeningOn socketFile: TemporaryPath
+    ) -> TapProxyConfiguration {
         switch transport {
         case .tcp:
             return TapProxyConfiguration(
@@ -16,7 +21,7 @@ import Testing
                 upstream: .tcp(host: "127.0.0.1", port: gateway.addresses.tcp?.port ?? 0))
         case .unix:
             return TapProxyConfiguration(
-                listen: .unix(path: temporarySocketPath()), upstream: .unix(path: gateway.addresses.unixSocketPath ?? ""))
+                listen: .unix(path: socketFile.path), upstream: .unix(path: gateway.addresses.unixSocketPath ?? ""))
         }
     }
 
@@ -35,12 +40,16 @@ import Testing
     @Test("a session through the proxy is printed: HELLO/WELCOME, every request paired with its response and latency, pushes",
           arguments: Transport.allCases)
     func recordedSession(transport: Transport) async throws {
-        let captureDirectory = NSTemporaryDirectory() + "sbdump-capture-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: captureDirectory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: captureDirectory) }
+        let captureFiles = try TemporaryPath.directory("sbdump-capture")
+        let proxySocket = temporarySocket()
+        defer {
+            captureFiles.remove()
+            proxySocket.remove()
+        }
+        let captureDirectory = captureFiles.path
         let sink = RecordingSink()
         try await withStorageGateway { gateway, _, _ in
-            var configuration = Self.proxyConfiguration(gateway, transport)
+            var configuration = Self.proxyConfiguration(gateway, transport, listeningOn: proxySocket)
             configuration.captureDirectory = captureDirectory
             let proxy = try await TapProxy.start(configuration, sink: sink)
             let tony = try await SwitchboardConnection.connect(
@@ -110,9 +119,12 @@ import Testing
 
     @Test("garbage from a client still reaches the gateway, the proxy stops decoding it, and serves the next client")
     func garbageIsForwardedAndProxyGoesOn() async throws {
+        let proxySocket = temporarySocket()
+        defer { proxySocket.remove() }
         let sink = RecordingSink()
         try await withGateway { gateway in
-            let proxy = try await TapProxy.start(Self.proxyConfiguration(gateway, .unix), sink: sink)
+            let configuration = Self.proxyConfiguration(gateway, .unix, listeningOn: proxySocket)
+            let proxy = try await TapProxy.start(configuration, sink: sink)
             guard case .unix(let path) = proxy.listeningAddress else { return }
             let socket = try RawSocket(RunningGateway(addresses: .init(unixSocketPath: path), gateway: nil), .unix)
             _ = try await socket.login("Tony")
@@ -149,9 +161,12 @@ import Testing
 
     @Test("a client that breaks the handshake rules is flagged with the rule it broke; a correct session is not")
     func handshakeRuleViolationsAreFlagged() async throws {
+        let proxySocket = temporarySocket()
+        defer { proxySocket.remove() }
         let sink = RecordingSink()
         try await withGateway { gateway in
-            let proxy = try await TapProxy.start(Self.proxyConfiguration(gateway, .unix), sink: sink)
+            let configuration = Self.proxyConfiguration(gateway, .unix, listeningOn: proxySocket)
+            let proxy = try await TapProxy.start(configuration, sink: sink)
             guard case .unix(let path) = proxy.listeningAddress else { return }
             let through = RunningGateway(addresses: .init(unixSocketPath: path), gateway: nil)
             // Connection 1: a request before HELLO; the gateway answers GOAWAY 1007.

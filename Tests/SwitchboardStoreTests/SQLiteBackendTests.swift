@@ -1,6 +1,7 @@
 import Dispatch
 import GRDB
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
@@ -42,7 +43,7 @@ struct SQLiteBackendTests {
     private var scopes: [MetadataScope] { [tony, amy, gone, lobby, streamLobby, big] }
 
     @Test func aReopenedDatabaseRestoresItemsRevisionsOrderAndTombstones() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("switchboard-store") { directory in
             let path = directory + "/metadata.sqlite"
             let first = try openStore(SQLiteBackend(path: path))
             try await writeHistory(first)
@@ -84,7 +85,7 @@ struct SQLiteBackendTests {
     }
 
     @Test func acknowledgeBeforeCommitWritesAreOnDiskAfterFlush() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("switchboard-store") { directory in
             let path = directory + "/metadata.sqlite"
             let first = try openStore(SQLiteBackend(path: path), durability: .acknowledgeBeforeCommit)
             try await writeHistory(first)
@@ -98,7 +99,7 @@ struct SQLiteBackendTests {
     }
 
     @Test func fileDatabasesUseWriteAheadLogging() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("switchboard-store") { directory in
             let path = directory + "/metadata.sqlite"
             try SQLiteBackend(path: path).close()
             let mode = try DatabaseQueue(path: path).read { try String.fetchOne($0, sql: "PRAGMA journal_mode") }
@@ -115,7 +116,7 @@ struct SQLiteBackendTests {
     }
 
     @Test func aReadOnlyDatabaseRefusesWritesWithStorageFailureAndChangesNothing() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("switchboard-store") { directory in
             let path = directory + "/metadata.sqlite"
             let writable = try openStore(SQLiteBackend(path: path))
             try await writable.apply(.set, tony, [item("a", "1")])
@@ -164,7 +165,7 @@ struct SQLiteBackendTests {
     }
 
     @Test func loadsAHundredThousandItems() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("switchboard-store") { directory in
             let path = directory + "/metadata.sqlite"
             let backend = try SQLiteBackend(path: path, synchronous: .normal)
             let users = 10_000

@@ -177,11 +177,3 @@ extension MetadataStore {
 func pairs(_ snapshot: MetadataSnapshot) -> [String] {
     snapshot.items.map { "\($0.key)=\($0.value)" }
 }
-
-/// A fresh temporary directory, removed after `body`.
-func withTemporaryDirectory<T>(_ body: (String) async throws -> T) async throws -> T {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("switchboard-store-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: url) }
-    return try await body(url.path)
-}

@@ -89,8 +89,7 @@ public final class SpawnedProcess: Sendable {
     }
 
     deinit {
-        if self.isRunning { kill(self.pid, SIGKILL) }
-        _ = self.exitStatusNow()
+        self.killAndWait()
         let input = self.state.withLock { $0.input }
         if input >= 0 { close(input) }
     }
@@ -104,10 +103,28 @@ public final class SpawnedProcess: Sendable {
             if let exit = state.exit { return exit }
             var status: Int32 = 0
             guard waitpid(self.pid, &status, WNOHANG) == self.pid else { return nil }
-            let signal = status & 0x7f
-            state.exit = signal == 0 ? (status >> 8) & 0xff : 128 + signal
+            state.exit = Self.exitStatus(status)
             return state.exit
         }
+    }
+
+    /// Kills the child with SIGKILL unless it has exited, and waits until it is gone (a blocking `waitpid`, short
+    /// after SIGKILL), so that nothing it writes can appear after the caller removes its files.
+    public func killAndWait() {
+        self.state.withLock { state in
+            guard state.exit == nil else { return }
+            kill(self.pid, SIGKILL)
+            var status: Int32 = 0
+            var result: pid_t
+            repeat { result = waitpid(self.pid, &status, 0) } while result < 0 && errno == EINTR
+            state.exit = result == self.pid ? Self.exitStatus(status) : 128 + SIGKILL
+        }
+    }
+
+    /// `waitpid`'s status as an exit status: the program's, or 128 + the number of the signal that ended it.
+    private static func exitStatus(_ status: Int32) -> Int32 {
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
     }
 
     /// Waits (polling, without blocking a thread) until the child exits, or `seconds` pass: the status, or nil.
