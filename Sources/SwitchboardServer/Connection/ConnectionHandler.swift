@@ -703,6 +703,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.hold(frame)
             return
         }
+        if self.canSendDirectlyNow, let context = self.context {
+            // A push to an idle connection (a provider's request, an event to one subscriber) leaves at once, as an
+            // encoded push does, instead of at the end of a tick that may be busy with other connections for a while.
+            // (Deferred answers still gather until the end of the tick: a store's group commit completes many
+            // answers of one connection together, and one send for them all is worth more there.)
+            var frame = context.channel.allocator.buffer(capacity: 256)
+            self.encoder.encode(message, into: &frame)
+            self.sendDirectlyNow(frame)
+            return
+        }
         self.send(message)
     }
 
@@ -715,20 +725,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         // The fan-out case: nothing else waits to leave this connection, so the push goes to the socket at once
         // (one send, no trip through the channel). Otherwise it waits for the end of the tick, below.
-        if self.socket != nil, !self.inReadCycle, !self.writtenUnflushed, (self.output?.readableBytes ?? 0) == 0,
-            let socket = self.directSocket, let batch = self.flushBatch, batch.generation != self.directPushGeneration,
-            self.context != nil
-        {
-            self.directPushGeneration = batch.generation
-            batch.advanceGenerationAtEndOfTick()
-            self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
-            self.core.metrics.framesOut.increment()
-            // The context only if the socket does not take it all: a fan-out touches as few objects per
-            // connection as it can (each is a cache miss).
-            let sent = socket.send(frame)
-            if sent != frame.readableBytes, let context = self.context {
-                self.handToChannel(frame, after: sent, context: context)
-            }
+        if self.canSendDirectlyNow {
+            self.sendDirectlyNow(frame)
             return
         }
         if let context = self.context, frame.readableBytes >= Self.sharedPushMinimumBytes || (self.output?.readableBytes ?? 0) == 0 {
@@ -757,6 +755,34 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.output = output
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()
+    }
+
+    /// Whether a frame may go to the socket at once, ahead of the end of the tick: the connection is outside its
+    /// read cycle, nothing else of it waits to leave (no output, nothing written unflushed, nothing in the channel,
+    /// no held push), and it has not sent directly yet this tick (later frames of the tick leave together at its
+    /// end, behind the direct one).
+    private var canSendDirectlyNow: Bool {
+        guard self.socket != nil, !self.inReadCycle, !self.writtenUnflushed, (self.output?.readableBytes ?? 0) == 0,
+            self.directSocket != nil, let batch = self.flushBatch, batch.generation != self.directPushGeneration,
+            self.context != nil
+        else { return false }
+        return true
+    }
+
+    /// Sends `frame` to the socket now (``canSendDirectlyNow`` said it may); what the socket does not take goes to
+    /// the channel.
+    private func sendDirectlyNow(_ frame: ByteBuffer) {
+        guard let socket = self.socket, let batch = self.flushBatch else { return }
+        self.directPushGeneration = batch.generation
+        batch.advanceGenerationAtEndOfTick()
+        self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
+        self.core.metrics.framesOut.increment()
+        // The context only if the socket does not take it all: a fan-out touches as few objects per connection as
+        // it can (each is a cache miss).
+        let sent = socket.send(frame)
+        if sent != frame.readableBytes, let context = self.context {
+            self.handToChannel(frame, after: sent, context: context)
+        }
     }
 
     private func scheduleFlush() {
