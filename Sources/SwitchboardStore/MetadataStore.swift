@@ -123,6 +123,46 @@ public final class MetadataStore: Sendable {
         return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items)
     }
 
+    /// Writes the body of the answer to a get of `scope` to `sink`, straight from the set under its shard's lock: the
+    /// bytes a `GetUserMetadataResponse` with `userId` (or, for `userId` nil, a `GetChannelMetadataResponse`) of
+    /// ``get(_:)``'s snapshot encodes to, without the snapshot or the typed response in between.
+    ///
+    /// - Throws: what ``get(_:)`` throws, before anything is written.
+    public func writeGetResponse(
+        of scope: MetadataScope, userId: String?, to sink: inout some ResponseBodySink
+    ) throws(SwitchboardStoreError) {
+        if let error = self.scopeError(scope) { throw error }
+        // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only).
+        let userIdSize = userId.map { $0.isEmpty ? 0 : WireField.lengthDelimitedFieldSize(3, length: $0.utf8.count) } ?? 0
+        self.shard(for: scope).state.withLock { state in
+            guard let set = state.sets[scope], !set.isRemoved else {
+                sink.writeBody(size: userIdSize) { writer in
+                    if let userId, !userId.isEmpty { writer.writeStringField(3, userId) }
+                }
+                return
+            }
+            let items = set.items
+            withUnsafeTemporaryAllocation(of: Int.self, capacity: items.count) { itemSizes in
+                var size = userIdSize
+                if set.majorRevision != 0 { size += WireField.varintFieldSize(1, set.majorRevision) }
+                for index in items.indices {
+                    let itemSize = items[index].wireSize
+                    itemSizes[index] = itemSize
+                    size += WireField.lengthDelimitedFieldSize(2, length: itemSize)
+                }
+                sink.writeBody(size: size) { writer in
+                    if set.majorRevision != 0 { writer.writeVarintField(1, set.majorRevision) }
+                    for index in items.indices {
+                        writer.writeTag(2, .lengthDelimited)
+                        writer.writeVarint(UInt64(itemSizes[index]))
+                        items[index].encode(to: &writer)
+                    }
+                    if let userId, !userId.isEmpty { writer.writeStringField(3, userId) }
+                }
+            }
+        }
+    }
+
     /// Applies a set, update or remove atomically.
     ///
     /// Argument errors are answered at once, on the caller's thread. A write that passes every check is applied

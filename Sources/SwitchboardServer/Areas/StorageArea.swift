@@ -234,3 +234,38 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         }
     }
 }
+
+// MARK: - Gets from the request bytes
+
+extension StorageArea: EncodedReadHandler {
+    public var encodedReadOperations: [Opcode] { [.getUserMetadata, .getChannelMetadata] }
+
+    /// A get answered from the request body straight into the connection's output
+    /// (``MetadataStore/writeGetResponse(of:userId:to:)``): no typed request, snapshot or typed response. False (the
+    /// typed path answers, and reports the error) for a body the typed decoder would reject and for a name the store
+    /// rejects.
+    public func answerEncoded(
+        _ operation: Opcode, body: ByteBuffer, session: SessionHandle, into output: inout EncodedAnswerOutput
+    ) -> Bool {
+        let scope: MetadataScope
+        var userId: String?
+        switch operation {
+        case .getUserMetadata:
+            guard let request = try? GetUserMetadataRequest(decoding: body) else { return false }
+            let user = request.userId.isEmpty ? session.info.userID : request.userId
+            scope = .user(user)
+            userId = user
+        case .getChannelMetadata:
+            guard let request = try? GetChannelMetadataRequest(decoding: body) else { return false }
+            scope = .channel(request.channel, type: request.channelType)
+        default:
+            return false
+        }
+        do {
+            try self.store.writeGetResponse(of: scope, userId: userId, to: &output)
+            return true
+        } catch {
+            return false
+        }
+    }
+}

@@ -101,19 +101,6 @@ public protocol EncodedReadHandler: RequestHandler {
     ) -> Bool
 }
 
-/// Where a response body is written in one go once its size is known.
-public protocol ResponseBodySink {
-    /// Writes a body of `size` bytes, which `write` must write exactly (checked).
-    mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void)
-}
-
-extension ByteBuffer: ResponseBodySink {
-    /// Appends the body.
-    public mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void) {
-        self.writeSwitchboardEncoded(size: size, write)
-    }
-}
-
 /// The answer of an ``EncodedReadHandler``: its body goes straight into the connection's output, behind the
 /// response frame's header (or, when it is large enough to be compressed on this connection, through zlib), with no
 /// buffer of its own.

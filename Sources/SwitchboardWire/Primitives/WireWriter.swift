@@ -146,3 +146,18 @@ extension WireCodable {
         }
     }
 }
+
+/// Where a message body is written in one go once its size is known: a buffer, or a connection's output behind the
+/// frame header (answers assembled from stored data without a typed message in between).
+public protocol ResponseBodySink {
+    /// Writes a body of `size` bytes, which `write` must write exactly (checked).
+    mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void)
+}
+
+extension ByteBuffer: ResponseBodySink {
+    /// Appends the body.
+    @inlinable
+    public mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void) {
+        self.writeSwitchboardEncoded(size: size, write)
+    }
+}
