@@ -254,6 +254,40 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
         }
     }
 
+    /// A publisher's fan-out list is kept between fan-outs: it must follow subscribers who come, go, start and end
+    /// sessions in between (each step changes one thing only, so a list kept too long fails it).
+    @Test func fanOutFollowsSubscribersAndTheirSessionsBetweenEvents() async throws {
+        try await withEventGateway { gateway, _ in
+            let b = try await gateway.connect(.tcp, user: "B")
+            let a = try await gateway.connect(.tcp, user: "A")
+            let c = try await gateway.connect(.unix, user: "C")
+            _ = try await subscribe(a, ["B"])
+            _ = try await subscribe(c, ["B", "E"])
+            try await publish(b, value: 10_100)
+            for receiver in [a, c] { #expect(try await nextEvents(receiver).map(\.value) == [10_100]) }
+            // Sessions only: A's session ends, another starts, a second device of A joins.
+            try await a.logout()
+            let a2 = try await gateway.connect(.tcp, user: "A")
+            #expect(try await nextEvents(a2).map(\.value) == [1], "B's online state at login")
+            let a3 = try await gateway.connect(.unix, user: "A")
+            try await publish(b, value: 10_101)
+            for receiver in [a2, a3, c] { #expect(try await nextEvents(receiver).map(\.value) == [10_101]) }
+            // A subscription only: D (online already) subscribes.
+            let d = try await gateway.connect(.tcp, user: "D")
+            _ = try await subscribe(d, ["B"])
+            try await publish(b, value: 10_102)
+            for receiver in [a2, a3, c, d] { #expect(try await nextEvents(receiver).map(\.value) == [10_102]) }
+            // An unsubscription only: C's next event is E's login, not B's next event.
+            _ = try await c.send(.unsubscribeEvent(UnsubscribeEventRequest(publishers: ["B"])))
+            try await publish(b, value: 10_103)
+            for receiver in [a2, a3, d] { #expect(try await nextEvents(receiver).map(\.value) == [10_103]) }
+            let e = try await gateway.connect(.tcp, user: "E")
+            let forC = try await nextEvents(c)
+            #expect(forC.map(\.publisher) == ["E"] && forC.map(\.value) == [1])
+            for connection in [a2, a3, b, c, d, e] { await connection.close() }
+        }
+    }
+
     @Test func gracePeriodSuppressesFlap() async throws {
         let recorder = SessionRecorder()
         // 3 s: a reconnect on a loaded two-core machine comes back well within it.

@@ -48,6 +48,10 @@ public final class EventArea: RequestHandler, SessionObserver {
         var onlineState: [String: SubscribedEvent] = [:]
         /// user → online sessions.
         var online: [String: [SessionHandle]] = [:]
+        /// publisher → its subscribers' online sessions, as gathered for its last fan-out: reused until the
+        /// publisher's subscribers change, one of them starts or ends a session, or the earliest of the
+        /// subscriptions in it expires (``EventArea/forgetFanOutList(of:in:)`` and its callers).
+        var fanOutLists: [String: FanOutList] = [:]
         /// user → when their last session ended.
         var lastOffline: [String: Int64] = [:]
         /// (user, client type) → abnormal end waiting for the grace period.
@@ -60,6 +64,12 @@ public final class EventArea: RequestHandler, SessionObserver {
         var sweeping = false
         /// When expired subscriptions and events were last dropped (server ms).
         var lastPurgeMs: Int64 = 0
+    }
+
+    private struct FanOutList {
+        var sessions: [SessionHandle]
+        /// Server ms at which the earliest subscription in the list expires.
+        var validUntilMs: Int64
     }
 
     private struct DropKey: Hashable {
@@ -162,6 +172,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
                 state.subscribers[publisher, default: [:]][subscriber] = expiresAt
+                Self.forgetFanOutList(of: publisher, in: &state)
             }
             state.subscriptions[subscriber] = mine
             return previous
@@ -258,7 +269,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 if kept.count > Limits.keptEventsPerPublisher { kept.removeFirst(kept.count - Limits.keptEventsPerPublisher) }
                 state.kept[publisher] = kept
             }
-            var targets = Array(self.subscriberSessions(of: publisher, in: state, now: now))
+            var targets = Self.subscriberSessions(of: publisher, in: &state, now: now)
             if request.multiDeviceSync {
                 // The publisher's other devices, unless they are there already (a publisher subscribed to itself).
                 let listed = Set(targets.lazy.filter { $0.info.userID == publisher }.map { ObjectIdentifier($0) })
@@ -315,6 +326,7 @@ public final class EventArea: RequestHandler, SessionObserver {
         self.state.withLock { state in
             let wasOffline = (state.online[user] ?? []).isEmpty
             state.online[user, default: []].append(session)
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
             let key = DropKey(user: user, clientType: session.info.clientType)
             if state.pendingDrops.removeValue(forKey: key) != nil {
                 // Came back within the grace period: the drop never happened for the subscribers.
@@ -340,6 +352,7 @@ public final class EventArea: RequestHandler, SessionObserver {
         let normal = reason == .logout || reason == .kicked
         let storeOffline: Bool = self.state.withLock { state in
             state.online[user]?.removeAll { $0 === session }
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
             let offline = (state.online[user] ?? []).isEmpty
             if offline {
                 state.online[user] = nil
@@ -402,7 +415,7 @@ public final class EventArea: RequestHandler, SessionObserver {
         // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
         // when nobody is online), so a stream of logins of unwatched users costs no database writes.
         if !(state.subscribers[user]?.isEmpty ?? true) { self.store.setOnlineState(event) }
-        self.fanOut([event], to: self.subscriberSessions(of: user, in: state, now: now))
+        self.fanOut([event], to: Self.subscriberSessions(of: user, in: &state, now: now))
     }
 
     /// The first session of a user gets each subscribed publisher's online state, then the kept events published
@@ -434,6 +447,7 @@ public final class EventArea: RequestHandler, SessionObserver {
     private static func setSubscription(
         _ subscription: Subscription?, subscriber: String, publisher: String, in state: inout State
     ) {
+        Self.forgetFanOutList(of: publisher, in: &state)
         if let subscription {
             state.subscriptions[subscriber, default: [:]][publisher] = subscription
             state.subscribers[publisher, default: [:]][subscriber] = subscription.expiresAtMs
@@ -453,13 +467,37 @@ public final class EventArea: RequestHandler, SessionObserver {
         return events
     }
 
-    /// Every online session of every user with an unexpired subscription to `publisher`.
-    /// The online sessions of the publisher's subscribers: no session twice, since each belongs to one subscriber and
-    /// a user's online list holds each of their sessions once (so no set is built for a fan-out to thousands).
-    private func subscriberSessions(of publisher: String, in state: State, now: Int64) -> some Sequence<SessionHandle> {
-        // Lazily: a fan-out to thousands of sessions walks them once, without an array of them (every element
-        // retained on the way in and released on the way out, each a cache miss on a cold object).
-        (state.subscribers[publisher] ?? [:]).lazy.filter { $0.value > now }.flatMap { state.online[$0.key] ?? [] }
+    /// Every online session of every user with an unexpired subscription to `publisher`: no session twice, since
+    /// each belongs to one subscriber and a user's online list holds each of their sessions once.
+    ///
+    /// Gathered from the subscriber index and the online sessions (a hash lookup per subscriber) once, then kept
+    /// until something it depends on changes, so a publisher who logs in and out, or publishes often, to thousands
+    /// of subscribers walks one array per fan-out.
+    private static func subscriberSessions(of publisher: String, in state: inout State, now: Int64) -> [SessionHandle] {
+        if let list = state.fanOutLists[publisher], now < list.validUntilMs { return list.sessions }
+        guard let subscribers = state.subscribers[publisher] else {
+            state.fanOutLists[publisher] = nil
+            return []
+        }
+        var sessions: [SessionHandle] = []
+        var validUntil = Int64.max
+        for (subscriber, expiresAt) in subscribers where expiresAt > now {
+            validUntil = min(validUntil, expiresAt)
+            if let online = state.online[subscriber] { sessions.append(contentsOf: online) }
+        }
+        state.fanOutLists[publisher] = FanOutList(sessions: sessions, validUntilMs: validUntil)
+        return sessions
+    }
+
+    /// Drops `publisher`'s fan-out list (its subscribers changed).
+    private static func forgetFanOutList(of publisher: String, in state: inout State) {
+        state.fanOutLists[publisher] = nil
+    }
+
+    /// Drops the fan-out lists of the publishers `user` subscribes to (the user's online sessions changed).
+    private static func forgetFanOutLists(ofPublishersSubscribedBy user: String, in state: inout State) {
+        guard let publishers = state.subscriptions[user], !state.fanOutLists.isEmpty else { return }
+        for publisher in publishers.keys { state.fanOutLists[publisher] = nil }
     }
 
     /// One push, encoded once, to every target.
@@ -479,6 +517,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 for publisher in expired {
                     state.subscriptions[subscriber]?[publisher] = nil
                     state.subscribers[publisher]?[subscriber] = nil
+                    Self.forgetFanOutList(of: publisher, in: &state)
                 }
                 if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
             }
