@@ -26,22 +26,8 @@ public struct FrameEncoder: Sendable {
     @inlinable
     @discardableResult
     public func encode(_ message: SwitchboardMessage, into buffer: inout ByteBuffer) -> Int {
-        let header = message.header
-        let bodySize = message.bodySize
-        if let threshold = self.compressionThreshold, bodySize >= threshold {
-            return self.encodeCompressed(message, header: header, bodySize: bodySize, into: &buffer)
-        }
-        let length = header.encodedSize + bodySize
-        let total = Varint.size(UInt64(length)) + length
         // One capacity check for the whole frame; every byte then goes straight to memory.
-        buffer.writeSwitchboardEncoded(size: total) { writer in
-            writer.writeVarint(UInt64(length))
-            writer.writeByte(header.flags.rawValue)
-            writer.writeByte(header.typeByte)
-            if header.kind.hasRequestID { writer.writeVarint(UInt64(header.requestID)) }
-            message.encodeBody(to: &writer)
-        }
-        return total
+        self.encode(header: message.header, bodySize: message.bodySize, into: &buffer) { message.encodeBody(to: &$0) }
     }
 
     @inlinable
@@ -93,15 +79,6 @@ public struct FrameEncoder: Sendable {
             writeBody(&writer)
         }
         return total
-    }
-
-    @usableFromInline
-    func encodeCompressed(
-        _ message: SwitchboardMessage, header: FrameHeader, bodySize: Int, into buffer: inout ByteBuffer
-    ) -> Int {
-        var plain = ByteBufferAllocator().buffer(capacity: bodySize)
-        message.encodeBody(into: &plain)
-        return self.encodeCompressed(plain: plain, header: header, into: &buffer)
     }
 
     @usableFromInline
