@@ -10,7 +10,7 @@ extension String {
     /// Swift's `==` compares by Unicode canonical equivalence (`"é" == "e\u{301}"`), but the wire and SQLite
     /// compare bytes. The store compares names and keys byte-wise everywhere, so that memory and disk always agree
     /// on which keys are the same.
-    func hasSameUTF8(as other: String) -> Bool {
+    package func hasSameUTF8(as other: String) -> Bool {
         let lhs = self.utf8
         let rhs = other.utf8
         guard lhs.count == rhs.count else { return false }

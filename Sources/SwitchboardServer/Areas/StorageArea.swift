@@ -138,7 +138,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         let caller = context.session.info
         let userID = write.userId.isEmpty ? caller.userID : write.userId
         // Byte-wise, as the store compares ids: canonically equivalent but different ids are different users.
-        guard userID.utf8.elementsEqual(caller.userID.utf8) || caller.isAdmin else {
+        guard userID.hasSameUTF8(as: caller.userID) || caller.isAdmin else {
             return .failure(ErrorBody(.permissionDenied, "only \(userID) (or an admin) may write \(userID)'s metadata"))
         }
         let request = MetadataWriteRequest(
