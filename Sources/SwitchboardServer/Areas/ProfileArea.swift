@@ -262,9 +262,10 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
     public var encodedReadOperations: [Opcode] { [.getUserInfo, .getGroupInfo] }
 
-    /// A batch of user or group infos straight from the request body: ids looked up by their bytes, records copied
-    /// from their stored encodings. Nil (the typed path answers) when a provider of the kind is registered (missing
-    /// ids are asked for) or the ids are not the plain case (errors are reported by the typed path).
+    /// A batch of user or group infos straight from the request body into the connection's output: ids looked up by
+    /// their bytes, records copied from their stored encodings. False (the typed path answers) when a provider of the
+    /// kind is registered (missing ids are asked for) or the ids are not the plain case (errors are reported by the
+    /// typed path).
     public func answerEncoded(
         _ operation: Opcode, body: ByteBuffer, session: SessionHandle, into output: inout EncodedAnswerOutput
     ) -> Bool {
