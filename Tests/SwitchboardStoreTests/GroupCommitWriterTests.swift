@@ -74,6 +74,45 @@ struct GroupCommitWriterTests {
     }
 }
 
+extension GroupCommitWriterTests {
+    /// A write nobody waits for waits to share a transaction, but never holds up one somebody waits for, nor a
+    /// flush (the delay here is a minute, so either would time the test out).
+    @Test func aWriteSomebodyWaitsForIsNotHeldBehindOneNobodyWaitsFor() async throws {
+        let database = try Self.database()
+        let transactions = CommitCounter()
+        database.add(transactionObserver: transactions, extent: .databaseLifetime)
+        let writer = GroupCommitWriter(writer: database, label: "test.commits", unawaitedWriteDelay: .seconds(60))
+        writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (1, 'unawaited')") })
+        #expect(try await database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0, "it waits")
+        let answered = try await withThrowingTaskGroup(of: Int?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (2, 'awaited')") }) { _ in
+                        // Both rows are in by now: the awaited write took the waiting one into its transaction.
+                        continuation.resume(returning: (try? database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }) ?? nil)
+                    }
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(10))
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(answered == 2)
+        #expect(transactions.count == 1)
+        // A flush commits a waiting write at once.
+        writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (3, 'unawaited')") })
+        let clock = ContinuousClock()
+        let start = clock.now
+        writer.flush()
+        #expect(clock.now - start < .seconds(10))
+        #expect(try await database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 3)
+    }
+}
+
 /// Counts committed transactions.
 private final class CommitCounter: TransactionObserver, Sendable {
     private let commits = Atomic<Int>(0)

@@ -28,7 +28,8 @@ final class GroupCommitWriter: Sendable {
         var pending: [Pending] = []
         /// A drain is scheduled or running; writes that arrive meanwhile are picked up by it.
         var draining = false
-        /// The scheduled drain is a late one (``unawaitedWriteDelay``): a write somebody waits for asks for one now.
+        /// The scheduled drain is a late one (``defaultUnawaitedWriteDelay``): a write somebody waits for asks for one
+        /// now.
         var drainIsLate = false
     }
 
@@ -36,18 +37,23 @@ final class GroupCommitWriter: Sendable {
     /// online state) waits for others to share its transaction. A stream of such writes then costs a transaction
     /// every few milliseconds instead of one each, and the writer thread takes that much less CPU from the event
     /// loops; a write with a completion is never delayed by it.
-    static let unawaitedWriteDelay = DispatchTimeInterval.milliseconds(2)
+    static let defaultUnawaitedWriteDelay = DispatchTimeInterval.milliseconds(2)
 
     private let writer: any DatabaseWriter
     private let queue: DispatchQueue
     private let state = Mutex(Queue())
     private let logger: Logger
+    private let unawaitedWriteDelay: DispatchTimeInterval
 
     /// Creates a writer for `writer`; `label` names its queue and its log messages.
-    init(writer: any DatabaseWriter, label: String, logger: Logger = Logger(label: "switchboard.store")) {
+    init(
+        writer: any DatabaseWriter, label: String, logger: Logger = Logger(label: "switchboard.store"),
+        unawaitedWriteDelay: DispatchTimeInterval = GroupCommitWriter.defaultUnawaitedWriteDelay
+    ) {
         self.writer = writer
         self.queue = DispatchQueue(label: label)
         self.logger = logger
+        self.unawaitedWriteDelay = unawaitedWriteDelay
     }
 
     /// Queues `body` to run in a write transaction; `completion` (on the writer queue) gets the outcome after the
@@ -72,7 +78,7 @@ final class GroupCommitWriter: Sendable {
         switch schedule {
         case .none: break
         case .now: self.queue.async { self.drain() }
-        case .late: self.queue.asyncAfter(deadline: .now() + Self.unawaitedWriteDelay) { self.drain() }
+        case .late: self.queue.asyncAfter(deadline: .now() + self.unawaitedWriteDelay) { self.drain() }
         }
     }
 
