@@ -565,10 +565,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
             let buffer = self.takeOutput(capacity: 8192)
         {
+            let hadOutput = buffer.readableBytes > 0
             var answer = EncodedAnswerOutput(
                 header: FrameHeader(kind: .response, op: op, requestID: requestID), encoder: self.encoder, buffer: buffer)
             let answered = reader.answerEncoded(operation, body: frame.body, session: session, into: &answer)
-            self.output = answer.buffer
+            // A declined answer wrote nothing: an output made for it goes (an idle connection keeps no buffer).
+            self.output = answered || hadOutput ? answer.buffer : nil
             if answered {
                 self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
                 self.core.metrics.framesOut.increment()
