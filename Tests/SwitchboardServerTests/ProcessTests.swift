@@ -5,6 +5,22 @@ import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
+/// The files of one test's child gateway: a Unix socket path and a database; ``remove()`` deletes them (the database
+/// with its siblings).
+struct ChildGatewayFiles {
+    let socket = temporarySocket()
+    let database: TemporaryPath
+
+    init(_ prefix: String) {
+        self.database = TemporaryPath(prefix, suffix: ".sqlite")
+    }
+
+    func remove() {
+        self.socket.remove()
+        self.database.remove()
+    }
+}
+
 /// Runs the real `switchboard` executable as a child process.
 @Suite struct ProcessTests {
     static var executable: URL {
@@ -37,12 +53,9 @@ import Testing
     @Test func sigtermAnswersEveryAcceptedRequestAndExitsZero() async throws {
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
-        let socketFile = temporarySocket()
-        let database = TemporaryPath("sb", suffix: ".sqlite")
-        defer {
-            socketFile.remove()
-            database.remove()
-        }
+        let files = ChildGatewayFiles("sb")
+        defer { files.remove() }
+        let (socketFile, database) = (files.socket, files.database)
         let socketPath = socketFile.path
         let process = try SpawnedProcess(
             executable: binary.path,
@@ -83,12 +96,9 @@ import Testing
     @Test func optionsComeFromTheEnvironmentWhenNotGivenOnTheCommandLine() async throws {
         let binary = Self.executable
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the switchboard product first")
-        let socketFile = temporarySocket()
-        let database = TemporaryPath("sb-env", suffix: ".sqlite")
-        defer {
-            socketFile.remove()
-            database.remove()
-        }
+        let files = ChildGatewayFiles("sb-env")
+        defer { files.remove() }
+        let (socketFile, database) = (files.socket, files.database)
         let socketPath = socketFile.path
         var environment = ProcessInfo.processInfo.environment
         environment["SWITCHBOARD_TCP"] = "off"
@@ -107,12 +117,9 @@ import Testing
     }
 
     @Test func anOutOfRangeWriteBehindDelayIsRefusedAtStart() async throws {
-        let socketFile = temporarySocket()
-        let database = TemporaryPath("sb-wb", suffix: ".sqlite")
-        defer {
-            socketFile.remove()
-            database.remove()
-        }
+        let files = ChildGatewayFiles("sb-wb")
+        defer { files.remove() }
+        let (socketFile, database) = (files.socket, files.database)
         let gateway = try SpawnedProcess(
             executable: Self.executable.path,
             arguments: ["--tcp", "off", "--unix-socket", socketFile.path, "--database", database.path, "--durability", "apply",
@@ -131,12 +138,9 @@ import Testing
 
     @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
-        let socketFile = temporarySocket()
-        let databaseFiles = TemporaryPath("sb-kill", suffix: ".sqlite")
-        defer {  // after both gateways were killed or stopped
-            socketFile.remove()
-            databaseFiles.remove()
-        }
+        let files = ChildGatewayFiles("sb-kill")
+        defer { files.remove() }  // after both gateways were killed or stopped
+        let (socketFile, databaseFiles) = (files.socket, files.database)
         let socketPath = socketFile.path
         let database = databaseFiles.path
         let first = try Self.startGateway(socketPath: socketPath, database: database)
