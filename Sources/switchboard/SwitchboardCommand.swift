@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "provider-timeout-ms",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -83,6 +83,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them, 0-1000 (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
     var writeBehindMs: UInt64 = 5
+
+    @Option(name: .customLong("unawaited-write-delay-ms"), help: "How long an event or profile write nobody waits for (a provider's answer, an online state, a last-logout time) waits for others to share its transaction, 0-1000 (0: at once). Fewer commits leave more CPU to the event loops; also the most of such writes a crash loses (none of them was acknowledged).")
+    var unawaitedWriteDelayMs: UInt64 = UInt64(GroupCommitDefaults.unawaitedWriteDelayMs)
 
     @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
     var threads = 1
@@ -202,6 +205,9 @@ struct Serve: AsyncParsableCommand {
         guard self.writeBehindMs <= 1_000 else {
             throw ValidationError("--write-behind-ms must be 0-1000")
         }
+        guard self.unawaitedWriteDelayMs <= 1_000 else {
+            throw ValidationError("--unawaited-write-delay-ms must be 0-1000")
+        }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
         presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
@@ -246,10 +252,12 @@ struct Serve: AsyncParsableCommand {
         let presence = PresenceArea(
             configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
         // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
-        let eventStore = try EventStore(path: configuration.databasePath + ".events")
+        let unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
+        let eventStore = try EventStore(path: configuration.databasePath + ".events", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
         let events = try EventArea(store: eventStore, compressionThreshold: configuration.compressionThreshold)
         // The profile directory persists in its own SQLite file as well.
-        let profileStore = try ProfileStore(path: configuration.databasePath + ".profiles")
+        let profileStore = try ProfileStore(
+            path: configuration.databasePath + ".profiles", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
         let profiles = try ProfileArea(
             store: profileStore, providerTimeout: .milliseconds(Int64(self.providerTimeoutMs)),
             compressionThreshold: configuration.compressionThreshold)

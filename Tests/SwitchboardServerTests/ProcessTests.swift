@@ -116,14 +116,18 @@ struct ChildGatewayFiles {
         #expect(await process.waitForExit() == 0)
     }
 
-    @Test func anOutOfRangeWriteBehindDelayIsRefusedAtStart() async throws {
+    @Test(arguments: [
+        ["--durability", "apply", "--write-behind-ms", "18446744073709551615"],
+        ["--unawaited-write-delay-ms", "1001"],
+    ])
+    func anOutOfRangeWriteDelayIsRefusedAtStart(options: [String]) async throws {
         let files = ChildGatewayFiles("sb-wb")
         defer { files.remove() }
         let (socketFile, database) = (files.socket, files.database)
         let gateway = try SpawnedProcess(
             executable: Self.executable.path,
-            arguments: ["--tcp", "off", "--unix-socket", socketFile.path, "--database", database.path, "--durability", "apply",
-                        "--write-behind-ms", "18446744073709551615", "--log-level", "error"])
+            arguments: ["--tcp", "off", "--unix-socket", socketFile.path, "--database", database.path, "--log-level", "error"]
+                + options)
         defer { gateway.killAndWait() }  // before the files are removed
         let status = await gateway.waitForExit(seconds: 30)
         #expect(status == 64, "exit status \(status.map(String.init) ?? "none")")  // ArgumentParser's validation failure

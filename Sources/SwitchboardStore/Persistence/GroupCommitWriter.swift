@@ -3,6 +3,13 @@ import GRDB
 import Logging
 import Synchronization
 
+/// Defaults of the event and profile stores' group commit.
+public enum GroupCommitDefaults {
+    /// How long a write nobody waits for waits for others to share its transaction, in ms (see
+    /// `GroupCommitWriter.defaultUnawaitedWriteDelay`; `switchboard --unawaited-write-delay-ms`).
+    public static let unawaitedWriteDelayMs = 50
+}
+
 /// Called once with a write's outcome after its transaction committed (or failed), on the store's writer queue.
 public typealias StoreWriteCompletion = @Sendable (Result<Void, any Error>) -> Void
 
@@ -40,7 +47,7 @@ final class GroupCommitWriter: Sendable {
     /// provider round trip at saturation: p99 0.43-0.49 ms of overhead with 50 ms, 0.95-1.10 ms with 2 ms). What a
     /// crash can lose is at most the last 50 ms of these writes, none of which was acknowledged to anybody; a graceful
     /// shutdown flushes them. A write with a completion is never delayed by it.
-    static let defaultUnawaitedWriteDelay = DispatchTimeInterval.milliseconds(50)
+    static let defaultUnawaitedWriteDelay = DispatchTimeInterval.milliseconds(GroupCommitDefaults.unawaitedWriteDelayMs)
 
     private let writer: any DatabaseWriter
     private let queue: DispatchQueue

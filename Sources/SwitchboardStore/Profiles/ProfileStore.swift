@@ -23,10 +23,13 @@ public final class ProfileStore: Sendable {
     private let commits: GroupCommitWriter
 
     /// Opens (creating it if needed) the profile database at `path`; nil: a fresh in-memory database.
+    /// - Parameter unawaitedWriteDelayMs: How long a write nobody waits for (no completion) waits for others to share
+    ///   its transaction (default 50 ms); also the most of such writes a crash can lose.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
-    public init(path: String?) throws {
+    public init(path: String?, unawaitedWriteDelayMs: Int = GroupCommitDefaults.unawaitedWriteDelayMs) throws {
         self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.profiles", migrator: Self.migrator())
-        self.commits = GroupCommitWriter(writer: self.writer, label: "switchboard.profiles.store")
+        self.commits = GroupCommitWriter(
+            writer: self.writer, label: "switchboard.profiles.store", unawaitedWriteDelay: .milliseconds(unawaitedWriteDelayMs))
     }
 
     private static func migrator() -> DatabaseMigrator {
