@@ -279,6 +279,74 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
         }
     }
 
+    /// Gets are answered from the request bytes; every case the typed path reports as an error must still be
+    /// reported with its code, with the connection kept and the store unchanged.
+    @Test(arguments: Transport.allCases)
+    func getsAnswerEveryCaseAndReportBadOnesWithTheirCodes(transport: Transport) async throws {
+        try await withStorageGateway { gateway, _, _ in
+            let tony = try await gateway.connect(transport, user: "Tony")
+            let alice = try await gateway.connect(transport, user: "alice")
+            _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Name", value: "Tony")])))
+            _ = try await tony.send(
+                .setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", channelType: .stream, items: [MetadataItem(key: "t", value: "s")])))
+            // The caller's own set (empty id), someone else's, an absent one; channel type is part of the identity.
+            let own = try await tony.send(.getUserMetadata(GetUserMetadataRequest()))
+            let other = try await alice.send(.getUserMetadata(GetUserMetadataRequest(userId: "Tony")))
+            let absent = try await alice.send(.getUserMetadata(GetUserMetadataRequest(userId: "nobody")))
+            guard case .getUserMetadata(let ownSet) = own, case .getUserMetadata(let otherSet) = other,
+                case .getUserMetadata(let absentSet) = absent
+            else {
+                Issue.record("unexpected responses")
+                return
+            }
+            #expect(ownSet.userId == "Tony" && ownSet.majorRevision == 1 && ownSet.items.map(\.value) == ["Tony"])
+            #expect(ownSet.items.first?.revision == 1)
+            #expect(otherSet == ownSet)
+            #expect(absentSet == GetUserMetadataResponse(majorRevision: 0, items: [], userId: "nobody"))
+            guard case .getChannelMetadata(let stream) = try await alice.send(.getChannelMetadata(GetChannelMetadataRequest(channel: "lobby", channelType: .stream))),
+                case .getChannelMetadata(let message) = try await alice.send(.getChannelMetadata(GetChannelMetadataRequest(channel: "lobby")))
+            else {
+                Issue.record("unexpected responses")
+                return
+            }
+            #expect(stream.majorRevision == 1 && stream.items.map(\.value) == ["s"])
+            #expect(message == GetChannelMetadataResponse(majorRevision: 0, items: []))
+
+            // Bad gets, as raw frames: each answered with its code, the connection kept.
+            let socket = try RawSocket(gateway, transport)
+            _ = try await socket.login("mallory")
+            func get(_ op: Opcode, _ id: UInt32, _ body: [UInt8]) {
+                var frame = ByteBuffer()
+                FrameEncoder.encodeRaw(
+                    header: FrameHeader(kind: .request, op: op.rawValue, requestID: id), body: ByteBuffer(bytes: body), into: &frame)
+                socket.send(frame)
+            }
+            let tooLong = [UInt8](repeating: UInt8(ascii: "x"), count: 65)
+            get(.getUserMetadata, 11, [0x0A, 65] + tooLong)  // a 65-byte user id
+            get(.getUserMetadata, 12, [0x0A, 0x02, 0xC3, 0x28])  // not UTF-8
+            get(.getUserMetadata, 13, [0x08, 0x01])  // field 1 as a varint
+            get(.getChannelMetadata, 14, [0x10, 0x01])  // no channel name
+            get(.getChannelMetadata, 15, [0x0A, 0x01, 0x61, 0x10, 0x09])  // channel type 9
+            get(.getUserMetadata, 16, [0x0A, 0x04] + Array("Tony".utf8))  // a good one behind them
+            var codes: [UInt32: ErrorCode] = [:]
+            var answered: GetUserMetadataResponse?
+            for _ in 0..<6 {
+                switch try await socket.next() {
+                case .error(let id, _, let body)?: codes[id] = body.errorCode
+                case .response(16, .getUserMetadata(let response))?: answered = response
+                default: Issue.record("unexpected frame")
+                }
+            }
+            #expect(codes == [11: .identifierTooLong, 12: .invalidUtf8, 13: .malformedBody, 14: .identifierTooLong, 15: .invalidArgument])
+            #expect(answered == ownSet)
+            // Nothing changed.
+            guard case .getUserMetadata(let after) = try await tony.send(.getUserMetadata(GetUserMetadataRequest())) else { return }
+            #expect(after == ownSet)
+            await tony.close()
+            await alice.close()
+        }
+    }
+
     @Test func acknowledgedWritesSurviveARestartOfTheGateway() async throws {
         let database = TemporaryPath("sb-restart", suffix: ".sqlite")
         defer { database.remove() }

@@ -19,8 +19,9 @@ public typealias StoreWriteCompletion = @Sendable (Result<Void, any Error>) -> V
 /// Callers never wait: ``submit(_:completion:)`` appends the write and returns. A serial writer queue takes every
 /// write queued so far, runs them in one transaction, commits, and only then calls the completions, in call order,
 /// on the writer queue. When a write fails, the transaction is rolled back and the batch runs again with each write
-/// inside its own savepoint, so that one failing write fails alone. Writes submitted
-/// while a transaction runs form the next one. A failed commit fails every write of its transaction.
+/// inside its own savepoint, so that one failing write fails alone. Writes submitted while a transaction runs form
+/// the next one. A failed commit fails every write of its transaction. A write nobody waits for (no completion) may
+/// wait up to the unawaited-write delay for others to share its transaction; one somebody waits for never does.
 ///
 /// Used by ``EventStore`` and ``ProfileStore``: their areas answer a request from the completion, so a client is
 /// told "done" only once the change is on disk (`Protocol/SPEC.md` §13.4, §13.5).
@@ -41,12 +42,13 @@ final class GroupCommitWriter: Sendable {
     }
 
     /// How long a write nobody waits for (no completion: a provider's answer stored in the directory, a publisher's
-    /// online state, a user's last logout time) waits for others to share its transaction: 50 ms. A stream of such
-    /// writes then costs a transaction (and its fsync) every 50 ms instead of one each, or every few milliseconds;
-    /// each commit takes CPU from the event loops on a small machine, and their latency tail was mostly that (a
-    /// provider round trip at saturation: p99 0.43-0.49 ms of overhead with 50 ms, 0.95-1.10 ms with 2 ms). What a
-    /// crash can lose is at most the last 50 ms of these writes, none of which was acknowledged to anybody; a graceful
-    /// shutdown flushes them. A write with a completion is never delayed by it.
+    /// online state, a user's last logout time) waits for others to share its transaction, by default 50 ms
+    /// (`switchboard --unawaited-write-delay-ms`). A stream of such writes then costs a transaction (and its fsync)
+    /// every 50 ms instead of one each, or every few milliseconds; each commit takes CPU from the event loops on a
+    /// small machine, and their latency tail was mostly that (a provider round trip at saturation: p99 0.43-0.49 ms
+    /// of overhead with 50 ms, 0.95-1.10 ms with 2 ms). What a crash can lose is at most the last delay's worth of
+    /// these writes, none of them acknowledged to anybody; a graceful shutdown flushes them. A write with a
+    /// completion is never delayed by it.
     static let defaultUnawaitedWriteDelay = DispatchTimeInterval.milliseconds(GroupCommitDefaults.unawaitedWriteDelayMs)
 
     private let writer: any DatabaseWriter
