@@ -21,13 +21,15 @@ final class GatewayCore: Sendable {
     let nowMillis: @Sendable () -> Int64
     /// Each event loop's end-of-tick flush list.
     let flushBatches: FlushBatches
+    /// Each event loop's inbox for answers completed on other threads.
+    let inboxes: LoopInboxes
 
     /// Creates the shared state; `handlers` are the command areas, behind the session area (logout, renewToken),
     /// which every gateway has.
     init(
         configuration: ServerConfiguration, registry: SessionRegistry, handlers: [any RequestHandler],
         observers: [any SessionObserver], metrics: GatewayMetrics, logger: Logger,
-        nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches
+        nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches, inboxes: LoopInboxes
     ) {
         let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
         self.configuration = configuration
@@ -38,6 +40,7 @@ final class GatewayCore: Sendable {
         self.observers = observers
         self.nowMillis = nowMillis
         self.flushBatches = flushBatches
+        self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
         for handler in [SessionArea(authority: authority)] + handlers {

@@ -63,7 +63,8 @@ public final class SwitchboardGateway: Service, Sendable {
         self.core = GatewayCore(
             configuration: configuration, registry: registry,
             handlers: handlers, observers: observers, metrics: metrics,
-            logger: logger, nowMillis: nowMillis, flushBatches: FlushBatches(group: self.eventLoopGroup))
+            logger: logger, nowMillis: nowMillis, flushBatches: FlushBatches(group: self.eventLoopGroup),
+            inboxes: LoopInboxes(group: self.eventLoopGroup))
         self.onRunning = onRunning
     }
 

@@ -1,3 +1,4 @@
+import Dispatch
 import SwitchboardStore
 import SwitchboardWire
 import Testing
@@ -356,6 +357,70 @@ struct CallerDrivenCommitTests {
         #expect(answers.allSatisfy { $0.count == 1 })
         #expect(backend.commits.count == 1 && backend.commits.first?.first?.items.count == 10)
         #expect(try answers.last?.all.first?.get().majorRevision == 10)
+        await store.close()
+    }
+
+    @Test func aCallerFindingAnotherCommittingReturnsAtOnceAndTheCommittingCallerTakesItsWrites() async throws {
+        let backend = RecordingBackend()
+        let store = try MetadataStore.load(
+            from: backend, configuration: StoreConfiguration(commitDriver: .caller), logger: silentLogger)
+        backend.closeGate()
+        let first = startWrite(store, .set, tony, [item("a", "1")])
+        let firstCallerDone = Recorder<Bool>()
+        DispatchQueue.global().async {
+            store.commitQueuedWrites()
+            firstCallerDone.append(true)
+        }
+        // The first caller is inside its commit, held at the gate.
+        #expect(await eventually { backend.blockedCalls == 1 })
+        let second = startWrite(store, .set, tony, [item("b", "2")])
+        let secondCallerDone = Recorder<Bool>()
+        DispatchQueue.global().async {
+            store.commitQueuedWrites()
+            secondCallerDone.append(true)
+        }
+        // The second caller does not wait for the first one's commit (its event loop goes on reading).
+        #expect(await eventually { secondCallerDone.count == 1 })
+        #expect(first.count == 0 && second.count == 0 && firstCallerDone.count == 0)
+        backend.openGate()
+        // The first caller commits again for the second one's write before it returns.
+        #expect(await eventually { firstCallerDone.count == 1 })
+        #expect(first.count == 1 && second.count == 1)
+        #expect(backend.commits.count == 2)
+        #expect(try second.all.first?.get().majorRevision == 2)
+        await store.close()
+    }
+
+    @Test func concurrentCallersLeaveNoWriteUnanswered() async throws {
+        let backend = RecordingBackend()
+        let store = try MetadataStore.load(
+            from: backend, configuration: StoreConfiguration(commitDriver: .caller), logger: silentLogger)
+        let answered = Recorder<Int>()
+        let threads = 4
+        let writesPerThread = 500
+        await withTaskGroup(of: Void.self) { group in
+            for thread in 0..<threads {
+                group.addTask {
+                    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                        DispatchQueue.global().async {
+                            for index in 0..<writesPerThread {
+                                store.write(
+                                    MetadataWriteRequest(
+                                        .set, scope: .user("user-\(thread)"), items: [item("k", "\(index)")]),
+                                    caller: "alice", nowMs: 1
+                                ) { result in
+                                    if case .success = result { answered.append(index) }
+                                }
+                                store.commitQueuedWrites()
+                            }
+                            done.resume()
+                        }
+                    }
+                }
+            }
+        }
+        // Every caller returned; each write was committed by its own caller or by the one committing then.
+        #expect(answered.count == threads * writesPerThread)
         await store.close()
     }
 

@@ -43,6 +43,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var directPushGeneration: UInt64 = .max
     /// This loop's end-of-tick flush list.
     private var flushBatch: FlushBatch?
+    /// The loop's inbox, through which answers completed on other threads arrive (nil off the gateway's loops).
+    private var inbox: LoopInbox?
     private var context: ChannelHandlerContext?
     /// The channel's writability as its last `channelWritabilityChanged` told it: read on every push and flush
     /// without touching the channel object (a fan-out to thousands of connections is bound by cache misses).
@@ -116,6 +118,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.flushBatch = self.core.flushBatches.batch(for: context.eventLoop)
+        self.inbox = self.core.inboxes.inbox(for: context.eventLoop)
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -596,7 +599,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             session: session, requestID: requestID,
             responder: Responder(
                 requestID: requestID, op: op, connection: NIOLoopBound(self, eventLoop: context.eventLoop),
-                eventLoop: context.eventLoop),
+                eventLoop: context.eventLoop, inbox: self.inbox),
             nowMillis: self.requestNowMillis())
         switch handler.handle(request, context: requestContext) {
         case .response(let response):

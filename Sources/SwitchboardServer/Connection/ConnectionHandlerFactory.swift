@@ -28,7 +28,7 @@ package struct ConnectionHandlerFactory: Sendable {
         self.core = GatewayCore(
             configuration: configuration, registry: registry, handlers: handlers, observers: observers,
             metrics: GatewayMetrics(), logger: logger, nowMillis: nowMillis,
-            flushBatches: FlushBatches(group: eventLoops))
+            flushBatches: FlushBatches(group: eventLoops), inboxes: LoopInboxes(group: eventLoops))
     }
 
     /// A handler for one new connection: add it to the channel's pipeline before the channel becomes active.

@@ -34,6 +34,8 @@ public struct Responder: Sendable {
     let op: UInt8
     let connection: NIOLoopBound<ConnectionHandler>
     let eventLoop: any EventLoop
+    /// Where answers from other threads go to the loop, many in one task (nil: one `execute` per answer).
+    let inbox: LoopInbox?
 
     /// Answers with a response.
     public func succeed(_ response: Response) {
@@ -44,11 +46,7 @@ public struct Responder: Sendable {
     public func succeed(_ response: EncodedResponse) {
         let connection = self.connection
         let id = self.requestID
-        if self.eventLoop.inEventLoop {
-            connection.value.completeDeferred(id: id, encoded: response)
-        } else {
-            self.eventLoop.execute { connection.value.completeDeferred(id: id, encoded: response) }
-        }
+        self.onLoop { connection.value.completeDeferred(id: id, encoded: response) }
     }
 
     /// Answers with an error.
@@ -59,10 +57,16 @@ public struct Responder: Sendable {
     private func complete(_ message: SwitchboardMessage) {
         let connection = self.connection
         let id = self.requestID
+        self.onLoop { connection.value.completeDeferred(id: id, message) }
+    }
+
+    private func onLoop(_ body: @escaping @Sendable () -> Void) {
         if self.eventLoop.inEventLoop {
-            connection.value.completeDeferred(id: id, message)
+            body()
+        } else if let inbox = self.inbox {
+            inbox.post(body)
         } else {
-            self.eventLoop.execute { connection.value.completeDeferred(id: id, message) }
+            self.eventLoop.execute(body)
         }
     }
 }

@@ -53,6 +53,10 @@ final class WriteBackQueue: Sendable {
     /// Writes ever committed or reverted.
     private let finished = Atomic<Int>(0)
     private let writer = Mutex(WriterState())
+    /// A caller is committing in ``drainNow()``.
+    private let callerDrainActive = Atomic<Bool>(false)
+    /// A caller asked for a commit the active caller has not started yet.
+    private let callerDrainRequested = Atomic<Bool>(false)
 
     init(
         backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64,
@@ -105,9 +109,21 @@ final class WriteBackQueue: Sendable {
     /// Commits everything queued now, on the calling thread (``CommitDriver/caller``): `sync` on the serial
     /// writer queue runs the block on the caller's thread when the queue is idle, so the commit and the answers
     /// (delivered in place to an event loop that calls this) need no thread hand-over.
+    ///
+    /// A caller that finds another caller committing does not wait for it: it leaves a request and returns (to
+    /// its event loop, which goes on reading), and the committing caller commits again once it is done, taking
+    /// the writes of both.
     func drainNow() {
-        self.queue.sync {
-            self.drainAll()
+        self.callerDrainRequested.store(true, ordering: .sequentiallyConsistent)
+        while !self.callerDrainActive.exchange(true, ordering: .sequentiallyConsistent) {
+            while self.callerDrainRequested.exchange(false, ordering: .sequentiallyConsistent) {
+                self.queue.sync {
+                    self.drainAll()
+                }
+            }
+            self.callerDrainActive.store(false, ordering: .sequentiallyConsistent)
+            // A request left after the last check, by a caller that still saw this one committing, is this one's.
+            if !self.callerDrainRequested.load(ordering: .sequentiallyConsistent) { return }
         }
     }
 
