@@ -46,7 +46,11 @@ public struct Responder: Sendable {
     public func succeed(_ response: EncodedResponse) {
         let connection = self.connection
         let id = self.requestID
-        self.onLoop { connection.value.completeDeferred(id: id, encoded: response) }
+        if self.eventLoop.inEventLoop {
+            connection.value.completeDeferred(id: id, encoded: response)
+        } else {
+            self.fromElsewhere { connection.value.completeDeferred(id: id, encoded: response) }
+        }
     }
 
     /// Answers with an error.
@@ -57,13 +61,16 @@ public struct Responder: Sendable {
     private func complete(_ message: SwitchboardMessage) {
         let connection = self.connection
         let id = self.requestID
-        self.onLoop { connection.value.completeDeferred(id: id, message) }
+        if self.eventLoop.inEventLoop {
+            connection.value.completeDeferred(id: id, message)
+        } else {
+            self.fromElsewhere { connection.value.completeDeferred(id: id, message) }
+        }
     }
 
-    private func onLoop(_ body: @escaping @Sendable () -> Void) {
-        if self.eventLoop.inEventLoop {
-            body()
-        } else if let inbox = self.inbox {
+    /// Runs `body` on the loop, from another thread (no closure is made for an answer given on the loop).
+    private func fromElsewhere(_ body: @escaping @Sendable () -> Void) {
+        if let inbox = self.inbox {
             inbox.post(body)
         } else {
             self.eventLoop.execute(body)

@@ -13,15 +13,34 @@ enum ChangeBatch {
 
     /// The net changes of `writes`, which are in the order they were applied (per scope).
     static func records(from writes: [PendingWrite]) -> [ChangeRecord] {
-        var builders: [MetadataScope: Builder] = [:]
-        for write in writes {
-            builders[write.scope, default: Builder()].add(write)
+        self.records(from: [writes])
+    }
+
+    /// The net changes of the writes in `lists`, each list in the order its writes were applied (a scope's writes
+    /// are all in one list: one shard's).
+    ///
+    /// Writes to one set tend to come in runs (a connection's pipelined writes are applied one after another), so
+    /// a write to the set of the write before it finds its builder without hashing the scope.
+    static func records(from lists: [[PendingWrite]]) -> [ChangeRecord] {
+        var builderOfScope: [MetadataScope: Int] = [:]
+        var builders: [Builder] = []
+        var last = -1
+        for list in lists {
+            for index in list.indices {
+                if last < 0 || builders[last].scope != list[index].scope {
+                    let scope = list[index].scope
+                    if let existing = builderOfScope[scope] {
+                        last = existing
+                    } else {
+                        last = builders.count
+                        builderOfScope[scope] = last
+                        builders.append(Builder(scope: scope))
+                    }
+                }
+                builders[last].add(list[index])
+            }
         }
-        var records: [ChangeRecord] = []
-        records.reserveCapacity(builders.count)
-        for (scope, builder) in builders {
-            records.append(builder.record(scope))
-        }
+        var records = builders.map { $0.record() }
         records.sort { MetadataScope.primaryKeyOrder($0.scope, $1.scope) }
         return records
     }
@@ -32,10 +51,15 @@ enum ChangeBatch {
     }
 
     private struct Builder {
+        let scope: MetadataScope
         var majorRevision: UInt64 = 0
         var isRemoved = false
         var clearsItems = false
         var items: [UTF8Key: ItemChange.Operation] = [:]
+
+        init(scope: MetadataScope) {
+            self.scope = scope
+        }
 
         mutating func add(_ write: PendingWrite) {
             self.majorRevision = write.storedRevision
@@ -49,16 +73,20 @@ enum ChangeBatch {
             switch write.operation {
             case .set, .update:
                 for (index, item) in write.items.enumerated() {
-                    let position = ChangeBatch.position(revision: write.storedRevision, index: index)
-                    switch self.items[UTF8Key(item.key)] {
-                    case .upsert(_, let earlier, let keeps)?:
+                    let key = UTF8Key(item.key)
+                    guard let slot = self.items.index(forKey: key) else {
+                        let position = ChangeBatch.position(revision: write.storedRevision, index: index)
+                        self.items[key] = .upsert(item, position: position, keepsStoredPosition: true)
+                        continue
+                    }
+                    switch self.items.values[slot] {
+                    case .upsert(_, let earlier, let keeps):
                         // Still the same item: it keeps the place it had when first written in this batch.
-                        self.items[UTF8Key(item.key)] = .upsert(item, position: earlier, keepsStoredPosition: keeps)
-                    case .delete?:
+                        self.items.values[slot] = .upsert(item, position: earlier, keepsStoredPosition: keeps)
+                    case .delete:
                         // Removed and added again: it moves to the end.
-                        self.items[UTF8Key(item.key)] = .upsert(item, position: position, keepsStoredPosition: false)
-                    case nil:
-                        self.items[UTF8Key(item.key)] = .upsert(item, position: position, keepsStoredPosition: true)
+                        let position = ChangeBatch.position(revision: write.storedRevision, index: index)
+                        self.items.values[slot] = .upsert(item, position: position, keepsStoredPosition: false)
                     }
                 }
             case .remove:
@@ -66,11 +94,11 @@ enum ChangeBatch {
             }
         }
 
-        func record(_ scope: MetadataScope) -> ChangeRecord {
+        func record() -> ChangeRecord {
             var changes = self.items.map { ItemChange(key: $0.key.string, operation: $0.value) }
             changes.sort { $0.key.utf8Precedes($1.key) }
             return ChangeRecord(
-                scope: scope, majorRevision: self.majorRevision, isRemoved: self.isRemoved,
+                scope: self.scope, majorRevision: self.majorRevision, isRemoved: self.isRemoved,
                 clearsItems: self.clearsItems, items: changes)
         }
     }

@@ -221,39 +221,46 @@ final class WriteBackQueue: Sendable {
     private func drainAll() {
         while self.currentHealth != .failing {
             let batch = self.collect()
-            if batch.isEmpty || !self.commit(batch) { return }
+            if batch.count == 0 || !self.commit(batch) { return }
         }
     }
 
-    /// Takes every shard's pending writes.
-    private func collect() -> [PendingWrite] {
-        var batch: [PendingWrite] = []
+    /// Takes every shard's pending writes: each shard's list is moved out whole, not copied write by write.
+    private func collect() -> CollectedWrites {
+        var collected = CollectedWrites()
         for shard in self.shards {
             shard.state.withLock { state in
                 guard !state.pending.isEmpty else { return }
-                batch.append(contentsOf: state.pending)
-                state.pending.removeAll(keepingCapacity: true)
+                var taken: [PendingWrite] = []
+                swap(&taken, &state.pending)
+                state.pending.reserveCapacity(taken.count)
+                collected.count += taken.count
+                collected.lists.append(taken)
             }
         }
-        guard !batch.isEmpty else { return batch }
+        guard collected.count > 0 else { return collected }
         var oldest = UInt64.max
-        for write in batch where write.appliedAtNs < oldest { oldest = write.appliedAtNs }
+        for list in collected.lists {
+            // Each list is in the order its shard applied the writes: its first is its oldest (to within the moment
+            // between a write reading the clock and taking the shard's lock; this is for the lag metric).
+            if let first = list.first?.appliedAtNs, first < oldest { oldest = first }
+        }
         self.writer.withLock { state in
-            state.collected += batch.count
+            state.collected += collected.count
             state.inFlightSinceNs = oldest
         }
-        return batch
+        return collected
     }
 
     /// Commits one batch; answers its writes (acknowledge-after-commit) or handles the failure.
     /// - Returns: Whether it committed.
-    private func commit(_ batch: [PendingWrite]) -> Bool {
-        let records = ChangeBatch.records(from: batch)
+    private func commit(_ batch: CollectedWrites) -> Bool {
+        let records = ChangeBatch.records(from: batch.lists)
         let start = DispatchTime.now().uptimeNanoseconds
         do {
             try self.backend.apply(records)
         } catch {
-            self.commitFailed(batch, error: error)
+            self.commitFailed(Array(batch), error: error)
             return false
         }
         let end = DispatchTime.now().uptimeNanoseconds
@@ -267,8 +274,10 @@ final class WriteBackQueue: Sendable {
         self.metrics.batchWrites.record(batch.count)
         self.metrics.writeBackLag.record(Double(end &- oldest) / 1e9)
         self.metrics.queueLength.record(self.enqueued.load(ordering: .relaxed) - self.finished.load(ordering: .relaxed))
-        for write in batch {
-            write.completion?(.success(write.outcome))
+        for list in batch.lists {
+            for index in list.indices {
+                list[index].completion?(.success(list[index].outcome))
+            }
         }
         return true
     }
@@ -346,5 +355,16 @@ final class WriteBackQueue: Sendable {
         else { return }
         self.logger.info("metadata write-back recovered; accepting writes again")
         self.drainAll()
+    }
+}
+
+/// The writes taken from the shards for one transaction, shard by shard, each shard's in the order it applied them.
+private struct CollectedWrites: Sequence {
+    var lists: [[PendingWrite]] = []
+    /// The writes in all lists.
+    var count = 0
+
+    func makeIterator() -> FlattenSequence<[[PendingWrite]]>.Iterator {
+        self.lists.joined().makeIterator()
     }
 }
