@@ -97,6 +97,24 @@ struct MetadataSet: Sendable {
     }
 
     /// Turns the set into a tombstone at its current majorRevision.
+    /// Undoes a set or update (see ``ItemsWrittenUndo``): the set must be as that write left it.
+    mutating func revert(_ undo: ItemsWrittenUndo) {
+        switch undo.replaced {
+        case .none:
+            break
+        case .one(let position, let item):
+            self.items[position] = item
+        case .many(let replaced):
+            // Newest first: an item overwritten twice by the write ends as it was before the first.
+            for (position, item) in replaced.reversed() { self.items[position] = item }
+        }
+        self.items.removeLast(undo.appendedCount)
+        self.majorRevision = undo.majorRevision
+        self.isRemoved = undo.isRemoved
+        self.byteCount = undo.byteCount
+        if self.index != nil || self.items.count > Self.indexThreshold { self.rebuildIndex() }
+    }
+
     mutating func markRemoved() {
         self.isRemoved = true
         self.items = []

@@ -43,6 +43,8 @@ struct ShardState: Sendable {
             self.sets[write.scope] = nil
         case .previous(let set):
             self.sets[write.scope] = set
+        case .itemsWritten(let undo):
+            self.sets[write.scope]?.revert(undo)
         }
     }
 }

@@ -149,6 +149,77 @@ struct WriteBackQueueTests {
         #expect(store.writeBackStatus?.queueLength == 0)
     }
 
+    @Test func aFailedCommitRestoresEachSetExactlyItsItemsOrderRevisionsAndSize() async throws {
+        let backend = RecordingBackend()
+        // tony holds 6 bytes before the failure; 10 more fit.
+        let store = try MetadataStore.load(
+            from: backend,
+            configuration: StoreConfiguration(limits: StoreLimits(maxSetBytes: 16), probeIntervalMs: 10),
+            logger: silentLogger)
+        let amy = MetadataScope.user("Amy")
+        try await store.apply(.set, tony, [item("a", "1"), item("b", "2")])
+        try await store.apply(.set, tony, [item("c", "3")])
+        try await store.apply(.set, amy, [item("x", "1")])
+        try await store.apply(.remove, amy, [])
+        let tonyBefore = store.read(tony)
+        #expect(pairs(tonyBefore) == ["a=1", "b=2", "c=3"] && tonyBefore.majorRevision == 2)
+
+        backend.closeGate()
+        backend.setFailing(true)
+        // The first write holds the gate; the others queue behind it and are reverted with it.
+        let writes = [
+            startWrite(store, .set, tony, [item("a", "10"), item("d", "4")]),
+            startWrite(store, .update, tony, [item("b", "20"), item("a", "11")]),
+            startWrite(store, .remove, tony, [item("c")]),
+            startWrite(store, .set, tony, [item("c", "30")]),
+            startWrite(store, .set, amy, [item("y", "1")]),
+        ]
+        #expect(await eventually { backend.blockedCalls == 1 })
+        backend.openGate()
+        #expect(await eventually { writes.allSatisfy { $0.count == 1 } })
+        #expect(writes.map { code($0) } == Array(repeating: .storageFailure, count: writes.count))
+
+        let tonyAfter = store.read(tony)
+        #expect(pairs(tonyAfter) == ["a=1", "b=2", "c=3"])
+        #expect(tonyAfter.items.map(\.revision) == tonyBefore.items.map(\.revision))
+        #expect(tonyAfter.majorRevision == 2)
+        #expect(store.read(amy).majorRevision == 0 && store.read(amy).items.isEmpty)
+
+        backend.setFailing(false)
+        #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
+        // The tombstone's revision came back too: the set continues above it.
+        #expect(try await store.apply(.set, amy, [item("y", "1")]).majorRevision == 3)
+        // The size came back: exactly 10 more bytes fit, one more does not.
+        try await store.apply(.set, tony, [item("e", "123456789")])
+        let over = await storeError { try await store.apply(.set, tony, [item("f")]) }
+        #expect(over?.code == .metadataTooLarge)
+        await store.close()
+    }
+
+    @Test func aFailedCommitRestoresAnIndexedSet() async throws {
+        let backend = RecordingBackend()
+        let store = try backedStore(backend)
+        let keys = (0..<20).map { "k\($0)" }
+        try await store.apply(.set, tony, keys.map { item($0, "v") })
+        backend.closeGate()
+        backend.setFailing(true)
+        let writes = [
+            startWrite(store, .set, tony, [item("k3", "new"), item("extra", "1")]),
+            startWrite(store, .set, tony, [item("extra", "2"), item("k19", "new")]),
+        ]
+        #expect(await eventually { backend.blockedCalls == 1 })
+        backend.openGate()
+        #expect(await eventually { writes.allSatisfy { $0.count == 1 } })
+        backend.setFailing(false)
+        #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
+        #expect(pairs(store.read(tony)) == keys.map { "\($0)=v" })
+        // The key index matches the restored items: checked writes find each item where it is.
+        try await store.apply(.update, tony, [item("k19", "w", revision: 1), item("k0", "w", revision: 1)])
+        let missing = await storeError { try await store.apply(.update, tony, [item("extra", "3")]) }
+        #expect(missing?.code == .itemNotFound)
+        await store.close()
+    }
+
     @Test func writesAreRefusedWhileTheDatabaseFailsAndAcceptedOnceItRecovers() async throws {
         let backend = RecordingBackend()
         let store = try backedStore(backend)
