@@ -186,7 +186,6 @@ public final class MetadataStore: Sendable {
         let index = self.shardIndex(of: request.scope)
         let mode = self.mode
         let writeBack = self.writeBack
-        let appliedAtNs = writeBack == nil ? 0 : DispatchTime.now().uptimeNanoseconds
         let refusal = self.shards[index].perform(
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
@@ -209,13 +208,9 @@ public final class MetadataStore: Sendable {
                     state.outbox.append(.write(completion, .success(applied.outcome)))
                 case .acknowledgeBeforeCommit:
                     state.outbox.append(.write(completion, .success(applied.outcome)))
-                    state.pending.append(
-                        PendingWrite(applied, shardIndex: index, completion: nil, appliedAtNs: appliedAtNs))
-                    writeBack?.noteEnqueued()
+                    state.appendPending(PendingWrite(applied, shardIndex: index, completion: nil))
                 case .acknowledgeAfterCommit:
-                    state.pending.append(
-                        PendingWrite(applied, shardIndex: index, completion: completion, appliedAtNs: appliedAtNs))
-                    writeBack?.noteEnqueued()
+                    state.appendPending(PendingWrite(applied, shardIndex: index, completion: completion))
                 }
                 return nil
             }, deliver: self.deliver)

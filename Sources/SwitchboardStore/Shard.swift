@@ -1,3 +1,4 @@
+import Dispatch
 import SwitchboardWire
 import Synchronization
 
@@ -20,10 +21,21 @@ struct ShardState: Sendable {
     var locks = LockTable()
     /// Writes applied in memory and not yet taken by the write-back writer, in the order they were applied.
     var pending: [PendingWrite] = []
+    /// Monotonic ns when `pending` last became non-empty: the age of its oldest write (0 while it is empty).
+    var pendingSinceNs: UInt64 = 0
+    /// Writes ever appended to `pending` (the write-back queue's length is the shards' sum minus the finished).
+    var enqueued = 0
     /// Answers and events waiting to be delivered, in order.
     var outbox: [Delivery] = []
     /// A thread is delivering this shard's outbox.
     var delivering = false
+
+    /// Appends a write for the write-back writer. The clock is read once per batch of this shard, not per write.
+    mutating func appendPending(_ write: PendingWrite) {
+        if self.pending.isEmpty { self.pendingSinceNs = DispatchTime.now().uptimeNanoseconds }
+        self.pending.append(write)
+        self.enqueued += 1
+    }
 
     /// Takes the outbox for delivery unless another thread is already delivering it.
     mutating func claimOutbox() -> [Delivery]? {

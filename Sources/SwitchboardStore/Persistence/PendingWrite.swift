@@ -18,10 +18,7 @@ struct PendingWrite: Sendable {
     var undo: WriteUndo
     /// Answers the writer after the commit; nil when it was answered already (acknowledge-before-commit).
     var completion: WriteCompletion?
-    /// When the write was applied (monotonic ns), for the write-back lag.
-    var appliedAtNs: UInt64
-
-    init(_ applied: AppliedWrite, shardIndex: Int, completion: WriteCompletion?, appliedAtNs: UInt64) {
+    init(_ applied: AppliedWrite, shardIndex: Int, completion: WriteCompletion?) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
         self.operation = applied.operation
@@ -30,7 +27,6 @@ struct PendingWrite: Sendable {
         self.items = applied.outcome.items
         self.undo = applied.undo
         self.completion = completion
-        self.appliedAtNs = appliedAtNs
     }
 
     /// What the writer is told after the commit.

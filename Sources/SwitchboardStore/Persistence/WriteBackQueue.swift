@@ -28,8 +28,6 @@ final class WriteBackQueue: Sendable {
 
     /// State only the writer queue changes. The mutex makes that checkable; it is never taken on the write path.
     private struct WriterState {
-        /// Writes taken from the shards so far.
-        var collected = 0
         /// Monotonic ns of the oldest write taken but not committed yet; 0 when none.
         var inFlightSinceNs: UInt64 = 0
         /// Acknowledge-before-commit: the batch whose commit failed, retried by the probe.
@@ -48,8 +46,6 @@ final class WriteBackQueue: Sendable {
 
     private let health = Atomic<UInt8>(Health.healthy.rawValue)
     private let drainScheduled = Atomic<Bool>(false)
-    /// Writes ever handed over (counted under the shard's lock, before the writer can take them).
-    private let enqueued = Atomic<Int>(0)
     /// Writes ever committed or reverted.
     private let finished = Atomic<Int>(0)
     private let writer = Mutex(WriterState())
@@ -86,11 +82,6 @@ final class WriteBackQueue: Sendable {
         case .closed:
             return SwitchboardStoreError(.shuttingDown, "the store is closed")
         }
-    }
-
-    /// Counts a write appended to a shard's pending list. Called under that shard's lock.
-    func noteEnqueued() {
-        self.enqueued.wrappingAdd(1, ordering: .sequentiallyConsistent)
     }
 
     /// Makes sure the writer will run. Called after the shard's lock is released.
@@ -156,9 +147,7 @@ final class WriteBackQueue: Sendable {
                     return
                 }
                 if previous == .failing {
-                    let lost =
-                        self.enqueued.load(ordering: .sequentiallyConsistent)
-                        - self.finished.load(ordering: .sequentiallyConsistent)
+                    let lost = self.enqueuedCount() - self.finished.load(ordering: .sequentiallyConsistent)
                     if lost > 0 {
                         self.logger.error(
                             "closing the metadata store while the database fails: acknowledged writes are lost",
@@ -181,16 +170,23 @@ final class WriteBackQueue: Sendable {
     func status() -> WriteBackStatus {
         let now = DispatchTime.now().uptimeNanoseconds
         var oldest = self.writer.withLock { $0.inFlightSinceNs }
+        var enqueued = 0
         for shard in self.shards {
-            if let first = shard.state.withLock({ $0.pending.first?.appliedAtNs }), oldest == 0 || first < oldest {
-                oldest = first
-            }
+            let (since, count) = shard.state.withLock { ($0.pending.isEmpty ? 0 : $0.pendingSinceNs, $0.enqueued) }
+            enqueued += count
+            if since != 0, oldest == 0 || since < oldest { oldest = since }
         }
-        let length = self.enqueued.load(ordering: .relaxed) - self.finished.load(ordering: .relaxed)
+        let length = enqueued - self.finished.load(ordering: .relaxed)
         return WriteBackStatus(
             queueLength: max(length, 0),
             oldestUncommittedAgeMs: oldest == 0 || oldest > now ? 0 : (now - oldest) / 1_000_000,
             isAcceptingWrites: self.currentHealth == .healthy)
+    }
+
+    /// Writes ever appended to the shards' pending lists (counted per shard, under its lock, so that writers on
+    /// different threads share no counter).
+    private func enqueuedCount() -> Int {
+        self.shards.reduce(0) { sum, shard in sum + shard.state.withLock { $0.enqueued } }
     }
 
     // MARK: - Writer queue
@@ -203,11 +199,11 @@ final class WriteBackQueue: Sendable {
         while true {
             self.drainAll()
             self.drainScheduled.store(false, ordering: .sequentiallyConsistent)
-            // A write counted after the last collection but before the flag was cleared saw the flag set and did
+            // A write appended after the last collection but before the flag was cleared saw the flag set and did
             // not schedule a drain: take it now.
-            let collected = self.writer.withLock { $0.collected }
-            guard self.currentHealth != .failing, self.enqueued.load(ordering: .sequentiallyConsistent) > collected
-            else { return }
+            guard self.currentHealth != .failing, self.shards.contains(where: { shard in
+                shard.state.withLock { !$0.pending.isEmpty }
+            }) else { return }
             if self.writeBehindDelayMs > 0 {
                 // Let the next batch gather too.
                 self.scheduleDrain()
@@ -236,19 +232,14 @@ final class WriteBackQueue: Sendable {
                 state.pending.reserveCapacity(taken.count)
                 collected.count += taken.count
                 collected.lists.append(taken)
+                if collected.oldestNs == 0 || state.pendingSinceNs < collected.oldestNs {
+                    collected.oldestNs = state.pendingSinceNs
+                }
+                state.pendingSinceNs = 0
             }
         }
         guard collected.count > 0 else { return collected }
-        var oldest = UInt64.max
-        for list in collected.lists {
-            // Each list is in the order its shard applied the writes: its first is its oldest (to within the moment
-            // between a write reading the clock and taking the shard's lock; this is for the lag metric).
-            if let first = list.first?.appliedAtNs, first < oldest { oldest = first }
-        }
-        self.writer.withLock { state in
-            state.collected += collected.count
-            state.inFlightSinceNs = oldest
-        }
+        self.writer.withLock { $0.inFlightSinceNs = collected.oldestNs }
         return collected
     }
 
@@ -273,7 +264,7 @@ final class WriteBackQueue: Sendable {
         self.metrics.commitDuration.recordNanoseconds(Int64(end - start))
         self.metrics.batchWrites.record(batch.count)
         self.metrics.writeBackLag.record(Double(end &- oldest) / 1e9)
-        self.metrics.queueLength.record(self.enqueued.load(ordering: .relaxed) - self.finished.load(ordering: .relaxed))
+        self.metrics.queueLength.record(self.enqueuedCount() - self.finished.load(ordering: .relaxed))
         for list in batch.lists {
             for index in list.indices {
                 list[index].completion?(.success(list[index].outcome))
@@ -300,6 +291,7 @@ final class WriteBackQueue: Sendable {
                 let later = shard.state.withLock { state -> [PendingWrite] in
                     let later = state.pending
                     state.pending.removeAll()
+                    state.pendingSinceNs = 0
                     // Newest first, so each set ends as it was before its oldest reverted write.
                     for write in later.reversed() { state.revert(write) }
                     for write in batch.reversed() where write.shardIndex == index { state.revert(write) }
@@ -307,11 +299,7 @@ final class WriteBackQueue: Sendable {
                 }
                 reverted.append(contentsOf: later)
             }
-            let laterCount = reverted.count - batch.count
-            self.writer.withLock { state in
-                state.collected += laterCount
-                state.inFlightSinceNs = 0
-            }
+            self.writer.withLock { $0.inFlightSinceNs = 0 }
             self.finished.wrappingAdd(reverted.count, ordering: .sequentiallyConsistent)
             let failure = SwitchboardStoreError(
                 .storageFailure, "the database refused the write; nothing was changed",
@@ -363,6 +351,8 @@ private struct CollectedWrites: Sequence {
     var lists: [[PendingWrite]] = []
     /// The writes in all lists.
     var count = 0
+    /// Monotonic ns of the oldest write (when its shard's list became non-empty).
+    var oldestNs: UInt64 = 0
 
     func makeIterator() -> FlattenSequence<[[PendingWrite]]>.Iterator {
         self.lists.joined().makeIterator()
