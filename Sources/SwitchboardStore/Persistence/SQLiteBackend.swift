@@ -66,39 +66,53 @@ public final class SQLiteBackend: MetadataBackend {
                 try db.execute(sql: SQLiteSchema.probe)
                 return
             }
-            let upsertSet = try db.cachedStatement(sql: SQLiteSchema.upsertSet)
+            let upsertSet = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertSet), in: db)
             for record in batch {
                 let scope = record.scope
-                upsertSet.setUncheckedArguments([
-                    Int64(scope.storageType.rawValue), Int64(scope.channelType.rawValue), scope.name,
-                    Int64(truncatingIfNeeded: record.majorRevision), record.isRemoved,
-                ])
+                upsertSet.reset()
+                upsertSet.bind(Int64(scope.storageType.rawValue), at: 1)
+                upsertSet.bind(Int64(scope.channelType.rawValue), at: 2)
+                upsertSet.bind(scope.name, at: 3)
+                upsertSet.bind(Int64(truncatingIfNeeded: record.majorRevision), at: 4)
+                upsertSet.bind(record.isRemoved, at: 5)
                 try upsertSet.execute()
             }
-            let clear = try db.cachedStatement(sql: SQLiteSchema.clearItems)
-            let delete = try db.cachedStatement(sql: SQLiteSchema.deleteItem)
-            let upsertKeeping = try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition)
-            let upsertMoving = try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition)
+            let clear = RawStatement(try db.cachedStatement(sql: SQLiteSchema.clearItems), in: db)
+            let delete = RawStatement(try db.cachedStatement(sql: SQLiteSchema.deleteItem), in: db)
+            let upsertKeeping = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition), in: db)
+            let upsertMoving = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition), in: db)
             for record in batch {
                 let storageType = Int64(record.scope.storageType.rawValue)
                 let channelType = Int64(record.scope.channelType.rawValue)
                 let name = record.scope.name
                 if record.clearsItems {
-                    clear.setUncheckedArguments([storageType, channelType, name])
+                    clear.reset()
+                    clear.bind(storageType, at: 1)
+                    clear.bind(channelType, at: 2)
+                    clear.bind(name, at: 3)
                     try clear.execute()
                 }
                 for change in record.items {
                     switch change.operation {
                     case .delete:
-                        delete.setUncheckedArguments([storageType, channelType, name, change.key])
+                        delete.reset()
+                        delete.bind(storageType, at: 1)
+                        delete.bind(channelType, at: 2)
+                        delete.bind(name, at: 3)
+                        delete.bind(change.key, at: 4)
                         try delete.execute()
                     case .upsert(let item, let position, let keepsStoredPosition):
                         let statement = keepsStoredPosition ? upsertKeeping : upsertMoving
-                        statement.setUncheckedArguments([
-                            storageType, channelType, name, change.key, item.value, item.revision,
-                            Int64(truncatingIfNeeded: item.updateTs), item.authorUserId,
-                            Int64(truncatingIfNeeded: position),
-                        ])
+                        statement.reset()
+                        statement.bind(storageType, at: 1)
+                        statement.bind(channelType, at: 2)
+                        statement.bind(name, at: 3)
+                        statement.bind(change.key, at: 4)
+                        statement.bind(item.value, at: 5)
+                        statement.bind(item.revision, at: 6)
+                        statement.bind(Int64(truncatingIfNeeded: item.updateTs), at: 7)
+                        statement.bind(item.authorUserId, at: 8)
+                        statement.bind(Int64(truncatingIfNeeded: position), at: 9)
                         try statement.execute()
                     }
                 }
