@@ -8,17 +8,15 @@ import GRDBSQLite
 /// than SQLite spent running the statements. Binding each value with `sqlite3_bind_*` costs no allocation beyond
 /// SQLite's own copy of a string.
 ///
-/// Use only inside a GRDB write transaction, on the writer's queue, with a statement from that `Database`
+/// Use only inside a GRDB write transaction, on the writer's queue, with a statement of that `Database`
 /// (`cachedStatement(sql:)`), for statements that return no rows.
 struct RawStatement {
+    private let statement: Statement
     private let handle: SQLiteStatement
-    private let sql: String
-    private let database: Database
 
-    init(_ statement: Statement, in database: Database) {
+    init(_ statement: Statement) {
+        self.statement = statement
         self.handle = statement.sqliteStatement
-        self.sql = statement.sql
-        self.database = database
     }
 
     /// Starts a new execution: the previous one's bindings are overwritten by the next `bind` calls, index by index
@@ -52,7 +50,8 @@ struct RawStatement {
         guard code == SQLITE_DONE else {
             let message = String(cString: sqlite3_errmsg(sqlite3_db_handle(self.handle)))
             sqlite3_reset(self.handle)
-            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: self.sql)
+            // (GRDB builds `sql` from SQLite's copy each time it is read: only on this rare path.)
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: self.statement.sql)
         }
     }
 }

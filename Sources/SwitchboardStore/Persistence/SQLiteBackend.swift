@@ -66,7 +66,7 @@ public final class SQLiteBackend: MetadataBackend {
                 try db.execute(sql: SQLiteSchema.probe)
                 return
             }
-            let upsertSet = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertSet), in: db)
+            let upsertSet = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertSet))
             for record in batch {
                 let scope = record.scope
                 upsertSet.reset()
@@ -77,10 +77,10 @@ public final class SQLiteBackend: MetadataBackend {
                 upsertSet.bind(record.isRemoved, at: 5)
                 try upsertSet.execute()
             }
-            let clear = RawStatement(try db.cachedStatement(sql: SQLiteSchema.clearItems), in: db)
-            let delete = RawStatement(try db.cachedStatement(sql: SQLiteSchema.deleteItem), in: db)
-            let upsertKeeping = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition), in: db)
-            let upsertMoving = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition), in: db)
+            let clear = RawStatement(try db.cachedStatement(sql: SQLiteSchema.clearItems))
+            let delete = RawStatement(try db.cachedStatement(sql: SQLiteSchema.deleteItem))
+            let upsertKeeping = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemKeepingPosition))
+            let upsertMoving = RawStatement(try db.cachedStatement(sql: SQLiteSchema.upsertItemMovingPosition))
             for record in batch {
                 let storageType = Int64(record.scope.storageType.rawValue)
                 let channelType = Int64(record.scope.channelType.rawValue)
