@@ -52,6 +52,11 @@ public final class EventStore: Sendable {
             writer: self.writer, label: "switchboard.events.store", unawaitedWriteDelay: .milliseconds(unawaitedWriteDelayMs))
     }
 
+    /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
+    func syncLevel() throws -> Int {
+        try SQLiteFile.syncLevel(of: self.writer)
+    }
+
     private static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in

@@ -25,14 +25,14 @@ public final class SQLiteBackend: MetadataBackend {
     ///   - synchronous: Durability against power loss; ``Synchronous/full`` by default.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public convenience init(path: String, synchronous: Synchronous = .full) throws {
-        var configuration = Configuration()
-        configuration.label = "switchboard.store"
-        // Wait for a lock held by another connection (a backup tool, say) instead of failing at once.
-        configuration.busyMode = .timeout(5)
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
-        }
-        try self.init(writer: DatabasePool(path: path, configuration: configuration))
+        try self.init(
+            writer: SQLiteFile.openPool(
+                path: path, label: "switchboard.store", synchronous: synchronous == .full ? .full : .normal))
+    }
+
+    /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
+    func syncLevel() throws -> Int {
+        try SQLiteFile.syncLevel(of: self.writer)
     }
 
     /// Uses an open GRDB database (an in-memory `DatabaseQueue` in tests, a custom configuration) and brings its

@@ -10,13 +10,7 @@ enum WriteBehindDatabase {
     static func open(path: String?, label: String, migrator: DatabaseMigrator) throws -> any DatabaseWriter {
         let writer: any DatabaseWriter
         if let path {
-            var configuration = Configuration()
-            configuration.label = label
-            configuration.busyMode = .timeout(5)
-            configuration.prepareDatabase { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL")
-            }
-            writer = try DatabasePool(path: path, configuration: configuration)
+            writer = try SQLiteFile.openPool(path: path, label: label, synchronous: .full)
         } else {
             writer = try DatabaseQueue()
         }

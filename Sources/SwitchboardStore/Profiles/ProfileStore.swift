@@ -32,6 +32,11 @@ public final class ProfileStore: Sendable {
             writer: self.writer, label: "switchboard.profiles.store", unawaitedWriteDelay: .milliseconds(unawaitedWriteDelayMs))
     }
 
+    /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
+    func syncLevel() throws -> Int {
+        try SQLiteFile.syncLevel(of: self.writer)
+    }
+
     private static func migrator() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
