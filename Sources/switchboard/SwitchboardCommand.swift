@@ -78,8 +78,8 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch).")
     var durability = "commit"
 
-    @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit) or \"writer\" (the store's writer thread, as writes arrive).")
-    var commitOn = "loop"
+    @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit's sync), \"writer\" (the store's writer thread, as writes arrive, while the loops go on reading) or \"auto\" (loop with one event loop thread, writer with more).")
+    var commitOn = "auto"
 
     @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them, 0-1000 (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
     var writeBehindMs: UInt64 = 5
@@ -199,8 +199,8 @@ struct Serve: AsyncParsableCommand {
         guard self.durability == "commit" || self.durability == "apply" else {
             throw ValidationError("--durability must be commit or apply")
         }
-        guard self.commitOn == "loop" || self.commitOn == "writer" else {
-            throw ValidationError("--commit-on must be loop or writer")
+        guard ["auto", "loop", "writer"].contains(self.commitOn) else {
+            throw ValidationError("--commit-on must be auto, loop or writer")
         }
         guard self.writeBehindMs <= 1_000 else {
             throw ValidationError("--write-behind-ms must be 0-1000")
@@ -241,7 +241,10 @@ struct Serve: AsyncParsableCommand {
         let backend = try SQLiteBackend(path: configuration.databasePath)
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
-        storeConfiguration.commitDriver = self.commitOn == "loop" ? .caller : .writerQueue
+        // One loop: committing in place is cheapest (no hand-over). Several: a loop waiting for a sync would hold up
+        // its connections while the others' writes queue behind it; the writer thread overlaps the sync with reading.
+        let commitsOnLoop = self.commitOn == "loop" || (self.commitOn == "auto" && self.threads == 1)
+        storeConfiguration.commitDriver = commitsOnLoop ? .caller : .writerQueue
         storeConfiguration.writeBehindDelayMs = self.writeBehindMs
         let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)
         let sessions = SessionRegistry()

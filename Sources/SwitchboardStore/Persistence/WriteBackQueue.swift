@@ -97,24 +97,26 @@ final class WriteBackQueue: Sendable {
         }
     }
 
-    /// Commits everything queued now, on the calling thread (``CommitDriver/caller``): `sync` on the serial
-    /// writer queue runs the block on the caller's thread when the queue is idle, so the commit and the answers
-    /// (delivered in place to an event loop that calls this) need no thread hand-over.
+    /// Commits what is queued now, on the calling thread (``CommitDriver/caller``): one transaction, answered in
+    /// place. `sync` on the serial writer queue runs the block on the caller's thread when the queue is idle, so the
+    /// commit and the answers (delivered in place to an event loop that calls this) need no thread hand-over.
     ///
-    /// A caller that finds another caller committing does not wait for it: it leaves a request and returns (to
-    /// its event loop, which goes on reading), and the committing caller commits again once it is done, taking
-    /// the writes of both.
+    /// A caller that finds another caller committing does not wait for it: it leaves a request and returns (its
+    /// event loop goes on reading). The committing caller commits once and hands a request left meanwhile to the
+    /// writer queue, so no loop is kept committing other loops' writes (with a sync per commit, a loop that kept
+    /// taking the next batch would starve its own connections).
     func drainNow() {
         self.callerDrainRequested.store(true, ordering: .sequentiallyConsistent)
-        while !self.callerDrainActive.exchange(true, ordering: .sequentiallyConsistent) {
-            while self.callerDrainRequested.exchange(false, ordering: .sequentiallyConsistent) {
-                self.queue.sync {
-                    self.drainAll()
-                }
-            }
-            self.callerDrainActive.store(false, ordering: .sequentiallyConsistent)
-            // A request left after the last check, by a caller that still saw this one committing, is this one's.
-            if !self.callerDrainRequested.load(ordering: .sequentiallyConsistent) { return }
+        if self.callerDrainActive.exchange(true, ordering: .sequentiallyConsistent) { return }
+        self.callerDrainRequested.store(false, ordering: .sequentiallyConsistent)
+        self.queue.sync {
+            guard self.currentHealth != .failing else { return }
+            let batch = self.collect()
+            if batch.count > 0 { _ = self.commit(batch) }
+        }
+        self.callerDrainActive.store(false, ordering: .sequentiallyConsistent)
+        if self.callerDrainRequested.exchange(false, ordering: .sequentiallyConsistent) {
+            self.queue.async { self.drainAll() }
         }
     }
 
