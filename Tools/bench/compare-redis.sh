@@ -21,7 +21,9 @@ events="${4:-100}"
 ulimit -n 20000 2>/dev/null || true
 command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }
 config="${SB_BUILD:-release}"
-swift build -c "$config" --product switchboard --product sbbench >/dev/null
+# (One --product per invocation: SwiftPM builds only the last one named.)
+swift build -c "$config" --product switchboard >/dev/null
+swift build -c "$config" --product sbbench >/dev/null
 bin=".build/$config"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
