@@ -134,20 +134,24 @@ struct ChildGatewayFiles {
         #expect(access(database.path, F_OK) != 0, "no database is created for a refused configuration")
     }
 
-    static func startGateway(socketPath: String, database: String) throws -> SpawnedProcess {
+    static func startGateway(socketPath: String, database: String, options: [String] = []) throws -> SpawnedProcess {
         try SpawnedProcess(
             executable: Self.executable.path,
-            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"])
+            arguments: ["--tcp", "off", "--unix-socket", socketPath, "--database", database, "--log-level", "error"]
+                + options)
     }
 
-    @Test func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite() async throws {
+    /// With one event loop the loop commits in place; with two (`--commit-on auto`) the store's writer thread
+    /// commits and the answers reach the connection's loop through its inbox.
+    @Test(arguments: [[], ["--threads", "2"]])
+    func killDashNineDuringAWriteLoadLosesNoAcknowledgedWrite(options: [String]) async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
         let files = ChildGatewayFiles("sb-kill")
         defer { files.remove() }  // after both gateways were killed or stopped
         let (socketFile, databaseFiles) = (files.socket, files.database)
         let socketPath = socketFile.path
         let database = databaseFiles.path
-        let first = try Self.startGateway(socketPath: socketPath, database: database)
+        let first = try Self.startGateway(socketPath: socketPath, database: database, options: options)
         defer { first.killAndWait() }
         try #require(await Self.waitForFile(socketPath))
         let writer = try await Self.connectWhenListening(socketPath)
