@@ -27,6 +27,16 @@ private func startWrite(
     return answers
 }
 
+/// Calls `commitQueuedWrites()` on another thread (as an event loop would) and returns where its return is noted.
+private func startCommitting(_ store: MetadataStore) -> Recorder<Bool> {
+    let returned = Recorder<Bool>()
+    DispatchQueue.global().async {
+        store.commitQueuedWrites()
+        returned.append(true)
+    }
+    return returned
+}
+
 private func code(_ answers: Recorder<Answer>) -> ErrorCode? {
     guard let first = answers.all.first, case .failure(let error) = first else { return nil }
     return error.code
@@ -437,19 +447,11 @@ struct CallerDrivenCommitTests {
             from: backend, configuration: StoreConfiguration(commitDriver: .caller), logger: silentLogger)
         backend.closeGate()
         let first = startWrite(store, .set, tony, [item("a", "1")])
-        let firstCallerDone = Recorder<Bool>()
-        DispatchQueue.global().async {
-            store.commitQueuedWrites()
-            firstCallerDone.append(true)
-        }
+        let firstCallerDone = startCommitting(store)
         // The first caller is inside its commit, held at the gate.
         #expect(await eventually { backend.blockedCalls == 1 })
         let second = startWrite(store, .set, tony, [item("b", "2")])
-        let secondCallerDone = Recorder<Bool>()
-        DispatchQueue.global().async {
-            store.commitQueuedWrites()
-            secondCallerDone.append(true)
-        }
+        let secondCallerDone = startCommitting(store)
         // The second caller does not wait for the first one's commit (its event loop goes on reading).
         #expect(await eventually { secondCallerDone.count == 1 })
         #expect(first.count == 0 && second.count == 0 && firstCallerDone.count == 0)
