@@ -94,7 +94,7 @@ public final class SwitchboardGateway: Service, Sendable {
         }
         if let path = configuration.unixSocketPath {
             try Self.removeStaleSocket(at: path)
-            listeners.append(try SocketListener.unix(path: path, backlog: Self.backlog))
+            listeners.append(try SocketListener.unix(path: path, mode: configuration.unixSocketMode, backlog: Self.backlog))
             bound.unixSocketPath = path
         }
         guard !listeners.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
@@ -177,6 +177,9 @@ public final class SwitchboardGateway: Service, Sendable {
                             // to the whole queue.
                             .channelOption(.writeBufferWaterMark, value: window)
                             .channelOption(.maxMessagesPerRead, value: 16)
+                            // The handler sees the client's end of input before the channel closes: it reports a
+                            // stream that ended inside a frame (1011) and drains a closing connection (SB-5.8-5).
+                            .channelOption(.allowRemoteHalfClosure, value: true)
                             .channelInitializer { channel in
                                 channel.eventLoop.makeCompletedFuture {
                                     try channel.pipeline.syncOperations.addHandler(

@@ -292,3 +292,17 @@ enum Codec {
         ByteBuffer(bytes: Hex.bytes(hex))
     }
 }
+
+extension Array where Element == SwitchboardMessage {
+    /// The first frame, if it is a GOAWAY (a connection refused before anything else was said).
+    var firstGoAway: GoAway? {
+        if case .control(.goAway(let goAway))? = self.first { return goAway }
+        return nil
+    }
+
+    /// The last frame, if it is a GOAWAY (how a drained connection ended).
+    var lastGoAway: GoAway? {
+        if case .control(.goAway(let goAway))? = self.last { return goAway }
+        return nil
+    }
+}

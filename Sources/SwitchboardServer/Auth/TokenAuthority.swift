@@ -19,6 +19,13 @@ public struct AccessToken: Sendable, Hashable {
     /// The granted role.
     public var role: SessionRole
 
+    /// Expiry in milliseconds since the Unix epoch (saturating: a far-future claim cannot overflow).
+    public var expiresAtMillis: Int64 {
+        let (millis, overflow) = self.expiresAt.multipliedReportingOverflow(by: 1000)
+        if overflow { return self.expiresAt < 0 ? .min : .max }
+        return millis
+    }
+
     /// Creates a token's claims.
     public init(userID: String, expiresAt: Int64, role: SessionRole) {
         self.userID = userID
@@ -38,6 +45,11 @@ public struct TokenAuthority: Sendable {
     /// Token prefix and version.
     public static let prefix = "sb1."
 
+    /// Longest token accepted, in bytes (`Protocol/SPEC.md` §5.1, §11).
+    public static let maxTokenBytes = 8192
+    /// Longest user id a token may name, in bytes.
+    public static let maxUserIDBytes = 64
+
     /// Creates an authority for `secret` (at least 16 bytes recommended).
     public init(secret: some Sequence<UInt8>) {
         self.secret = Array(secret)
@@ -54,13 +66,24 @@ public struct TokenAuthority: Sendable {
         return signingInput + "." + Base64URL.encode(Array(signature))
     }
 
+    /// Signs `payload` (JSON text) as it stands, for tests of claims ``mint(userID:expiresAt:role:)`` cannot make.
+    func token(signingPayload payload: String) -> String {
+        let signingInput = Self.prefix + Base64URL.encode(Array(payload.utf8))
+        let signature = HMAC<SHA256>.authenticationCode(for: Array(signingInput.utf8), using: self.key)
+        return signingInput + "." + Base64URL.encode(Array(signature))
+    }
+
     /// Verifies a token's signature and expiry.
     ///
     /// - Parameter now: current time, seconds since the Unix epoch.
-    /// - Throws: ``ErrorCode/notAuthenticated`` for no token at all (SB-5.3-1), ``ErrorCode/invalidToken`` for
-    ///   anything malformed or forged, ``ErrorCode/tokenExpired`` when expired.
+    /// - Throws: ``ErrorCode/notAuthenticated`` for no token at all (SB-5.3-1), ``ErrorCode/valueTooLong`` for a
+    ///   token over ``maxTokenBytes``, ``ErrorCode/invalidToken`` for anything malformed or forged (also a user id
+    ///   over 64 bytes or a role claim that is not `"user"` or `"admin"`), ``ErrorCode/tokenExpired`` when expired.
     public func verify(_ token: String, now: Int64) throws(SwitchboardWireError) -> AccessToken {
         guard !token.isEmpty else { throw SwitchboardWireError(.notAuthenticated, "this server requires a token") }
+        guard token.utf8.count <= Self.maxTokenBytes else {
+            throw SwitchboardWireError(.valueTooLong, "token is longer than \(Self.maxTokenBytes) bytes")
+        }
         guard token.hasPrefix(Self.prefix) else { throw SwitchboardWireError(.invalidToken, "token is not an sb1 token") }
         let parts = token.dropFirst(Self.prefix.count).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, let signature = Base64URL.decode(parts[1]) else {
@@ -74,14 +97,22 @@ public struct TokenAuthority: Sendable {
         guard let payloadBytes = Base64URL.decode(parts[0]),
             let payloadText = String(validating: payloadBytes, as: UTF8.self),
             let payload = try? JSONValue.parse(payloadText),
-            let userID = payload["u"]?.stringValue, !userID.isEmpty,
+            let userID = payload["u"]?.stringValue, !userID.isEmpty, userID.utf8.count <= Self.maxUserIDBytes,
             let expiresAt = payload["e"]?.int64Value,
-            let role = SessionRole(rawValue: payload["r"]?.stringValue ?? "user")
+            let role = Self.role(claim: payload["r"])
         else {
             throw SwitchboardWireError(.invalidToken, "token payload is malformed")
         }
         guard expiresAt > now else { throw SwitchboardWireError(.tokenExpired, "token expired at \(expiresAt)") }
         return AccessToken(userID: userID, expiresAt: expiresAt, role: role)
+    }
+
+    /// The role a payload's `r` claim grants: absent means `user`; anything but the string `"user"` or `"admin"`
+    /// is no role (the token is invalid).
+    private static func role(claim: JSONValue?) -> SessionRole? {
+        guard let claim else { return .user }
+        guard let name = claim.stringValue else { return nil }
+        return SessionRole(rawValue: name)
     }
 }
 

@@ -71,6 +71,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var rateLimiter: TokenBucket?
     /// When the last read arrived; also the arrival time of every request in that read (one clock read per batch).
     private var lastReceived = NIODeadline.now()
+    /// When the last complete frame arrived: the heartbeat deadline counts from it (SB-5.6-3), so bytes of a frame
+    /// trickled in slowly keep no session alive.
+    private var lastFrameReceived = NIODeadline.now()
+    /// Decoding stopped because one read pass produced ``readPassOutputLimit`` bytes of output; it resumes on the
+    /// next tick, or once the client has read enough of its answers (SB-5.9-3).
+    private var decodingPaused = false
+    private var decodeResumeScheduled = false
+    /// The client shut down its side of the stream while decoding was paused; handled once the rest is decoded.
+    private var inputEnded = false
+    /// Closes the connection at the end of the closing grace period if the client has not closed it before.
+    private var closingDeadline: Scheduled<Void>?
     /// Server time in ms for the requests of the current read, read from the clock once when first needed.
     private var readNowMillis: Int64?
     private var heartbeatInterval: TimeAmount = .seconds(15)
@@ -89,6 +100,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// again, and the nested notification only asks the running loop for another round (no recursion).
     private var releasingHeldPushes = false
     private var releaseRequested = false
+
+    /// The output one pass over the received bytes may produce before decoding stops to let it leave (SB-5.9-3):
+    /// a client that pipelines thousands of large reads is answered in slices, not in one unbounded buffer that
+    /// holds the loop while it grows.
+    static let readPassOutputLimit = 256 << 10
+    /// How long a closing connection waits for the client to take the last frames and close its side (SB-5.8-5).
+    static let closingGracePeriod = TimeAmount.seconds(2)
+    /// Leftover bytes of a partial frame are copied out of a read buffer above this size when they use less than
+    /// half of it, so that a frame trickled in slowly pins about the bytes that arrived, not a large buffer.
+    static let compactionThreshold = 4096
 
     /// Creates the handler of one connection; with `socket`, output is written to it directly when possible.
     init(core: GatewayCore, socket: DirectSocketWriter? = nil) {
@@ -141,6 +162,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core.metrics.connections.increment()
         self.core.metrics.connectionsAccepted.increment()
         self.lastReceived = .now()
+        self.lastFrameReceived = self.lastReceived
         self.handshakeDeadline = .now() + self.core.configuration.handshakeTimeout
         if let batch = self.flushBatch {
             batch.watch(self)
@@ -156,17 +178,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.flushBatch?.unwatch(self)
         self.heartbeatTask?.cancel()
         self.handshakeTimer?.cancel()
+        self.closingDeadline?.cancel()
+        self.closingDeadline = nil
         let wasAdmitted = self.connectionID != 0
         self.state = .closed
-        if let session = self.session {
-            let reason = self.endReason ?? .abnormal
-            self.session = nil
-            self.core.registry.unregister(session)
-            self.core.metrics.sessions.decrement()
-            self.core.metrics.recordSessionEnd(reason)
-            self.log(.debug, "session ended", ["user": "\(session.info.userID)", "reason": "\(reason)"])
-            for observer in self.core.observers { observer.sessionEnded(session, reason: reason) }
-        }
+        self.endSession()
         if wasAdmitted {
             self.core.registry.connectionClosed(self.connectionID)
             self.core.metrics.connections.decrement()
@@ -175,6 +191,49 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.dropHeldPushes()
         self.context = nil
         context.fireChannelInactive()
+    }
+
+    /// Ends the session (once): it leaves the registry and its observers (presence, locks, online state) learn why.
+    private func endSession() {
+        guard let session = self.session else { return }
+        let reason = self.endReason ?? .abnormal
+        self.session = nil
+        self.core.registry.unregister(session)
+        self.core.metrics.sessions.decrement()
+        self.core.metrics.recordSessionEnd(reason)
+        self.log(.debug, "session ended", ["user": "\(session.info.userID)", "reason": "\(reason)"])
+        for observer in self.core.observers { observer.sessionEnded(session, reason: reason) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            self.inputClosed(context: context)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The client shut down its sending side (the gateway allows half-closure): answers already due still go out.
+    private func inputClosed(context: ChannelHandlerContext) {
+        switch self.state {
+        case .closed:
+            // A closing connection waited for this: the client has everything it will read.
+            context.close(promise: nil)
+        case .awaitingHello, .ready, .draining:
+            if self.decodingPaused {
+                self.inputEnded = true  // complete frames still wait to be decoded; handled after them
+                return
+            }
+            if let partial = self.cumulation, partial.readableBytes > 0 {
+                self.log(.info, "stream ended inside a frame", ["bytes": "\(partial.readableBytes)"])
+                self.fail(code: .truncatedFrame, message: "the stream ended inside a frame", reason: .abnormal)
+            } else if self.state == .awaitingHello || self.inFlight.isEmpty {
+                self.closeConnection()
+            } else {
+                // Answers still to come (durable writes, lock waits): close once the last one is sent.
+                self.state = .draining
+            }
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -186,6 +245,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     // MARK: reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // A closing connection reads and discards until the client closes (SB-5.8-5).
         guard self.state != .closed else { return }
         let bytes = self.unwrapInboundIn(data)
         self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
@@ -200,9 +260,21 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } else {
             self.cumulation = bytes
         }
+        if !self.decodingPaused {
+            self.decodeCumulation(context: context)
+        }
+    }
+
+    /// Decodes and handles the complete frames received, until the output of this pass reaches
+    /// ``readPassOutputLimit`` (then decoding pauses, see ``pauseDecoding(context:)``).
+    private func decodeCumulation(context: ChannelHandlerContext) {
         guard var buffer = self.cumulation else { return }
         self.cumulation = nil
         while self.state != .closed {
+            if (self.output?.readableBytes ?? 0) >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
+                self.pauseDecoding(context: context)
+                break
+            }
             let frame: Frame
             do {
                 guard let next = try self.decoder.decodeFrame(from: &buffer) else { break }
@@ -211,12 +283,63 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 self.frameError(error)
                 continue
             }
+            self.lastFrameReceived = self.lastReceived
             self.core.metrics.framesIn.increment()
             self.frameReceived(frame)
         }
         if buffer.readableBytes > 0 && self.state != .closed {
-            buffer.discardReadBytes()
-            self.cumulation = buffer
+            self.cumulation = Self.retained(buffer, allocator: context.channel.allocator)
+        }
+    }
+
+    /// The unread rest of a read buffer, kept until more bytes arrive: copied into a buffer of its own size when it
+    /// fills less than half of a large one, otherwise kept in place with the read bytes discarded.
+    static func retained(_ unread: ByteBuffer, allocator: ByteBufferAllocator) -> ByteBuffer {
+        var unread = unread
+        if unread.capacity > Self.compactionThreshold, unread.readableBytes * 2 < unread.capacity {
+            var compact = allocator.buffer(capacity: unread.readableBytes)
+            compact.writeBuffer(&unread)
+            return compact
+        }
+        unread.discardReadBytes()
+        return unread
+    }
+
+    /// Stops decoding for now: the output so far leaves, reading stops, and decoding resumes on a later tick (at
+    /// once if the socket took the output, otherwise when the client has read its answers down to the low-water
+    /// mark).
+    private func pauseDecoding(context: ChannelHandlerContext) {
+        self.decodingPaused = true
+        self.flushOutput()
+        self.updateReadBackpressure(context: context)
+        if !self.readBlocked { self.scheduleDecodingResume(context: context) }
+    }
+
+    private func scheduleDecodingResume(context: ChannelHandlerContext) {
+        guard !self.decodeResumeScheduled else { return }
+        self.decodeResumeScheduled = true
+        context.eventLoop.assumeIsolated().execute { [weak self] in
+            self?.resumeDecoding(context: context)
+        }
+    }
+
+    /// Decodes what waited while decoding was paused, then reads again if the channel asked for a read meanwhile.
+    private func resumeDecoding(context: ChannelHandlerContext) {
+        self.decodeResumeScheduled = false
+        guard self.decodingPaused, self.state != .closed, !self.readBlocked else { return }
+        self.decodingPaused = false
+        self.inReadCycle = true
+        self.readNowMillis = nil
+        self.decodeCumulation(context: context)
+        self.inReadCycle = false
+        self.flushOutput()
+        guard !self.decodingPaused, self.state != .closed else { return }
+        if self.inputEnded {
+            self.inputEnded = false
+            self.inputClosed(context: context)
+        } else if self.readPending, !self.readBlocked {
+            self.readPending = false
+            context.read()
         }
     }
 
@@ -227,8 +350,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        // Backpressure: while the client does not drain its replies, stop reading its requests.
-        if self.readBlocked {
+        // Backpressure: while the client does not drain its replies, stop reading its requests; while a read pass's
+        // output leaves, read nothing new either.
+        if self.readBlocked || self.decodingPaused {
             self.readPending = true
             return
         }
@@ -251,10 +375,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return NIOCore.ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)
     }
 
-    /// Bytes waiting to leave: held pushes and what the channel buffers.
+    /// Bytes waiting to leave: output not yet written, held pushes and what the channel buffers.
     private func queuedOutboundBytes(context: ChannelHandlerContext) -> Int {
         let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
-        return self.heldBytes + buffered
+        return self.heldBytes + buffered + (self.output?.readableBytes ?? 0)
     }
 
     /// SB-5.9-1: stops reading above the high-water mark of queued bytes and resumes below the low-water mark.
@@ -266,7 +390,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.recordLimitHit("outboundHighWaterMark")
         } else if self.readBlocked, queued < limits.outboundLowWaterMark {
             self.readBlocked = false
-            if self.readPending {
+            if self.decodingPaused {
+                self.scheduleDecodingResume(context: context)
+            } else if self.readPending {
                 self.readPending = false
                 context.read()
             }
@@ -357,7 +483,28 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: handshake
 
+    /// The first limit of SB-5.1 a HELLO breaks, if any: the error that ends the connection.
+    static func handshakeLimitViolation(_ hello: Hello) -> SwitchboardWireError? {
+        if hello.userId.utf8.count > 64 || hello.deviceId.utf8.count > 64 {
+            return SwitchboardWireError(.identifierTooLong, "HELLO userId and deviceId are at most 64 bytes")
+        }
+        if hello.clientName.utf8.count > 64 {
+            return SwitchboardWireError(.valueTooLong, "HELLO clientName is at most 64 bytes")
+        }
+        if hello.features.count > 32 || hello.features.contains(where: { $0.utf8.count > 64 }) {
+            return SwitchboardWireError(.valueTooLong, "HELLO features are at most 32 names of at most 64 bytes")
+        }
+        if hello.token.utf8.count > TokenAuthority.maxTokenBytes {
+            return SwitchboardWireError(.valueTooLong, "HELLO token is at most \(TokenAuthority.maxTokenBytes) bytes")
+        }
+        return nil
+    }
+
     private func helloReceived(_ hello: Hello) {
+        if let violation = Self.handshakeLimitViolation(hello) {
+            self.fail(code: violation.code, message: violation.message, reason: .protocolError)
+            return
+        }
         guard hello.protocolVersion == 1 else {
             self.fail(
                 code: .unsupportedVersion, message: "protocol version \(hello.protocolVersion) is not supported; this server speaks 1",
@@ -377,7 +524,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 }
                 userID = token.userID
                 role = token.role
-                tokenExpiresAtMs = token.expiresAt * 1000
+                tokenExpiresAtMs = token.expiresAtMillis
             } catch {
                 self.core.metrics.recordError(error.code)
                 self.fail(code: error.code, message: error.message, reason: .protocolError)
@@ -390,10 +537,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
             userID = hello.userId
             role = .admin  // open development mode: no roles to check
-        }
-        guard userID.utf8.count <= 64, hello.deviceId.utf8.count <= 64 else {
-            self.fail(code: .identifierTooLong, message: "user and device ids are at most 64 bytes", reason: .protocolError)
-            return
         }
         let configuration = self.core.configuration
         let features = Set(hello.features).intersection(GatewayCore.supportedFeatures).sorted()
@@ -499,7 +642,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 }
             }
             let misses = Int64(self.core.configuration.heartbeat.misses)
-            guard now - self.lastReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) else {
+            guard now - self.lastFrameReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) else {
                 return
             }
             self.fail(
@@ -566,11 +709,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         // Reads a command area answers straight from the encoded body (the plain case of a batch read).
         if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
-            let buffer = self.takeOutput(capacity: 8192)
+            var buffer = self.takeOutput(capacity: 8192)
         {
             let hadOutput = buffer.readableBytes > 0
             var answer = EncodedAnswerOutput(
-                header: FrameHeader(kind: .response, op: op, requestID: requestID), encoder: self.encoder, buffer: buffer)
+                header: FrameHeader(kind: .response, op: op, requestID: requestID), encoder: self.encoder,
+                buffer: ByteBuffer())
+            // Moved, not copied: the answer's buffer must be the only reference to the output, or appending to it
+            // copies everything this read produced so far (quadratic over a pipelined batch).
+            swap(&answer.buffer, &buffer)
             let answered = reader.answerEncoded(operation, body: frame.body, session: session, into: &answer)
             // A declined answer wrote nothing: an output made for it goes (an idle connection keeps no buffer).
             self.output = answered || hadOutput ? answer.buffer : nil
@@ -881,16 +1028,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.dropHeldPushes()
             self.core.metrics.recordLimitHit("outboundHardCap")
             self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
-            // GOAWAY goes behind the backlog the client is not reading; close at once so nothing more piles up.
+            // GOAWAY goes behind the backlog the client is not reading, and nothing more is queued after it: the
+            // client reads it if it reads again within the closing grace period (SB-5.9-2).
             self.core.metrics.recordError(.slowConsumer)
             self.endReason = .slowConsumer
             self.sendGoAway(code: ErrorCode.slowConsumer.rawValue, reason: .slowConsumer, message: "outbound queue passed \(queued) bytes")
-            if let goAway = self.output {
-                self.output = nil
-                context.write(self.wrapOutboundOut(goAway), promise: nil)
-            }
-            self.state = .closed
-            context.close(promise: nil)
+            self.closeConnection()
         }
     }
 
@@ -920,30 +1063,47 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.closeConnection()
     }
 
-    /// Writes what is pending (a response, GOAWAY), then closes. A client that does not read gets 2 s.
+    /// Ends the session and closes the connection without losing its last frames (SB-5.8-5): what is pending (a
+    /// response, GOAWAY) is written, then the server shuts down its sending side and reads and discards until the
+    /// client closes. Closing with unread client bytes in the socket would reset the connection, and a reset can
+    /// drop the GOAWAY from the client's receive queue before it is read. A client that does not close (or does
+    /// not read) within ``closingGracePeriod`` is closed then.
     private func closeConnection() {
         guard self.state != .closed, let context = self.context else { return }
         self.state = .closed
         self.heartbeatTask?.cancel()
         // Pushes still held are dropped: the session ends, and GOAWAY is the last frame.
         self.dropHeldPushes()
-        let pending = self.output?.readableBytes ?? 0
-        guard pending > 0 || self.writtenUnflushed else {
-            context.close(promise: nil)
-            return
-        }
+        self.cumulation = nil
+        self.decodingPaused = false
+        self.inputEnded = false
+        self.endSession()
         // The last write (possibly empty, behind shared pushes already written) completes when all of it is out.
+        let pending = self.output?.readableBytes ?? 0
         let output = self.output ?? context.channel.allocator.buffer(capacity: 0)
         self.output = nil
         self.writtenUnflushed = false
         self.core.metrics.bytesOut.increment(by: Int64(pending))
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(self.wrapOutboundOut(output), promise: written)
-        let loop = context.eventLoop.assumeIsolated()
-        let fallback = loop.scheduleTask(in: .seconds(2)) { context.close(promise: nil) }
-        written.futureResult.assumeIsolated().whenComplete { _ in
-            fallback.cancel()
+        self.closingDeadline = context.eventLoop.assumeIsolated().scheduleTask(in: Self.closingGracePeriod) {
             context.close(promise: nil)
+        }
+        written.futureResult.assumeIsolated().whenComplete { result in
+            guard case .success = result else {
+                context.close(promise: nil)
+                return
+            }
+            // FIN after the last frame; the read side stays open until the client closes or the grace period ends.
+            let halfClosed = context.eventLoop.makePromise(of: Void.self)
+            context.close(mode: .output, promise: halfClosed)
+            halfClosed.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
+        }
+        // Keep reading (and discarding) whatever the client still sends.
+        self.readBlocked = false
+        if self.readPending {
+            self.readPending = false
+            context.read()
         }
     }
 
@@ -966,9 +1126,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// End of the shutdown grace period: close whatever is still open.
     func forceClose() {
         if self.endReason == nil { self.endReason = .serverShutdown }
+        if self.state == .closed {
+            self.context?.close(promise: nil)  // still waiting for its client to close: no longer
+            return
+        }
         self.closeConnection()
     }
 }
 
 @available(*, unavailable)
 extension ConnectionHandler: Sendable {}
+

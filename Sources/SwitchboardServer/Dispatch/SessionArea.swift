@@ -20,8 +20,8 @@ struct SessionArea: RequestHandler {
                 guard token.userID == context.session.info.userID, token.role == context.session.info.role else {
                     return .failure(ErrorBody(.permissionDenied, "the new token is for another user or role"))
                 }
-                context.session.tokenRenewed(expiresAtMs: token.expiresAt * 1000)
-                return .response(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(token.expiresAt, 0)) * 1000)))
+                context.session.tokenRenewed(expiresAtMs: token.expiresAtMillis)
+                return .response(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(token.expiresAtMillis, 0)))))
             } catch {
                 return .failure(ErrorBody(error.code, error.message))
             }
