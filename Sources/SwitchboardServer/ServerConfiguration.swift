@@ -8,6 +8,8 @@ public struct ServerConfiguration: Sendable {
     public var tcpPort: Int = 7400
     /// Unix domain socket path; nil disables it.
     public var unixSocketPath: String? = "./switchboard.sock"
+    /// Permissions of the Unix socket file: its owner only by default, whatever the process's umask.
+    public var unixSocketMode: UInt32 = 0o600
     /// SQLite database file.
     public var databasePath: String = "./switchboard.sqlite"
     /// Event loop threads for connections. One is best when the load generator shares two cores.

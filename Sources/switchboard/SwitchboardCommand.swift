@@ -41,7 +41,7 @@ struct SwitchboardCommand: AsyncParsableCommand {
 /// Adds `SWITCHBOARD_*` environment variables as options the command line did not give.
 enum EnvironmentOptions {
     static let serveOptions = [
-        "tcp", "unix-socket", "database", "threads", "token-secret", "token-secret-file", "max-connections",
+        "tcp", "unix-socket", "unix-socket-mode", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
         "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
@@ -71,6 +71,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not.")
     var unixSocket = "./switchboard.sock"
+
+    @Option(name: .customLong("unix-socket-mode"), help: "Permissions of the Unix socket file, in octal (0600: its owner only; 0660 lets the owner's group connect too).")
+    var unixSocketMode = "0600"
 
     @Option(help: "SQLite database file.")
     var database = "./switchboard.sqlite"
@@ -168,6 +171,10 @@ struct Serve: AsyncParsableCommand {
             configuration.tcpPort = port
         }
         configuration.unixSocketPath = self.unixSocket == "off" ? nil : self.unixSocket
+        guard let mode = UInt32(self.unixSocketMode, radix: 8), mode <= 0o777 else {
+            throw ValidationError("--unix-socket-mode must be an octal mode 0000-0777, such as 0600")
+        }
+        configuration.unixSocketMode = mode
         configuration.databasePath = self.database
         configuration.eventLoopThreads = self.threads
         if let file = self.tokenSecretFile {
@@ -237,6 +244,15 @@ struct Serve: AsyncParsableCommand {
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
         }
+        // One gateway per database: a second one on the same files refuses to start before it opens or binds
+        // anything.
+        let databaseLock: DatabaseLock
+        do {
+            databaseLock = try DatabaseLock(databasePath: configuration.databasePath)
+        } catch {
+            logger.critical("\(error.description); refusing to start")
+            throw ExitCode(3)
+        }
         // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
         let backend = try SQLiteBackend(path: configuration.databasePath)
         var storeConfiguration = StoreConfiguration()
@@ -277,6 +293,7 @@ struct Serve: AsyncParsableCommand {
         let group = ServiceGroup(
             configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
+        withExtendedLifetime(databaseLock) {}  // held until every service stopped and the databases are closed
         logger.info("switchboard stopped")
     }
 }

@@ -87,11 +87,18 @@ final class SocketListener: Sendable {
         return try SocketListener(descriptor: fd, localAddress: bound)
     }
 
-    /// Listens on the Unix socket `path` (which must not exist).
-    static func unix(path: String, backlog: CInt) throws -> SocketListener {
+    /// Listens on the Unix socket `path` (which must not exist), a file with permissions `mode`.
+    ///
+    /// The file is created with the process's umask and set to `mode` before the socket listens, so nobody can
+    /// connect in between (a connection before `listen` is refused).
+    static func unix(path: String, mode: UInt32, backlog: CInt) throws -> SocketListener {
         let address = try SocketAddress(unixDomainSocketPath: path)
         let fd = try Self.socket(family: AF_UNIX)
-        try Self.bindAndListen(fd, address, backlog: backlog, what: path)
+        try Self.bindAndListen(fd, address, backlog: backlog, what: path) {
+            guard chmod(path, mode_t(mode)) == 0 else {
+                throw GatewayStartError(description: "chmod \(path): \(String(cString: strerror(errno)))")
+            }
+        }
         return try SocketListener(descriptor: fd, localAddress: address)
     }
 
@@ -111,9 +118,22 @@ final class SocketListener: Sendable {
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
     }
 
-    private static func bindAndListen(_ fd: CInt, _ address: SocketAddress, backlog: CInt, what: String) throws {
+    private static func bindAndListen(
+        _ fd: CInt, _ address: SocketAddress, backlog: CInt, what: String, afterBind: () throws -> Void = {}
+    ) throws {
         let bound = address.withSockAddr { bind(fd, $0, socklen_t($1)) }
-        guard bound == 0, listen(fd, backlog) == 0 else {
+        guard bound == 0 else {
+            let error = errno
+            close(fd)
+            throw GatewayStartError(description: "cannot listen on \(what): \(String(cString: strerror(error)))")
+        }
+        do {
+            try afterBind()
+        } catch {
+            close(fd)
+            throw error
+        }
+        guard listen(fd, backlog) == 0 else {
             let error = errno
             close(fd)
             throw GatewayStartError(description: "cannot listen on \(what): \(String(cString: strerror(error)))")
