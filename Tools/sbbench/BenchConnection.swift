@@ -30,6 +30,10 @@ enum BenchWork: Sendable {
     case idle
     /// Pipelines `count` requests and never reads a reply (a slow consumer).
     case neverRead(Request, count: Int)
+    /// Sets its user metadata to one item of `valueBytes` bytes, then sends `burst` reads of it in one write, and
+    /// another burst whenever all answers of the last one arrived, until `stop` is set (a client whose answers
+    /// are far larger than its requests).
+    case bigReads(valueBytes: Int, burst: Int)
     /// Closes right after WELCOME (handshake benchmarks).
     case closeAfterWelcome
     /// Subscribes to a channel with presence events and counts the presence pushes it receives.
@@ -183,6 +187,7 @@ final class BenchConnectionHandler: ChannelInboundHandler {
                 self.outstanding -= 1
                 self.totals.answered.wrappingAdd(1, ordering: .relaxed)
                 self.sendRequests(context: context, now: now)
+                self.sendBigReadBurst(context: context)
             default:
                 break
             }
@@ -229,12 +234,34 @@ final class BenchConnectionHandler: ChannelInboundHandler {
                 }
             }
             context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
+        case .bigReads(let valueBytes, _):
+            let item = MetadataItem(key: "big", value: String(repeating: "v", count: valueBytes))
+            var buffer = ByteBuffer()
+            self.encoder.encode(.request(id: 1, .setUserMetadata(SetUserMetadataRequest(items: [item]))), into: &buffer)
+            self.nextID = 1
+            self.outstanding = 1
+            context.writeAndFlush(self.wrapOutboundOut(buffer), promise: nil)
         case .requests(_, _, let pacing):
             let now = NIODeadline.now().uptimeNanoseconds
             if let pacing { self.pacer = Pacer(start: now, ratePerSecond: pacing.ratePerSecond, phase: pacing.phase) }
             self.sendRequests(context: context, now: now)
             self.flushPacedOutput(context: context)
         }
+    }
+
+    /// ``BenchWork/bigReads(valueBytes:burst:)``: the next burst, once every answer of the last one arrived.
+    private func sendBigReadBurst(context: ChannelHandlerContext) {
+        guard case .bigReads(_, let burst) = self.work, self.outstanding == 0 else { return }
+        guard !self.totals.stop.load(ordering: .relaxed) else {
+            context.close(promise: nil)
+            return
+        }
+        if self.output == nil { self.output = context.channel.allocator.buffer(capacity: burst * 8) }
+        for _ in 0..<burst {
+            self.nextID = self.nextID == UInt32.max ? 1 : self.nextID + 1
+            self.encoder.encode(.request(id: self.nextID, .getUserMetadata(GetUserMetadataRequest())), into: &self.output!)
+        }
+        self.outstanding = burst
     }
 
     /// Sends what the depth (and, paced, the schedule) allows; with a schedule, arms a timer for the next due send.

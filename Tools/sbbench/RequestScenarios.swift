@@ -62,7 +62,7 @@ extension SBBench {
         for channel in channels { channel.close(promise: nil) }
     }
 
-    /// requests, mix and slow-reader.
+    /// requests, mix, slow-reader and big-reads.
     func runRequests(group: MultiThreadedEventLoopGroup, report: inout BenchReport) async throws {
         let target = try self.target()
         let clock = ContinuousClock()
@@ -83,6 +83,13 @@ extension SBBench {
                 group: group, target: target, user: "slow-reader", work: .neverRead(make.request(0), count: 1_000_000), totals: flood
             ).get()
         }
+        let bigReads = BenchTotals(budget: 0)
+        if self.scenario == "big-reads" {
+            slowChannel = try await self.connect(
+                group: group, target: target, user: "big-reader", work: .bigReads(valueBytes: self.valueBytes, burst: self.burst),
+                totals: bigReads
+            ).get()
+        }
         let deadline = Task {
             try? await Task.sleep(for: .seconds(self.duration))
             totals.stop.store(true, ordering: .relaxed)
@@ -96,6 +103,7 @@ extension SBBench {
         }
         for channel in channels { try? await channel.closeFuture.get() }
         deadline.cancel()
+        bigReads.stop.store(true, ordering: .relaxed)
         slowChannel?.close(promise: nil)
         let seconds = (clock.now - start).seconds
         let answered = totals.answered.load(ordering: .relaxed)
@@ -114,6 +122,13 @@ extension SBBench {
         report.add("seconds", seconds, decimals: 2)
         report.add("requests_per_second", Int(Double(answered) / seconds))
         report.addPercentiles("", totals.latencies, percentiles: [50, 99, 99.9])
+        if self.scenario == "big-reads" {
+            let bigAnswers = bigReads.answered.load(ordering: .relaxed)
+            report.add("big_read_answers", bigAnswers)
+            report.add("big_read_mib_per_second", Double(bigAnswers) * Double(self.valueBytes) / seconds / 1_048_576, decimals: 1)
+            if bigAnswers <= 1 { report.fail("the big reader got no read answered") }
+            if bigReads.errors.load(ordering: .relaxed) > 0 { report.fail("the big reader got error responses") }
+        }
         if self.scenario == "mix" {
             let sets = totals.latencies(of: .setUserMetadata)
             let gets = totals.latencies(of: .getUserMetadata)

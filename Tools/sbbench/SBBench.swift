@@ -16,7 +16,8 @@ struct SBBench: AsyncParsableCommand {
             connections), requests (pipelined requests of --op at --depth over --connections, optionally paced to \
             --rate), mix (setUserMetadata/getUserMetadata in the ratio --set-ratio, otherwise as requests), cas \
             (--connections clients increment one counter in channel "cas-bench" with read + compare-and-set), \
-            slow-reader (requests while one client floods itself and never reads), presence-storm (requests while \
+            slow-reader (requests while one client floods itself and never reads), big-reads (requests while one \
+            client pipelines bursts of --burst reads of a --value-bytes value, each burst in one write), presence-storm (requests while \
             --joiners sessions join one channel), storage-fanout (one writer, --subscribers receive its metadata \
             changes), online-fanout (--subscribers receive a publisher's login and logout --rounds times), \
             redis-fanout (the same fan-out over Redis PUBLISH/SUBSCRIBE at --redis), whonow-inprocess (no gateway: the \
@@ -26,7 +27,7 @@ struct SBBench: AsyncParsableCommand {
             the run is broken (lost or duplicate events, error responses, a wrong final CAS counter, a wrong whoNow page).
             """)
 
-    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
@@ -49,6 +50,12 @@ struct SBBench: AsyncParsableCommand {
 
     @Flag(help: "whonow-inprocess: the sessions negotiate zlib, as SwitchboardClient does, so pages are sent compressed.")
     var zlib = false
+
+    @Option(help: "big-reads: reads the big reader pipelines in one write.")
+    var burst = 6_000
+
+    @Option(name: .customLong("value-bytes"), help: "big-reads: size of the value the big reader reads.")
+    var valueBytes = 15_000
 
     @Option(help: "Requests in flight per connection (at most the server's max-inflight, 128 by default).")
     var depth = 1
@@ -96,7 +103,7 @@ struct SBBench: AsyncParsableCommand {
     var json = false
 
     static let scenarios = [
-        "handshake", "idle", "requests", "mix", "cas", "slow-reader", "presence-storm", "storage-fanout",
+        "handshake", "idle", "requests", "mix", "cas", "slow-reader", "big-reads", "presence-storm", "storage-fanout",
         "online-fanout", "redis-fanout", "provider", "whonow-inprocess",
     ]
 
@@ -118,7 +125,8 @@ struct SBBench: AsyncParsableCommand {
         if self.tcp != nil, self.unixSocket != nil { throw ValidationError("give --tcp or --unix, not both") }
         _ = try self.target()
         if self.scenario == "redis-fanout" { _ = try BenchTarget.tcp(self.redis) }
-        if ["requests", "slow-reader", "presence-storm"].contains(self.scenario) { _ = try self.makeRequest() }
+        guard self.burst >= 1, self.valueBytes >= 1 else { throw ValidationError("--burst and --value-bytes must be at least 1") }
+        if ["requests", "slow-reader", "big-reads", "presence-storm"].contains(self.scenario) { _ = try self.makeRequest() }
     }
 
     /// The gateway to connect to.
@@ -214,7 +222,7 @@ struct SBBench: AsyncParsableCommand {
         switch self.scenario {
         case "handshake": try await self.runHandshakes(group: group, report: &report)
         case "idle": try await self.runIdle(group: group, report: &report)
-        case "requests", "mix", "slow-reader": try await self.runRequests(group: group, report: &report)
+        case "requests", "mix", "slow-reader", "big-reads": try await self.runRequests(group: group, report: &report)
         case "presence-storm": try await self.runPresenceStorm(group: group, report: &report)
         case "cas": try await self.runCAS(group: group, report: &report)
         case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
