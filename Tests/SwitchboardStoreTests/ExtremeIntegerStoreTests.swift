@@ -93,4 +93,31 @@ import Testing
         #expect(snapshot.groups.map(\.updatedAtMs) == [expected])
         #expect(snapshot.members.map(\.updatedAtMs) == [expected])
     }
+
+    @Test(arguments: [0, 9, 301, UInt64(1) << 63, UInt64.max - 1, UInt64.max])
+    func lockTtlsOutsideTheLimitsAreRefusedWithInvalidLockTtl(ttl: UInt64) {
+        let store = memoryStore()
+        do {
+            try store.setLock(channel: "room", channelType: .message, name: "mic", ttlSeconds: ttl)
+            Issue.record("TTL \(ttl) accepted")
+        } catch {
+            #expect(error.code == .invalidLockTtl)
+        }
+    }
+
+    /// Store limits may allow any TTL; one whose expiry does not fit in 64 bits means "never", not "at once".
+    @Test(arguments: [UInt64.max / 1000, UInt64.max / 1000 + 1, UInt64(1) << 63, UInt64.max - 1, UInt64.max])
+    func anOfflineHoldersLockWithAnEnormousTtlIsNotExpiredByOverflow(ttl: UInt64) async throws {
+        let clock = ManualClock()
+        let store = memoryStore(limits: StoreLimits(lockTtlSeconds: 10...UInt64.max), clock: clock.storeClock)
+        try store.setLock(channel: "room", channelType: .message, name: "mic", ttlSeconds: ttl)
+        try await store.acquireLock(
+            channel: "room", channelType: .message, name: "mic", userID: "alice", session: "alice-s1", retry: false)
+        store.userWentOffline("alice")
+        clock.advance(byMs: 365 * 86_400_000)
+        store.tick()
+        let locks = try store.getLocks(channel: "room", channelType: .message)
+        #expect(locks.map(\.owner) == ["alice"])
+        #expect(locks.map(\.ttlSeconds) == [ttl])
+    }
 }
