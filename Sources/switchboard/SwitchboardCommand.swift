@@ -361,15 +361,25 @@ struct Token: ParsableCommand {
         guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
             throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")
         }
-        let expiresAt = Int64(Date().timeIntervalSince1970) + seconds
+        let now = Int64(Date().timeIntervalSince1970)
+        guard seconds <= Self.latestExpiry - now else {
+            throw ValidationError("--ttl is too long: a token must expire within \(Self.latestExpiry - now) s")
+        }
+        let expiresAt = now + seconds
         let authority = TokenAuthority(secret: Array(secret.utf8))
         print(authority.mint(userID: self.user, expiresAt: expiresAt, role: self.admin ? .admin : .user))
     }
 
+    /// The latest token expiry (s since the epoch) whose value in ms still fits an `Int64`, as the gateway keeps it.
+    static let latestExpiry = Int64.max / 1000
+
+    /// Seconds in `text` (a number, or one with a unit s, m, h or d); nil when it is not one or does not fit an `Int64`.
     static func parseDuration(_ text: String) -> Int64? {
         let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
         if let last = text.last, let unit = units[last] {
-            return Int64(text.dropLast()).map { $0 * unit }
+            guard let count = Int64(text.dropLast()) else { return nil }
+            let (seconds, overflowed) = count.multipliedReportingOverflow(by: unit)
+            return overflowed ? nil : seconds
         }
         return Int64(text)
     }

@@ -27,6 +27,9 @@ public struct StoredEventSubscription: Sendable, Hashable {
 /// after its transaction committed, which is when the area answers a client's subscribe, unsubscribe or kept
 /// publish. ``flush()`` waits for every write issued so far.
 /// Times are absolute, so expiries keep counting across a restart.
+///
+/// Any `UInt64` is accepted: event values and types are kept exactly (those of 2^63 and up too), and times in ms
+/// saturate at `Int64.max` (``StoredInteger``), so nothing a client sends can trap in a conversion here.
 public final class EventStore: Sendable {
     /// What the database held at start, without what had expired.
     public struct Snapshot: Sendable {
@@ -90,23 +93,26 @@ public final class EventStore: Sendable {
             for row in try Row.fetchAll(db, sql: "SELECT * FROM event_subscription") {
                 snapshot.subscriptions.append(
                     StoredEventSubscription(
-                        subscriber: row["subscriber"], publisher: row["publisher"], eventType: UInt64(row["event_type"] as Int64),
+                        subscriber: row["subscriber"], publisher: row["publisher"],
+                        eventType: StoredInteger.unsigned(bits: row["event_type"]),
                         subscribedAtMs: row["subscribed_at"], expiresAtMs: row["expires_at"]))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM kept_event ORDER BY seq") {
                 snapshot.keptEvents.append(
                     SubscribedEvent(
-                        eventId: row["event_id"], eventType: UInt64(row["event_type"] as Int64),
-                        value: UInt64(row["value"] as Int64), publisher: row["publisher"],
-                        timestampMs: UInt64(row["timestamp"] as Int64), expiresAtMs: UInt64(row["expires_at"] as Int64),
+                        eventId: row["event_id"], eventType: StoredInteger.unsigned(bits: row["event_type"]),
+                        value: StoredInteger.unsigned(bits: row["value"]), publisher: row["publisher"],
+                        timestampMs: StoredInteger.unsignedTime(row["timestamp"]),
+                        expiresAtMs: StoredInteger.unsignedTime(row["expires_at"]),
                         ext: row["ext"]))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM online_state") {
                 let types = (row["client_types"] as String).split(separator: ",").compactMap { UInt32($0) }
                 snapshot.onlineStates.append(
                     SubscribedEvent(
-                        eventId: row["event_id"], eventType: 1, value: UInt64(row["value"] as Int64), publisher: row["publisher"],
-                        timestampMs: UInt64(row["timestamp"] as Int64), onlineClientTypes: types.map { ClientType(rawValue: $0) }))
+                        eventId: row["event_id"], eventType: 1, value: StoredInteger.unsigned(bits: row["value"]),
+                        publisher: row["publisher"], timestampMs: StoredInteger.unsignedTime(row["timestamp"]),
+                        onlineClientTypes: types.map { ClientType(rawValue: $0) }))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM user_offline") {
                 snapshot.lastOffline[row["user"]] = row["offline_at"]
@@ -129,7 +135,7 @@ public final class EventStore: Sendable {
                         VALUES (?, ?, ?, ?, ?) ON CONFLICT (subscriber, event_type, publisher)
                         DO UPDATE SET subscribed_at = excluded.subscribed_at, expires_at = excluded.expires_at
                         """,
-                    arguments: [s.subscriber, s.publisher, Int64(s.eventType), s.subscribedAtMs, s.expiresAtMs])
+                    arguments: [s.subscriber, s.publisher, StoredInteger.bits(s.eventType), s.subscribedAtMs, s.expiresAtMs])
             }
         }
     }
@@ -143,12 +149,12 @@ public final class EventStore: Sendable {
                 for publisher in publishers {
                     try db.execute(
                         cachedSQL: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ? AND publisher = ?",
-                        arguments: [subscriber, Int64(eventType), publisher])
+                        arguments: [subscriber, StoredInteger.bits(eventType), publisher])
                 }
             } else {
                 try db.execute(
                     cachedSQL: "DELETE FROM event_subscription WHERE subscriber = ? AND event_type = ?",
-                    arguments: [subscriber, Int64(eventType)])
+                    arguments: [subscriber, StoredInteger.bits(eventType)])
             }
         }
     }
@@ -162,8 +168,8 @@ public final class EventStore: Sendable {
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    event.eventId, event.publisher, Int64(event.eventType), Int64(event.value), Int64(event.timestampMs),
-                    Int64(event.expiresAtMs), event.ext,
+                    event.eventId, event.publisher, StoredInteger.bits(event.eventType), StoredInteger.bits(event.value),
+                    StoredInteger.time(event.timestampMs), StoredInteger.time(event.expiresAtMs), event.ext,
                 ])
             try db.execute(
                 cachedSQL: """
@@ -181,7 +187,7 @@ public final class EventStore: Sendable {
                 sql: "INSERT OR REPLACE INTO online_state (publisher, event_id, value, timestamp, client_types) VALUES (?, ?, ?, ?, ?)")
             try statement.execute(
                 arguments: [
-                    event.publisher, event.eventId, Int64(event.value), Int64(event.timestampMs),
+                    event.publisher, event.eventId, StoredInteger.bits(event.value), StoredInteger.time(event.timestampMs),
                     event.onlineClientTypes.map { String($0.rawValue) }.joined(separator: ","),
                 ])
         }

@@ -22,6 +22,16 @@ struct ChannelLock: Sendable {
     var waiters: [LockWaiter] = []
 
     var detail: LockDetail { LockDetail(lockName: self.name, owner: self.holder, ttlSeconds: self.ttlSeconds) }
+
+    /// When the lock of a holder offline since `since` (server ms) expires, saturating at `UInt64.max` (never in
+    /// practice) for a TTL so long that the sum does not fit: store limits may allow any TTL, and wrapping around
+    /// would expire such a lock at once.
+    func expiresAtMs(offlineSince since: UInt64) -> UInt64 {
+        let (ttlMs, overflowed) = self.ttlSeconds.multipliedReportingOverflow(by: 1000)
+        guard !overflowed else { return .max }
+        let (expiry, late) = since.addingReportingOverflow(ttlMs)
+        return late ? .max : expiry
+    }
 }
 
 /// Names one lock: its channel and its name (compared byte-wise).
@@ -216,7 +226,7 @@ struct LockTable: Sendable {
         for key in self.offlineHeld {
             let due = self.withLock(key) { lock -> Bool in
                 guard let since = lock.holderOfflineSinceMs else { return false }
-                return now >= since &+ lock.ttlSeconds &* 1000
+                return now >= lock.expiresAtMs(offlineSince: since)
             }
             if due == true { expired.append(key) }
         }

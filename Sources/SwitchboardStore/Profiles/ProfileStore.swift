@@ -8,7 +8,7 @@ import SwitchboardWire
 /// The profile area keeps everything in memory and reads this store once at start. Writes are group-committed in
 /// the order the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; each write's
 /// completion runs after its transaction committed, which is when the area answers the client. ``flush()`` waits
-/// for every write issued so far.
+/// for every write issued so far. An `updatedAtMs` beyond `Int64.max` is stored as `Int64.max` (``StoredInteger``).
 public final class ProfileStore: Sendable {
     /// What the database held at start.
     public struct Snapshot: Sendable {
@@ -99,7 +99,7 @@ public final class ProfileStore: Sendable {
         self.write(completion) { db in
             try db.execute(
                 cachedSQL: "INSERT OR REPLACE INTO user_info (user_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
-                arguments: [info.userId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
+                arguments: [info.userId, info.name, info.portraitUri, info.extra, StoredInteger.time(info.updatedAtMs)])
         }
     }
 
@@ -108,7 +108,7 @@ public final class ProfileStore: Sendable {
         self.write(completion) { db in
             try db.execute(
                 cachedSQL: "INSERT OR REPLACE INTO group_info (group_id, name, portrait_uri, extra, updated_at) VALUES (?, ?, ?, ?, ?)",
-                arguments: [info.groupId, info.name, info.portraitUri, info.extra, Int64(info.updatedAtMs)])
+                arguments: [info.groupId, info.name, info.portraitUri, info.extra, StoredInteger.time(info.updatedAtMs)])
         }
     }
 
@@ -120,7 +120,7 @@ public final class ProfileStore: Sendable {
                     INSERT OR REPLACE INTO group_member_info (group_id, user_id, nickname, extra, updated_at)
                     VALUES (?, ?, ?, ?, ?)
                     """,
-                arguments: [info.groupId, info.userId, info.nickname, info.extra, Int64(info.updatedAtMs)])
+                arguments: [info.groupId, info.userId, info.nickname, info.extra, StoredInteger.time(info.updatedAtMs)])
         }
     }
 
