@@ -104,7 +104,8 @@ def main():
                "length and the zlib stream (header `78 9c`); the inflated body is dumped below it.\n\n%s\n"
                % (len(w.message_parts(big)[4]), len(big_frame), plain_len, block(big_frame, "s2c")))
     out.append(example("### 14.9 GOAWAY", "Server shutdown: code 8002 `shuttingDown`, reason `serverShutdown`; "
-                       "requests up to id 3 are answered before the server closes.", goaway, "s2c"))
+                       "the highest request id it had read is 3 (SB-5.8-6); it answers every request it accepted before it "
+                       "closes (SB-5.8-2).", goaway, "s2c"))
     out.append("### 14.10 Unknown request op\n\nA request with op 63, which v1 does not define:\n\n"
                + block(unknown_op, "c2s", check=False)
                + "\nThe server answers with error 1013 under the same op and request id and keeps the connection:\n\n"

@@ -96,11 +96,14 @@ def valid(name, description, msg, direction=None, raw=None, compress=False, limi
     return v
 
 
-def invalid(name, description, raw, code, request_id=None, direction="c2s", limits=None, layer="frame"):
+def invalid(name, description, raw, code, request_id=None, direction="c2s", limits=None, layer="frame",
+            replayable=True):
     fatal = not (ERR[code]["open"] and request_id is not None)
     v = {"name": name, "description": description, "direction": direction, "hex": raw.hex()}
     if layer != "frame":
         v["layer"] = layer
+    if not replayable:
+        v["replayable"] = False
     if limits:
         v["limits"] = limits
     v["expectError"] = {"code": code, "name": ERR[code]["name"], "requestId": request_id, "fatal": fatal}
@@ -149,6 +152,7 @@ def C(op, body=None):
 
 T0 = 1767225600000          # 2026-01-01T00:00:00Z in ms
 ITEM_NAME = {"key": "Name", "value": "Tony"}
+VECTOR_USER = "vector"     # the user of the session vectors' HELLOs (open development mode, SPEC 5.3-2)
 
 REQUESTS = {
     "logout": {},
@@ -305,6 +309,13 @@ def frames_file():
               P("presenceEvent", {"channel": "lobby", "snapshot": [
                   {"userId": "Ann", "states": [{"key": "mood", "value": "happy"}, {"key": "mic", "value": "on"}]},
                   {"userId": "Bob"}], "totalOccupancy": 2, "timestampMs": T0})),
+        valid("push.presenceEvent.snapshotPart", "A snapshot split over several pushes: a part that is not the last "
+              "carries more = true (SPEC 13.3-12); the last part, like an unsplit snapshot, has no 'more'.",
+              P("presenceEvent", {"channel": "hall", "snapshot": [{"userId": "u001"}, {"userId": "u002"}],
+                                  "totalOccupancy": 3, "timestampMs": T0, "more": True})),
+        valid("push.presenceEvent.snapshotLastPart", "The last part of that split snapshot: no 'more'.",
+              P("presenceEvent", {"channel": "hall", "snapshot": [{"userId": "u003"}], "totalOccupancy": 3,
+                                  "timestampMs": T0})),
         valid("push.presenceEvent.remoteJoin", "A user joined a stream channel with state.",
               P("presenceEvent", {"channel": "stage-1", "channelType": "stream", "eventType": "remoteJoin",
                                   "publisher": "Cat", "states": [{"key": "role", "value": "host"}],
@@ -731,20 +742,27 @@ def malformed_file():
                resp(13, 22, fv(1, 5000) + fb(2, b"\xc0"), flags=2), 1006, 22, direction="s2c")
     frame_case("response.unknownOp", "A success response with op 63, which the client never sent.",
                resp(63, 23, b""), 1013, 23, direction="s2c")
-    # session rules (SPEC 5): a server's checks on the frames a client sends
-    hello = w.encode(C("hello", {"protocolVersion": 1, "features": ["zlib"]}))
-    hello_plain = w.encode(C("hello", {"protocolVersion": 1}))
+    # session rules (SPEC 5): a server's checks on the frames a client sends. Every HELLO the server gets to parse
+    # names a user and has no token, as a server in open development mode accepts (SPEC 5.3-2), so the vectors
+    # can be replayed against a live server (SPEC 10.2), except those marked replayable: false.
+    hello = w.encode(C("hello", {"protocolVersion": 1, "features": ["zlib"], "userId": VECTOR_USER}))
+    hello_plain = w.encode(C("hello", {"protocolVersion": 1, "userId": VECTOR_USER}))
+    unanswered = (" Holds only while no request is answered (a session model): a live server answers the earlier "
+                  "requests at once, so this vector is not replayable against one.")
 
-    def session_case(name, desc, raw, code, rid=None):
-        add(invalid(name, desc, raw, code, rid, "c2s", None, "session"))
+    def session_case(name, desc, raw, code, rid=None, replayable=True):
+        add(invalid(name, desc if replayable else desc + unanswered, raw, code, rid, "c2s", None, "session",
+                    replayable))
 
     session_case("session.firstFrameRequest", "The first frame is a request, not HELLO.", w.encode(R("logout", 1)), 1007)
     session_case("session.firstFrameUnknownOp", "The first frame is a request with an unknown op: still 1007, not "
                  "1013.", req(63, 1, b""), 1007)
     session_case("session.firstFramePing", "The first frame is a PING.", w.encode(C("ping")), 1007)
     session_case("session.helloTwice", "HELLO twice.", hello + hello, 1007)
-    session_case("session.version2", "protocolVersion 2.", w.encode(C("hello", {"protocolVersion": 2})), 1008)
-    session_case("session.versionMissing", "protocolVersion absent (0).", w.encode(C("hello")), 1008)
+    session_case("session.version2", "protocolVersion 2.",
+                 w.encode(C("hello", {"protocolVersion": 2, "userId": VECTOR_USER})), 1008)
+    session_case("session.versionMissing", "protocolVersion absent (0).", w.encode(C("hello", {"userId": VECTOR_USER})),
+                 1008)
     session_case("session.welcomeFromClient", "A client sends WELCOME.", hello + w.encode(C("welcome", {"protocolVersion": 1})), 1004)
     session_case("session.helloTooLarge", "A 16385-byte HELLO (pre-handshake limit 16384).",
                  w.encode(C("hello", {"protocolVersion": 1, "token": "t" * 16379})), 1001)
@@ -752,12 +770,14 @@ def malformed_file():
     session_case("session.compressedWithoutZlib", "A compressed request after a HELLO that did not offer zlib.",
                  hello_plain + req(13, 1, zbody(body), flags=1), 1003)
     session_case("session.duplicateRequestId", "Request id 5 again while the first request 5 is unanswered.",
-                 hello + w.encode(R("getLocks", 5, {"channel": "a"})) + w.encode(R("getLocks", 5, {"channel": "b"})), 1014, 5)
+                 hello + w.encode(R("getLocks", 5, {"channel": "a"})) + w.encode(R("getLocks", 5, {"channel": "b"})), 1014, 5,
+                 replayable=False)
     session_case("session.duplicateBeforeBody", "Request id 5 again, with a malformed body: the in-flight check comes "
                  "before the body is decoded (SPEC 5.4), so the answer is 1014, not 1000.",
-                 hello + w.encode(R("getLocks", 5, {"channel": "a"})) + req(23, 5, b"\x0b"), 1014, 5)
+                 hello + w.encode(R("getLocks", 5, {"channel": "a"})) + req(23, 5, b"\x0b"), 1014, 5, replayable=False)
     many = b"".join(w.encode(R("logout", i)) for i in range(1, 130))
-    session_case("session.tooManyInflight", "129 unanswered requests; maxInflight is 128.", hello + many, 3001, 129)
+    session_case("session.tooManyInflight", "129 unanswered requests; maxInflight is 128.", hello + many, 3001, 129,
+                 replayable=False)
     return vs
 
 

@@ -43,7 +43,7 @@ final class GatewayCore: Sendable {
         self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
-        for handler in [SessionArea(authority: authority)] + handlers {
+        for handler in [SessionArea(authority: authority, observers: observers)] + handlers {
             let reader = handler as? any EncodedReadHandler
             let encoded = Set(reader?.encodedReadOperations ?? [])
             for op in handler.operations {

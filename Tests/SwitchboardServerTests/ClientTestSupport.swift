@@ -52,7 +52,6 @@ func withFullGateway<T: Sendable>(
     let storage = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
     var presenceConfiguration = PresenceConfiguration()
     presenceConfiguration.presenceTimeout = .seconds(5)
-    presenceConfiguration.leaveDebounce = .milliseconds(200)
     let presence = PresenceArea(
         configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
     let eventStore = try EventStore(path: place.databasePath + ".events")

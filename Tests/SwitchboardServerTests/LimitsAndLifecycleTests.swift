@@ -173,6 +173,35 @@ import Testing
         }
     }
 
+    /// SB-4-4: a stream that inflates past its declared length (within the limit) is 1002, not 1010: 1010 is only
+    /// for a declared length over maxInflatedSize, refused before inflating.
+    @Test(arguments: Transport.allCases)
+    func aStreamThatInflatesPastItsDeclaredLengthIsBadCompression(transport: Transport) async throws {
+        try await withGateway({ $0.limits.maxInflatedSize = 4096 }) { gateway in
+            let socket = try RawSocket(gateway, transport)
+            socket.send(.control(.hello(Hello(protocolVersion: 1, features: ["zlib"], userId: "Tony"))))
+            guard case .control(.welcome(let welcome)) = try await socket.next() else { return }
+            #expect(welcome.features == ["zlib"])
+            // Declares 100 bytes; the stream holds 1 MiB of zeros (a lying bomb, 1 KiB on the wire).
+            var zlib = ByteBuffer()
+            _ = Zlib.deflate(ByteBuffer(repeating: 0, count: 1 << 20), into: &zlib)
+            var body = ByteBuffer()
+            _ = body.writeSwitchboardVarint(100)
+            body.writeBuffer(&zlib)
+            var frame = ByteBuffer()
+            FrameEncoder.encodeRaw(
+                header: FrameHeader(kind: .request, op: Opcode.setUserMetadata.rawValue, flags: .compressed, requestID: 1),
+                body: body, into: &frame)
+            socket.send(frame)
+            let messages = try await socket.drainUntilClosed()
+            guard case .control(.goAway(let goAway)) = messages.last else {
+                Issue.record("expected GOAWAY, got \(messages)")
+                return
+            }
+            #expect(goAway.code == UInt64(ErrorCode.badCompression.rawValue))
+        }
+    }
+
     @Test(arguments: Transport.allCases)
     func requestRateOverTheBucketIsAnswered3000WithRetryAfter(transport: Transport) async throws {
         try await withGateway({

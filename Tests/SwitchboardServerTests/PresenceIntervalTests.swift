@@ -27,7 +27,7 @@ struct PresenceRosterModel {
 
 @Suite struct PresenceIntervalTests {
     @Test func aboveTheThresholdChangesAreBatchedIntoIntervalEvents() async throws {
-        try await withPresence(.testing(debounce: .zero, interval: .milliseconds(300), threshold: 8)) { fixture in
+        try await withPresence(.testing(interval: .milliseconds(300), threshold: 8)) { fixture in
             let alice = try await fixture.connect("alice")
             try await alice.subscribe("hall")
             _ = await alice.nextEvent()

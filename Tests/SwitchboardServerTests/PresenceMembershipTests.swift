@@ -11,11 +11,9 @@ import Testing
 extension PresenceConfiguration {
     /// Short times so the suites finish quickly.
     static func testing(
-        debounce: TimeAmount = .milliseconds(100), timeout: TimeAmount = .milliseconds(300),
-        interval: TimeAmount = .milliseconds(100), threshold: Int = 50
+        timeout: TimeAmount = .milliseconds(300), interval: TimeAmount = .milliseconds(100), threshold: Int = 50
     ) -> PresenceConfiguration {
         var configuration = PresenceConfiguration()
-        configuration.leaveDebounce = debounce
         configuration.presenceTimeout = timeout
         configuration.interval = interval
         configuration.intervalThreshold = threshold
@@ -294,43 +292,64 @@ extension PresenceEvent {
         }
     }
 
-    @Test func aLeaveFollowedByARejoinWithinTheDebounceSendsNothing() async throws {
-        // A long debounce: the rejoins below must fit in it even on a loaded machine.
-        try await withPresence(.testing(debounce: .seconds(3))) { fixture in
+    /// SB-13.3-10: unsubscribe and logout take effect at once (member and state gone before the response, the leave
+    /// sent at once); only a dropped connection waits, for the presence timeout (SB-13.3-9). Runs with the default
+    /// configuration but a shorter presence timeout, so a leave debounce would show.
+    @Test(arguments: Transport.allCases)
+    func anExplicitLeaveTakesEffectAtOnceAndOnlyADropWaits(transport: Transport) async throws {
+        var configuration = PresenceConfiguration()
+        configuration.presenceTimeout = .seconds(2)
+        try await withPresence(configuration, transport: transport) { fixture in
             let alice = try await fixture.connect("alice")
             try await alice.subscribe("lobby")
-            _ = await alice.nextEvent()
+            _ = await alice.nextEvent()  // snapshot
             let bob = try await fixture.connect("bob")
             try await bob.subscribe("lobby")
             try await bob.setState("lobby", ["mood": "ok"])
             #expect(await alice.events(2).map(\.eventType) == [.remoteJoin, .remoteStateChanged])
 
+            // Unsubscribe: gone for every query answered after the response, and the leave comes at once.
+            let unsubscribed = ContinuousClock.now
             try await bob.unsubscribe("lobby")
-            try await bob.subscribe("lobby")
-            // The same with a whole logout and a new session.
-            try await bob.connection.logout()
-            let again = try await fixture.connect("bob")
-            try await again.subscribe("lobby")
-            #expect(await alice.eventsDuring(.milliseconds(3300)).isEmpty)
-            // Nothing happened, so the state is still there.
-            #expect(try await alice.getState("lobby", of: "bob") == ["mood": "ok"])
-        }
-    }
-
-    @Test func aLeaveIsAnnouncedOneDebounceAfterIt() async throws {
-        try await withPresence(.testing(debounce: .seconds(1))) { fixture in
-            let alice = try await fixture.connect("alice")
-            try await alice.subscribe("lobby")
-            let bob = try await fixture.connect("bob")
-            try await bob.subscribe("lobby")
-            #expect(await alice.events(2).map(\.eventType) == [.snapshot, .remoteJoin])
-            let started = ContinuousClock.now
-            try await bob.unsubscribe("lobby")
-            // Still listed while the leave is debounced.
-            #expect(try await alice.allMembers("lobby") == ["alice", "bob"])
-            let leave = try #require(await alice.nextEvent())
+            #expect(try await alice.allMembers("lobby") == ["alice"])
+            #expect(try await alice.whoNow("lobby", userIDs: false).totalOccupancy == 1)
+            #expect(await presenceError { _ = try await alice.getState("lobby", of: "bob") } == .userNotPresent)
+            #expect(try await alice.whereNow("bob").totalChannel == 0)
+            let leave = try #require(await alice.nextEvent(timeout: .seconds(3)))
             #expect(leave.eventType == .remoteLeave && leave.publisher == "bob" && leave.totalOccupancy == 1)
-            #expect(ContinuousClock.now - started >= .seconds(1))
+            #expect(ContinuousClock.now - unsubscribed < .milliseconds(1500))
+
+            // Subscribing again is a new membership: a join, with the state cleared.
+            try await bob.subscribe("lobby")
+            let join = try #require(await alice.nextEvent())
+            #expect(join.eventType == .remoteJoin && join.publisher == "bob" && join.states.isEmpty)
+            #expect(try await bob.getState("lobby") == [:])
+
+            // Logout: the same, before the logout response.
+            try await bob.setState("lobby", ["mood": "ok"])
+            #expect(await alice.nextEvent()?.eventType == .remoteStateChanged)
+            let loggedOut = ContinuousClock.now
+            try await bob.connection.logout()
+            #expect(try await alice.allMembers("lobby") == ["alice"])
+            #expect(await presenceError { _ = try await alice.getState("lobby", of: "bob") } == .userNotPresent)
+            let logoutLeave = try #require(await alice.nextEvent(timeout: .seconds(3)))
+            #expect(logoutLeave.eventType == .remoteLeave && logoutLeave.publisher == "bob")
+            #expect(ContinuousClock.now - loggedOut < .milliseconds(1500))
+
+            // A dropped connection still waits: member and state kept for the presence timeout, then remoteTimeout.
+            let carol = try await fixture.connect("carol")
+            try await carol.subscribe("lobby")
+            try await carol.setState("lobby", ["mood": "away"])
+            #expect(await alice.events(2).map(\.eventType) == [.remoteJoin, .remoteStateChanged])
+            let dropped = ContinuousClock.now
+            await carol.close()
+            let lobby = ChannelKey(name: "lobby", type: .message)
+            #expect(await presenceEventually { fixture.area.subscriptions.members(of: lobby).count == 1 })
+            #expect(try await alice.allMembers("lobby") == ["alice", "carol"])
+            #expect(try await alice.getState("lobby", of: "carol") == ["mood": "away"])
+            let timeout = try #require(await alice.nextEvent())
+            #expect(timeout.eventType == .remoteTimeout && timeout.publisher == "carol")
+            #expect(ContinuousClock.now - dropped >= .milliseconds(1900))
         }
     }
 
@@ -479,6 +498,57 @@ extension PresenceClient {
 }
 
 @Suite struct PresenceSnapshotCapTests {
+    /// SB-13.3-12: the parts of a split snapshot carry `more` except the last; an unsplit snapshot carries none.
+    @Test func aSplitSnapshotMarksEveryPartButTheLast() async throws {
+        var configuration = PresenceConfiguration.testing()
+        configuration.maxUsersPerPush = 2
+        try await withPresence(configuration) { fixture in
+            var members: [PresenceClient] = []
+            for user in ["u1", "u2", "u3", "u4"] {
+                let member = try await fixture.connect(user)
+                try await member.subscribe("big", presence: false)
+                members.append(member)
+            }
+            let watcher = try await fixture.connect("u5")
+            try await watcher.subscribe("big")
+            let parts = await watcher.events(3)
+            #expect(parts.map(\.eventType) == [.snapshot, .snapshot, .snapshot])
+            #expect(parts.map(\.more) == [true, true, false])
+            #expect(parts.flatMap(\.snapshotUsers) == ["u1", "u2", "u3", "u4", "u5"])
+            #expect(parts.allSatisfy { $0.totalOccupancy == 5 })
+            #expect(await watcher.eventsDuring(.milliseconds(100)).isEmpty)
+
+            let solo = try await fixture.connect("solo")
+            try await solo.subscribe("small")
+            let single = try #require(await solo.nextEvent())
+            #expect(single.eventType == .snapshot && single.snapshotUsers == ["solo"] && !single.more)
+        }
+    }
+
+    /// SB-13.3-11: subscribing again is not an error; it replaces the options and sends the snapshot again.
+    @Test func subscribingAgainReplacesTheOptionsAndSendsTheSnapshotAgain() async throws {
+        try await withPresence { fixture in
+            let alice = try await fixture.connect("alice")
+            try await alice.subscribe("lobby")
+            _ = await alice.nextEvent()
+            let bob = try await fixture.connect("bob")
+            try await bob.subscribe("lobby", presence: false)
+            try await bob.setState("lobby", ["mood": "ok"])
+            #expect(await alice.events(2).map(\.eventType) == [.remoteJoin, .remoteStateChanged])
+            // Now with presence events: a snapshot, and nothing for the others (membership and state continue).
+            try await bob.subscribe("lobby")
+            let snapshot = try #require(await bob.nextEvent())
+            #expect(snapshot.eventType == .snapshot && snapshot.snapshotUsers == ["alice", "bob"])
+            #expect(try await bob.getState("lobby") == ["mood": "ok"])
+            // Quiet now: the others see a leave; visible again: a join.
+            try await bob.subscribe("lobby", presence: false, quiet: true)
+            #expect(await alice.nextEvent()?.eventType == .remoteLeave)
+            try await bob.subscribe("lobby", presence: false)
+            #expect(await alice.nextEvent()?.eventType == .remoteJoin)
+            #expect(await bob.eventsDuring(.milliseconds(100)).isEmpty)
+        }
+    }
+
     @Test func snapshotsListAtMostTheCapAndCountEveryone() async throws {
         var configuration = PresenceConfiguration.testing()
         configuration.maxSnapshotUsers = 2

@@ -40,7 +40,7 @@ func joinPresenceChannel(
 
 @Suite struct PresenceQueryTests {
     @Test func pagingWhileMembersComeAndGoListsEveryStayingUserExactlyOnce() async throws {
-        try await withPresence(.testing(debounce: .zero)) { fixture in
+        try await withPresence(.testing()) { fixture in
             let initial = (0..<250).map { String(format: "u%03d", $0) }
             var clients = try await joinPresenceChannel(fixture, initial, channel: "hall")
             let watcher = try await fixture.connect("watcher")  // not a member: whoNow works anyway
@@ -234,7 +234,7 @@ func joinPresenceChannel(
     }
 
     @Test func stateIsSharedByAUsersDevicesAndClearedWhenTheUserLeaves() async throws {
-        try await withPresence(.testing(debounce: .milliseconds(50))) { fixture in
+        try await withPresence(.testing()) { fixture in
             let phone = try await fixture.connect("bob", device: "phone")
             let laptop = try await fixture.connect("bob", device: "laptop")
             try await phone.subscribe("lobby", presence: false)

@@ -279,6 +279,59 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
         }
     }
 
+    /// SB-13.2-1, §13.6: a dropped holder's lock TTL runs from the drop, not from the end of the presence timeout:
+    /// the lock expires after its 10 s while the holder is still a member of the channel (presence timeout 30 s).
+    @Test func aDroppedHoldersLockExpiresOneTTLAfterTheDropWhileItIsStillAMember() async throws {
+        let now = Mutex<UInt64>(1_000_000)
+        var storeConfiguration = StoreConfiguration()
+        storeConfiguration.clock = StoreClock { now.withLock { $0 } }
+        var logger = Logger(label: "test-store")
+        logger.logLevel = .critical
+        let store = MetadataStore(configuration: storeConfiguration, logger: logger)
+        let subscriptions = SubscriptionRegistry()
+        let sessions = SessionRegistry()
+        let storage = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
+        let presence = PresenceArea(
+            configuration: PresenceConfiguration(), subscriptions: subscriptions, membershipObservers: [storage])
+        try await withGateway(handlers: [storage, presence], observers: [storage, presence], registry: sessions) { gateway in
+            let holder = try await gateway.connect(.tcp, user: "holder")
+            let other = try await gateway.connect(.tcp, user: "other")
+            _ = try await holder.send(.subscribeChannel(SubscribeChannelRequest(channel: "room", withPresence: false)))
+            _ = try await holder.send(.setLock(SetLockRequest(channel: "room", lockName: "mic", ttlSeconds: 10)))
+            _ = try await holder.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            await holder.close()
+            // Presence hears of the end after storage (observer order): then the TTL has started.
+            let room = ChannelKey(name: "room", type: .message)
+            let deadline = ContinuousClock.now + .seconds(5)
+            while !subscriptions.members(of: room).isEmpty && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(subscriptions.members(of: room).isEmpty)
+
+            now.withLock { $0 += 9_900 }
+            store.tick()
+            await #expect(throws: SwitchboardClientError(code: .lockHeld, message: "")) {
+                _ = try await other.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            }
+            now.withLock { $0 += 200 }
+            store.tick()
+            _ = try await other.send(.acquireLock(AcquireLockRequest(channel: "room", lockName: "mic")))
+            guard case .getLocks(let locks) = try await other.send(.getLocks(GetLocksRequest(channel: "room"))) else {
+                Issue.record("unexpected response")
+                return
+            }
+            #expect(locks.locks.first?.owner == "other")
+            // The holder is still listed: the presence timeout (30 s) has not run out.
+            guard case .whoNow(let who) = try await other.send(.whoNow(WhoNowRequest(channel: "room"))) else {
+                Issue.record("unexpected response")
+                return
+            }
+            #expect(who.users.map(\.userId) == ["holder"])
+        }
+        _ = await store.flush()
+        await store.close()
+    }
+
     /// Gets are answered from the request bytes; every case the typed path reports as an error must still be
     /// reported with its code, with the connection kept and the store unchanged.
     @Test(arguments: Transport.allCases)

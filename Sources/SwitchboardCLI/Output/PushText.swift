@@ -45,6 +45,7 @@ public enum PushText {
         var line = "presenceEvent \(event.eventType) \(Self.channelName(event.channel, event.channelType))"
         line += " totalOccupancy=\(event.totalOccupancy)"
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
+        if event.more { line += " more" }  // a part of a split snapshot or interval event; more parts follow
         var details: [String] = event.states.map { TextQuoting.pair($0.key, $0.value) }
         if !event.snapshot.isEmpty { details.append("members=[\(Self.users(event.snapshot))]") }
         if !event.joined.isEmpty { details.append("joined=[\(Self.ids(event.joined))]") }

@@ -17,9 +17,10 @@ import Synchronization
 ///   their sessions in the channel subscribed without `beQuiet`; becoming visible or quiet later (subscribing
 ///   again with other options, or the last visible session leaving) is announced as a join or a leave.
 ///   Quiet members still receive events if they asked for them.
-/// - **Leaving** (unsubscribe, logout, kicked) takes effect after the leave debounce and a session that ends
-///   abnormally after the presence timeout; until then the user stays a member (listed by `whoNow`, state kept), and
-///   if a session of the user subscribes to the channel again in time nothing is sent at all.
+/// - **Leaving** explicitly (unsubscribe, logout, kicked) takes effect at once: the member and their state are
+///   removed and `remoteLeave` queued before the response is sent (SB-13.3-10). A session that ends abnormally
+///   leaves after the presence timeout (SB-13.3-9); until then the user stays a member (listed by `whoNow`, state
+///   kept), and if a session of the user subscribes to the channel again in time nothing is sent at all.
 /// - **Events are about other users**: a member's own sessions get no join, leave or state event about that
 ///   member; `snapshot` and `interval` events list everyone, the recipient included.
 /// - **Interval mode**: while a channel has more visible members than the threshold it sends one `interval` event
@@ -30,7 +31,7 @@ import Synchronization
 ///   idempotent: `joined` of a listed user or `left` of an unlisted one changes nothing).
 /// - **Large lists** are split: a `snapshot` or `interval` push holds at most
 ///   ``PresenceConfiguration/maxUsersPerPush`` users; the rest follow at once in further pushes of the same type,
-///   each carrying `totalOccupancy`.
+///   each carrying `totalOccupancy`; every part but the last has `more` set (SB-13.3-12).
 /// - `setState` and `removeState` that change nothing send no event.
 public final class PresenceArea: RequestHandler, SessionObserver {
     /// The settings in use.
@@ -60,7 +61,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - configuration: thresholds, timeouts and limits.
     ///   - subscriptions: the registry shared with the other areas (storage and lock events use its members).
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
-    ///   - timerLoop: where debounce, presence-timeout and interval timers run; by default one loop of the shared
+    ///   - timerLoop: where presence-timeout and interval timers run; by default one loop of the shared
     ///     NIO thread pool. Timer work takes a shard lock briefly and never blocks.
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
@@ -126,11 +127,22 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     /// Nothing to do: a session is in no channel until it subscribes.
     public func sessionStarted(_ session: SessionHandle) {}
 
-    /// Removes the session from its channels. After `logout` or `kicked` its users leave (after the debounce);
-    /// after any other end they time out unless they come back within the presence timeout.
+    /// Removes the session from its channels. After `logout` or `kicked` its users leave at once (SB-13.3-10);
+    /// after any other end they time out unless they come back within the presence timeout (SB-13.3-9).
     public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
+        self.leaveChannels(of: session, exit: (reason == .logout || reason == .kicked) ? .left : .timedOut)
+        // Drops the session's registry entry (whichever area ends last cleans up; doing it twice is harmless).
+        _ = self.subscriptions.removeSession(session)
+    }
+
+    /// The session is logging out: its users leave its channels now, before the `logout` response is sent
+    /// (SB-13.3-10), not when the connection has closed. ``sessionEnded(_:reason:)`` then finds nothing left.
+    public func sessionLoggingOut(_ session: SessionHandle) {
+        self.leaveChannels(of: session, exit: .left)
+    }
+
+    private func leaveChannels(of session: SessionHandle, exit: PresenceExit) {
         let channels = self.sessionChannels.withLock { $0.removeValue(forKey: session) } ?? []
-        let exit: PresenceExit = (reason == .logout || reason == .kicked) ? .left : .timedOut
         let now = self.nowMillis()
         for key in channels {
             self.shard(key).state.withLock { shard in
@@ -140,8 +152,6 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
             }
         }
-        // Drops the session's registry entry (whichever area ends last cleans up; doing it twice is harmless).
-        _ = self.subscriptions.removeSession(session)
     }
 
     // MARK: validation
@@ -227,7 +237,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         return .unsubscribeChannel(EmptyBody())
     }
 
-    /// Adds `session` to its user's membership of `channel` (creating it, or cancelling a pending leave or timeout).
+    /// Adds `session` to its user's membership of `channel` (creating it, or cancelling a pending presence timeout).
     /// Called under the channel's shard lock.
     private func attach(_ session: SessionHandle, quiet: Bool, to channel: PresenceChannel, now: Int64) {
         let userID = session.info.userID
@@ -235,9 +245,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         var member = channel.members[userID] ?? PresenceMember(userID: userID)
         let wasVisible = existed && member.visible
         if member.pending != nil {
-            // Came back within the debounce or the presence timeout: nothing happened. The timer is left to fire
-            // and find no pending exit of its generation: NIO cancels a timer by a linear search of its loop's
-            // timer heap, which a reconnect storm of thousands of members would pay thousands of times.
+            // Came back within the presence timeout: nothing happened. The timer is left to fire and find no
+            // pending exit of its generation: NIO cancels a timer by a linear search of its loop's timer heap,
+            // which a reconnect storm of thousands of members would pay thousands of times.
             member.pending = nil
         }
         member.sessions[session] = quiet
@@ -251,14 +261,15 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now)
     }
 
-    /// Removes `session` from its user's membership; the last session's going starts the debounce or the presence
-    /// timeout. Called under the channel's shard lock.
+    /// Removes `session` from its user's membership. When it was the user's last session there, an explicit leave
+    /// (`exit` `.left`) removes the member at once (SB-13.3-10); an abnormal end starts the presence timeout
+    /// (SB-13.3-9). Called under the channel's shard lock.
     private func detach(_ session: SessionHandle, from channel: PresenceChannel, exit: PresenceExit, now: Int64) {
         let userID = session.info.userID
         guard var member = channel.members[userID], member.sessions.removeValue(forKey: session) != nil else { return }
         if member.sessions.isEmpty {
-            let delay = exit == .timedOut ? self.configuration.presenceTimeout : self.configuration.leaveDebounce
-            if delay.nanoseconds <= 0 {
+            let delay = self.configuration.presenceTimeout
+            if exit == .left || delay.nanoseconds <= 0 {
                 channel.members[member.userID] = member
                 self.removeMember(member.userID, from: channel, exit: exit, now: now)
                 return
@@ -426,6 +437,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         var bytes = 0
         func add(_ size: Int, _ body: (inout PresenceEvent) -> Void) {
             if users > 0 && (users >= self.configuration.maxUsersPerPush || bytes + size > self.configuration.maxBytesPerPush) {
+                current.more = true  // another part follows (SB-13.3-12)
                 pushes.append(self.encoded(current))
                 current = base
                 users = 0
@@ -473,6 +485,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 && (current.snapshot.count >= self.configuration.maxUsersPerPush
                     || bytes + size > self.configuration.maxBytesPerPush)
             {
+                current.more = true  // another part follows (SB-13.3-12)
                 pushes.append(self.encoded(current))
                 current = base
                 bytes = 0
@@ -675,7 +688,7 @@ struct PresenceMember {
     var visible = false
     /// The user's temporary state in the channel.
     var state = PresenceState()
-    /// Set while the user has no session in the channel: the debounced leave or the presence timeout.
+    /// Set while the user has no session in the channel after an abnormal end: the presence timeout.
     var pending: Pending?
 }
 

@@ -12,11 +12,9 @@ public struct PresenceConfiguration: Sendable, Hashable {
     /// How often a channel in interval mode sends its `interval` event. Default 1 s.
     public var interval: TimeAmount = .seconds(1)
     /// How long the memberships and state of a user whose last session ended abnormally are kept before the user
-    /// leaves with `remoteTimeout`. Default 30 s; operators may set 5...300 s.
+    /// leaves with `remoteTimeout` (SB-13.3-9). Default 30 s; operators may set 5...300 s. Explicit leaves
+    /// (unsubscribe, logout, kicked) do not wait: they take effect at once (SB-13.3-10).
     public var presenceTimeout: TimeAmount = .seconds(30)
-    /// A user who leaves and comes back within this time causes no events; `remoteLeave` is sent this long after
-    /// the leave. Default 2 s.
-    public var leaveDebounce: TimeAmount = .seconds(2)
     /// Channels a user may be in through all their sessions, both types (3005 tooManyChannels). Default 50.
     public var maxChannelsPerUser: Int = 50
     /// Key/value pairs of a user's state in one channel (3008 stateTooLarge). Default 32.
@@ -70,9 +68,6 @@ public struct PresenceConfiguration: Sendable, Hashable {
         }
         guard self.interval.nanoseconds > 0 else {
             throw ValidationError(description: "the presence interval must be positive")
-        }
-        guard self.leaveDebounce.nanoseconds >= 0 else {
-            throw ValidationError(description: "the leave debounce must not be negative")
         }
         guard self.maxChannelsPerUser > 0 else {
             throw ValidationError(description: "channels per user must be at least 1")

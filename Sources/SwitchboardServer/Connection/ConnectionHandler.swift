@@ -75,7 +75,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// trickled in slowly keep no session alive.
     private var lastFrameReceived = NIODeadline.now()
     /// Decoding stopped because one read pass produced ``readPassOutputLimit`` bytes of output; it resumes on the
-    /// next tick, or once the client has read enough of its answers (SB-5.9-3).
+    /// next tick, or once the client has read enough of its answers (SB-5.9-4).
     private var decodingPaused = false
     private var decodeResumeScheduled = false
     /// The client shut down its side of the stream while decoding was paused; handled once the rest is decoded.
@@ -101,7 +101,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var releasingHeldPushes = false
     private var releaseRequested = false
 
-    /// The output one pass over the received bytes may produce before decoding stops to let it leave (SB-5.9-3):
+    /// The output one pass over the received bytes may produce before decoding stops to let it leave (SB-5.9-4):
     /// a client that pipelines thousands of large reads is answered in slices, not in one unbounded buffer that
     /// holds the loop while it grows.
     static let readPassOutputLimit = 256 << 10
@@ -1029,7 +1029,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.recordLimitHit("outboundHardCap")
             self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
             // GOAWAY goes behind the backlog the client is not reading, and nothing more is queued after it: the
-            // client reads it if it reads again within the closing grace period (SB-5.9-2).
+            // client reads it if it reads again within the closing grace period (SB-5.9-1, SB-5.8-5).
             self.core.metrics.recordError(.slowConsumer)
             self.endReason = .slowConsumer
             self.sendGoAway(code: ErrorCode.slowConsumer.rawValue, reason: .slowConsumer, message: "outbound queue passed \(queued) bytes")

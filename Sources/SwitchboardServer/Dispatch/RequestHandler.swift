@@ -143,4 +143,13 @@ public protocol SessionObserver: Sendable {
     func sessionStarted(_ session: SessionHandle)
     /// A session ended, and why.
     func sessionEnded(_ session: SessionHandle, reason: SessionEndReason)
+    /// The session asked to log out: called while its `logout` request is handled, before the response is sent and
+    /// before ``sessionEnded(_:reason:)`` (reason `logout`) follows. Observers whose effect of a logout must be
+    /// visible by the time the client has the response (presence: the user leaves at once, SB-13.3-10) act here.
+    func sessionLoggingOut(_ session: SessionHandle)
+}
+
+extension SessionObserver {
+    /// By default a logout is handled by ``sessionEnded(_:reason:)`` alone.
+    public func sessionLoggingOut(_ session: SessionHandle) {}
 }

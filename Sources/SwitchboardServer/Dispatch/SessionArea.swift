@@ -3,12 +3,15 @@ import SwitchboardWire
 /// The session operations: logout and token renewal (`Protocol/SPEC.md` §5.3, §5.7).
 struct SessionArea: RequestHandler {
     let authority: TokenAuthority?
+    /// Told of a logout before it is answered (``SessionObserver/sessionLoggingOut(_:)``).
+    var observers: [any SessionObserver] = []
 
     var operations: [Opcode] { [.logout, .renewToken] }
 
     func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         switch request {
         case .logout:
+            for observer in self.observers { observer.sessionLoggingOut(context.session) }
             // The connection handler sends GOAWAY and closes once this response is written.
             return .response(.logout(EmptyBody()))
         case .renewToken(let renew):

@@ -14,7 +14,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let malformedBody = ErrorCode(rawValue: 1000)
     /// 1001: The length field is over the receiver's maxFrameSize (16384 before WELCOME).
     public static let frameTooLarge = ErrorCode(rawValue: 1001)
-    /// 1002: A compressed body is not one valid zlib stream of exactly the declared length.
+    /// 1002: A compressed body is not one valid zlib stream of exactly the declared length (including one that would inflate past it: inflation stops at the declared length + 1 byte).
     public static let badCompression = ErrorCode(rawValue: 1002)
     /// 1003: COMPRESSED flag on a connection without the zlib feature.
     public static let compressionNotNegotiated = ErrorCode(rawValue: 1003)
@@ -30,7 +30,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let unsupportedVersion = ErrorCode(rawValue: 1008)
     /// 1009: Nothing was received for heartbeatMs x heartbeatMisses.
     public static let heartbeatTimeout = ErrorCode(rawValue: 1009)
-    /// 1010: A compressed body declares or inflates to more than maxInflatedSize (decompression bomb).
+    /// 1010: A compressed body declares an InflatedLength above maxInflatedSize; refused before inflating. A stream that inflates to more than its declared length (a lying decompression bomb) is 1002.
     public static let inflatedTooLarge = ErrorCode(rawValue: 1010)
     /// 1011: The stream ended inside a frame.
     public static let truncatedFrame = ErrorCode(rawValue: 1011)

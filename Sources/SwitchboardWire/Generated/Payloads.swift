@@ -5360,7 +5360,7 @@ public struct GoAway: WireCodable {
     public var code: UInt64
     /// Human-readable; not stable.
     public var message: String
-    /// Highest request id the server has answered or will answer on this connection.
+    /// Highest request id (numeric maximum) of the well-framed requests the sender had read on this connection when it sent the GOAWAY, answered or not; 0 if none (a client always sends 0). See SPEC.md SB-5.8-6.
     public var lastRequestId: UInt64
     public var reason: SessionEndReason
 
@@ -5684,6 +5684,7 @@ extension LockEvent: JSONRepresentable {
 /// | 10 | stateChanged | repeated UserState |
 /// | 11 | totalOccupancy | uint |
 /// | 12 | timestampMs | uint |
+/// | 13 | more | bool |
 public struct PresenceEvent: WireCodable {
     public var channel: String
     public var channelType: ChannelType
@@ -5704,9 +5705,11 @@ public struct PresenceEvent: WireCodable {
     public var stateChanged: [UserState]
     public var totalOccupancy: UInt64
     public var timestampMs: UInt64
+    /// snapshot and interval: true on every part of an event split over several pushes except the last; false (absent) on the last part and on an event that was not split. See SPEC.md SB-13.3-12.
+    public var more: Bool
 
     /// Creates a value; every field defaults to its wire default.
-    public init(channel: String = "", channelType: ChannelType = .message, eventType: PresenceEventType = .snapshot, publisher: String = "", states: [StateItem] = [], snapshot: [UserState] = [], joined: [String] = [], left: [String] = [], timedOut: [String] = [], stateChanged: [UserState] = [], totalOccupancy: UInt64 = 0, timestampMs: UInt64 = 0) {
+    public init(channel: String = "", channelType: ChannelType = .message, eventType: PresenceEventType = .snapshot, publisher: String = "", states: [StateItem] = [], snapshot: [UserState] = [], joined: [String] = [], left: [String] = [], timedOut: [String] = [], stateChanged: [UserState] = [], totalOccupancy: UInt64 = 0, timestampMs: UInt64 = 0, more: Bool = false) {
         self.channel = channel
         self.channelType = channelType
         self.eventType = eventType
@@ -5719,6 +5722,7 @@ public struct PresenceEvent: WireCodable {
         self.stateChanged = stateChanged
         self.totalOccupancy = totalOccupancy
         self.timestampMs = timestampMs
+        self.more = more
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -5767,6 +5771,9 @@ public struct PresenceEvent: WireCodable {
             case 12:
                 try reader.require(field.wireType, is: .varint, field: 12)
                 self.timestampMs = try reader.readVarint()
+            case 13:
+                try reader.require(field.wireType, is: .varint, field: 13)
+                self.more = try reader.readBool()
             default:
                 try reader.skip(field.wireType)
             }
@@ -5787,6 +5794,7 @@ public struct PresenceEvent: WireCodable {
         for element in self.stateChanged { size += WireField.lengthDelimitedFieldSize(10, length: element.wireSize) }
         if !(self.totalOccupancy == 0) { size += WireField.varintFieldSize(11, self.totalOccupancy) }
         if !(self.timestampMs == 0) { size += WireField.varintFieldSize(12, self.timestampMs) }
+        if !(!self.more) { size += WireField.varintFieldSize(13, (self.more ? 1 : 0)) }
         return size
     }
 
@@ -5803,6 +5811,7 @@ public struct PresenceEvent: WireCodable {
         for element in self.stateChanged { writer.writeMessageField(10, element) }
         if !(self.totalOccupancy == 0) { writer.writeVarintField(11, self.totalOccupancy) }
         if !(self.timestampMs == 0) { writer.writeVarintField(12, self.timestampMs) }
+        if !(!self.more) { writer.writeVarintField(13, (self.more ? 1 : 0)) }
     }
 }
 
@@ -5821,6 +5830,7 @@ extension PresenceEvent: JSONRepresentable {
         if !self.stateChanged.isEmpty { members.append(("stateChanged", .array(self.stateChanged.map { $0.jsonValue }))) }
         if !(self.totalOccupancy == 0) { members.append(("totalOccupancy", .uint(self.totalOccupancy))) }
         if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        if !(!self.more) { members.append(("more", .bool(self.more))) }
         return .object(members)
     }
 
@@ -5858,6 +5868,7 @@ extension PresenceEvent: JSONRepresentable {
                 }
             case "totalOccupancy": self.totalOccupancy = try JSONField.uint64(member.value, "totalOccupancy")
             case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            case "more": self.more = try JSONField.bool(member.value, "more")
             default: throw SwitchboardWireError(.malformedBody, "json: PresenceEvent has no field \(member.key)")
             }
         }

@@ -736,6 +736,7 @@ extension PresenceEvent {
         for _ in 0..<generator.count() { value.stateChanged.append(UserState.random(using: &generator)) }
         if generator.bool() { value.totalOccupancy = generator.uint64() }
         if generator.bool() { value.timestampMs = generator.uint64() }
+        if generator.bool() { value.more = generator.bool() }
         return value
     }
 }
