@@ -220,10 +220,14 @@ import Testing
             }, handlers: [TestArea()]
         ) { gateway in
             let socket = try RawSocket(gateway, transport)
+            // A small receive buffer keeps what the kernel holds for the client small, so that reading the backlog
+            // fits the 2 s closing grace period even on a loaded machine.
+            var receiveBuffer: Int32 = 64 << 10
+            setsockopt(socket.fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, socklen_t(MemoryLayout<Int32>.size))
             _ = try await socket.login("slow-reader")
             // 40 MiB of pushes, far over the hard cap; the client reads only after a pause.
             socket.send(.request(id: 1, .publishEvent(PublishEventRequest(value: 640))))
-            try await Task.sleep(for: .milliseconds(500))
+            try await Task.sleep(for: .milliseconds(100))
             let messages = try await socket.drainUntilClosed()
             let goAway = try #require(messages.lastGoAway, "expected GOAWAY 3004 last, got \(messages.count) messages")
             #expect(goAway.code == UInt64(ErrorCode.slowConsumer.rawValue))
