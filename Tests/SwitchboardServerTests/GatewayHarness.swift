@@ -280,10 +280,21 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Reads until the server closes; returns every message received.
+    ///
+    /// One blocking read loop on one dispatch thread, not a hop per message: a client that reads a backlog of
+    /// megabytes must keep up with the server's closing grace period even while the rest of the suite loads the
+    /// machine.
     func drainUntilClosed() async throws -> [SwitchboardMessage] {
-        var messages: [SwitchboardMessage] = []
-        while let message = try await self.next() { messages.append(message) }
-        return messages
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        var messages: [SwitchboardMessage] = []
+                        while let message = try self.nextBlocking() { messages.append(message) }
+                        return messages
+                    })
+            }
+        }
     }
 }
 

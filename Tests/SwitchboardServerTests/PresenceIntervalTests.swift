@@ -74,7 +74,15 @@ struct PresenceRosterModel {
             #expect(changes.last?.totalOccupancy == 12)
 
             // Back at or below the threshold, single events resume after the next interval event.
-            for index in 4...8 { try await members["m\(index)"]?.unsubscribe("hall") }
+            // Together, so that they fall into one interval: a leave takes effect at once (SB-13.3-6), and once an
+            // interval event left the channel at or below the threshold, later leaves would be single events.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 4...8 {
+                    let member = members["m\(index)"]
+                    group.addTask { try await member?.unsubscribe("hall") }
+                }
+                try await group.waitForAll()
+            }
             let lastBatch = await alice.events { events in Set(events.flatMap(\.left)).count == 5 }
             #expect(lastBatch.allSatisfy { $0.eventType == .interval })
             #expect(lastBatch.last?.totalOccupancy == 7)
