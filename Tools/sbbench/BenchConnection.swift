@@ -116,6 +116,9 @@ final class BenchConnectionHandler: ChannelInboundHandler {
     private var outstanding = 0
     private var sequence: UInt64 = 0
     private var output: ByteBuffer?
+    /// When the big reader's last burst started.
+    private var lastBurst: NIODeadline?
+    static let bigReadBurstSpacing = TimeAmount.milliseconds(500)
     private var isReady = false
     /// Set when the budget is used up or the run was stopped: the connection closes once its answers are in.
     private var isExhausted = false
@@ -249,13 +252,27 @@ final class BenchConnectionHandler: ChannelInboundHandler {
         }
     }
 
-    /// ``BenchWork/bigReads(valueBytes:burst:)``: the next burst, once every answer of the last one arrived.
+    /// ``BenchWork/bigReads(valueBytes:burst:)``: the next burst, once every answer of the last one arrived and at
+    /// least ``bigReadBurstSpacing`` after the last one started (so the reads stay under the gateway's default rate
+    /// limit of 20,000 requests per second).
     private func sendBigReadBurst(context: ChannelHandlerContext) {
-        guard case .bigReads(_, let burst) = self.work, self.outstanding == 0 else { return }
+        guard case .bigReads(_, let burst) = self.work, self.outstanding == 0, self.pacingTimer == nil else { return }
         guard !self.totals.stop.load(ordering: .relaxed) else {
             context.close(promise: nil)
             return
         }
+        let now = NIODeadline.now()
+        if let last = self.lastBurst, now - last < Self.bigReadBurstSpacing {
+            let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+            self.pacingTimer = context.eventLoop.scheduleTask(deadline: last + Self.bigReadBurstSpacing) {
+                let (handler, context) = bound.value
+                handler.pacingTimer = nil
+                handler.sendBigReadBurst(context: context)
+                handler.flushPacedOutput(context: context)
+            }
+            return
+        }
+        self.lastBurst = now
         if self.output == nil { self.output = context.channel.allocator.buffer(capacity: burst * 8) }
         for _ in 0..<burst {
             self.nextID = self.nextID == UInt32.max ? 1 : self.nextID + 1
