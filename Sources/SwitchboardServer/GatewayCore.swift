@@ -63,9 +63,6 @@ final class GatewayCore: Sendable {
     func handler(for op: Opcode) -> (any RequestHandler)? {
         self.handlers[Int(op.rawValue)]
     }
-
-    /// Features this server supports.
-    static let supportedFeatures: Set<String> = ["zlib"]
 }
 
 /// The wall clock in milliseconds since the Unix epoch.

@@ -483,70 +483,22 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: handshake
 
-    /// The first limit of SB-5.1 a HELLO breaks, if any: the error that ends the connection.
-    static func handshakeLimitViolation(_ hello: Hello) -> SwitchboardWireError? {
-        if hello.userId.utf8.count > 64 || hello.deviceId.utf8.count > 64 {
-            return SwitchboardWireError(.identifierTooLong, "HELLO userId and deviceId are at most 64 bytes")
-        }
-        if hello.clientName.utf8.count > 64 {
-            return SwitchboardWireError(.valueTooLong, "HELLO clientName is at most 64 bytes")
-        }
-        if hello.features.count > 32 || hello.features.contains(where: { $0.utf8.count > 64 }) {
-            return SwitchboardWireError(.valueTooLong, "HELLO features are at most 32 names of at most 64 bytes")
-        }
-        if hello.token.utf8.count > TokenAuthority.maxTokenBytes {
-            return SwitchboardWireError(.valueTooLong, "HELLO token is at most \(TokenAuthority.maxTokenBytes) bytes")
-        }
-        return nil
-    }
-
     private func helloReceived(_ hello: Hello) {
-        if let violation = Self.handshakeLimitViolation(hello) {
-            self.fail(code: violation.code, message: violation.message, reason: .protocolError)
-            return
-        }
-        guard hello.protocolVersion == 1 else {
-            self.fail(
-                code: .unsupportedVersion, message: "protocol version \(hello.protocolVersion) is not supported; this server speaks 1",
-                reason: .protocolError)
-            return
-        }
         let now = self.core.nowMillis()
-        let userID: String
-        let role: SessionRole
-        var tokenExpiresAtMs: Int64?
-        if let authority = self.core.authority {
-            do {
-                let token = try authority.verify(hello.token, now: now / 1000)
-                if !hello.userId.isEmpty && hello.userId != token.userID {
-                    self.fail(code: .permissionDenied, message: "HELLO.userId differs from the token's user", reason: .protocolError)
-                    return
-                }
-                userID = token.userID
-                role = token.role
-                tokenExpiresAtMs = token.expiresAtMillis
-            } catch {
-                self.core.metrics.recordError(error.code)
-                self.fail(code: error.code, message: error.message, reason: .protocolError)
-                return
-            }
-        } else {
-            guard !hello.userId.isEmpty else {
-                self.fail(code: .notAuthenticated, message: "open mode: HELLO.userId is required", reason: .protocolError)
-                return
-            }
-            userID = hello.userId
-            role = .admin  // open development mode: no roles to check
+        let accepted: AcceptedHello
+        switch Handshake.accept(
+            hello, authority: self.core.authority, heartbeat: self.core.configuration.heartbeat, nowMillis: now)
+        {
+        case .success(let terms):
+            accepted = terms
+        case .failure(let error):
+            self.fail(code: error.code, message: error.message, reason: .protocolError)
+            return
         }
         let configuration = self.core.configuration
-        let features = Set(hello.features).intersection(GatewayCore.supportedFeatures).sorted()
-        self.supportsCompression = features.contains("zlib")
-        let heartbeat = configuration.heartbeat
-        var interval = heartbeat.defaultInterval
-        if hello.heartbeatMs > 0 {
-            let requested = TimeAmount.milliseconds(Int64(clamping: hello.heartbeatMs))
-            interval = min(max(requested, heartbeat.minimumInterval), heartbeat.maximumInterval)
-        }
+        let (userID, role, features, interval) = (accepted.userID, accepted.role, accepted.features, accepted.heartbeatInterval)
+        let tokenExpiresAtMs = accepted.tokenExpiresAtMs
+        self.supportsCompression = accepted.supportsCompression
         self.heartbeatInterval = interval
         guard let context = self.context else { return }
 
@@ -575,7 +527,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             protocolVersion: 1, features: features, sessionId: info.sessionID, userId: userID,
             maxFrameSize: UInt64(limits.maxFrameSize), maxInflatedSize: UInt64(limits.maxInflatedSize),
             maxInflight: UInt64(limits.maxInflight), heartbeatMs: UInt64(interval.nanoseconds / 1_000_000),
-            heartbeatMisses: UInt64(heartbeat.misses), serverTimeMs: UInt64(max(now, 0)),
+            heartbeatMisses: UInt64(configuration.heartbeat.misses), serverTimeMs: UInt64(max(now, 0)),
             compressThreshold: UInt64(configuration.compressionThreshold), serverName: configuration.serverName,
             isAdmin: role == .admin, requestsPerSecond: UInt64(limits.requestsPerSecond))
         self.send(.control(.welcome(welcome)))
