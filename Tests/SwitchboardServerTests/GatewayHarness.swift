@@ -300,7 +300,7 @@ final class RawSocket: @unchecked Sendable {
 
 enum Codec {
     static func bytes(hex: String) -> ByteBuffer {
-        ByteBuffer(bytes: Hex.bytes(hex))
+        ByteBuffer(bytes: Hex.bytes(hex) ?? [])
     }
 }
 
