@@ -1,5 +1,4 @@
 import NIOCore
-import NIOPosix
 import SwitchboardWire
 import Synchronization
 
@@ -61,20 +60,20 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - configuration: thresholds, timeouts and limits.
     ///   - subscriptions: the registry shared with the other areas (storage and lock events use its members).
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
-    ///   - timerLoop: where presence-timeout and interval timers run; by default one loop of the shared
-    ///     NIO thread pool. Timer work takes a shard lock briefly and never blocks.
+    ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
+    ///     ``GatewayApplication`` gives it). Timer work takes a shard lock briefly and never blocks.
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
         subscriptions: SubscriptionRegistry,
         membershipObservers: [any ChannelMembershipObserver] = [],
-        timerLoop: (any EventLoop)? = nil,
+        timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
         self.subscriptions = subscriptions
         self.membershipObservers = membershipObservers
-        self.timerLoop = timerLoop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.timerLoop = timerLoop
         self.nowMillis = nowMillis
         self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
         self.shards = (0..<Self.shardCount).map { _ in PresenceShard() }
