@@ -36,6 +36,8 @@ public final class SwitchboardGateway: Service, Sendable {
     private let configuration: ServerConfiguration
     private let core: GatewayCore
     private let eventLoopGroup: MultiThreadedEventLoopGroup
+    /// Whether the gateway made its loops (and shuts them down when it stops) or was given them.
+    private let ownsEventLoopGroup: Bool
     private let onRunning: @Sendable (BoundAddresses) -> Void
     private let listeners = Mutex<[SocketListener]>([])
 
@@ -47,6 +49,9 @@ public final class SwitchboardGateway: Service, Sendable {
     /// - Parameters:
     ///   - handlers: the command areas; ops without a handler are answered with `unavailable` (8004).
     ///   - observers: told when sessions start and end.
+    ///   - eventLoopGroup: the loops connections run on, owned by the caller (``GatewayApplication`` shares them
+    ///     with the areas' timers and shuts them down after its stores); nil: the gateway makes
+    ///     ``ServerConfiguration/eventLoopThreads`` loops and shuts them down when it stops.
     ///   - onRunning: called with the bound addresses once the listeners are up.
     public init(
         configuration: ServerConfiguration,
@@ -56,10 +61,13 @@ public final class SwitchboardGateway: Service, Sendable {
         metrics: GatewayMetrics = GatewayMetrics(),
         logger: Logger = Logger(label: "switchboard"),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
+        eventLoopGroup: MultiThreadedEventLoopGroup? = nil,
         onRunning: @escaping @Sendable (BoundAddresses) -> Void = { _ in }
     ) {
         self.configuration = configuration
-        self.eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
+        self.eventLoopGroup =
+            eventLoopGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: max(1, configuration.eventLoopThreads))
+        self.ownsEventLoopGroup = eventLoopGroup == nil
         self.core = GatewayCore(
             configuration: configuration, registry: registry,
             handlers: handlers, observers: observers, metrics: metrics,
@@ -73,10 +81,10 @@ public final class SwitchboardGateway: Service, Sendable {
         do {
             try await self.runListeners()
         } catch {
-            try? await self.eventLoopGroup.shutdownGracefully()
+            if self.ownsEventLoopGroup { try? await self.eventLoopGroup.shutdownGracefully() }
             throw error
         }
-        try await self.eventLoopGroup.shutdownGracefully()
+        if self.ownsEventLoopGroup { try await self.eventLoopGroup.shutdownGracefully() }
     }
 
     private func runListeners() async throws {

@@ -234,27 +234,18 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "switchboard")
-        var services: [any Service] = []
+        var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
+        var metricsExposition: (@Sendable () -> [UInt8])?
         if let port = self.metricsPort {
             let factory = PrometheusMetricsFactory()
             MetricsSystem.bootstrap(factory)
             let registry = factory.registry
-            services.append(MetricsEndpoint(port: port, logger: logger) { registry.emitToBuffer() })
+            applicationConfiguration.metricsPort = port
+            metricsExposition = { registry.emitToBuffer() }
         }
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
         }
-        // One gateway per database: a second one on the same files refuses to start before it opens or binds
-        // anything.
-        let databaseLock: DatabaseLock
-        do {
-            databaseLock = try DatabaseLock(databasePath: configuration.databasePath)
-        } catch {
-            logger.critical("\(error.description); refusing to start")
-            throw ExitCode(3)
-        }
-        // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
-        let backend = try SQLiteBackend(path: configuration.databasePath)
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         // One loop: committing in place is cheapest (no hand-over). Several: a loop waiting for a sync would hold up
@@ -262,38 +253,18 @@ struct Serve: AsyncParsableCommand {
         let commitsOnLoop = self.commitOn == "loop" || (self.commitOn == "auto" && self.threads == 1)
         storeConfiguration.commitDriver = commitsOnLoop ? .caller : .writerQueue
         storeConfiguration.writeBehindDelayMs = self.writeBehindMs
-        let store = try MetadataStore.load(from: backend, configuration: storeConfiguration, logger: logger)
-        let sessions = SessionRegistry()
-        let subscriptions = SubscriptionRegistry()
-        let storage = StorageArea(
-            store: store, subscriptions: subscriptions, sessions: sessions,
-            compressionThreshold: configuration.compressionThreshold)
-        let presence = PresenceArea(
-            configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
-        // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
-        let unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
-        let eventStore = try EventStore(path: configuration.databasePath + ".events", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
-        let events = try EventArea(store: eventStore, compressionThreshold: configuration.compressionThreshold)
-        // The profile directory persists in its own SQLite file as well.
-        let profileStore = try ProfileStore(
-            path: configuration.databasePath + ".profiles", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
-        let profiles = try ProfileArea(
-            store: profileStore, providerTimeout: .milliseconds(Int64(self.providerTimeoutMs)),
-            compressionThreshold: configuration.compressionThreshold)
-        let handlers: [any RequestHandler] = [storage, presence, events, profiles]
-        let observers: [any SessionObserver] = [storage, presence, events, profiles]
-        let gateway = SwitchboardGateway(
-            configuration: configuration, handlers: handlers, observers: observers, registry: sessions, logger: logger)
-        // ServiceGroup stops services in reverse order: the gateway drains first, then the store flushes and closes.
-        services.insert(
-            contentsOf: [MetadataStoreService(store: store), WriteBehindFlushService(store: eventStore), WriteBehindFlushService(store: profileStore),
-                gateway] as [any Service],
-            at: 0)
-        SecondSignal.exitImmediately(logger: logger)
-        let group = ServiceGroup(
-            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
-        withExtendedLifetime(databaseLock) {}  // held until every service stopped and the databases are closed
+        applicationConfiguration.store = storeConfiguration
+        applicationConfiguration.presence = presenceConfiguration
+        applicationConfiguration.unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
+        applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
+        let application = GatewayApplication(
+            configuration: applicationConfiguration, metricsExposition: metricsExposition, logger: logger,
+            onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })
+        do {
+            try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        } catch is DatabaseLockError {
+            throw ExitCode(3)  // the application logged it as critical ("…; refusing to start")
+        }
         logger.info("switchboard stopped")
     }
 }

@@ -28,10 +28,10 @@ struct FullGatewayPlace: Sendable {
     }
 }
 
-/// Runs `body` against a gateway with every area, wired as `switchboard serve` wires them
-/// (`Sources/switchboard/SwitchboardCommand.swift`): storage and locks, presence, events, profiles, each on its
-/// SQLite file at `place`. Stores are flushed and closed afterwards. Without a `place` the gateway gets a fresh one,
-/// removed afterwards; a given `place` is the caller's to remove.
+/// Runs `body` against a gateway with every area, built by ``GatewayApplication`` as `switchboard serve` builds
+/// it: storage and locks, presence, events, profiles, each on its SQLite file at `place`. Stores are flushed and
+/// closed afterwards. Without a `place` the gateway gets a fresh one, removed afterwards; a given `place` is the
+/// caller's to remove.
 func withFullGateway<T: Sendable>(
     at place: FullGatewayPlace? = nil,
     secret: [UInt8]? = nil,
@@ -43,39 +43,19 @@ func withFullGateway<T: Sendable>(
         defer { place.remove() }
         return try await withFullGateway(at: place, secret: secret, configure: configure, body)
     }
-    var logger = Logger(label: "test-full-gateway")
-    logger.logLevel = .critical
-    let store = try MetadataStore.load(
-        from: try SQLiteBackend(path: place.databasePath), configuration: StoreConfiguration(), logger: logger)
-    let sessions = SessionRegistry()
-    let subscriptions = SubscriptionRegistry()
-    let storage = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
-    var presenceConfiguration = PresenceConfiguration()
-    presenceConfiguration.presenceTimeout = .seconds(5)
-    let presence = PresenceArea(
-        configuration: presenceConfiguration, subscriptions: subscriptions, membershipObservers: [storage])
-    let eventStore = try EventStore(path: place.databasePath + ".events")
-    let events = try EventArea(store: eventStore, gracePeriod: .milliseconds(200))
-    let profileStore = try ProfileStore(path: place.databasePath + ".profiles")
-    let profiles = try ProfileArea(store: profileStore, providerTimeout: .seconds(3))
-    let areas: [any RequestHandler & SessionObserver] = [storage, presence, events, profiles]
-    let result: Result<T, any Error>
-    do {
-        result = .success(
-            try await withGateway(
-                { configuration in
-                    configuration.unixSocketPath = place.unixSocketPath
-                    configuration.tokenSecret = secret
-                    configure(&configuration)
-                }, handlers: areas, observers: areas, registry: sessions, body))
-    } catch {
-        result = .failure(error)
-    }
-    _ = await store.flush()
-    await store.close()
-    eventStore.flush()
-    profileStore.flush()
-    return try result.get()
+    return try await withGateway(
+        { configuration in
+            configuration.unixSocketPath = place.unixSocketPath
+            configuration.tokenSecret = secret
+            configure(&configuration)
+        },
+        application: { application in
+            application.areas = .all
+            application.useDatabase(at: place.databasePath)
+            application.presence.presenceTimeout = .seconds(5)
+            application.eventGracePeriod = .milliseconds(200)
+            application.providerTimeout = .seconds(3)
+        }, body)
 }
 
 /// Creates a client of `gateway` over `transport`, with quick reconnects for tests.

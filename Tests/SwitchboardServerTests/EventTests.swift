@@ -22,13 +22,16 @@ func withEventGateway<T: Sendable>(
     observers: [any SessionObserver] = [],
     _ body: @Sendable (RunningGateway, ManualClock) async throws -> T
 ) async throws -> T {
-    let store = try EventStore(path: path)
-    let area = try EventArea(store: store, gracePeriod: grace, nowMillis: clock.function)
-    let result = try await withGateway(handlers: [area], observers: [area] + observers, nowMillis: clock.function) { gateway in
+    try await withGateway(
+        application: { application in
+            application.areas = [.events]
+            application.eventGracePeriod = grace
+            application.inMemory = path == nil
+            application.eventDatabase = path
+        }, observers: observers, nowMillis: clock.function
+    ) { gateway in
         try await body(gateway, clock)
     }
-    store.flush()
-    return result
 }
 
 /// The events of the next `subscribedEvents` push on a connection.

@@ -20,6 +20,8 @@ enum Transport: String, CaseIterable, Sendable, CustomStringConvertible {
 struct RunningGateway: Sendable {
     var addresses: SwitchboardGateway.BoundAddresses
     var gateway: SwitchboardGateway!
+    /// The stores and areas the ``GatewayApplication`` built (nil for a bare ``SwitchboardGateway``).
+    var services: GatewayApplication.Services?
 
     func endpoint(_ transport: Transport) -> ClientConfiguration.Endpoint {
         switch transport {
@@ -44,43 +46,54 @@ func temporarySocket() -> TemporaryPath {
     TemporaryPath.socket("sbt")
 }
 
-/// Runs `body` against a gateway started with `configuration` and stops the gateway gracefully afterwards; the
-/// temporary Unix socket it listens on unless `configure` sets another is removed afterwards too.
+/// Runs `body` against a ``GatewayApplication`` started with `configure`'s server configuration and
+/// `application`'s choices, and stops it gracefully afterwards (its stores flush and close); the temporary Unix
+/// socket it listens on unless `configure` sets another is removed afterwards too.
+///
+/// By default the application has no command areas (only the session area, `handlers` and `observers`) and keeps
+/// its stores in memory; `application` picks areas and a database (``GatewayApplication/Configuration/inMemory``
+/// false, ``ServerConfiguration/databasePath``).
 func withGateway<T: Sendable>(
     _ configure: (inout ServerConfiguration) -> Void = { _ in },
+    application: (inout GatewayApplication.Configuration) -> Void = { _ in },
     handlers: [any RequestHandler] = [],
     observers: [any SessionObserver] = [],
-    registry: SessionRegistry = SessionRegistry(),
+    membershipObservers: [any ChannelMembershipObserver] = [],
     nowMillis: (@Sendable () -> Int64)? = nil,
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     let socketFile = temporarySocket()
     defer { socketFile.remove() }
-    var configuration = ServerConfiguration()
-    configuration.tcpHost = "127.0.0.1"
-    configuration.tcpPort = 0
-    configuration.unixSocketPath = socketFile.path
-    configuration.shutdownGracePeriod = .seconds(5)
-    configure(&configuration)
-    let (addressStream, addressSink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
+    var server = ServerConfiguration()
+    server.tcpHost = "127.0.0.1"
+    server.tcpPort = 0
+    server.unixSocketPath = socketFile.path
+    server.shutdownGracePeriod = .seconds(5)
+    configure(&server)
+    var configuration = GatewayApplication.Configuration(server: server)
+    configuration.areas = []
+    configuration.inMemory = true
+    application(&configuration)
+    let (runningStream, runningSink) = AsyncStream<GatewayApplication.Running>.makeStream()
     var logger = Logger(label: "test-gateway")
     logger.logLevel = .critical
-    let gateway = SwitchboardGateway(
-        configuration: configuration, handlers: handlers, observers: observers, registry: registry, logger: logger,
-        nowMillis: nowMillis ?? systemNowMillis, onRunning: { addressSink.yield($0) })
-    let group = ServiceGroup(configuration: .init(services: [gateway], logger: logger))
+    let gatewayApplication = GatewayApplication(
+        configuration: configuration, handlers: handlers, observers: observers, membershipObservers: membershipObservers,
+        logger: logger, nowMillis: nowMillis ?? systemNowMillis, onServerRunning: { runningSink.yield($0) })
+    let group = ServiceGroup(configuration: .init(services: [gatewayApplication], logger: logger))
     return try await withThrowingTaskGroup(of: Void.self) { tasks in
         tasks.addTask {
-            defer { addressSink.finish() }  // a gateway that fails to start ends the wait below
+            defer { runningSink.finish() }  // a gateway that fails to start ends the wait below
             try await group.run()
         }
-        var iterator = addressStream.makeAsyncIterator()
-        guard let addresses = await iterator.next() else {
+        var iterator = runningStream.makeAsyncIterator()
+        guard let running = await iterator.next() else {
             try await tasks.waitForAll()  // rethrows the start error
             throw CancellationError()
         }
         do {
-            let result = try await body(RunningGateway(addresses: addresses, gateway: gateway))
+            let result = try await body(
+                RunningGateway(addresses: running.addresses, gateway: running.gateway, services: running.services))
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
             return result
@@ -300,7 +313,7 @@ final class RawSocket: @unchecked Sendable {
 
 enum Codec {
     static func bytes(hex: String) -> ByteBuffer {
-        ByteBuffer(bytes: Hex.bytes(hex))
+        ByteBuffer(bytes: Hex.bytes(hex) ?? [])
     }
 }
 

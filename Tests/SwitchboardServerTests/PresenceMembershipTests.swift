@@ -52,11 +52,15 @@ func withPresence<T: Sendable>(
     nowMillis: (@Sendable () -> Int64)? = nil,
     _ body: @Sendable (PresenceFixture) async throws -> T
 ) async throws -> T {
-    let area = PresenceArea(
-        configuration: configuration, subscriptions: SubscriptionRegistry(), membershipObservers: membershipObservers,
-        nowMillis: nowMillis ?? systemNowMillis)
-    return try await withGateway(server, handlers: [area], observers: [area], nowMillis: nowMillis) { gateway in
-        try await body(PresenceFixture(gateway: gateway, area: area, transport: transport))
+    try await withGateway(
+        server,
+        application: { application in
+            application.areas = [.presence]
+            application.presence = configuration
+        }, membershipObservers: membershipObservers, nowMillis: nowMillis
+    ) { gateway in
+        let area = try #require(gateway.services?.presence)
+        return try await body(PresenceFixture(gateway: gateway, area: area, transport: transport))
     }
 }
 

@@ -21,13 +21,17 @@ private func withProfileGateway<T: Sendable>(
     path: String? = nil, secret: Bool = false, timeout: TimeAmount = .milliseconds(300),
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
-    let store = try ProfileStore(path: path)
-    let area = try ProfileArea(store: store, providerTimeout: timeout)
-    let result = try await withGateway({ if secret { $0.tokenSecret = profileSecret } }, handlers: [area], observers: [area]) {
+    try await withGateway(
+        { if secret { $0.tokenSecret = profileSecret } },
+        application: { application in
+            application.areas = [.profiles]
+            application.providerTimeout = timeout
+            application.inMemory = path == nil
+            application.profileDatabase = path
+        }
+    ) {
         try await body($0)
     }
-    store.flush()
-    return result
 }
 
 /// Collects a connection's pushes in the background.
@@ -244,7 +248,7 @@ private func clear(
     }
 
     @Test func subscriptionLimitCounts() async throws {
-        try await withGateway({ $0.limits.maxSubscriptionsPerConnection = 150 }, handlers: [try ProfileArea(store: ProfileStore(path: nil))]) {
+        try await withGateway({ $0.limits.maxSubscriptionsPerConnection = 150 }, application: { $0.areas = [.profiles] }) {
             gateway in
             let a = try await gateway.connect(.tcp, user: "A")
             _ = try await a.send(.subscribeProfiles(SubscribeProfilesRequest(userIds: (0..<100).map { "u\($0)" })))

@@ -9,26 +9,24 @@ import SwitchboardWire
 import Synchronization
 import Testing
 
-/// A gateway with the storage area on a store backed by `backend` (in memory unless given).
+/// A gateway with the storage area on a store in the SQLite database at `path` (in memory unless given).
 func withStorageGateway<T: Sendable>(
-    backend: (any MetadataBackend)? = nil,
+    path: String? = nil,
     storeConfiguration: StoreConfiguration = StoreConfiguration(),
     configure: (inout ServerConfiguration) -> Void = { _ in },
     _ body: @Sendable (RunningGateway, MetadataStore, SubscriptionRegistry) async throws -> T
 ) async throws -> T {
-    var logger = Logger(label: "test-store")
-    logger.logLevel = .critical
-    let store = try backend.map { try MetadataStore.load(from: $0, configuration: storeConfiguration, logger: logger) }
-        ?? MetadataStore(configuration: storeConfiguration, logger: logger)
-    let subscriptions = SubscriptionRegistry()
-    let sessions = SessionRegistry()
-    let area = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
-    let result = try await withGateway(configure, handlers: [area], observers: [area], registry: sessions) { gateway in
-        try await body(gateway, store, subscriptions)
+    try await withGateway(
+        configure,
+        application: { application in
+            application.areas = [.storage]
+            application.store = storeConfiguration
+            application.useDatabase(at: path)
+        }
+    ) { gateway in
+        let services = try #require(gateway.services)
+        return try await body(gateway, try #require(services.metadataStore), services.subscriptions)
     }
-    _ = await store.flush()
-    await store.close()
-    return result
 }
 
 /// Waits for the next storage event on a connection.
@@ -285,15 +283,13 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
         let now = Mutex<UInt64>(1_000_000)
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.clock = StoreClock { now.withLock { $0 } }
-        var logger = Logger(label: "test-store")
-        logger.logLevel = .critical
-        let store = MetadataStore(configuration: storeConfiguration, logger: logger)
-        let subscriptions = SubscriptionRegistry()
-        let sessions = SessionRegistry()
-        let storage = StorageArea(store: store, subscriptions: subscriptions, sessions: sessions)
-        let presence = PresenceArea(
-            configuration: PresenceConfiguration(), subscriptions: subscriptions, membershipObservers: [storage])
-        try await withGateway(handlers: [storage, presence], observers: [storage, presence], registry: sessions) { gateway in
+        try await withGateway(application: {
+            $0.areas = [.storage, .presence]
+            $0.store = storeConfiguration
+        }) { gateway in
+            let services = try #require(gateway.services)
+            let store = try #require(services.metadataStore)
+            let subscriptions = services.subscriptions
             let holder = try await gateway.connect(.tcp, user: "holder")
             let other = try await gateway.connect(.tcp, user: "other")
             _ = try await holder.send(.subscribeChannel(SubscribeChannelRequest(channel: "room", withPresence: false)))
@@ -328,8 +324,6 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
             }
             #expect(who.users.map(\.userId) == ["holder"])
         }
-        _ = await store.flush()
-        await store.close()
     }
 
     /// Gets are answered from the request bytes; every case the typed path reports as an error must still be
@@ -404,14 +398,14 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
         let database = TemporaryPath("sb-restart", suffix: ".sqlite")
         defer { database.remove() }
         let path = database.path
-        try await withStorageGateway(backend: try SQLiteBackend(path: path)) { gateway, _, _ in
+        try await withStorageGateway(path: path) { gateway, _, _ in
             let tony = try await gateway.connect(.tcp, user: "Tony")
             for index in 0..<20 {
                 _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k\(index)", value: "v\(index)")])))
             }
             _ = try await tony.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", channelType: .stream, items: [MetadataItem(key: "topic", value: "x")])))
         }
-        try await withStorageGateway(backend: try SQLiteBackend(path: path)) { gateway, _, _ in
+        try await withStorageGateway(path: path) { gateway, _, _ in
             let tony = try await gateway.connect(.tcp, user: "Tony")
             guard case .getUserMetadata(let got) = try await tony.send(.getUserMetadata(GetUserMetadataRequest())) else { return }
             #expect(got.majorRevision == 20 && got.items.count == 20 && got.items.last?.value == "v19")

@@ -49,7 +49,7 @@ import Testing
         try await withGateway { gateway in
             for vector in replayable {
                 let socket = try RawSocket(gateway, transport)
-                socket.send(ByteBuffer(bytes: Hex.bytes(vector.hex)))
+                socket.send(ByteBuffer(bytes: Hex.bytes(vector.hex) ?? []))
                 let messages = try await socket.drainUntilClosed()
                 if vector.fatal {
                     guard case .control(.goAway(let goAway)) = messages.last else {

@@ -45,6 +45,6 @@ enum Codec {
     }
 
     static func bytes(hex: String) -> ByteBuffer {
-        ByteBuffer(bytes: Hex.bytes(hex))
+        ByteBuffer(bytes: Hex.bytes(hex) ?? [])
     }
 }

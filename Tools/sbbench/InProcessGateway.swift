@@ -44,18 +44,24 @@ final class InProcessGateway {
 
     /// Creates a gateway for up to `sessions` sessions (the connection limit is raised when needed) whose clients
     /// ask for `features` in HELLO ("zlib" to have large replies compressed, as `SwitchboardClient` does).
-    init(sessions: Int, features: [String]) {
+    ///
+    /// The areas are built by ``GatewayApplication`` (the presence area, in memory), on the embedded loop.
+    init(sessions: Int, features: [String]) throws {
         var configuration = ServerConfiguration()
         configuration.tcpHost = nil
         configuration.unixSocketPath = nil
         configuration.limits.maxConnections = max(configuration.limits.maxConnections, sessions)
+        var application = GatewayApplication.Configuration(server: configuration)
+        application.areas = [.presence]
+        application.inMemory = true
         let loop = EmbeddedEventLoop()
-        let presence = PresenceArea(
-            configuration: PresenceConfiguration(), subscriptions: SubscriptionRegistry(), timerLoop: loop)
+        let services = try GatewayApplication(configuration: application).makeServices(eventLoopGroup: loop)
+        guard let presence = services.presence else { throw BenchFailure("the application built no presence area") }
         self.loop = loop
         self.presence = presence
         self.connections = ConnectionHandlerFactory(
-            configuration: configuration, handlers: [presence], observers: [presence], eventLoops: loop)
+            configuration: configuration, handlers: services.handlers, observers: services.observers,
+            registry: services.sessions, eventLoops: loop)
         self.features = features
     }
 

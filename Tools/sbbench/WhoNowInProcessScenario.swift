@@ -33,7 +33,7 @@ struct WhoNowInProcessBench {
     /// Builds the channel, walks it, and closes every session.
     func run() throws -> WhoNowInProcessResult {
         var result = WhoNowInProcessResult(members: self.members, walks: self.walks, compression: self.compression)
-        let gateway = InProcessGateway(sessions: self.members, features: self.compression ? ["zlib"] : [])
+        let gateway = try InProcessGateway(sessions: self.members, features: self.compression ? ["zlib"] : [])
         result.rssBeforeBytes = Self.residentBytes()
         let clock = ContinuousClock()
         let buildStart = clock.now

@@ -1,6 +1,5 @@
 import Foundation
 import NIOCore
-import NIOPosix
 import Synchronization
 import SwitchboardStore
 import SwitchboardWire
@@ -82,20 +81,25 @@ public final class EventArea: RequestHandler, SessionObserver {
     private let nowMillis: @Sendable () -> Int64
     private let gracePeriod: TimeAmount
     private let compressionThreshold: Int
+    private let timerLoop: any EventLoop
 
     /// Creates the area from what `store` holds.
     ///
     /// - Parameters:
     ///   - store: Where subscriptions, kept events and online states persist.
     ///   - gracePeriod: How long an abnormally ended session may take to come back before subscribers get value 3.
+    ///   - timerLoop: Where the sweep that publishes value 3 after the grace period runs (one of the gateway's
+    ///     loops, as ``GatewayApplication`` gives it).
     ///   - nowMillis: The server clock (the gateway's, so expiries agree with ``RequestContext/nowMillis``).
     /// - Throws: GRDB's `DatabaseError` when the store cannot be read.
     public init(
         store: EventStore, gracePeriod: TimeAmount = .seconds(2),
         compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) throws {
         self.store = store
+        self.timerLoop = timerLoop
         self.gracePeriod = gracePeriod
         self.compressionThreshold = compressionThreshold
         self.nowMillis = nowMillis
@@ -381,7 +385,7 @@ public final class EventArea: RequestHandler, SessionObserver {
     /// Every quarter of the grace period (at most 100 ms), publishes value 3 for the abnormal ends whose grace passed.
     private func startDropSweep() {
         let interval = TimeAmount.nanoseconds(min(max(self.gracePeriod.nanoseconds / 4, 1_000_000), 100_000_000))
-        MultiThreadedEventLoopGroup.singleton.next().scheduleRepeatedTask(initialDelay: interval, delay: interval) {
+        self.timerLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
             [weak self] task in
             guard let self else { return task.cancel() }
             let now = NIODeadline.now()

@@ -1,5 +1,4 @@
 import NIOCore
-import NIOPosix
 import SwitchboardWire
 import Synchronization
 
@@ -61,20 +60,20 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - configuration: thresholds, timeouts and limits.
     ///   - subscriptions: the registry shared with the other areas (storage and lock events use its members).
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
-    ///   - timerLoop: where presence-timeout and interval timers run; by default one loop of the shared
-    ///     NIO thread pool. Timer work takes a shard lock briefly and never blocks.
+    ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
+    ///     ``GatewayApplication`` gives it). Timer work takes a shard lock briefly and never blocks.
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
         subscriptions: SubscriptionRegistry,
         membershipObservers: [any ChannelMembershipObserver] = [],
-        timerLoop: (any EventLoop)? = nil,
+        timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
         self.subscriptions = subscriptions
         self.membershipObservers = membershipObservers
-        self.timerLoop = timerLoop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.timerLoop = timerLoop
         self.nowMillis = nowMillis
         self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
         self.shards = (0..<Self.shardCount).map { _ in PresenceShard() }
@@ -94,7 +93,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     /// Serves one request on the connection's event loop.
     public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
-        do throws(Rejection) {
+        do throws(RequestRejection) {
             switch request {
             case .subscribeChannel(let body): return .response(try self.subscribe(body, context: context))
             case .unsubscribeChannel(let body): return .response(try self.unsubscribe(body, context: context))
@@ -107,20 +106,6 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             }
         } catch {
             return .failure(error.body)
-        }
-    }
-
-    /// A request refused with an error response.
-    private struct Rejection: Error {
-        var body: ErrorBody
-
-        init(_ code: ErrorCode, _ message: String, key: String = "") {
-            self.body = ErrorBody(code, message)
-            self.body.key = key
-        }
-
-        init(_ body: ErrorBody) {
-            self.body = body
         }
     }
 
@@ -156,20 +141,20 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     // MARK: validation
 
-    private static func channelKey(_ name: String, _ type: ChannelType, checkLength: Bool = false) throws(Rejection) -> ChannelKey {
-        guard !name.isEmpty else { throw Rejection(.invalidArgument, "the channel name is empty") }
+    private static func channelKey(_ name: String, _ type: ChannelType, checkLength: Bool = false) throws(RequestRejection) -> ChannelKey {
+        guard !name.isEmpty else { throw RequestRejection(.invalidArgument, "the channel name is empty") }
         guard type == .message || type == .stream else {
-            throw Rejection(.invalidArgument, "unknown channel type \(type.rawValue)")
+            throw RequestRejection(.invalidArgument, "unknown channel type \(type.rawValue)")
         }
         if checkLength && name.utf8.count > 64 {
-            throw Rejection(.identifierTooLong, "a channel name is at most 64 bytes")
+            throw RequestRejection(.identifierTooLong, "a channel name is at most 64 bytes")
         }
         return ChannelKey(name: name, type: type)
     }
 
     // MARK: membership
 
-    private func subscribe(_ request: SubscribeChannelRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func subscribe(_ request: SubscribeChannelRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType, checkLength: true)
         let session = context.session
         let options = ChannelOptions(
@@ -177,7 +162,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             beQuiet: request.beQuiet)
         let alreadyIn = self.sessionChannels.withLock { $0[session]?.contains(key) ?? false }
         if !alreadyIn && !session.reserveSubscriptions() {
-            throw Rejection(.tooManySubscriptions, "the connection has its maximum number of subscriptions")
+            throw RequestRejection(.tooManySubscriptions, "the connection has its maximum number of subscriptions")
         }
         let now = context.nowMillis
         let joined: SubscriptionRegistry.JoinResult = self.shard(key).state.withLock { shard in
@@ -200,7 +185,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         switch joined {
         case .tooManyChannels(let limit):
             if !alreadyIn { session.releaseSubscriptions() }
-            throw Rejection(.tooManyChannels, "the user is in \(limit) channels, the maximum")
+            throw RequestRejection(.tooManyChannels, "the user is in \(limit) channels, the maximum")
         case .updated:
             if !alreadyIn { session.releaseSubscriptions() }
         case .joined:
@@ -215,7 +200,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         return .subscribeChannel(EmptyBody())
     }
 
-    private func unsubscribe(_ request: UnsubscribeChannelRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func unsubscribe(_ request: UnsubscribeChannelRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         let session = context.session
         let wasIn = self.sessionChannels.withLock { entries -> Bool in
@@ -224,7 +209,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             return true
         }
         guard wasIn else {
-            throw Rejection(.notSubscribed, "the session is not in \(key)")
+            throw RequestRejection(.notSubscribed, "the session is not in \(key)")
         }
         let now = context.nowMillis
         self.shard(key).state.withLock { shard in
@@ -423,10 +408,10 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 left.append(userID)
             }
         }
-        joined.sort(by: UserIDOrder.less)
-        left.sort(by: UserIDOrder.less)
-        timedOut.sort(by: UserIDOrder.less)
-        stateChanged.sort { UserIDOrder.less($0.userId, $1.userId) }
+        joined.sort { $0.utf8Precedes($1) }
+        left.sort { $0.utf8Precedes($1) }
+        timedOut.sort { $0.utf8Precedes($1) }
+        stateChanged.sort { $0.userId.utf8Precedes($1.userId) }
 
         let base = PresenceEvent(
             channel: channel.key.name, channelType: channel.key.type, eventType: .interval,
@@ -525,17 +510,17 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     // MARK: whoNow, whereNow
 
-    private func whoNow(_ request: WhoNowRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func whoNow(_ request: WhoNowRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         if request.includeState && !request.includeUserId {
-            throw Rejection(.invalidArgument, "includeState requires includeUserId")
+            throw RequestRejection(.invalidArgument, "includeState requires includeUserId")
         }
         var after: String?
         if !request.page.isEmpty {
             switch self.bookmarks.verify(request.page, channel: key, nowMillis: context.nowMillis) {
             case .success(let userID): after = userID
             case .failure(let rejection):
-                throw Rejection(.invalidPage, "the page bookmark is \(rejection)")
+                throw RequestRejection(.invalidPage, "the page bookmark is \(rejection)")
             }
         }
         let pageSize = self.configuration.pageSize
@@ -552,18 +537,18 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             WhoNowResponse(totalOccupancy: UInt64(page.total), users: page.users, nextPage: nextPage ?? ""))
     }
 
-    private func whereNow(_ request: WhereNowRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func whereNow(_ request: WhereNowRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let caller = context.session.info.userID
         let userID = request.userId.isEmpty ? caller : request.userId
         guard userID.utf8.count <= 64 else {
-            throw Rejection(.identifierTooLong, "a user id is at most 64 bytes")
+            throw RequestRejection(.identifierTooLong, "a user id is at most 64 bytes")
         }
         let own = userID == caller
         let channels = self.userIndex.withLock { index in
             (index[userID] ?? [:]).compactMap { own || $0.value ? $0.key : nil }
         }
         .sorted { a, b in
-            a.type.rawValue != b.type.rawValue ? a.type.rawValue < b.type.rawValue : UserIDOrder.less(a.name, b.name)
+            a.type.rawValue != b.type.rawValue ? a.type.rawValue < b.type.rawValue : a.name.utf8Precedes(b.name)
         }
         let refs = channels.map { ChannelRef(channel: $0.name, channelType: $0.type) }
         return .whereNow(WhereNowResponse(channels: refs, totalChannel: UInt64(refs.count)))
@@ -571,32 +556,32 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     // MARK: state
 
-    private func setState(_ request: SetStateRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func setState(_ request: SetStateRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         guard !request.items.isEmpty else {
-            throw Rejection(.invalidArgument, "setState needs at least one item")
+            throw RequestRejection(.invalidArgument, "setState needs at least one item")
         }
         var seen = Set<String>()
         var callBytes = 0
         for item in request.items {
             let keyBytes = item.key.utf8.count
             guard keyBytes >= 1 && keyBytes <= self.configuration.maxStateKeyBytes else {
-                throw Rejection(.keyTooLong, "a state key is 1-\(self.configuration.maxStateKeyBytes) bytes", key: item.key)
+                throw RequestRejection(.keyTooLong, "a state key is 1-\(self.configuration.maxStateKeyBytes) bytes", key: item.key)
             }
             guard seen.insert(item.key).inserted else {
-                throw Rejection(.duplicateKey, "the key \(item.key) is given twice", key: item.key)
+                throw RequestRejection(.duplicateKey, "the key \(item.key) is given twice", key: item.key)
             }
             callBytes += PresenceState.bytes(of: item)
         }
         let limits = (pairs: self.configuration.maxStatePairs, bytes: self.configuration.maxStateBytes)
         let tooLarge = ErrorBody(
             .stateTooLarge, "a user's state in a channel is at most \(limits.pairs) pairs and \(limits.bytes) bytes")
-        guard request.items.count <= limits.pairs, callBytes <= limits.bytes else { throw Rejection(tooLarge) }
+        guard request.items.count <= limits.pairs, callBytes <= limits.bytes else { throw RequestRejection(tooLarge) }
         let session = context.session
         let now = context.nowMillis
-        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(Rejection) -> PresenceState in
+        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(RequestRejection) -> PresenceState in
             let updated = state.setting(request.items)
-            guard updated.items.count <= limits.pairs, updated.byteCount <= limits.bytes else { throw Rejection(tooLarge) }
+            guard updated.items.count <= limits.pairs, updated.byteCount <= limits.bytes else { throw RequestRejection(tooLarge) }
             return updated
         }
         return .setState(EmptyBody())
@@ -605,14 +590,14 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     /// Replaces a member's state with `transform(state)` and tells the channel when it changed.
     private func updateState(
         of session: SessionHandle, in key: ChannelKey, now: Int64,
-        _ transform: (PresenceState) throws(Rejection) -> PresenceState
-    ) throws(Rejection) {
+        _ transform: (PresenceState) throws(RequestRejection) -> PresenceState
+    ) throws(RequestRejection) {
         let error: ErrorBody? = self.shard(key).state.withLock { shard in
             guard let channel = shard.channels[key], var member = channel.members[session.info.userID],
                 member.sessions[session] != nil
             else { return ErrorBody(.notSubscribed, "the session is not in \(key)") }
             let updated: PresenceState
-            do throws(Rejection) {
+            do throws(RequestRejection) {
                 updated = try transform(member.state)
             } catch {
                 return error.body
@@ -625,20 +610,20 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             }
             return nil
         }
-        if let error { throw Rejection(error) }
+        if let error { throw RequestRejection(error) }
     }
 
-    private func removeState(_ request: RemoveStateRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func removeState(_ request: RemoveStateRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         let session = context.session
         let now = context.nowMillis
-        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(Rejection) -> PresenceState in
+        try self.updateState(of: session, in: key, now: now) { (state: PresenceState) throws(RequestRejection) -> PresenceState in
             state.removing(request.keys)
         }
         return .removeState(EmptyBody())
     }
 
-    private func getState(_ request: GetStateRequest, context: RequestContext) throws(Rejection) -> Response {
+    private func getState(_ request: GetStateRequest, context: RequestContext) throws(RequestRejection) -> Response {
         let key = try Self.channelKey(request.channel, request.channelType)
         let caller = context.session.info.userID
         let userID = request.userId.isEmpty ? caller : request.userId
@@ -649,7 +634,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             return GetStateResponse(userId: member.userID, items: member.state.items)
         }
         guard let found else {
-            throw Rejection(.userNotPresent, "\(userID) is not in \(key)", key: userID)
+            throw RequestRejection(.userNotPresent, "\(userID) is not in \(key)", key: userID)
         }
         return .getState(found)
     }

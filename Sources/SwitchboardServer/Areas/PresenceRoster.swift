@@ -2,33 +2,6 @@ import Crypto
 import NIOCore
 import SwitchboardWire
 
-/// Orders user ids by their UTF-8 bytes (`Protocol/SPEC.md` §13.3: pages are in ascending byte order of user id).
-enum UserIDOrder {
-    /// -1, 0 or 1 as `a` sorts before, with or after `b` byte by byte.
-    @inline(__always)
-    static func compare(_ a: String, _ b: String) -> Int {
-        var a = a
-        var b = b
-        return a.withUTF8 { left in
-            b.withUTF8 { right in
-                let common = min(left.count, right.count)
-                var index = 0
-                while index < common {
-                    let l = left[index]
-                    let r = right[index]
-                    if l != r { return l < r ? -1 : 1 }
-                    index += 1
-                }
-                return left.count == right.count ? 0 : (left.count < right.count ? -1 : 1)
-            }
-        }
-    }
-
-    /// Whether `a` sorts before `b`.
-    @inline(__always)
-    static func less(_ a: String, _ b: String) -> Bool { compare(a, b) < 0 }
-}
-
 /// User ids kept sorted by bytes in chunks of bounded size: insert and remove cost a binary search plus a move
 /// inside one chunk, and a page is a binary search plus a read of the page's ids. Not thread-safe (kept under the
 /// channel's shard lock).
@@ -48,7 +21,7 @@ struct SortedUserList {
         var high = self.chunks.count
         while low < high {
             let mid = (low + high) / 2
-            let order = UserIDOrder.compare(self.chunks[mid][self.chunks[mid].count - 1], id)
+            let order = self.chunks[mid][self.chunks[mid].count - 1].utf8Compare(id)
             if order < 0 || (strictlyAfter && order == 0) {
                 low = mid + 1
             } else {
@@ -64,7 +37,7 @@ struct SortedUserList {
         var high = chunk.count
         while low < high {
             let mid = (low + high) / 2
-            let order = UserIDOrder.compare(chunk[mid], id)
+            let order = chunk[mid].utf8Compare(id)
             if order < 0 || (strictlyAfter && order == 0) {
                 low = mid + 1
             } else {
@@ -85,7 +58,7 @@ struct SortedUserList {
         var index = self.chunkIndex(for: id, strictlyAfter: false)
         if index == self.chunks.count { index -= 1 }
         let position = Self.position(of: id, in: self.chunks[index], strictlyAfter: false)
-        if position < self.chunks[index].count && UserIDOrder.compare(self.chunks[index][position], id) == 0 {
+        if position < self.chunks[index].count && self.chunks[index][position].hasSameUTF8(as: id) {
             return false
         }
         self.chunks[index].insert(id, at: position)
@@ -104,7 +77,7 @@ struct SortedUserList {
         let index = self.chunkIndex(for: id, strictlyAfter: false)
         guard index < self.chunks.count else { return false }
         let position = Self.position(of: id, in: self.chunks[index], strictlyAfter: false)
-        guard position < self.chunks[index].count, UserIDOrder.compare(self.chunks[index][position], id) == 0 else {
+        guard position < self.chunks[index].count, self.chunks[index][position].hasSameUTF8(as: id) else {
             return false
         }
         self.chunks[index].remove(at: position)
@@ -118,7 +91,7 @@ struct SortedUserList {
         let index = self.chunkIndex(for: id, strictlyAfter: false)
         guard index < self.chunks.count else { return false }
         let position = Self.position(of: id, in: self.chunks[index], strictlyAfter: false)
-        return position < self.chunks[index].count && UserIDOrder.compare(self.chunks[index][position], id) == 0
+        return position < self.chunks[index].count && self.chunks[index][position].hasSameUTF8(as: id)
     }
 
     /// Up to `limit` ids after `after` (from the start when nil), and whether more follow.
@@ -233,19 +206,20 @@ struct PageBookmarks: Sendable {
         bytes.append(contentsOf: issuedAt)
         bytes.append(contentsOf: code)
         bytes.append(contentsOf: user)
-        return Hex.encode(bytes)
+        return Hex.string(bytes)
     }
 
-    /// Why a bookmark was refused.
-    enum Rejection: Error, Equatable {
+    /// What is wrong with a bookmark that was refused (the presence area answers it with a ``RequestRejection``
+    /// `invalidPage` naming the defect).
+    enum Defect: Error, Equatable {
         case malformed
         case forged
         case expired
     }
 
     /// The last user id a bookmark names, if this process issued it for `channel` within its lifetime.
-    func verify(_ text: String, channel: ChannelKey, nowMillis: Int64) -> Result<String, Rejection> {
-        guard let bytes = Hex.decode(text), bytes.count > Self.headerBytes, bytes.count <= Self.headerBytes + 256,
+    func verify(_ text: String, channel: ChannelKey, nowMillis: Int64) -> Result<String, Defect> {
+        guard let bytes = Hex.bytes(text, lowerCaseOnly: true), bytes.count > Self.headerBytes, bytes.count <= Self.headerBytes + 256,
             bytes[0] == Self.version
         else { return .failure(.malformed) }
         let issuedAt = Array(bytes[1..<9])
@@ -261,41 +235,5 @@ struct PageBookmarks: Sendable {
         guard nowMillis - issued <= self.lifetimeMillis, issued - nowMillis <= 60_000 else { return .failure(.expired) }
         guard let userID = String(validating: user, as: UTF8.self) else { return .failure(.malformed) }
         return .success(userID)
-    }
-}
-
-/// Lower-case hex.
-enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
-
-    static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(Self.digits[Int(byte >> 4)])
-            out.append(Self.digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    static func decode(_ text: String) -> [UInt8]? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count % 2 == 0 else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            default: return nil
-            }
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(utf8.count / 2)
-        var index = 0
-        while index < utf8.count {
-            guard let high = nibble(utf8[index]), let low = nibble(utf8[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            index += 2
-        }
-        return bytes
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOCore
 import Synchronization
 import SwitchboardStore
@@ -34,7 +35,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
         init(_ members: Set<String>) {
             self.members = members
-            self.sorted = members.sorted(by: byteLess)
+            self.sorted = members.sorted { $0.utf8Precedes($1) }
         }
     }
 
@@ -80,20 +81,25 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     private let store: ProfileStore
     private let providerTimeout: TimeAmount
     private let compressionThreshold: Int
+    private let logger: Logger
 
     /// Creates the area from what `store` holds.
     ///
     /// - Parameters:
     ///   - store: Where the directory persists.
     ///   - providerTimeout: How long a read waits for a provider's answer (§11: 5 s).
+    ///   - logger: Where requests that fail for a reason the client did not cause are logged (the client gets
+    ///     `internal` with a fixed text).
     /// - Throws: GRDB's `DatabaseError` when the store cannot be read.
     public init(
         store: ProfileStore, providerTimeout: TimeAmount = .seconds(5),
-        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold
+        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        logger: Logger = Logger(label: "switchboard")
     ) throws {
         self.store = store
         self.providerTimeout = providerTimeout
         self.compressionThreshold = compressionThreshold
+        self.logger = logger
         let snapshot = try store.load()
         self.state.withLock { state in
             for user in snapshot.users { state.users[user.userId] = user }
@@ -129,28 +135,23 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
             case .answerProvider(let answer): return try self.answer(answer, context)
             default: return .failure(ErrorBody(.internal, "not a profile operation"))
             }
-        } catch let rejection as Rejection {
+        } catch let rejection as RequestRejection {
             return .failure(rejection.body)
         } catch {
-            return .failure(ErrorBody(.internal, "\(error)"))
+            return .failure(RequestRejection.unexpected(error, operation: request.operation, logger: self.logger))
         }
-    }
-
-    private struct Rejection: Error {
-        var body: ErrorBody
-        init(_ code: ErrorCode, _ message: String) { self.body = ErrorBody(code, message) }
     }
 
     // MARK: Writes
 
     private func setUser(_ info: UserInfo?, _ context: RequestContext) throws -> RequestOutcome {
-        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        guard var info else { throw RequestRejection(.invalidArgument, "info is required") }
         try Self.checkID(info.userId, "userId")
         try Self.checkLength(info.name, Limits.maxNameBytes, "name")
         try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
         try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
         guard context.session.info.isAdmin || info.userId == context.session.info.userID else {
-            throw Rejection(.permissionDenied, "a user may set only their own user info")
+            throw RequestRejection(.permissionDenied, "a user may set only their own user info")
         }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
         let written = info
@@ -169,12 +170,12 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     }
 
     private func setGroup(_ info: GroupInfo?, _ context: RequestContext) throws -> RequestOutcome {
-        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        guard var info else { throw RequestRejection(.invalidArgument, "info is required") }
         try Self.checkID(info.groupId, "groupId")
         try Self.checkLength(info.name, Limits.maxNameBytes, "name")
         try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
         try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
-        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "setGroupInfo is admin only") }
+        guard context.session.info.isAdmin else { throw RequestRejection(.permissionDenied, "setGroupInfo is admin only") }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
         let written = info
         self.state.withLock { state in
@@ -192,13 +193,13 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     }
 
     private func setMember(_ info: GroupMemberInfo?, _ context: RequestContext) throws -> RequestOutcome {
-        guard var info else { throw Rejection(.invalidArgument, "info is required") }
+        guard var info else { throw RequestRejection(.invalidArgument, "info is required") }
         try Self.checkID(info.groupId, "groupId")
         try Self.checkID(info.userId, "userId")
         try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
         try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
         guard context.session.info.isAdmin || info.userId == context.session.info.userID else {
-            throw Rejection(.permissionDenied, "a user may set only their own group member info")
+            throw RequestRejection(.permissionDenied, "a user may set only their own group member info")
         }
         info.updatedAtMs = UInt64(max(context.nowMillis, 0))
         let written = info
@@ -220,11 +221,11 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     private func updateMembers(_ request: UpdateGroupMembersRequest, _ context: RequestContext) throws -> RequestOutcome {
         try Self.checkID(request.groupId, "groupId")
         guard request.add.count <= Limits.membersPerUpdate, request.remove.count <= Limits.membersPerUpdate else {
-            throw Rejection(.batchTooLarge, "at most 1000 ids in each of add and remove")
+            throw RequestRejection(.batchTooLarge, "at most 1000 ids in each of add and remove")
         }
         for id in request.add { try Self.checkID(id, "add") }
         for id in request.remove { try Self.checkID(id, "remove") }
-        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "updateGroupMembers is admin only") }
+        guard context.session.info.isAdmin else { throw RequestRejection(.permissionDenied, "updateGroupMembers is admin only") }
         let group = request.groupId
         try self.state.withLock { state in
             let old = state.lists[group]
@@ -237,7 +238,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 members.formUnion(request.add)
             }
             guard members.count <= Limits.membersPerList else {
-                throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
+                throw RequestRejection(.memberListTooLarge, "a member list holds at most 10000 members")
             }
             state.lists[group] = MemberList(members)
             let written = members
@@ -310,12 +311,12 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
     private func getMemberList(_ request: GetGroupMembersRequest, _ context: RequestContext) throws -> RequestOutcome {
         try Self.checkID(request.groupId, "groupId")
-        guard Limits.pageLimit.contains(request.limit) else { throw Rejection(.invalidArgument, "limit must be 1-500") }
+        guard Limits.pageLimit.contains(request.limit) else { throw RequestRejection(.invalidArgument, "limit must be 1-500") }
         let after: String?
         if request.page.isEmpty {
             after = nil
         } else {
-            guard let decoded = Self.decodePage(request.page) else { throw Rejection(.invalidPage, "invalid page bookmark") }
+            guard let decoded = Self.decodePage(request.page) else { throw RequestRejection(.invalidPage, "invalid page bookmark") }
             after = decoded
         }
         let group = request.groupId
@@ -393,7 +394,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 var high = sorted.count
                 while low < high {
                     let mid = (low + high) / 2
-                    if byteLess(after, sorted[mid]) { high = mid } else { low = mid + 1 }
+                    if after.utf8Precedes(sorted[mid]) { high = mid } else { low = mid + 1 }
                 }
                 start = low
             }
@@ -421,7 +422,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     private func clear(_ request: ClearProfileRequest, _ context: RequestContext) throws -> RequestOutcome {
         let caller = context.session.info.userID
         let admin = context.session.info.isAdmin
-        guard ProfileKind.allKnown.contains(request.kind) else { throw Rejection(.invalidArgument, "unknown kind") }
+        guard ProfileKind.allKnown.contains(request.kind) else { throw RequestRejection(.invalidArgument, "unknown kind") }
         if !request.id.isEmpty { try Self.checkID(request.id, "id") }
         if !request.memberUserId.isEmpty { try Self.checkID(request.memberUserId, "memberUserId") }
         if request.all {
@@ -431,9 +432,9 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
         switch request.kind {
         case .user:
             let id = request.id.isEmpty ? caller : request.id
-            guard admin || id == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
+            guard admin || id == caller else { throw RequestRejection(.permissionDenied, "a user may clear only their own records") }
             try self.state.withLock { state in
-                guard let old = state.users.removeValue(forKey: id) else { throw Rejection(.profileNotFound, "no such user info") }
+                guard let old = state.users.removeValue(forKey: id) else { throw RequestRejection(.profileNotFound, "no such user info") }
                 self.store.removeUsers(
                     [id],
                     completion: self.answerAfterCommit(context, .clearProfile(one)) { area, state in
@@ -443,12 +444,12 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
             }
         case .group:
-            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
-            guard admin else { throw Rejection(.permissionDenied, "only admins clear group info") }
+            guard !request.id.isEmpty else { throw RequestRejection(.invalidArgument, "id is required") }
+            guard admin else { throw RequestRejection(.permissionDenied, "only admins clear group info") }
             let id = request.id
             try self.state.withLock { state in
                 guard let old = state.groups.removeValue(forKey: id) else {
-                    throw Rejection(.profileNotFound, "no such group info")
+                    throw RequestRejection(.profileNotFound, "no such group info")
                 }
                 self.store.removeGroups(
                     [id],
@@ -459,13 +460,13 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 self.notifyGroup(id, ProfileChanged(kind: .group, removed: true, id: id), in: state)
             }
         case .groupMember:
-            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id (the group id) is required") }
+            guard !request.id.isEmpty else { throw RequestRejection(.invalidArgument, "id (the group id) is required") }
             let group = request.id
             let member = request.memberUserId.isEmpty ? caller : request.memberUserId
-            guard admin || member == caller else { throw Rejection(.permissionDenied, "a user may clear only their own records") }
+            guard admin || member == caller else { throw RequestRejection(.permissionDenied, "a user may clear only their own records") }
             try self.state.withLock { state in
                 guard let old = state.members[group]?.removeValue(forKey: member) else {
-                    throw Rejection(.profileNotFound, "no such group member info")
+                    throw RequestRejection(.profileNotFound, "no such group member info")
                 }
                 if state.members[group]?.isEmpty == true { state.members[group] = nil }
                 self.store.removeMembers(
@@ -477,12 +478,12 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 self.notifyGroup(group, ProfileChanged(kind: .groupMember, member: old, removed: true, id: group), in: state)
             }
         default:  // memberList
-            guard !request.id.isEmpty else { throw Rejection(.invalidArgument, "id is required") }
-            guard admin else { throw Rejection(.permissionDenied, "only admins clear member lists") }
+            guard !request.id.isEmpty else { throw RequestRejection(.invalidArgument, "id is required") }
+            guard admin else { throw RequestRejection(.permissionDenied, "only admins clear member lists") }
             let group = request.id
             try self.state.withLock { state in
                 guard let old = state.lists.removeValue(forKey: group) else {
-                    throw Rejection(.profileNotFound, "no member list for this group")
+                    throw RequestRejection(.profileNotFound, "no member list for this group")
                 }
                 self.store.removeMemberLists(
                     [group],
@@ -618,7 +619,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     private func subscribe(_ request: SubscribeProfilesRequest, _ context: RequestContext) throws -> RequestOutcome {
         try Self.checkSubscriptionLists(request)
         guard !request.userIds.isEmpty || !request.groupIds.isEmpty else {
-            throw Rejection(.invalidArgument, "no user or group ids")
+            throw RequestRejection(.invalidArgument, "no user or group ids")
         }
         let session = context.session
         try self.state.withLock { state in
@@ -626,7 +627,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
             let groups = Set(request.groupIds).subtracting(state.sessionGroups[session] ?? [])
             let count = users.count + groups.count
             guard count == 0 || session.reserveSubscriptions(count) else {
-                throw Rejection(.tooManySubscriptions, "subscription limit reached")
+                throw RequestRejection(.tooManySubscriptions, "subscription limit reached")
             }
             for user in users { state.userSubscribers[user, default: []].insert(session) }
             for group in groups { state.groupSubscribers[group, default: []].insert(session) }
@@ -680,11 +681,11 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     // MARK: Providers
 
     private func register(_ request: RegisterProviderRequest, _ context: RequestContext) throws -> RequestOutcome {
-        guard (1...4).contains(request.kinds.count) else { throw Rejection(.invalidArgument, "1-4 kinds") }
+        guard (1...4).contains(request.kinds.count) else { throw RequestRejection(.invalidArgument, "1-4 kinds") }
         guard request.kinds.allSatisfy({ ProfileKind.allKnown.contains($0) }) else {
-            throw Rejection(.invalidArgument, "unknown kind")
+            throw RequestRejection(.invalidArgument, "unknown kind")
         }
-        guard context.session.info.isAdmin else { throw Rejection(.permissionDenied, "registerProvider is admin only") }
+        guard context.session.info.isAdmin else { throw RequestRejection(.permissionDenied, "registerProvider is admin only") }
         self.state.withLock { state in
             for kind in request.kinds { state.providers[kind] = context.session }
         }
@@ -695,10 +696,10 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
         let now = UInt64(max(context.nowMillis, 0))
         let readID: UInt64 = try self.state.withLock { state in
             guard let ask = state.asks[request.providerRequestId] else {
-                throw Rejection(.notFound, "unknown or expired providerRequestId")
+                throw RequestRejection(.notFound, "unknown or expired providerRequestId")
             }
             guard ask.provider === context.session else {
-                throw Rejection(.permissionDenied, "this provider request was sent to another session")
+                throw RequestRejection(.permissionDenied, "this provider request was sent to another session")
             }
             if request.found { try self.storeAnswer(request, for: ask, now: now, in: &state) }
             state.asks[request.providerRequestId] = nil
@@ -713,9 +714,9 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     private func storeAnswer(_ request: AnswerProviderRequest, for ask: Ask, now: UInt64, in state: inout State) throws {
         switch ask.kind {
         case .user:
-            guard var info = request.user else { throw Rejection(.invalidArgument, "found without user") }
+            guard var info = request.user else { throw RequestRejection(.invalidArgument, "found without user") }
             if info.userId.isEmpty { info.userId = ask.id }
-            guard info.userId == ask.id else { throw Rejection(.invalidArgument, "user id does not match the request") }
+            guard info.userId == ask.id else { throw RequestRejection(.invalidArgument, "user id does not match the request") }
             try Self.checkLength(info.name, Limits.maxNameBytes, "name")
             try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
             try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
@@ -724,9 +725,9 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
             self.store.upsert(info)
             self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
         case .group:
-            guard var info = request.group else { throw Rejection(.invalidArgument, "found without group") }
+            guard var info = request.group else { throw RequestRejection(.invalidArgument, "found without group") }
             if info.groupId.isEmpty { info.groupId = ask.id }
-            guard info.groupId == ask.id else { throw Rejection(.invalidArgument, "group id does not match the request") }
+            guard info.groupId == ask.id else { throw RequestRejection(.invalidArgument, "group id does not match the request") }
             try Self.checkLength(info.name, Limits.maxNameBytes, "name")
             try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
             try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
@@ -735,11 +736,11 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
             self.store.upsert(info)
             self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
         case .groupMember:
-            guard var info = request.member else { throw Rejection(.invalidArgument, "found without member") }
+            guard var info = request.member else { throw RequestRejection(.invalidArgument, "found without member") }
             if info.groupId.isEmpty { info.groupId = ask.id }
             if info.userId.isEmpty { info.userId = ask.memberUserID }
             guard info.groupId == ask.id, info.userId == ask.memberUserID else {
-                throw Rejection(.invalidArgument, "member does not match the request")
+                throw RequestRejection(.invalidArgument, "member does not match the request")
             }
             try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
             try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
@@ -750,7 +751,7 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
         default:
             let members = Set(request.memberUserIds)
             guard members.count <= Limits.membersPerList else {
-                throw Rejection(.memberListTooLarge, "a member list holds at most 10000 members")
+                throw RequestRejection(.memberListTooLarge, "a member list holds at most 10000 members")
             }
             for id in members { try Self.checkID(id, "memberUserIds") }
             state.lists[ask.id] = MemberList(members)
@@ -791,25 +792,25 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
     private static func checkID(_ id: String, _ what: String) throws {
         let count = id.utf8.count
-        guard count >= 1, count <= Limits.maxIDBytes else { throw Rejection(.identifierTooLong, "\(what) must be 1-64 bytes") }
+        guard count >= 1, count <= Limits.maxIDBytes else { throw RequestRejection(.identifierTooLong, "\(what) must be 1-64 bytes") }
     }
 
     private static func checkLength(_ value: String, _ limit: Int, _ what: String) throws {
-        guard value.utf8.count <= limit else { throw Rejection(.valueTooLong, "\(what) is at most \(limit) bytes") }
+        guard value.utf8.count <= limit else { throw RequestRejection(.valueTooLong, "\(what) is at most \(limit) bytes") }
     }
 
     /// 1-100 valid ids. Duplicates are kept here: the answer lists each id once (``EncodedRecordTable``), and
     /// provider asks are made once per id.
     private static func checkBatch(_ ids: [String], _ what: String) throws -> [String] {
-        guard !ids.isEmpty else { throw Rejection(.invalidArgument, "\(what): at least one id") }
-        guard ids.count <= Limits.idsPerBatch else { throw Rejection(.batchTooLarge, "\(what): at most 100 ids") }
+        guard !ids.isEmpty else { throw RequestRejection(.invalidArgument, "\(what): at least one id") }
+        guard ids.count <= Limits.idsPerBatch else { throw RequestRejection(.batchTooLarge, "\(what): at most 100 ids") }
         for id in ids { try Self.checkID(id, what) }
         return ids
     }
 
     private static func checkSubscriptionLists(_ request: SubscribeProfilesRequest) throws {
         guard request.userIds.count <= Limits.idsPerBatch, request.groupIds.count <= Limits.idsPerBatch else {
-            throw Rejection(.batchTooLarge, "at most 100 user ids and 100 group ids per call")
+            throw RequestRejection(.batchTooLarge, "at most 100 user ids and 100 group ids per call")
         }
         for id in request.userIds { try Self.checkID(id, "userIds") }
         for id in request.groupIds { try Self.checkID(id, "groupIds") }
@@ -834,9 +835,4 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
         else { return nil }
         return id
     }
-}
-
-/// Ascending byte order of UTF-8 (Swift's `<` on String compares canonical equivalence, not bytes).
-private func byteLess(_ a: String, _ b: String) -> Bool {
-    a.utf8.lexicographicallyPrecedes(b.utf8)
 }

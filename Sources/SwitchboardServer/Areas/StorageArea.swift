@@ -17,18 +17,24 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     private let subscriptions: SubscriptionRegistry
     private let sessions: SessionRegistry
     private let compressionThreshold: Int
+    private let nowMillis: @Sendable () -> Int64
     /// Event loops with a commit scheduled for the end of their current tick.
     private let commitsScheduled = Mutex<Set<ObjectIdentifier>>([])
 
     /// Creates the area and routes the store's lock events to channel members that asked for them.
+    ///
+    /// - Parameter nowMillis: The server clock (the gateway's) for the timestamps of storage event snapshots sent
+    ///   outside a request (a channel join); inside one, ``RequestContext/nowMillis`` is used.
     public init(
         store: MetadataStore, subscriptions: SubscriptionRegistry, sessions: SessionRegistry,
-        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold
+        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.store = store
         self.subscriptions = subscriptions
         self.sessions = sessions
         self.compressionThreshold = compressionThreshold
+        self.nowMillis = nowMillis
         store.setLockEventHandler { [subscriptions] event in
             let members = subscriptions.members(of: ChannelKey(name: event.channel, type: event.channelType)) {
                 $0.withLock
@@ -213,7 +219,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
 
     public func memberJoined(_ session: SessionHandle, channel: ChannelKey, options: ChannelOptions) {
         if options.withMetadata, let snapshot = try? self.store.get(.channel(channel.name, type: channel.type)) {
-            session.send(.storageEvent(snapshot.storageEvent(timestampMs: UInt64(max(systemNowMillis(), 0)))))
+            session.send(.storageEvent(snapshot.storageEvent(timestampMs: UInt64(max(self.nowMillis(), 0)))))
         }
         if options.withLock, let locks = try? self.store.lockSnapshot(channel: channel.name, channelType: channel.type) {
             session.send(.lockEvent(locks))

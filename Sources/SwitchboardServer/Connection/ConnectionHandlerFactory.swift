@@ -10,7 +10,7 @@ import NIOCore
 package struct ConnectionHandlerFactory: Sendable {
     private let core: GatewayCore
 
-    /// Creates the shared state of the connections, as ``SwitchboardGateway/init(configuration:handlers:observers:registry:metrics:logger:nowMillis:onRunning:)``
+    /// Creates the shared state of the connections, as ``SwitchboardGateway/init(configuration:handlers:observers:registry:metrics:logger:nowMillis:eventLoopGroup:onRunning:)``
     /// does.
     ///
     /// - Parameters:

@@ -10,18 +10,26 @@ public final class MetricsEndpoint: Service, Sendable {
     private let port: Int
     private let render: @Sendable () -> [UInt8]
     private let logger: Logger
+    private let eventLoopGroup: any EventLoopGroup
 
     /// Creates the endpoint; `render` produces the exposition text on each scrape.
-    public init(host: String = "127.0.0.1", port: Int, logger: Logger, render: @escaping @Sendable () -> [UInt8]) {
+    ///
+    /// - Parameter eventLoopGroup: the loops the endpoint's channels run on (``GatewayApplication`` gives it the
+    ///   gateway's).
+    public init(
+        host: String = "127.0.0.1", port: Int, eventLoopGroup: any EventLoopGroup, logger: Logger,
+        render: @escaping @Sendable () -> [UInt8]
+    ) {
         self.host = host
         self.port = port
+        self.eventLoopGroup = eventLoopGroup
         self.render = render
         self.logger = logger
     }
 
     public func run() async throws {
         let render = self.render
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let channel = try await ServerBootstrap(group: self.eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

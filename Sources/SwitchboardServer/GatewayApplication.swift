@@ -1,0 +1,326 @@
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import SwitchboardStore
+import SwitchboardWire
+import Synchronization
+import UnixSignals
+
+/// The whole gateway as one application, in the shape of Hummingbird's `Application`: a value holding the
+/// configuration, that builds its services when it runs.
+///
+/// Running it takes the ``DatabaseLock`` on the databases at ``ServerConfiguration/databasePath``, opens the stores
+/// (metadata, events and profiles, each on its SQLite file), builds the command areas on them, the
+/// ``SwitchboardGateway`` and the optional ``MetricsEndpoint``, and runs them as one ServiceLifecycle group until
+/// graceful shutdown. The executable (`switchboard serve`), the tests and sbbench all build their gateways this
+/// way. It is itself a `Service`, so it can run inside another `ServiceGroup`; ``runService(gracefulShutdownSignals:)``
+/// runs it on its own, stopping gracefully on SIGTERM or SIGINT.
+///
+/// Services stop in reverse order of start: the metrics endpoint, then the gateway (which drains its connections),
+/// then the stores (which flush and close). The event loops are shut down last, and the database lock is held
+/// until then.
+public struct GatewayApplication: Service {
+    /// The command areas an application serves (the session area is always there).
+    public struct Areas: OptionSet, Sendable {
+        /// One bit per area.
+        public let rawValue: UInt8
+
+        /// Creates a set from its bits.
+        public init(rawValue: UInt8) {
+            self.rawValue = rawValue
+        }
+
+        /// Metadata storage and locks (§13.1-13.2), on the metadata database.
+        public static let storage = Areas(rawValue: 1 << 0)
+        /// Channels and presence (§13.3), in memory.
+        public static let presence = Areas(rawValue: 1 << 1)
+        /// Event subscriptions and online state (§13.4), on the `.events` database.
+        public static let events = Areas(rawValue: 1 << 2)
+        /// The profile directory and providers (§13.5), on the `.profiles` database.
+        public static let profiles = Areas(rawValue: 1 << 3)
+        /// Every area, as `switchboard serve` runs.
+        public static let all: Areas = [.storage, .presence, .events, .profiles]
+    }
+
+    /// What an application is built from.
+    public struct Configuration: Sendable {
+        /// Listeners, limits, timeouts and ``ServerConfiguration/databasePath``.
+        public var server: ServerConfiguration
+        /// The command areas to build.
+        public var areas: Areas = .all
+        /// Whether the stores keep everything in memory, ignoring ``ServerConfiguration/databasePath`` (tests,
+        /// benchmarks): nothing is locked or written.
+        public var inMemory = false
+        /// How the metadata store acknowledges and commits writes.
+        public var store = StoreConfiguration()
+        /// Presence thresholds, timeouts and limits.
+        public var presence = PresenceConfiguration()
+        /// How long an abnormally ended session may take to come back before event subscribers see it offline.
+        public var eventGracePeriod: TimeAmount = .seconds(2)
+        /// How long a profile read waits for a provider's answer.
+        public var providerTimeout: TimeAmount = .seconds(5)
+        /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
+        public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
+        /// Serve Prometheus metrics on 127.0.0.1:port/metrics (nil: no metrics endpoint).
+        public var metricsPort: Int?
+
+        /// A configuration with every area, on `server`'s database.
+        public init(server: ServerConfiguration = ServerConfiguration()) {
+            self.server = server
+        }
+
+        /// Where the event store's database is, when not beside the metadata database (nil: `databasePath.events`).
+        public var eventDatabase: String?
+        /// Where the profile store's database is, when not beside the metadata database (nil:
+        /// `databasePath.profiles`).
+        public var profileDatabase: String?
+
+        /// The event database the application opens (nil in memory).
+        public var eventDatabasePath: String? {
+            self.inMemory ? nil : self.eventDatabase ?? self.server.databasePath + ".events"
+        }
+
+        /// The profile database the application opens (nil in memory).
+        public var profileDatabasePath: String? {
+            self.inMemory ? nil : self.profileDatabase ?? self.server.databasePath + ".profiles"
+        }
+
+        /// Keeps the stores in the databases at `path` (the metadata database; the others beside it), or in memory
+        /// when `path` is nil.
+        public mutating func useDatabase(at path: String?) {
+            self.inMemory = path == nil
+            if let path { self.server.databasePath = path }
+        }
+    }
+
+    /// What an application built: the stores, the areas and what they share.
+    public struct Services: Sendable {
+        /// The sessions of the gateway.
+        public let sessions: SessionRegistry
+        /// Channel members and user subscriptions, shared by the storage and presence areas.
+        public let subscriptions: SubscriptionRegistry
+        /// The metadata store, with ``Areas/storage``.
+        public let metadataStore: MetadataStore?
+        /// The event store, with ``Areas/events``.
+        public let eventStore: EventStore?
+        /// The profile store, with ``Areas/profiles``.
+        public let profileStore: ProfileStore?
+        /// The storage and lock area.
+        public let storage: StorageArea?
+        /// The presence area.
+        public let presence: PresenceArea?
+        /// The event area.
+        public let events: EventArea?
+        /// The profile area.
+        public let profiles: ProfileArea?
+        /// The areas, then the extra handlers the application was given.
+        public let handlers: [any RequestHandler]
+        /// The areas, then the extra observers the application was given.
+        public let observers: [any SessionObserver]
+    }
+
+    /// A running application: where it listens and what it built.
+    public struct Running: Sendable {
+        /// The addresses the listeners bound.
+        public var addresses: SwitchboardGateway.BoundAddresses
+        /// The gateway.
+        public var gateway: SwitchboardGateway
+        /// The stores and areas.
+        public var services: Services
+    }
+
+    /// The configuration.
+    public let configuration: Configuration
+    private let handlers: [any RequestHandler]
+    private let observers: [any SessionObserver]
+    private let membershipObservers: [any ChannelMembershipObserver]
+    private let metricsExposition: (@Sendable () -> [UInt8])?
+    private let logger: Logger
+    private let nowMillis: @Sendable () -> Int64
+    private let onServerRunning: @Sendable (Running) -> Void
+
+    /// Creates an application; nothing is opened or bound until it runs.
+    ///
+    /// - Parameters:
+    ///   - configuration: what to build.
+    ///   - handlers: command areas served after the built ones (tests' own areas).
+    ///   - observers: told when sessions start and end, after the built areas.
+    ///   - membershipObservers: told after every successful `subscribeChannel`, after the storage area.
+    ///   - metricsExposition: renders the metrics text the endpoint serves (with ``Configuration/metricsPort``).
+    ///   - logger: the gateway's, the stores' and the service group's logger.
+    ///   - nowMillis: the server clock (ms since the epoch) of the gateway and every area.
+    ///   - onServerRunning: called once the listeners are up, with their addresses and the built services.
+    public init(
+        configuration: Configuration,
+        handlers: [any RequestHandler] = [],
+        observers: [any SessionObserver] = [],
+        membershipObservers: [any ChannelMembershipObserver] = [],
+        metricsExposition: (@Sendable () -> [UInt8])? = nil,
+        logger: Logger = Logger(label: "switchboard"),
+        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
+        onServerRunning: @escaping @Sendable (Running) -> Void = { _ in }
+    ) {
+        self.configuration = configuration
+        self.handlers = handlers
+        self.observers = observers
+        self.membershipObservers = membershipObservers
+        self.metricsExposition = metricsExposition
+        self.logger = logger
+        self.nowMillis = nowMillis
+        self.onServerRunning = onServerRunning
+    }
+
+    /// Runs until graceful shutdown of the surrounding `ServiceGroup` (or cancellation), then stops the gateway,
+    /// flushes and closes the stores and releases the databases.
+    ///
+    /// - Throws: ``DatabaseLockError`` (logged as critical) when another gateway holds the databases; the stores'
+    ///   errors when they cannot be opened; ``GatewayStartError`` when a listener cannot start.
+    public func run() async throws {
+        try await self.run(gracefulShutdownSignals: [])
+    }
+
+    /// Runs on its own (no surrounding `ServiceGroup`), stopping gracefully on one of `gracefulShutdownSignals`.
+    ///
+    /// - Throws: as ``run()``.
+    public func runService(gracefulShutdownSignals: [UnixSignal] = [.sigterm, .sigint]) async throws {
+        try await self.run(gracefulShutdownSignals: gracefulShutdownSignals)
+    }
+
+    private func run(gracefulShutdownSignals: [UnixSignal]) async throws {
+        // One gateway per database: a second one on the same files refuses to start before it opens or binds
+        // anything.
+        let databaseLock = try self.lockDatabases()
+        let eventLoopGroup = MultiThreadedEventLoopGroup(
+            numberOfThreads: max(1, self.configuration.server.eventLoopThreads))
+        do {
+            let services = try self.makeServices(eventLoopGroup: eventLoopGroup)
+            let gatewayBox = GatewayBox()
+            let onServerRunning = self.onServerRunning
+            let gateway = SwitchboardGateway(
+                configuration: self.configuration.server, handlers: services.handlers, observers: services.observers,
+                registry: services.sessions, logger: self.logger, nowMillis: self.nowMillis,
+                eventLoopGroup: eventLoopGroup,
+                onRunning: { addresses in
+                    guard let gateway = gatewayBox.gateway else { return }
+                    onServerRunning(Running(addresses: addresses, gateway: gateway, services: services))
+                })
+            gatewayBox.gateway = gateway
+            // ServiceGroup stops services in reverse order: the gateway drains first, then the stores flush and
+            // close.
+            var group: [any Service] = []
+            if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
+            if let store = services.eventStore { group.append(WriteBehindFlushService(store: store)) }
+            if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
+            group.append(gateway)
+            if let port = self.configuration.metricsPort {
+                group.append(
+                    MetricsEndpoint(port: port, eventLoopGroup: eventLoopGroup, logger: self.logger, render: self.metricsExposition ?? { [] }))
+            }
+            let serviceGroup = ServiceGroup(
+                configuration: .init(services: group, gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger))
+            try await serviceGroup.run()
+        } catch {
+            try? await eventLoopGroup.shutdownGracefully()
+            throw error
+        }
+        try await eventLoopGroup.shutdownGracefully()
+        withExtendedLifetime(databaseLock) {}  // held until every service stopped and the databases are closed
+    }
+
+    /// Takes the lock on the database files of the configured areas; nil when the stores are in memory.
+    private func lockDatabases() throws -> DatabaseLock? {
+        guard !self.configuration.inMemory else { return nil }
+        let configuration = self.configuration
+        var files: [String] = []
+        if configuration.areas.contains(.storage) { files.append(configuration.server.databasePath) }
+        if configuration.areas.contains(.events), let path = configuration.eventDatabasePath { files.append(path) }
+        if configuration.areas.contains(.profiles), let path = configuration.profileDatabasePath { files.append(path) }
+        guard !files.isEmpty else { return nil }
+        do {
+            return try DatabaseLock(paths: files)
+        } catch {
+            self.logger.critical("\(error.description); refusing to start")
+            throw error
+        }
+    }
+
+    /// Opens the stores and builds the areas, with their timers on `eventLoopGroup`'s loops.
+    ///
+    /// ``run()`` calls it after taking the database lock; it takes none itself. In-process hosts that run no
+    /// listeners (sbbench's embedded gateway, with ``Configuration/inMemory``) call it directly.
+    package func makeServices(eventLoopGroup: any EventLoopGroup) throws -> Services {
+        let configuration = self.configuration
+        let server = configuration.server
+        let areas = configuration.areas
+        let nowMillis = self.nowMillis
+        let sessions = SessionRegistry()
+        let subscriptions = SubscriptionRegistry()
+
+        // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
+        var metadataStore: MetadataStore?
+        var storage: StorageArea?
+        if areas.contains(.storage) {
+            let store =
+                configuration.inMemory
+                ? MetadataStore(configuration: configuration.store, logger: self.logger)
+                : try MetadataStore.load(
+                    from: try SQLiteBackend(path: server.databasePath), configuration: configuration.store,
+                    logger: self.logger)
+            metadataStore = store
+            storage = StorageArea(
+                store: store, subscriptions: subscriptions, sessions: sessions,
+                compressionThreshold: server.compressionThreshold, nowMillis: nowMillis)
+        }
+        var presence: PresenceArea?
+        if areas.contains(.presence) {
+            presence = PresenceArea(
+                configuration: configuration.presence, subscriptions: subscriptions,
+                membershipObservers: (storage.map { [$0] } ?? []) + self.membershipObservers,
+                timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
+        }
+        // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
+        var eventStore: EventStore?
+        var events: EventArea?
+        if areas.contains(.events) {
+            let store = try EventStore(
+                path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
+            eventStore = store
+            events = try EventArea(
+                store: store, gracePeriod: configuration.eventGracePeriod,
+                compressionThreshold: server.compressionThreshold, timerLoop: eventLoopGroup.next(),
+                nowMillis: nowMillis)
+        }
+        // The profile directory persists in its own SQLite file as well.
+        var profileStore: ProfileStore?
+        var profiles: ProfileArea?
+        if areas.contains(.profiles) {
+            let store = try ProfileStore(
+                path: configuration.profileDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
+            profileStore = store
+            profiles = try ProfileArea(
+                store: store, providerTimeout: configuration.providerTimeout,
+                compressionThreshold: server.compressionThreshold, logger: self.logger)
+        }
+        var built: [any RequestHandler & SessionObserver] = []
+        if let storage { built.append(storage) }
+        if let presence { built.append(presence) }
+        if let events { built.append(events) }
+        if let profiles { built.append(profiles) }
+        return Services(
+            sessions: sessions, subscriptions: subscriptions, metadataStore: metadataStore, eventStore: eventStore,
+            profileStore: profileStore, storage: storage, presence: presence, events: events, profiles: profiles,
+            handlers: built.map { $0 as any RequestHandler } + self.handlers,
+            observers: built.map { $0 as any SessionObserver } + self.observers)
+    }
+}
+
+/// The gateway, for its own `onRunning` callback (which is made before the gateway exists).
+private final class GatewayBox: Sendable {
+    private let value = Mutex<SwitchboardGateway?>(nil)
+
+    var gateway: SwitchboardGateway? {
+        get { self.value.withLock { $0 } }
+        set { self.value.withLock { $0 = newValue } }
+    }
+}
