@@ -27,6 +27,7 @@ public struct StoredEventSubscription: Sendable, Hashable {
 /// after its transaction committed, which is when the area answers a client's subscribe, unsubscribe or kept
 /// publish. ``flush()`` waits for every write issued so far.
 /// Times are absolute, so expiries keep counting across a restart.
+/// Event values use all 64 bits of `uint`: they are stored as the bit pattern of SQLite's signed integer.
 public final class EventStore: Sendable {
     /// What the database held at start, without what had expired.
     public struct Snapshot: Sendable {
@@ -97,7 +98,7 @@ public final class EventStore: Sendable {
                 snapshot.keptEvents.append(
                     SubscribedEvent(
                         eventId: row["event_id"], eventType: UInt64(row["event_type"] as Int64),
-                        value: UInt64(row["value"] as Int64), publisher: row["publisher"],
+                        value: UInt64(bitPattern: row["value"] as Int64), publisher: row["publisher"],
                         timestampMs: UInt64(row["timestamp"] as Int64), expiresAtMs: UInt64(row["expires_at"] as Int64),
                         ext: row["ext"]))
             }
@@ -105,7 +106,7 @@ public final class EventStore: Sendable {
                 let types = (row["client_types"] as String).split(separator: ",").compactMap { UInt32($0) }
                 snapshot.onlineStates.append(
                     SubscribedEvent(
-                        eventId: row["event_id"], eventType: 1, value: UInt64(row["value"] as Int64), publisher: row["publisher"],
+                        eventId: row["event_id"], eventType: 1, value: UInt64(bitPattern: row["value"] as Int64), publisher: row["publisher"],
                         timestampMs: UInt64(row["timestamp"] as Int64), onlineClientTypes: types.map { ClientType(rawValue: $0) }))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM user_offline") {
@@ -162,7 +163,7 @@ public final class EventStore: Sendable {
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    event.eventId, event.publisher, Int64(event.eventType), Int64(event.value), Int64(event.timestampMs),
+                    event.eventId, event.publisher, Int64(event.eventType), Int64(bitPattern: event.value), Int64(event.timestampMs),
                     Int64(event.expiresAtMs), event.ext,
                 ])
             try db.execute(
@@ -181,7 +182,7 @@ public final class EventStore: Sendable {
                 sql: "INSERT OR REPLACE INTO online_state (publisher, event_id, value, timestamp, client_types) VALUES (?, ?, ?, ?, ?)")
             try statement.execute(
                 arguments: [
-                    event.publisher, event.eventId, Int64(event.value), Int64(event.timestampMs),
+                    event.publisher, event.eventId, Int64(bitPattern: event.value), Int64(event.timestampMs),
                     event.onlineClientTypes.map { String($0.rawValue) }.joined(separator: ","),
                 ])
         }
