@@ -52,9 +52,13 @@ for name in "${targets[@]}"; do
   [ "$name" = decoder ] || corpus="$scratch/corpus-$name"
   mkdir -p "$corpus"
   seed_corpus "$corpus" "$name"
+  # The handlers target keeps one gateway for every input: what its sessions leave behind on purpose (presence
+  # timers, kept events, stored metadata) outlives an input and the process, which LeakSanitizer would report as leaks.
+  leaks=1
+  [ "$name" = decoder ] || leaks=0
   echo "fuzzing the $name target for ${each}s ($(ls "$corpus" | wc -l) corpus files)"
-  SBFUZZ_TARGET="$name" "$binary" "$corpus" -max_total_time="$each" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$scratch/$name-" -print_final_stats=1 >"$scratch/$name.log" 2>&1 || status=$?
+  ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" SBFUZZ_TARGET="$name" "$binary" "$corpus" -max_total_time="$each" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -detect_leaks="$leaks" -artifact_prefix="$scratch/$name-" -print_final_stats=1 >"$scratch/$name.log" 2>&1 || status=$?
   tail -n 25 "$scratch/$name.log"
   [ "$status" = 0 ] || { echo "the $name target failed (exit $status); full log: $scratch/$name.log"; break; }
 done
