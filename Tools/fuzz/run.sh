@@ -57,8 +57,11 @@ for name in "${targets[@]}"; do
   leaks=1
   [ "$name" = decoder ] || leaks=0
   echo "fuzzing the $name target for ${each}s ($(ls "$corpus" | wc -l) corpus files)"
-  ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" SBFUZZ_TARGET="$name" "$binary" "$corpus" -max_total_time="$each" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  # The handlers target's SQLite files live in the scratch directory (removed afterwards, however the run ended).
+  ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" SBFUZZ_TARGET="$name" \
+    SBFUZZ_DIRECTORY="$PWD/$scratch/$name-databases" "$binary" "$corpus" -max_total_time="$each" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
     -detect_leaks="$leaks" -artifact_prefix="$scratch/$name-" -print_final_stats=1 >"$scratch/$name.log" 2>&1 || status=$?
+  rm -rf "$scratch/$name-databases"
   tail -n 25 "$scratch/$name.log"
   [ "$status" = 0 ] || { echo "the $name target failed (exit $status); full log: $scratch/$name.log"; break; }
 done

@@ -38,13 +38,18 @@ final class HandlerTarget: Sendable {
     private let eventStore: EventStore
     private let profileStore: ProfileStore
     private let inputs = Atomic<UInt64>(0)
-    /// The directory of the SQLite files, removed at exit.
+    /// The directory of the SQLite files (SBFUZZ_DIRECTORY, else one per process in /dev/shm or the temporary
+    /// directory), removed at exit.
     let directory: URL
 
     private init() throws {
-        let shared = URL(fileURLWithPath: "/dev/shm")
-        let parent = FileManager.default.fileExists(atPath: shared.path) ? shared : FileManager.default.temporaryDirectory
-        self.directory = parent.appendingPathComponent("sbfuzz-handlers-\(ProcessInfo.processInfo.processIdentifier)")
+        if let given = ProcessInfo.processInfo.environment["SBFUZZ_DIRECTORY"] {
+            self.directory = URL(fileURLWithPath: given)
+        } else {
+            let shared = URL(fileURLWithPath: "/dev/shm")
+            let parent = FileManager.default.fileExists(atPath: shared.path) ? shared : FileManager.default.temporaryDirectory
+            self.directory = parent.appendingPathComponent("sbfuzz-handlers-\(ProcessInfo.processInfo.processIdentifier)")
+        }
         try? FileManager.default.removeItem(at: self.directory)
         try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
         let database = self.directory.appendingPathComponent("fuzz.sqlite").path
