@@ -15,9 +15,9 @@ test:
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test
 
-## A bounded libFuzzer run of the frame decoder (FUZZ_SECONDS, default 60).
+## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
 fuzz: deps
-	Tools/fuzz/run.sh $${FUZZ_SECONDS:-60}
+	Tools/fuzz/run.sh $${FUZZ_SECONDS:-60} all
 
 ## The codec benchmark (release build).
 bench: deps

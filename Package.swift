@@ -166,9 +166,23 @@ let package = Package(
             path: "Tools/sbcodecbench",
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SwitchboardFuzzing",
+            dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Tools/fuzz/SwitchboardFuzzing",
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "sbfuzz",
-            dependencies: ["SwitchboardWire", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "SwitchboardFuzzing",
+                "SwitchboardWire",
+                "SwitchboardServer",
+                "SwitchboardStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Tools/fuzz/sbfuzz",
             swiftSettings: strictSettings
         ),
@@ -179,7 +193,10 @@ let package = Package(
         ),
         .testTarget(
             name: "SwitchboardWireTests",
-            dependencies: ["SwitchboardWire", "SwitchboardTestSupport", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "SwitchboardWire", "SwitchboardFuzzing", "SwitchboardTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -225,7 +242,7 @@ let package = Package(
             name: "SwitchboardServerTests",
             dependencies: [
                 "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore", "SwitchboardDump",
-                "SwitchboardTestSupport",
+                "SwitchboardFuzzing", "SwitchboardTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

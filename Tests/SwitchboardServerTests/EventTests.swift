@@ -410,6 +410,41 @@ private func expectError(_ code: ErrorCode, _ body: () async throws -> Void) asy
         }
     }
 
+    /// Regression (found by the remote fuzzer, `sbfuzz remote --seed 1`): a kept event whose value is above
+    /// `Int64.max` trapped the store's writer thread (`Int64(value)`), which took the whole gateway down.
+    @Test func eventValuesAboveInt64MaxAreKeptAndReadBackUnchanged() async throws {
+        let store = try EventStore(path: nil)
+        for value in [UInt64(Int64.max) + 1, UInt64.max] {
+            let event = SubscribedEvent(
+                eventId: "e\(value)", eventType: 1, value: value, publisher: "P", timestampMs: 1_000,
+                expiresAtMs: UInt64(Int64.max))
+            store.keep(event, limit: 100)
+            store.setOnlineState(event)
+        }
+        store.flush()
+        let snapshot = try store.load(nowMillis: 2_000)
+        #expect(snapshot.keptEvents.map(\.value) == [UInt64(Int64.max) + 1, UInt64.max])
+        #expect(snapshot.onlineStates.map(\.value) == [UInt64.max])
+    }
+
+    /// The same over the protocol: publishing such a value is answered (whatever the answer) and the gateway goes on.
+    @Test func publishingAnEventValueAboveInt64MaxLeavesTheGatewayRunning() async throws {
+        let database = TemporaryPath("sb-events", suffix: ".sqlite")
+        defer { database.remove() }
+        let path = database.path
+        try await withEventGateway(path: path) { gateway, clock in
+            let a = try await gateway.connect(.unix, user: "A")
+            for value in [UInt64(Int64.max) + 1, UInt64.max] {
+                let answer = try? await publish(a, value: value, onlineOnly: false)
+                if let answer {
+                    let reader = try EventStore(path: path)
+                    #expect(try reader.load(nowMillis: clock.now).keptEvents.first { $0.eventId == answer.eventId }?.value == value)
+                }
+            }
+            _ = try await publish(a, value: 10_000, onlineOnly: false)
+        }
+    }
+
     @Test func aChangeTheDatabaseRefusesIsAnsweredStorageFailureAndUndone() async throws {
         let database = TemporaryPath("sb-events", suffix: ".sqlite")
         defer { database.remove() }

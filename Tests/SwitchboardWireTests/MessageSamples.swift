@@ -1,4 +1,5 @@
 import NIOCore
+import SwitchboardFuzzing
 import SwitchboardTestSupport
 import SwitchboardWire
 

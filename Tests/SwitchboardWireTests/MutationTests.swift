@@ -1,4 +1,5 @@
 import NIOCore
+import SwitchboardFuzzing
 import SwitchboardWire
 import Testing
 

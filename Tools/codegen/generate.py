@@ -7,7 +7,7 @@ Usage (from the package root):
 
 Outputs:
     Sources/SwitchboardWire/Generated/*.swift       enums, structs, payloads, dispatch enums, error codes, JSON
-    Tests/SwitchboardWireTests/Generated/RandomValues.swift   seeded random values of every type (fuzz tests)
+    Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift   seeded random values of every type (fuzz tests, fuzzers)
     Protocol/SPEC.md                                 the part between the GENERATED markers
 """
 import json
@@ -578,7 +578,7 @@ def gen_errors():
     return "".join(o)
 
 
-# ---------------------------------------------------------------- Swift: random values for tests
+# ---------------------------------------------------------------- Swift: random values for tests and fuzzers
 
 def random_one(t, field):
     if t == "string":
@@ -598,10 +598,11 @@ def random_one(t, field):
 
 def gen_random(all_payloads, ops, controls, pushes):
     o = [HEADER, "import SwitchboardWire\n\n"]
-    o.append("extension EmptyBody {\n    static func random(using generator: inout RandomValueGenerator) -> EmptyBody { EmptyBody() }\n}\n\n")
+    o.append("extension EmptyBody {\n    /// A random value (always the empty body).\n    package static func random(using generator: inout RandomValueGenerator) -> EmptyBody { EmptyBody() }\n}\n\n")
     for name, doc, fields in all_payloads:
         o.append("extension %s {\n" % name)
-        o.append("    static func random(using generator: inout RandomValueGenerator) -> %s {\n" % name)
+        o.append("    /// A random value: each field set or not, with a random value.\n")
+        o.append("    package static func random(using generator: inout RandomValueGenerator) -> %s {\n" % name)
         o.append("        var value = %s()\n" % name)
         for f in fields:
             t = f["type"]
@@ -615,7 +616,8 @@ def gen_random(all_payloads, ops, controls, pushes):
 
     def rnd_enum(enum_name, entries, type_key):
         o.append("extension %s {\n" % enum_name)
-        o.append("    static func random(using generator: inout RandomValueGenerator) -> %s {\n" % enum_name)
+        o.append("    /// A random case with a random payload.\n")
+        o.append("    package static func random(using generator: inout RandomValueGenerator) -> %s {\n" % enum_name)
         o.append("        switch generator.index(below: %d) {\n" % len(entries))
         for i, e in enumerate(entries):
             if i == len(entries) - 1:
@@ -733,7 +735,7 @@ def main():
         "Sources/SwitchboardWire/Generated/Payloads.swift": gen_structs(all_payloads),
         "Sources/SwitchboardWire/Generated/Dispatch.swift": gen_dispatch(ops, controls, pushes),
         "Sources/SwitchboardWire/Generated/ErrorCode.swift": gen_errors(),
-        "Tests/SwitchboardWireTests/Generated/RandomValues.swift": gen_random(all_payloads, ops, controls, pushes),
+        "Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift": gen_random(all_payloads, ops, controls, pushes),
     }
     spec_path = os.path.join(ROOT, "Protocol", "SPEC.md")
     if os.path.exists(spec_path):

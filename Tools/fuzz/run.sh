@@ -1,25 +1,68 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harness (Tools/fuzz/sbfuzz) with the fuzzer and address sanitizers and runs it for N seconds.
-# Usage: Tools/fuzz/run.sh [seconds]    The corpus starts from the Protocol/vectors frames and lives in .build-fuzz/corpus.
+# Builds the libFuzzer harness (Tools/fuzz/sbfuzz) with the fuzzer and address sanitizers and runs it.
+# Usage: Tools/fuzz/run.sh [seconds] [decoder|handlers|all]
+#   decoder   the frame decoder and message codec; corpus .build-fuzz/corpus
+#   handlers  the request handlers behind a connection (ConnectionHandler with every area over SQLite stores);
+#             corpus .build-fuzz/corpus-handlers
+#   all       both, the seconds split between them (the default)
+# Both corpora start from the Protocol/vectors frames; crashes are written to .build-fuzz/<target>-crash-*.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
+target="${2:-all}"
+case "$target" in
+  decoder|handlers) targets=("$target"); each="$seconds" ;;
+  all) targets=(decoder handlers); each=$(( (seconds + 1) / 2 )) ;;
+  *) echo "usage: $0 [seconds] [decoder|handlers|all]"; exit 2 ;;
+esac
 scratch=.build-fuzz
 swift build --scratch-path "$scratch" --product sbfuzz \
   -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING 2>&1 | grep -v '^\[' || true
 binary="$scratch/debug/sbfuzz"
 [ -x "$binary" ] || { echo "fuzz build failed"; exit 1; }
-corpus="$scratch/corpus"
-mkdir -p "$corpus"
-# Seed the corpus with every frame of the spec's vectors.
-python3 - "$corpus" <<'PY'
+
+# Seeds a corpus from the spec's vectors: every frame for the decoder; for the handlers every frame a client sends
+# (requests and control frames), one per file and all of a vector file's in one, behind the read-size byte (0: one read).
+seed_corpus() {
+  python3 - "$1" "$2" <<'PY'
 import glob, json, os, sys
-out = sys.argv[1]
+out, target = sys.argv[1], sys.argv[2]
+def client_frame(b):
+    i = 0
+    while i < len(b) and b[i] & 0x80: i += 1
+    return i + 2 < len(b) and (b[i + 2] >> 6) in (0, 1)  # control or request class
 for path in glob.glob("Protocol/vectors/*.json"):
-    for i, v in enumerate(json.load(open(path)).get("vectors", [])):
-        if "hex" in v:
-            open(os.path.join(out, "%s-%d" % (os.path.basename(path), i)), "wb").write(bytes.fromhex(v["hex"]))
+    name = os.path.basename(path)
+    frames = [bytes.fromhex(v["hex"]) for v in json.load(open(path)).get("vectors", []) if "hex" in v]
+    if target == "decoder":
+        for i, b in enumerate(frames):
+            open(os.path.join(out, "%s-%d" % (name, i)), "wb").write(b)
+        continue
+    mine = [b for b in frames if client_frame(b)]
+    for i, b in enumerate(mine):
+        open(os.path.join(out, "%s-%d" % (name, i)), "wb").write(b"\x00" + b)
+    if mine:
+        open(os.path.join(out, "%s-all" % name), "wb").write(b"\x00" + b"".join(mine))
 PY
-echo "fuzzing the frame decoder for ${seconds}s ($(ls "$corpus" | wc -l) corpus files)"
-"$binary" "$corpus" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$scratch/" -print_final_stats=1 2>&1 | tail -n 25
+}
+
+status=0
+for name in "${targets[@]}"; do
+  corpus="$scratch/corpus"
+  [ "$name" = decoder ] || corpus="$scratch/corpus-$name"
+  mkdir -p "$corpus"
+  seed_corpus "$corpus" "$name"
+  # The handlers target keeps one gateway for every input: what its sessions leave behind on purpose (presence
+  # timers, kept events, stored metadata) outlives an input and the process, which LeakSanitizer would report as leaks.
+  leaks=1
+  [ "$name" = decoder ] || leaks=0
+  echo "fuzzing the $name target for ${each}s ($(ls "$corpus" | wc -l) corpus files)"
+  # The handlers target's SQLite files live in the scratch directory (removed afterwards, however the run ended).
+  ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" SBFUZZ_TARGET="$name" \
+    SBFUZZ_DIRECTORY="$PWD/$scratch/$name-databases" "$binary" "$corpus" -max_total_time="$each" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -detect_leaks="$leaks" -artifact_prefix="$scratch/$name-" -print_final_stats=1 >"$scratch/$name.log" 2>&1 || status=$?
+  rm -rf "$scratch/$name-databases"
+  tail -n 25 "$scratch/$name.log"
+  [ "$status" = 0 ] || { echo "the $name target failed (exit $status); full log: $scratch/$name.log"; break; }
+done
+exit "$status"

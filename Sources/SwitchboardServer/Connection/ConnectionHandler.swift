@@ -38,6 +38,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Flushes handed to the channel whose data it has not all written yet; while any, output goes through the
     /// channel too, behind them.
     private var channelFlushesPending = 0
+    /// Pushes being sent now (``sendPush(_:)``, ``sendEncodedPush(_:)``). A push sent directly to a socket whose
+    /// peer is gone closes the channel inside the send; the session then ends after it (see `channelInactive`).
+    private var pushesInProgress = 0
     /// The loop's flush generation when a push last went to the socket at once: a second push in the same
     /// generation gathers in the output instead, so a burst to one connection leaves in one write.
     private var directPushGeneration: UInt64 = .max
@@ -182,7 +185,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.closingDeadline = nil
         let wasAdmitted = self.connectionID != 0
         self.state = .closed
-        self.endSession()
+        if self.pushesInProgress > 0 {
+            // A push an area is sending (often under its own lock) met the closed socket: the areas learn of the end
+            // right after that send, never inside it (their `sessionEnded` may take the same lock).
+            context.eventLoop.assumeIsolated().execute { self.endSession() }
+        } else {
+            self.endSession()
+        }
         if wasAdmitted {
             self.core.registry.connectionClosed(self.connectionID)
             self.core.metrics.connections.decrement()
@@ -801,6 +810,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func sendPush(_ message: SwitchboardMessage) {
         guard self.state == .ready || self.state == .draining else { return }
+        self.pushesInProgress += 1
+        defer { self.pushesInProgress -= 1 }
         if self.pushesMustWait, let context = self.context {
             var frame = context.channel.allocator.buffer(capacity: 256)
             self.encoder.encode(message, into: &frame)
@@ -822,6 +833,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func sendEncodedPush(_ push: EncodedPush) {
         guard self.state == .ready || self.state == .draining else { return }
+        self.pushesInProgress += 1
+        defer { self.pushesInProgress -= 1 }
         let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
         if self.pushesMustWait {
             self.hold(frame)

@@ -2,11 +2,13 @@
 import SwitchboardWire
 
 extension EmptyBody {
-    static func random(using generator: inout RandomValueGenerator) -> EmptyBody { EmptyBody() }
+    /// A random value (always the empty body).
+    package static func random(using generator: inout RandomValueGenerator) -> EmptyBody { EmptyBody() }
 }
 
 extension MetadataItem {
-    static func random(using generator: inout RandomValueGenerator) -> MetadataItem {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> MetadataItem {
         var value = MetadataItem()
         if generator.bool() { value.key = generator.string() }
         if generator.bool() { value.value = generator.string() }
@@ -18,7 +20,8 @@ extension MetadataItem {
 }
 
 extension LockDetail {
-    static func random(using generator: inout RandomValueGenerator) -> LockDetail {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> LockDetail {
         var value = LockDetail()
         if generator.bool() { value.lockName = generator.string() }
         if generator.bool() { value.owner = generator.string() }
@@ -28,7 +31,8 @@ extension LockDetail {
 }
 
 extension StateItem {
-    static func random(using generator: inout RandomValueGenerator) -> StateItem {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> StateItem {
         var value = StateItem()
         if generator.bool() { value.key = generator.string() }
         if generator.bool() { value.value = generator.string() }
@@ -37,7 +41,8 @@ extension StateItem {
 }
 
 extension UserState {
-    static func random(using generator: inout RandomValueGenerator) -> UserState {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UserState {
         var value = UserState()
         if generator.bool() { value.userId = generator.string() }
         for _ in 0..<generator.count() { value.states.append(StateItem.random(using: &generator)) }
@@ -46,7 +51,8 @@ extension UserState {
 }
 
 extension ChannelRef {
-    static func random(using generator: inout RandomValueGenerator) -> ChannelRef {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ChannelRef {
         var value = ChannelRef()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -55,7 +61,8 @@ extension ChannelRef {
 }
 
 extension EventSubscription {
-    static func random(using generator: inout RandomValueGenerator) -> EventSubscription {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> EventSubscription {
         var value = EventSubscription()
         if generator.bool() { value.publisher = generator.string() }
         if generator.bool() { value.eventType = generator.uint64() }
@@ -67,7 +74,8 @@ extension EventSubscription {
 }
 
 extension SubscribedEvent {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribedEvent {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribedEvent {
         var value = SubscribedEvent()
         if generator.bool() { value.eventId = generator.string() }
         if generator.bool() { value.eventType = generator.uint64() }
@@ -82,7 +90,8 @@ extension SubscribedEvent {
 }
 
 extension UserInfo {
-    static func random(using generator: inout RandomValueGenerator) -> UserInfo {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UserInfo {
         var value = UserInfo()
         if generator.bool() { value.userId = generator.string() }
         if generator.bool() { value.name = generator.string() }
@@ -94,7 +103,8 @@ extension UserInfo {
 }
 
 extension GroupInfo {
-    static func random(using generator: inout RandomValueGenerator) -> GroupInfo {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GroupInfo {
         var value = GroupInfo()
         if generator.bool() { value.groupId = generator.string() }
         if generator.bool() { value.name = generator.string() }
@@ -106,7 +116,8 @@ extension GroupInfo {
 }
 
 extension GroupMemberInfo {
-    static func random(using generator: inout RandomValueGenerator) -> GroupMemberInfo {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GroupMemberInfo {
         var value = GroupMemberInfo()
         if generator.bool() { value.groupId = generator.string() }
         if generator.bool() { value.userId = generator.string() }
@@ -118,7 +129,8 @@ extension GroupMemberInfo {
 }
 
 extension ErrorBody {
-    static func random(using generator: inout RandomValueGenerator) -> ErrorBody {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ErrorBody {
         var value = ErrorBody()
         if generator.bool() { value.code = generator.uint64() }
         if generator.bool() { value.message = generator.string() }
@@ -130,7 +142,8 @@ extension ErrorBody {
 }
 
 extension RenewTokenRequest {
-    static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
         var value = RenewTokenRequest()
         if generator.bool() { value.token = generator.string() }
         return value
@@ -138,7 +151,8 @@ extension RenewTokenRequest {
 }
 
 extension RenewTokenResponse {
-    static func random(using generator: inout RandomValueGenerator) -> RenewTokenResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RenewTokenResponse {
         var value = RenewTokenResponse()
         if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
@@ -146,7 +160,8 @@ extension RenewTokenResponse {
 }
 
 extension SetChannelMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetChannelMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetChannelMetadataRequest {
         var value = SetChannelMetadataRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -160,7 +175,8 @@ extension SetChannelMetadataRequest {
 }
 
 extension SetChannelMetadataResponse {
-    static func random(using generator: inout RandomValueGenerator) -> SetChannelMetadataResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetChannelMetadataResponse {
         var value = SetChannelMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
         return value
@@ -168,7 +184,8 @@ extension SetChannelMetadataResponse {
 }
 
 extension GetChannelMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetChannelMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetChannelMetadataRequest {
         var value = GetChannelMetadataRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -177,7 +194,8 @@ extension GetChannelMetadataRequest {
 }
 
 extension GetChannelMetadataResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetChannelMetadataResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetChannelMetadataResponse {
         var value = GetChannelMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
@@ -186,7 +204,8 @@ extension GetChannelMetadataResponse {
 }
 
 extension SetUserMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetUserMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetUserMetadataRequest {
         var value = SetUserMetadataRequest()
         if generator.bool() { value.userId = generator.string() }
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
@@ -198,7 +217,8 @@ extension SetUserMetadataRequest {
 }
 
 extension SetUserMetadataResponse {
-    static func random(using generator: inout RandomValueGenerator) -> SetUserMetadataResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetUserMetadataResponse {
         var value = SetUserMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
         return value
@@ -206,7 +226,8 @@ extension SetUserMetadataResponse {
 }
 
 extension GetUserMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetUserMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetUserMetadataRequest {
         var value = GetUserMetadataRequest()
         if generator.bool() { value.userId = generator.string() }
         return value
@@ -214,7 +235,8 @@ extension GetUserMetadataRequest {
 }
 
 extension GetUserMetadataResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetUserMetadataResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetUserMetadataResponse {
         var value = GetUserMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
@@ -224,7 +246,8 @@ extension GetUserMetadataResponse {
 }
 
 extension SubscribeUserMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribeUserMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeUserMetadataRequest {
         var value = SubscribeUserMetadataRequest()
         if generator.bool() { value.userId = generator.string() }
         return value
@@ -232,7 +255,8 @@ extension SubscribeUserMetadataRequest {
 }
 
 extension UnsubscribeUserMetadataRequest {
-    static func random(using generator: inout RandomValueGenerator) -> UnsubscribeUserMetadataRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UnsubscribeUserMetadataRequest {
         var value = UnsubscribeUserMetadataRequest()
         if generator.bool() { value.userId = generator.string() }
         return value
@@ -240,7 +264,8 @@ extension UnsubscribeUserMetadataRequest {
 }
 
 extension SetLockRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetLockRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetLockRequest {
         var value = SetLockRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -251,7 +276,8 @@ extension SetLockRequest {
 }
 
 extension AcquireLockRequest {
-    static func random(using generator: inout RandomValueGenerator) -> AcquireLockRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> AcquireLockRequest {
         var value = AcquireLockRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -262,7 +288,8 @@ extension AcquireLockRequest {
 }
 
 extension ReleaseLockRequest {
-    static func random(using generator: inout RandomValueGenerator) -> ReleaseLockRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ReleaseLockRequest {
         var value = ReleaseLockRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -272,7 +299,8 @@ extension ReleaseLockRequest {
 }
 
 extension RevokeLockRequest {
-    static func random(using generator: inout RandomValueGenerator) -> RevokeLockRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RevokeLockRequest {
         var value = RevokeLockRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -283,7 +311,8 @@ extension RevokeLockRequest {
 }
 
 extension GetLocksRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetLocksRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetLocksRequest {
         var value = GetLocksRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -292,7 +321,8 @@ extension GetLocksRequest {
 }
 
 extension GetLocksResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetLocksResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetLocksResponse {
         var value = GetLocksResponse()
         for _ in 0..<generator.count() { value.locks.append(LockDetail.random(using: &generator)) }
         return value
@@ -300,7 +330,8 @@ extension GetLocksResponse {
 }
 
 extension SubscribeChannelRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribeChannelRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeChannelRequest {
         var value = SubscribeChannelRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -313,7 +344,8 @@ extension SubscribeChannelRequest {
 }
 
 extension UnsubscribeChannelRequest {
-    static func random(using generator: inout RandomValueGenerator) -> UnsubscribeChannelRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UnsubscribeChannelRequest {
         var value = UnsubscribeChannelRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -322,7 +354,8 @@ extension UnsubscribeChannelRequest {
 }
 
 extension WhoNowRequest {
-    static func random(using generator: inout RandomValueGenerator) -> WhoNowRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> WhoNowRequest {
         var value = WhoNowRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -334,7 +367,8 @@ extension WhoNowRequest {
 }
 
 extension WhoNowResponse {
-    static func random(using generator: inout RandomValueGenerator) -> WhoNowResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> WhoNowResponse {
         var value = WhoNowResponse()
         if generator.bool() { value.totalOccupancy = generator.uint64() }
         for _ in 0..<generator.count() { value.users.append(UserState.random(using: &generator)) }
@@ -344,7 +378,8 @@ extension WhoNowResponse {
 }
 
 extension WhereNowRequest {
-    static func random(using generator: inout RandomValueGenerator) -> WhereNowRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> WhereNowRequest {
         var value = WhereNowRequest()
         if generator.bool() { value.userId = generator.string() }
         return value
@@ -352,7 +387,8 @@ extension WhereNowRequest {
 }
 
 extension WhereNowResponse {
-    static func random(using generator: inout RandomValueGenerator) -> WhereNowResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> WhereNowResponse {
         var value = WhereNowResponse()
         for _ in 0..<generator.count() { value.channels.append(ChannelRef.random(using: &generator)) }
         if generator.bool() { value.totalChannel = generator.uint64() }
@@ -361,7 +397,8 @@ extension WhereNowResponse {
 }
 
 extension SetStateRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetStateRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetStateRequest {
         var value = SetStateRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -371,7 +408,8 @@ extension SetStateRequest {
 }
 
 extension GetStateRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetStateRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetStateRequest {
         var value = GetStateRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -381,7 +419,8 @@ extension GetStateRequest {
 }
 
 extension GetStateResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetStateResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetStateResponse {
         var value = GetStateResponse()
         if generator.bool() { value.userId = generator.string() }
         for _ in 0..<generator.count() { value.items.append(StateItem.random(using: &generator)) }
@@ -390,7 +429,8 @@ extension GetStateResponse {
 }
 
 extension RemoveStateRequest {
-    static func random(using generator: inout RandomValueGenerator) -> RemoveStateRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RemoveStateRequest {
         var value = RemoveStateRequest()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -400,7 +440,8 @@ extension RemoveStateRequest {
 }
 
 extension SubscribeEventRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribeEventRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeEventRequest {
         var value = SubscribeEventRequest()
         if generator.bool() { value.eventType = generator.uint64() }
         if generator.bool() { value.expirySeconds = generator.uint64() }
@@ -411,7 +452,8 @@ extension SubscribeEventRequest {
 }
 
 extension SubscribeEventResponse {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribeEventResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeEventResponse {
         var value = SubscribeEventResponse()
         for _ in 0..<generator.count() { value.failedPublishers.append(generator.string()) }
         return value
@@ -419,7 +461,8 @@ extension SubscribeEventResponse {
 }
 
 extension UnsubscribeEventRequest {
-    static func random(using generator: inout RandomValueGenerator) -> UnsubscribeEventRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UnsubscribeEventRequest {
         var value = UnsubscribeEventRequest()
         if generator.bool() { value.eventType = generator.uint64() }
         for _ in 0..<generator.count() { value.publishers.append(generator.string()) }
@@ -428,7 +471,8 @@ extension UnsubscribeEventRequest {
 }
 
 extension PublishEventRequest {
-    static func random(using generator: inout RandomValueGenerator) -> PublishEventRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> PublishEventRequest {
         var value = PublishEventRequest()
         if generator.bool() { value.eventType = generator.uint64() }
         if generator.bool() { value.value = generator.uint64() }
@@ -441,7 +485,8 @@ extension PublishEventRequest {
 }
 
 extension PublishEventResponse {
-    static func random(using generator: inout RandomValueGenerator) -> PublishEventResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> PublishEventResponse {
         var value = PublishEventResponse()
         if generator.bool() { value.eventId = generator.string() }
         if generator.bool() { value.timestampMs = generator.uint64() }
@@ -450,7 +495,8 @@ extension PublishEventResponse {
 }
 
 extension QueryEventSubscriptionsRequest {
-    static func random(using generator: inout RandomValueGenerator) -> QueryEventSubscriptionsRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> QueryEventSubscriptionsRequest {
         var value = QueryEventSubscriptionsRequest()
         if generator.bool() { value.eventType = generator.uint64() }
         for _ in 0..<generator.count() { value.publishers.append(generator.string()) }
@@ -459,7 +505,8 @@ extension QueryEventSubscriptionsRequest {
 }
 
 extension QueryEventSubscriptionsResponse {
-    static func random(using generator: inout RandomValueGenerator) -> QueryEventSubscriptionsResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> QueryEventSubscriptionsResponse {
         var value = QueryEventSubscriptionsResponse()
         for _ in 0..<generator.count() { value.subscriptions.append(EventSubscription.random(using: &generator)) }
         return value
@@ -467,7 +514,8 @@ extension QueryEventSubscriptionsResponse {
 }
 
 extension SetUserInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetUserInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetUserInfoRequest {
         var value = SetUserInfoRequest()
         if generator.bool() { value.info = UserInfo.random(using: &generator) }
         return value
@@ -475,7 +523,8 @@ extension SetUserInfoRequest {
 }
 
 extension GetUserInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetUserInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetUserInfoRequest {
         var value = GetUserInfoRequest()
         for _ in 0..<generator.count() { value.userIds.append(generator.string()) }
         return value
@@ -483,7 +532,8 @@ extension GetUserInfoRequest {
 }
 
 extension GetUserInfoResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetUserInfoResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetUserInfoResponse {
         var value = GetUserInfoResponse()
         for _ in 0..<generator.count() { value.users.append(UserInfo.random(using: &generator)) }
         for _ in 0..<generator.count() { value.missing.append(generator.string()) }
@@ -492,7 +542,8 @@ extension GetUserInfoResponse {
 }
 
 extension SetGroupInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetGroupInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetGroupInfoRequest {
         var value = SetGroupInfoRequest()
         if generator.bool() { value.info = GroupInfo.random(using: &generator) }
         return value
@@ -500,7 +551,8 @@ extension SetGroupInfoRequest {
 }
 
 extension GetGroupInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupInfoRequest {
         var value = GetGroupInfoRequest()
         for _ in 0..<generator.count() { value.groupIds.append(generator.string()) }
         return value
@@ -508,7 +560,8 @@ extension GetGroupInfoRequest {
 }
 
 extension GetGroupInfoResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupInfoResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupInfoResponse {
         var value = GetGroupInfoResponse()
         for _ in 0..<generator.count() { value.groups.append(GroupInfo.random(using: &generator)) }
         for _ in 0..<generator.count() { value.missing.append(generator.string()) }
@@ -517,7 +570,8 @@ extension GetGroupInfoResponse {
 }
 
 extension SetGroupMemberInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SetGroupMemberInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetGroupMemberInfoRequest {
         var value = SetGroupMemberInfoRequest()
         if generator.bool() { value.info = GroupMemberInfo.random(using: &generator) }
         return value
@@ -525,7 +579,8 @@ extension SetGroupMemberInfoRequest {
 }
 
 extension GetGroupMemberInfoRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupMemberInfoRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupMemberInfoRequest {
         var value = GetGroupMemberInfoRequest()
         if generator.bool() { value.groupId = generator.string() }
         for _ in 0..<generator.count() { value.userIds.append(generator.string()) }
@@ -534,7 +589,8 @@ extension GetGroupMemberInfoRequest {
 }
 
 extension GetGroupMemberInfoResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupMemberInfoResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupMemberInfoResponse {
         var value = GetGroupMemberInfoResponse()
         for _ in 0..<generator.count() { value.members.append(GroupMemberInfo.random(using: &generator)) }
         for _ in 0..<generator.count() { value.missing.append(generator.string()) }
@@ -543,7 +599,8 @@ extension GetGroupMemberInfoResponse {
 }
 
 extension UpdateGroupMembersRequest {
-    static func random(using generator: inout RandomValueGenerator) -> UpdateGroupMembersRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UpdateGroupMembersRequest {
         var value = UpdateGroupMembersRequest()
         if generator.bool() { value.groupId = generator.string() }
         for _ in 0..<generator.count() { value.add.append(generator.string()) }
@@ -554,7 +611,8 @@ extension UpdateGroupMembersRequest {
 }
 
 extension UpdateGroupMembersResponse {
-    static func random(using generator: inout RandomValueGenerator) -> UpdateGroupMembersResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> UpdateGroupMembersResponse {
         var value = UpdateGroupMembersResponse()
         if generator.bool() { value.memberCount = generator.uint64() }
         return value
@@ -562,7 +620,8 @@ extension UpdateGroupMembersResponse {
 }
 
 extension GetGroupMembersRequest {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupMembersRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupMembersRequest {
         var value = GetGroupMembersRequest()
         if generator.bool() { value.groupId = generator.string() }
         if generator.bool() { value.page = generator.string() }
@@ -572,7 +631,8 @@ extension GetGroupMembersRequest {
 }
 
 extension GetGroupMembersResponse {
-    static func random(using generator: inout RandomValueGenerator) -> GetGroupMembersResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetGroupMembersResponse {
         var value = GetGroupMembersResponse()
         for _ in 0..<generator.count() { value.userIds.append(generator.string()) }
         if generator.bool() { value.nextPage = generator.string() }
@@ -582,7 +642,8 @@ extension GetGroupMembersResponse {
 }
 
 extension ClearProfileRequest {
-    static func random(using generator: inout RandomValueGenerator) -> ClearProfileRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ClearProfileRequest {
         var value = ClearProfileRequest()
         if generator.bool() { value.kind = ProfileKind(rawValue: generator.enumRaw(known: ProfileKind.allKnown.map(\.rawValue))) }
         if generator.bool() { value.id = generator.string() }
@@ -593,7 +654,8 @@ extension ClearProfileRequest {
 }
 
 extension ClearProfileResponse {
-    static func random(using generator: inout RandomValueGenerator) -> ClearProfileResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ClearProfileResponse {
         var value = ClearProfileResponse()
         if generator.bool() { value.removed = generator.uint64() }
         return value
@@ -601,7 +663,8 @@ extension ClearProfileResponse {
 }
 
 extension SubscribeProfilesRequest {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribeProfilesRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeProfilesRequest {
         var value = SubscribeProfilesRequest()
         for _ in 0..<generator.count() { value.userIds.append(generator.string()) }
         for _ in 0..<generator.count() { value.groupIds.append(generator.string()) }
@@ -610,7 +673,8 @@ extension SubscribeProfilesRequest {
 }
 
 extension RegisterProviderRequest {
-    static func random(using generator: inout RandomValueGenerator) -> RegisterProviderRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RegisterProviderRequest {
         var value = RegisterProviderRequest()
         for _ in 0..<generator.count() { value.kinds.append(ProfileKind(rawValue: generator.enumRaw(known: ProfileKind.allKnown.map(\.rawValue)))) }
         return value
@@ -618,7 +682,8 @@ extension RegisterProviderRequest {
 }
 
 extension AnswerProviderRequest {
-    static func random(using generator: inout RandomValueGenerator) -> AnswerProviderRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> AnswerProviderRequest {
         var value = AnswerProviderRequest()
         if generator.bool() { value.providerRequestId = generator.uint64() }
         if generator.bool() { value.found = generator.bool() }
@@ -631,7 +696,8 @@ extension AnswerProviderRequest {
 }
 
 extension Hello {
-    static func random(using generator: inout RandomValueGenerator) -> Hello {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Hello {
         var value = Hello()
         if generator.bool() { value.protocolVersion = generator.uint64() }
         for _ in 0..<generator.count() { value.features.append(generator.string()) }
@@ -647,7 +713,8 @@ extension Hello {
 }
 
 extension Welcome {
-    static func random(using generator: inout RandomValueGenerator) -> Welcome {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Welcome {
         var value = Welcome()
         if generator.bool() { value.protocolVersion = generator.uint64() }
         for _ in 0..<generator.count() { value.features.append(generator.string()) }
@@ -668,7 +735,8 @@ extension Welcome {
 }
 
 extension Ping {
-    static func random(using generator: inout RandomValueGenerator) -> Ping {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Ping {
         var value = Ping()
         if generator.bool() { value.nonce = generator.uint64() }
         return value
@@ -676,7 +744,8 @@ extension Ping {
 }
 
 extension Pong {
-    static func random(using generator: inout RandomValueGenerator) -> Pong {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Pong {
         var value = Pong()
         if generator.bool() { value.nonce = generator.uint64() }
         return value
@@ -684,7 +753,8 @@ extension Pong {
 }
 
 extension GoAway {
-    static func random(using generator: inout RandomValueGenerator) -> GoAway {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GoAway {
         var value = GoAway()
         if generator.bool() { value.code = generator.uint64() }
         if generator.bool() { value.message = generator.string() }
@@ -695,7 +765,8 @@ extension GoAway {
 }
 
 extension StorageEvent {
-    static func random(using generator: inout RandomValueGenerator) -> StorageEvent {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> StorageEvent {
         var value = StorageEvent()
         if generator.bool() { value.storageType = StorageType(rawValue: generator.enumRaw(known: StorageType.allKnown.map(\.rawValue))) }
         if generator.bool() { value.eventType = StorageEventType(rawValue: generator.enumRaw(known: StorageEventType.allKnown.map(\.rawValue))) }
@@ -710,7 +781,8 @@ extension StorageEvent {
 }
 
 extension LockEvent {
-    static func random(using generator: inout RandomValueGenerator) -> LockEvent {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> LockEvent {
         var value = LockEvent()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -722,7 +794,8 @@ extension LockEvent {
 }
 
 extension PresenceEvent {
-    static func random(using generator: inout RandomValueGenerator) -> PresenceEvent {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> PresenceEvent {
         var value = PresenceEvent()
         if generator.bool() { value.channel = generator.string() }
         if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
@@ -742,7 +815,8 @@ extension PresenceEvent {
 }
 
 extension SubscribedEvents {
-    static func random(using generator: inout RandomValueGenerator) -> SubscribedEvents {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribedEvents {
         var value = SubscribedEvents()
         for _ in 0..<generator.count() { value.events.append(SubscribedEvent.random(using: &generator)) }
         return value
@@ -750,7 +824,8 @@ extension SubscribedEvents {
 }
 
 extension ProfileChanged {
-    static func random(using generator: inout RandomValueGenerator) -> ProfileChanged {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ProfileChanged {
         var value = ProfileChanged()
         if generator.bool() { value.kind = ProfileKind(rawValue: generator.enumRaw(known: ProfileKind.allKnown.map(\.rawValue))) }
         if generator.bool() { value.user = UserInfo.random(using: &generator) }
@@ -764,7 +839,8 @@ extension ProfileChanged {
 }
 
 extension ProviderRequest {
-    static func random(using generator: inout RandomValueGenerator) -> ProviderRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ProviderRequest {
         var value = ProviderRequest()
         if generator.bool() { value.providerRequestId = generator.uint64() }
         if generator.bool() { value.kind = ProfileKind(rawValue: generator.enumRaw(known: ProfileKind.allKnown.map(\.rawValue))) }
@@ -775,7 +851,8 @@ extension ProviderRequest {
 }
 
 extension ServerNotice {
-    static func random(using generator: inout RandomValueGenerator) -> ServerNotice {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ServerNotice {
         var value = ServerNotice()
         if generator.bool() { value.code = generator.uint64() }
         if generator.bool() { value.message = generator.string() }
@@ -785,7 +862,8 @@ extension ServerNotice {
 }
 
 extension Request {
-    static func random(using generator: inout RandomValueGenerator) -> Request {
+    /// A random case with a random payload.
+    package static func random(using generator: inout RandomValueGenerator) -> Request {
         switch generator.index(below: 42) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
@@ -834,7 +912,8 @@ extension Request {
 }
 
 extension Response {
-    static func random(using generator: inout RandomValueGenerator) -> Response {
+    /// A random case with a random payload.
+    package static func random(using generator: inout RandomValueGenerator) -> Response {
         switch generator.index(below: 42) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
@@ -883,7 +962,8 @@ extension Response {
 }
 
 extension Control {
-    static func random(using generator: inout RandomValueGenerator) -> Control {
+    /// A random case with a random payload.
+    package static func random(using generator: inout RandomValueGenerator) -> Control {
         switch generator.index(below: 5) {
         case 0: return .hello(Hello.random(using: &generator))
         case 1: return .welcome(Welcome.random(using: &generator))
@@ -895,7 +975,8 @@ extension Control {
 }
 
 extension Push {
-    static func random(using generator: inout RandomValueGenerator) -> Push {
+    /// A random case with a random payload.
+    package static func random(using generator: inout RandomValueGenerator) -> Push {
         switch generator.index(below: 7) {
         case 0: return .storageEvent(StorageEvent.random(using: &generator))
         case 1: return .lockEvent(LockEvent.random(using: &generator))
