@@ -54,36 +54,33 @@ final class HandlerTarget: Sendable {
         try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
         let database = self.directory.appendingPathComponent("fuzz.sqlite").path
 
-        // Built as `switchboard serve` builds them (SwitchboardCommand.swift), with its defaults except where noted.
-        var configuration = ServerConfiguration()
-        configuration.tcpHost = nil
-        configuration.unixSocketPath = nil
-        configuration.databasePath = database
-        let logger = Logger(label: "sbfuzz")
-        var storeConfiguration = StoreConfiguration()
-        storeConfiguration.durability = .acknowledgeAfterCommit
-        storeConfiguration.commitDriver = .caller  // as with one event loop thread
-        let store = try MetadataStore.load(
-            from: SQLiteBackend(path: database, synchronous: .normal), configuration: storeConfiguration, logger: logger)
-        let sessions = SessionRegistry()
-        let subscriptions = SubscriptionRegistry()
-        let storage = StorageArea(
-            store: store, subscriptions: subscriptions, sessions: sessions,
-            compressionThreshold: configuration.compressionThreshold)
-        let presence = PresenceArea(
-            configuration: PresenceConfiguration(), subscriptions: subscriptions, membershipObservers: [storage],
-            timerLoop: self.loop)
+        // Built by the gateway's own application, with its defaults except where noted.
+        var configuration = GatewayApplication.Configuration()
+        configuration.server.tcpHost = nil
+        configuration.server.unixSocketPath = nil
+        configuration.useDatabase(at: database)
+        configuration.store.durability = .acknowledgeAfterCommit
+        configuration.store.commitDriver = .caller  // as with one event loop thread
         // No delay for writes nobody waits for: each input's writes are flushed before the next input.
-        self.eventStore = try EventStore(path: database + ".events", unawaitedWriteDelayMs: 0)
-        let events = try EventArea(store: self.eventStore, compressionThreshold: configuration.compressionThreshold)
-        self.profileStore = try ProfileStore(path: database + ".profiles", unawaitedWriteDelayMs: 0)
+        configuration.unawaitedWriteDelayMs = 0
         // A provider timeout shorter than the 2 s the clock moves per input, so unanswered provider reads time out.
-        let profiles = try ProfileArea(
-            store: self.profileStore, providerTimeout: .seconds(1), compressionThreshold: configuration.compressionThreshold)
-        let areas: [any RequestHandler & SessionObserver] = [storage, presence, events, profiles]
+        configuration.providerTimeout = .seconds(1)
+        let logger = Logger(label: "sbfuzz")
+        let application = GatewayApplication(configuration: configuration, logger: logger)
+        let services = try application.makeServices(eventLoopGroup: self.loop)
+        guard let eventStore = services.eventStore, let profileStore = services.profileStore else {
+            throw FuzzSetupError(description: "the application built no event or profile store")
+        }
+        self.eventStore = eventStore
+        self.profileStore = profileStore
         self.connections = ConnectionHandlerFactory(
-            configuration: configuration, handlers: areas, observers: areas, registry: sessions, eventLoops: self.loop,
-            logger: logger)
+            configuration: configuration.server, handlers: services.handlers, observers: services.observers,
+            registry: services.sessions, eventLoops: self.loop, logger: logger)
+    }
+
+    /// A gateway the target could not build.
+    struct FuzzSetupError: Error, CustomStringConvertible {
+        var description: String
     }
 
     /// Removes the SQLite files (at exit).
