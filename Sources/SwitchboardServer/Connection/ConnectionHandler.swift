@@ -13,21 +13,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private enum State {
-        /// Connected; HELLO not yet received.
-        case awaitingHello
-        /// Logged in.
-        case ready
-        /// GOAWAY sent for shutdown; answering requests already in flight, then closing.
-        case draining
-        /// Closing or closed; nothing more is read or sent.
-        case closed
-    }
-
     // What a push reads and writes comes first, declared together so that it shares as few cache lines as it can:
     // a fan-out to thousands of idle connections is bound by the cache misses on each connection's handler.
     private let core: GatewayCore
-    private var state: State = .awaitingHello
+    /// Whether the connection is logged in, draining or closed, its requests in flight and why it ends.
+    private var machine: ConnectionStateMachine
     private var supportsCompression = false
     private var inReadCycle = false
     /// Shared push buffers were written to the channel and await the next flush.
@@ -68,9 +58,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var flushScheduled = false
 
     private var session: SessionHandle?
-    private var endReason: SessionEndReason?
-    private var inFlight: [UInt32: NIODeadline] = [:]
-    private var highestRequestID: UInt32 = 0
     private var rateLimiter: TokenBucket?
     /// When the last read arrived; also the arrival time of every request in that read (one clock read per batch).
     private var lastReceived = NIODeadline.now()
@@ -119,6 +106,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core = core
         self.socket = socket
         let limits = core.configuration.limits
+        self.machine = ConnectionStateMachine(maxInflight: limits.maxInflight)
         self.decoder = FrameDecoder(
             limits: FrameLimits(
                 maxFrameSize: limits.handshakeMaxFrameSize, maxInflatedSize: limits.handshakeMaxFrameSize,
@@ -151,7 +139,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             limit: limits.maxConnections, eventLoop: context.eventLoop, handler: self)
         else {
             self.core.metrics.recordLimitHit("maxConnections")
-            self.state = .closed
+            _ = self.machine.closing()
             var goAway = ByteBuffer()
             self.encoder.encode(
                 .control(.goAway(GoAway(code: UInt64(ErrorCode.tooManyConnections.rawValue), message: "server is full"))),
@@ -184,7 +172,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.closingDeadline?.cancel()
         self.closingDeadline = nil
         let wasAdmitted = self.connectionID != 0
-        self.state = .closed
+        _ = self.machine.channelClosed()
         if self.pushesInProgress > 0 {
             // A push an area is sending (often under its own lock) met the closed socket: the areas learn of the end
             // right after that send, never inside it (their `sessionEnded` may take the same lock).
@@ -196,7 +184,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.registry.connectionClosed(self.connectionID)
             self.core.metrics.connections.decrement()
         }
-        self.inFlight.removeAll()
         self.dropHeldPushes()
         self.context = nil
         context.fireChannelInactive()
@@ -205,7 +192,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Ends the session (once): it leaves the registry and its observers (presence, locks, online state) learn why.
     private func endSession() {
         guard let session = self.session else { return }
-        let reason = self.endReason ?? .abnormal
+        let reason = self.machine.endReason ?? .abnormal
         self.session = nil
         self.core.registry.unregister(session)
         self.core.metrics.sessions.decrement()
@@ -224,24 +211,32 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// The client shut down its sending side (the gateway allows half-closure): answers already due still go out.
     private func inputClosed(context: ChannelHandlerContext) {
-        switch self.state {
-        case .closed:
-            // A closing connection waited for this: the client has everything it will read.
-            context.close(promise: nil)
-        case .awaitingHello, .ready, .draining:
-            if self.decodingPaused {
-                self.inputEnded = true  // complete frames still wait to be decoded; handled after them
-                return
-            }
-            if let partial = self.cumulation, partial.readableBytes > 0 {
-                self.log(.info, "stream ended inside a frame", ["bytes": "\(partial.readableBytes)"])
-                self.fail(code: .truncatedFrame, message: "the stream ended inside a frame", reason: .abnormal)
-            } else if self.state == .awaitingHello || self.inFlight.isEmpty {
-                self.closeConnection()
-            } else {
-                // Answers still to come (durable writes, lock waits): close once the last one is sent.
-                self.state = .draining
-            }
+        if self.decodingPaused && self.machine.isOpen {
+            self.inputEnded = true  // complete frames still wait to be decoded; handled after them
+            return
+        }
+        let partial = self.cumulation?.readableBytes ?? 0
+        if partial > 0 && self.machine.isOpen {
+            self.log(.info, "stream ended inside a frame", ["bytes": "\(partial)"])
+        }
+        self.perform(self.machine.inputClosed(partialFrameBytes: partial))
+    }
+
+    /// Carries out what the state machine decided.
+    private func perform(_ action: ConnectionStateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .fail(let code, let reason, let message):
+            self.fail(code: code, message: message, reason: reason)
+        case .sendGoAway(let code, let reason, let message, let thenClose):
+            if code != 0 { self.core.metrics.recordError(ErrorCode(rawValue: code)) }
+            self.sendGoAway(code: code, reason: reason, message: message)
+            if thenClose { self.closeConnection() }
+        case .closeConnection:
+            self.closeConnection()
+        case .closeSocket:
+            self.context?.close(promise: nil)
         }
     }
 
@@ -255,7 +250,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // A closing connection reads and discards until the client closes (SB-5.8-5).
-        guard self.state != .closed else { return }
+        guard self.machine.isOpen else { return }
         let bytes = self.unwrapInboundIn(data)
         self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
         self.lastReceived = .now()
@@ -279,7 +274,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func decodeCumulation(context: ChannelHandlerContext) {
         guard var buffer = self.cumulation else { return }
         self.cumulation = nil
-        while self.state != .closed {
+        while self.machine.isOpen {
             if (self.output?.readableBytes ?? 0) >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
                 self.pauseDecoding(context: context)
                 break
@@ -296,7 +291,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.framesIn.increment()
             self.frameReceived(frame)
         }
-        if buffer.readableBytes > 0 && self.state != .closed {
+        if buffer.readableBytes > 0 && self.machine.isOpen {
             self.cumulation = Self.retained(buffer, allocator: context.channel.allocator)
         }
     }
@@ -335,14 +330,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Decodes what waited while decoding was paused, then reads again if the channel asked for a read meanwhile.
     private func resumeDecoding(context: ChannelHandlerContext) {
         self.decodeResumeScheduled = false
-        guard self.decodingPaused, self.state != .closed, !self.readBlocked else { return }
+        guard self.decodingPaused, self.machine.isOpen, !self.readBlocked else { return }
         self.decodingPaused = false
         self.inReadCycle = true
         self.readNowMillis = nil
         self.decodeCumulation(context: context)
         self.inReadCycle = false
         self.flushOutput()
-        guard !self.decodingPaused, self.state != .closed else { return }
+        guard !self.decodingPaused, self.machine.isOpen else { return }
         if self.inputEnded {
             self.inputEnded = false
             self.inputClosed(context: context)
@@ -439,7 +434,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         repeat {
             self.releaseRequested = false
             var released = false
-            while let frame = self.heldPushes?.first, context.channel.isWritable, self.state != .closed {
+            while let frame = self.heldPushes?.first, context.channel.isWritable, self.machine.isOpen {
                 self.heldPushes!.removeFirst()
                 if self.heldPushes!.isEmpty { self.heldPushes = nil }
                 self.heldBytes -= frame.readableBytes
@@ -449,12 +444,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
             // The flush may write everything at once and report the channel writable again (releaseRequested).
             if released { self.flushChannel(context: context) }
-        } while self.releaseRequested && self.heldPushes != nil && self.state != .closed
+        } while self.releaseRequested && self.heldPushes != nil && self.machine.isOpen
     }
 
     private func frameError(_ error: SwitchboardWireError) {
         self.core.metrics.recordError(error.code)
-        if let requestID = error.requestID, error.keepsConnectionOpen, self.state == .ready || self.state == .draining {
+        if let requestID = error.requestID, error.keepsConnectionOpen, self.machine.isLoggedIn {
             self.send(.error(id: requestID, op: error.op ?? 0, ErrorBody(error.code, error.message)))
             return
         }
@@ -463,7 +458,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func frameReceived(_ frame: Frame) {
-        switch self.state {
+        switch self.machine.state {
         case .awaitingHello:
             guard frame.header.kind == .control, frame.header.op == ControlOp.hello.rawValue else {
                 self.fail(code: .handshakeRequired, message: "the first frame must be HELLO", reason: .protocolError)
@@ -519,7 +514,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)
         self.session = session
-        self.state = .ready
+        self.machine.helloAccepted()
         self.handshakeTimer?.cancel()
         self.handshakeTimer = nil
         let limits = configuration.limits
@@ -551,7 +546,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// (Re)arms the end of the session at the token's expiry: GOAWAY 2002, reason `authExpired`, unless the client
     /// renews the token first (`renewToken`). The loop's deadline sweep (``checkDeadlines(now:)``) enforces it.
     func tokenRenewed(expiresAtMs: Int64) {
-        guard let context = self.context, self.state == .ready || self.state == .draining else { return }
+        guard let context = self.context, self.machine.isLoggedIn else { return }
         self.tokenExpiresAtMs = expiresAtMs
         // SB-5.3-4: a serverNotice (2002, atMs = expiry) 60 s ahead, or at once (after this tick's replies) when
         // less time is left.
@@ -577,16 +572,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let interval = self.heartbeatInterval
         let check = TimeAmount.nanoseconds(max(interval.nanoseconds / 4, 50_000_000))
         self.heartbeatTask = context.eventLoop.assumeIsolated().scheduleTask(in: check) { [weak self] in
-            guard let self, self.state == .ready || self.state == .draining else { return }
+            guard let self, self.machine.isLoggedIn else { return }
             self.checkDeadlines(now: .now())
-            if self.state == .ready || self.state == .draining { self.startHeartbeatWatch(context: context) }
+            if self.machine.isLoggedIn { self.startHeartbeatWatch(context: context) }
         }
     }
 
     /// Ends a connection that sent no HELLO within the handshake timeout, or nothing for `misses` heartbeat
     /// intervals once logged in, or whose token expired (after the notice a minute ahead).
     func checkDeadlines(now: NIODeadline) {
-        switch self.state {
+        switch self.machine.state {
         case .awaitingHello:
             guard now >= self.handshakeDeadline else { return }
             self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
@@ -630,8 +625,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             break
         case .control(.goAway(let goAway)):
             // The client is leaving; code 0 is a normal close, like logout.
-            self.endReason = goAway.code == 0 ? .logout : .abnormal
-            self.closeConnection()
+            self.perform(self.machine.peerSentGoAway(code: goAway.code))
         case .control(.hello):
             self.fail(code: .handshakeRequired, message: "HELLO after the handshake", reason: .protocolError)
         case .control(.welcome):
@@ -644,21 +638,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func requestReceived(_ frame: Frame) {
         let requestID = frame.header.requestID
         let op = frame.header.op
-        if requestID > self.highestRequestID { self.highestRequestID = requestID }
-        if self.state == .draining {
-            self.reject(requestID, op, .shuttingDown, "the server is shutting down")
-            return
-        }
-        if self.inFlight[requestID] != nil {
-            self.reject(requestID, op, .duplicateRequestId, "request id \(requestID) is already in flight")
+        if case .reject(let code, let message) = self.machine.requestArrived(id: requestID) {
+            if code == .tooManyInflight { self.core.metrics.recordLimitHit("maxInflight") }
+            self.reject(requestID, op, code, message)
             return
         }
         let limits = self.core.configuration.limits
-        if self.inFlight.count >= limits.maxInflight {
-            self.core.metrics.recordLimitHit("maxInflight")
-            self.reject(requestID, op, .tooManyInflight, "more than \(limits.maxInflight) requests in flight")
-            return
-        }
         let now = self.lastReceived
         if let wait = self.rateLimiter?.take(now: now) {
             self.core.metrics.recordLimitHit("requestsPerSecond")
@@ -702,7 +687,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.reject(requestID, op, .unavailable, "\(request.operation.name) is not available on this server")
             return
         }
-        self.inFlight[requestID] = now
+        self.machine.requestStarted(id: requestID, at: now)
         let requestContext = RequestContext(
             session: session, requestID: requestID,
             responder: Responder(
@@ -736,30 +721,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Sends the one answer to request `id`; a second answer for the same id is dropped.
     func completeDeferred(id: UInt32, _ message: SwitchboardMessage) {
-        guard let started = self.inFlight.removeValue(forKey: id) else { return }
+        guard let (started, next) = self.machine.answered(id: id) else { return }
         if case .error(_, _, let body) = message { self.core.metrics.recordError(body.errorCode) }
         self.core.metrics.recordRequest(op: message.header.op, nanoseconds: (NIODeadline.now() - started).nanoseconds)
         self.send(message)
         if case .logout = self.operation(of: message) {
-            self.endReason = .logout
-            self.sendGoAway(code: 0, reason: .logout, message: "logged out")
-            self.closeConnection()
+            self.perform(self.machine.loggedOut())
             return
         }
-        if self.state == .draining && self.inFlight.isEmpty {
-            self.closeConnection()
-        }
+        self.perform(next)
     }
 
     /// Sends the one answer to request `id` from a body encoded beforehand; a second answer for the same id is dropped.
     func completeDeferred(id: UInt32, encoded response: EncodedResponse) {
-        guard let started = self.inFlight.removeValue(forKey: id) else { return }
+        guard let (started, next) = self.machine.answered(id: id) else { return }
         let op = response.operation.rawValue
         self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - started).nanoseconds)
         self.sendEncoded(FrameHeader(kind: .response, op: op, requestID: id), body: response.body)
-        if self.state == .draining && self.inFlight.isEmpty {
-            self.closeConnection()
-        }
+        self.perform(next)
     }
 
     private func operation(of message: SwitchboardMessage) -> Opcode? {
@@ -771,7 +750,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Appends a frame to this tick's output.
     func send(_ message: SwitchboardMessage) {
-        guard self.state != .closed else { return }
+        guard self.machine.isOpen else { return }
         if self.output == nil {
             self.output = self.context?.channel.allocator.buffer(capacity: 256)
         }
@@ -786,7 +765,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// This tick's output, taken out of `self` so that it stays uniquely referenced while the caller appends to it
     /// (the caller puts it back); nil once the connection is closed.
     private func takeOutput(capacity: Int) -> ByteBuffer? {
-        guard self.state != .closed else { return nil }
+        guard self.machine.isOpen else { return nil }
         if let output = self.output {
             self.output = nil
             return output
@@ -796,7 +775,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Appends a frame whose body was encoded beforehand to this tick's output.
     private func sendEncoded(_ header: FrameHeader, body: ByteBuffer) {
-        guard self.state != .closed else { return }
+        guard self.machine.isOpen else { return }
         if self.output == nil {
             self.output = self.context?.channel.allocator.buffer(capacity: body.readableBytes + 16)
         }
@@ -809,7 +788,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func sendPush(_ message: SwitchboardMessage) {
-        guard self.state == .ready || self.state == .draining else { return }
+        guard self.machine.isLoggedIn else { return }
         self.pushesInProgress += 1
         defer { self.pushesInProgress -= 1 }
         if self.pushesMustWait, let context = self.context {
@@ -832,7 +811,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func sendEncodedPush(_ push: EncodedPush) {
-        guard self.state == .ready || self.state == .draining else { return }
+        guard self.machine.isLoggedIn else { return }
         self.pushesInProgress += 1
         defer { self.pushesInProgress -= 1 }
         let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
@@ -944,7 +923,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The socket, when output may go to it directly now: the channel holds none of the connection's output (no
     /// flush pending in it, no push held for it) and the connection is open.
     private var directSocket: DirectSocketWriter? {
-        guard self.channelFlushesPending == 0, self.heldPushes == nil, self.state != .closed else { return nil }
+        guard self.channelFlushesPending == 0, self.heldPushes == nil, self.machine.isOpen else { return nil }
         return self.socket
     }
 
@@ -981,7 +960,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Applies the high-water mark and the hard cap to what waits to leave (held pushes and the channel's buffer).
     private func checkOutboundQueue(context: ChannelHandlerContext) {
-        guard self.state != .closed else { return }
+        guard self.machine.isOpen else { return }
         // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
         // below every limit, with reading not blocked, so there is nothing to change (the common case, without
         // asking the channel for its buffered bytes at every flush).
@@ -995,10 +974,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
             // GOAWAY goes behind the backlog the client is not reading, and nothing more is queued after it: the
             // client reads it if it reads again within the closing grace period (SB-5.9-1, SB-5.8-5).
-            self.core.metrics.recordError(.slowConsumer)
-            self.endReason = .slowConsumer
-            self.sendGoAway(code: ErrorCode.slowConsumer.rawValue, reason: .slowConsumer, message: "outbound queue passed \(queued) bytes")
-            self.closeConnection()
+            self.perform(self.machine.cutOffAsSlowConsumer(queuedBytes: queued))
         }
     }
 
@@ -1007,7 +983,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             .control(
                 .goAway(
                     GoAway(
-                        code: UInt64(code), message: message, lastRequestId: UInt64(self.highestRequestID),
+                        code: UInt64(code), message: message, lastRequestId: UInt64(self.machine.highestRequestID),
                         reason: reason))))
     }
 
@@ -1015,14 +991,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Sends GOAWAY with `code` and closes.
     func disconnect(code: ErrorCode, reason: SessionEndReason, message: String) {
-        guard self.state != .closed else { return }
+        guard self.machine.isOpen else { return }
         self.fail(code: code, message: message, reason: reason)
     }
 
     private func fail(code: ErrorCode, message: String, reason: SessionEndReason) {
-        guard self.state != .closed else { return }
+        guard self.machine.failing(reason: reason) else { return }
         self.core.metrics.recordError(code)
-        if self.endReason == nil { self.endReason = reason }
         self.log(.debug, "closing connection", ["code": "\(code)", "message": "\(message)"])
         self.sendGoAway(code: code.rawValue, reason: reason, message: message)
         self.closeConnection()
@@ -1034,8 +1009,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// drop the GOAWAY from the client's receive queue before it is read. A client that does not close (or does
     /// not read) within ``closingGracePeriod`` is closed then.
     private func closeConnection() {
-        guard self.state != .closed, let context = self.context else { return }
-        self.state = .closed
+        guard let context = self.context, self.machine.closing() else { return }
         self.heartbeatTask?.cancel()
         // Pushes still held are dropped: the session ends, and GOAWAY is the last frame.
         self.dropHeldPushes()
@@ -1074,28 +1048,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Graceful shutdown: tell the client, answer what is in flight, then close.
     func drain() {
-        switch self.state {
-        case .awaitingHello:
-            self.fail(code: .shuttingDown, message: "the server is shutting down", reason: .serverShutdown)
-        case .ready:
-            self.state = .draining
-            self.endReason = .serverShutdown
-            self.sendGoAway(code: ErrorCode.shuttingDown.rawValue, reason: .serverShutdown, message: "the server is shutting down")
-            self.core.metrics.recordError(.shuttingDown)
-            if self.inFlight.isEmpty { self.closeConnection() }
-        case .draining, .closed:
-            break
-        }
+        self.perform(self.machine.shutdownRequested())
     }
 
-    /// End of the shutdown grace period: close whatever is still open.
+    /// End of the shutdown grace period: close whatever is still open (a connection still waiting for its client to
+    /// close, too).
     func forceClose() {
-        if self.endReason == nil { self.endReason = .serverShutdown }
-        if self.state == .closed {
-            self.context?.close(promise: nil)  // still waiting for its client to close: no longer
-            return
-        }
-        self.closeConnection()
+        self.perform(self.machine.shutdownGraceEnded())
     }
 }
 
