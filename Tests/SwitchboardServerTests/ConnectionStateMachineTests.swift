@@ -172,3 +172,67 @@ import Testing
         #expect(machine.endReason == .slowConsumer)
     }
 }
+
+/// The deadlines of a connection: the handshake timeout, the heartbeat window, the token's notice and expiry.
+@Suite struct ConnectionDeadlineTests {
+    static let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+    static func connected() -> ConnectionStateMachine {
+        var machine = ConnectionStateMachine(maxInflight: 4, heartbeatMisses: 3)
+        machine.connected(at: Self.start, handshakeTimeout: .seconds(10))
+        return machine
+    }
+
+    @Test func noHelloWithinTheHandshakeTimeoutFailsWith1007() {
+        var machine = Self.connected()
+        let early = machine.deadlinesPassed(now: Self.start + .milliseconds(9_999), nowMillis: 0)
+        #expect(early == .init())
+        let late = machine.deadlinesPassed(now: Self.start + .seconds(10), nowMillis: 0)
+        #expect(late.action == .fail(.handshakeRequired, .protocolError, "no HELLO within the handshake timeout"))
+    }
+
+    @Test func theHeartbeatWindowCountsFromTheLastCompleteFrame() {
+        var machine = Self.connected()
+        machine.helloAccepted(heartbeatInterval: .seconds(1))
+        let afterHandshake = machine.deadlinesPassed(now: Self.start + .seconds(20), nowMillis: 0)
+        #expect(
+            afterHandshake.action == .fail(.heartbeatTimeout, .abnormal, "nothing received for 3 heartbeat intervals"),
+            "no frame since the connection opened: the window (3 x 1 s) has passed")
+
+        var fed = Self.connected()
+        fed.helloAccepted(heartbeatInterval: .seconds(1))
+        fed.lastFrameReceived = Self.start + .seconds(18)
+        let within = fed.deadlinesPassed(now: Self.start + .seconds(21), nowMillis: 0)
+        #expect(within == .init(), "exactly the window since the last frame is not past it")
+        let past = fed.deadlinesPassed(now: Self.start + .milliseconds(21_001), nowMillis: 0)
+        #expect(past.action != .none)
+    }
+
+    @Test func theTokenNoticeComesOnceAMinuteAheadThenTheExpiryFailsWith2002() {
+        var machine = Self.connected()
+        machine.helloAccepted(heartbeatInterval: .seconds(300))
+        let dueNow = machine.tokenRenewed(expiresAtMs: 100_000, nowMillis: 10_000)
+        #expect(!dueNow)
+        let before = machine.deadlinesPassed(now: Self.start, nowMillis: 39_999)
+        #expect(before == .init())
+        let notice = machine.deadlinesPassed(now: Self.start, nowMillis: 40_000)
+        #expect(notice == .init(tokenNoticeForExpiryAtMs: 100_000))
+        let again = machine.deadlinesPassed(now: Self.start, nowMillis: 50_000)
+        #expect(again == .init(), "the notice is sent once")
+        let expired = machine.deadlinesPassed(now: Self.start, nowMillis: 100_000)
+        #expect(expired.action == .fail(.tokenExpired, .authExpired, "the session's token expired; renew it before it does"))
+    }
+
+    @Test func aRenewalMovesTheExpiryAndANearOneIsNoticedAtOnce() {
+        var machine = Self.connected()
+        machine.helloAccepted(heartbeatInterval: .seconds(300))
+        let near = machine.tokenRenewed(expiresAtMs: 30_000, nowMillis: 10_000)
+        #expect(near, "less than a minute left: the notice is due at once")
+        let renewed = machine.tokenRenewed(expiresAtMs: 1_000_000, nowMillis: 20_000)
+        #expect(!renewed)
+        let later = machine.deadlinesPassed(now: Self.start, nowMillis: 500_000)
+        #expect(later == .init(), "the old expiry no longer ends the session")
+        let extreme = machine.tokenRenewed(expiresAtMs: .min, nowMillis: 0)
+        #expect(extreme, "an expiry at the far past does not overflow the notice time")
+    }
+}

@@ -61,9 +61,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var rateLimiter: TokenBucket?
     /// When the last read arrived; also the arrival time of every request in that read (one clock read per batch).
     private var lastReceived = NIODeadline.now()
-    /// When the last complete frame arrived: the heartbeat deadline counts from it (SB-5.6-3), so bytes of a frame
-    /// trickled in slowly keep no session alive.
-    private var lastFrameReceived = NIODeadline.now()
     /// Decoding stopped because one read pass produced ``readPassOutputLimit`` bytes of output; it resumes on the
     /// next tick, or once the client has read enough of its answers (SB-5.9-4).
     private var decodingPaused = false
@@ -74,15 +71,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var closingDeadline: Scheduled<Void>?
     /// Server time in ms for the requests of the current read, read from the clock once when first needed.
     private var readNowMillis: Int64?
-    private var heartbeatInterval: TimeAmount = .seconds(15)
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
-    /// When a connection that has not sent HELLO is closed.
-    private var handshakeDeadline = NIODeadline.distantFuture
-    /// When the session's token expires (server ms), if it has one.
-    private var tokenExpiresAtMs: Int64?
-    /// When the expiry notice is due (server ms), until it is sent.
-    private var tokenNoticeAtMs: Int64?
     private var readBlocked = false
     private var readPending = false
     private var heldBytes = 0
@@ -106,7 +96,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core = core
         self.socket = socket
         let limits = core.configuration.limits
-        self.machine = ConnectionStateMachine(maxInflight: limits.maxInflight)
+        self.machine = ConnectionStateMachine(
+            maxInflight: limits.maxInflight, heartbeatMisses: core.configuration.heartbeat.misses)
         self.decoder = FrameDecoder(
             limits: FrameLimits(
                 maxFrameSize: limits.handshakeMaxFrameSize, maxInflatedSize: limits.handshakeMaxFrameSize,
@@ -153,8 +144,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core.metrics.connections.increment()
         self.core.metrics.connectionsAccepted.increment()
         self.lastReceived = .now()
-        self.lastFrameReceived = self.lastReceived
-        self.handshakeDeadline = .now() + self.core.configuration.handshakeTimeout
+        self.machine.connected(at: self.lastReceived, handshakeTimeout: self.core.configuration.handshakeTimeout)
         if let batch = self.flushBatch {
             batch.watch(self)
         } else {
@@ -287,7 +277,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 self.frameError(error)
                 continue
             }
-            self.lastFrameReceived = self.lastReceived
+            self.machine.lastFrameReceived = self.lastReceived
             self.core.metrics.framesIn.increment()
             self.frameReceived(frame)
         }
@@ -503,7 +493,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let (userID, role, features, interval) = (accepted.userID, accepted.role, accepted.features, accepted.heartbeatInterval)
         let tokenExpiresAtMs = accepted.tokenExpiresAtMs
         self.supportsCompression = accepted.supportsCompression
-        self.heartbeatInterval = interval
         guard let context = self.context else { return }
 
         let info = SessionInfo(
@@ -514,7 +503,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)
         self.session = session
-        self.machine.helloAccepted()
+        self.machine.helloAccepted(heartbeatInterval: interval)
         self.handshakeTimer?.cancel()
         self.handshakeTimer = nil
         let limits = configuration.limits
@@ -547,12 +536,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// renews the token first (`renewToken`). The loop's deadline sweep (``checkDeadlines(now:)``) enforces it.
     func tokenRenewed(expiresAtMs: Int64) {
         guard let context = self.context, self.machine.isLoggedIn else { return }
-        self.tokenExpiresAtMs = expiresAtMs
         // SB-5.3-4: a serverNotice (2002, atMs = expiry) 60 s ahead, or at once (after this tick's replies) when
         // less time is left.
-        let noticeAtMs = expiresAtMs - 60_000
-        self.tokenNoticeAtMs = noticeAtMs
-        if noticeAtMs <= self.core.nowMillis() {
+        if self.machine.tokenRenewed(expiresAtMs: expiresAtMs, nowMillis: self.core.nowMillis()) {
             context.eventLoop.assumeIsolated().execute { [weak self] in self?.checkDeadlines(now: .now()) }
         }
     }
@@ -569,7 +555,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func startHeartbeatWatch(context: ChannelHandlerContext) {
         // The loop's sweep checks the deadline (checkDeadlines); without one, a task per connection does.
         guard self.flushBatch == nil else { return }
-        let interval = self.heartbeatInterval
+        let interval = self.machine.heartbeatInterval
         let check = TimeAmount.nanoseconds(max(interval.nanoseconds / 4, 50_000_000))
         self.heartbeatTask = context.eventLoop.assumeIsolated().scheduleTask(in: check) { [weak self] in
             guard let self, self.machine.isLoggedIn else { return }
@@ -581,31 +567,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Ends a connection that sent no HELLO within the handshake timeout, or nothing for `misses` heartbeat
     /// intervals once logged in, or whose token expired (after the notice a minute ahead).
     func checkDeadlines(now: NIODeadline) {
-        switch self.machine.state {
-        case .awaitingHello:
-            guard now >= self.handshakeDeadline else { return }
-            self.fail(code: .handshakeRequired, message: "no HELLO within the handshake timeout", reason: .protocolError)
-        case .ready, .draining:
-            if let expiry = self.tokenExpiresAtMs {
-                let nowMs = self.core.nowMillis()
-                if let notice = self.tokenNoticeAtMs, nowMs >= notice {
-                    self.tokenNoticeAtMs = nil
-                    self.sendTokenNotice(expiresAtMs: expiry)
-                }
-                if nowMs >= expiry {
-                    self.fail(code: .tokenExpired, message: "the session's token expired; renew it before it does", reason: .authExpired)
-                    return
-                }
-            }
-            let misses = Int64(self.core.configuration.heartbeat.misses)
-            guard now - self.lastFrameReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) else {
-                return
-            }
-            self.fail(
-                code: .heartbeatTimeout, message: "nothing received for \(misses) heartbeat intervals", reason: .abnormal)
-        case .closed:
-            return
-        }
+        guard self.machine.isOpen else { return }
+        // The server clock only when a token can expire (the sweep visits every connection).
+        let nowMillis = self.machine.tokenExpiresAtMs == nil ? 0 : self.core.nowMillis()
+        let check = self.machine.deadlinesPassed(now: now, nowMillis: nowMillis)
+        if let expiry = check.tokenNoticeForExpiryAtMs { self.sendTokenNotice(expiresAtMs: expiry) }
+        self.perform(check.action)
     }
 
     // MARK: control and requests

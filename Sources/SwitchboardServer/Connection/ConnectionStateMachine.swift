@@ -53,8 +53,26 @@ struct ConnectionStateMachine {
     /// Most requests in flight at once (SB-5.4).
     let maxInflight: Int
 
-    init(maxInflight: Int) {
+    /// When a connection that has not sent HELLO is closed.
+    private(set) var handshakeDeadline = NIODeadline.distantFuture
+    /// When the last complete frame arrived: the heartbeat window counts from it (SB-5.6-3). The handler sets it for
+    /// every frame it decodes.
+    var lastFrameReceived = NIODeadline.uptimeNanoseconds(0)
+    /// The heartbeat interval granted in WELCOME.
+    private(set) var heartbeatInterval: TimeAmount = .seconds(15)
+    /// Intervals without a complete frame after which the session ends (SB-5.6-3).
+    let heartbeatMisses: Int
+    /// When the session's token expires (server ms), if it has one.
+    private(set) var tokenExpiresAtMs: Int64?
+    /// When the expiry notice is due (server ms), until it is sent.
+    private var tokenNoticeAtMs: Int64?
+
+    /// How far ahead of a token's expiry the server's notice comes (SB-5.3-4).
+    static let tokenNoticeLeadMs: Int64 = 60_000
+
+    init(maxInflight: Int, heartbeatMisses: Int = 3) {
         self.maxInflight = maxInflight
+        self.heartbeatMisses = heartbeatMisses
     }
 
     /// Whether the connection is still open for reading and sending.
@@ -68,10 +86,65 @@ struct ConnectionStateMachine {
 
     // MARK: handshake
 
-    /// HELLO was accepted: the session is open.
-    mutating func helloAccepted() {
+    /// The connection was accepted at `now`: HELLO must come within `handshakeTimeout`.
+    mutating func connected(at now: NIODeadline, handshakeTimeout: TimeAmount) {
+        self.lastFrameReceived = now
+        self.handshakeDeadline = now + handshakeTimeout
+    }
+
+    /// HELLO was accepted: the session is open, with heartbeats every `heartbeatInterval`.
+    mutating func helloAccepted(heartbeatInterval: TimeAmount = .seconds(15)) {
         guard self.state == .awaitingHello else { return }
         self.state = .ready
+        self.heartbeatInterval = heartbeatInterval
+        self.handshakeDeadline = .distantFuture
+    }
+
+    // MARK: deadlines
+
+    /// The session's token now expires at `expiresAtMs`: the notice is due 60 s ahead. Returns whether it is due
+    /// already (the caller checks the deadlines right after this tick's replies).
+    mutating func tokenRenewed(expiresAtMs: Int64, nowMillis: Int64) -> Bool {
+        self.tokenExpiresAtMs = expiresAtMs
+        let (noticeAtMs, overflow) = expiresAtMs.subtractingReportingOverflow(Self.tokenNoticeLeadMs)
+        self.tokenNoticeAtMs = overflow ? .min : noticeAtMs
+        return self.tokenNoticeAtMs! <= nowMillis
+    }
+
+    /// What the deadline sweep found: a token notice to send first (with the token's expiry), then an action.
+    struct DeadlineCheck: Equatable {
+        var tokenNoticeForExpiryAtMs: Int64?
+        var action: Action = .none
+    }
+
+    /// The deadlines that passed by `now` (monotonic) and `nowMillis` (server time): no HELLO within the handshake
+    /// timeout (1007), the token's notice and expiry (2002, SB-5.3-4), no complete frame for the heartbeat window
+    /// (1009, SB-5.6-3).
+    mutating func deadlinesPassed(now: NIODeadline, nowMillis: Int64) -> DeadlineCheck {
+        switch self.state {
+        case .awaitingHello:
+            guard now >= self.handshakeDeadline else { return DeadlineCheck() }
+            return DeadlineCheck(action: .fail(.handshakeRequired, .protocolError, "no HELLO within the handshake timeout"))
+        case .ready, .draining:
+            var check = DeadlineCheck()
+            if let expiry = self.tokenExpiresAtMs {
+                if let notice = self.tokenNoticeAtMs, nowMillis >= notice {
+                    self.tokenNoticeAtMs = nil
+                    check.tokenNoticeForExpiryAtMs = expiry
+                }
+                if nowMillis >= expiry {
+                    check.action = .fail(.tokenExpired, .authExpired, "the session's token expired; renew it before it does")
+                    return check
+                }
+            }
+            let misses = Int64(self.heartbeatMisses)
+            if now - self.lastFrameReceived > TimeAmount.nanoseconds(self.heartbeatInterval.nanoseconds * misses) {
+                check.action = .fail(.heartbeatTimeout, .abnormal, "nothing received for \(misses) heartbeat intervals")
+            }
+            return check
+        case .closed:
+            return DeadlineCheck()
+        }
     }
 
     // MARK: requests
