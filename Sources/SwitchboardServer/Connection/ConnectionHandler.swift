@@ -20,8 +20,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var machine: ConnectionStateMachine
     private var supportsCompression = false
     private var inReadCycle = false
-    /// Shared push buffers were written to the channel and await the next flush.
-    private var writtenUnflushed = false
     /// The socket, when the handler knows it (the gateway's listeners): output then goes to the socket directly
     /// while the channel holds none of it.
     private let socket: DirectSocketWriter?
@@ -42,12 +40,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The channel's writability as its last `channelWritabilityChanged` told it: read on every push and flush
     /// without touching the channel object (a fan-out to thousands of connections is bound by cache misses).
     private var channelWritable = true
-    /// Pushes waiting for the socket (SB-5.9-2, SB-5.6-2): while the channel's own small write window is full,
-    /// pushes wait here, and responses, PONGs and GOAWAY go to the socket ahead of them.
-    /// Created when the first push has to wait and dropped when the last one left, so an idle connection holds no
-    /// queue storage (`CircularBuffer()` allocates room for 16 at once).
-    private var heldPushes: CircularBuffer<ByteBuffer>?
-    private var output: ByteBuffer?
+    /// This tick's frames and the pushes waiting for the channel's write window (SB-5.9-2, SB-5.6-2): while that
+    /// window is full, pushes wait there, and responses, PONGs and GOAWAY go to the socket ahead of them.
+    private var output = ConnectionOutput()
 
     private var connectionID: UInt64 = 0
     private var decoder: FrameDecoder
@@ -75,7 +70,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var handshakeTimer: Scheduled<Void>?
     private var readBlocked = false
     private var readPending = false
-    private var heldBytes = 0
     /// Set while held pushes are being handed to the channel: a flush inside that can make the channel writable
     /// again, and the nested notification only asks the running loop for another round (no recursion).
     private var releasingHeldPushes = false
@@ -265,7 +259,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard var buffer = self.cumulation else { return }
         self.cumulation = nil
         while self.machine.isOpen {
-            if (self.output?.readableBytes ?? 0) >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
+            if self.output.pendingBytes >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
                 self.pauseDecoding(context: context)
                 break
             }
@@ -363,7 +357,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// The channel's write window (its NIO write-buffer water marks) for a gateway whose configured low-water mark is
-    /// `lowWaterMark`: small, so that queued pushes wait in ``heldPushes`` where replies can pass them.
+    /// `lowWaterMark`: small, so that queued pushes wait in ``output`` where replies can pass them.
     static func writeWindow(lowWaterMark: Int) -> NIOCore.ChannelOptions.Types.WriteBufferWaterMark {
         let high = max(min(64 << 10, lowWaterMark), 2)
         return NIOCore.ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)
@@ -372,7 +366,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Bytes waiting to leave: output not yet written, held pushes and what the channel buffers.
     private func queuedOutboundBytes(context: ChannelHandlerContext) -> Int {
         let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
-        return self.heldBytes + buffered + (self.output?.readableBytes ?? 0)
+        return self.output.heldBytes + buffered + self.output.pendingBytes
     }
 
     /// SB-5.9-1: stops reading above the high-water mark of queued bytes and resumes below the low-water mark.
@@ -395,22 +389,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Forgets held pushes (the connection is closing: they would never be read).
     private func dropHeldPushes() {
-        self.heldPushes = nil
-        self.heldBytes = 0
+        self.output.dropHeldPushes()
     }
 
     /// Holds a push behind the ones already waiting (called while pushes must wait).
     private func hold(_ frame: ByteBuffer) {
-        if self.heldPushes == nil { self.heldPushes = CircularBuffer(initialCapacity: 4) }
-        self.heldPushes!.append(frame)
-        self.heldBytes += frame.readableBytes
+        self.output.hold(frame)
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()  // the end-of-tick check applies the high-water mark and the hard cap
     }
 
     /// Pushes wait while others wait (their order is kept) or while the channel's write window is full.
     private var pushesMustWait: Bool {
-        self.heldPushes != nil || !self.channelWritable
+        self.output.isHoldingPushes || !self.channelWritable
     }
 
     /// Hands held pushes to the channel, in order, while its write window takes them.
@@ -424,17 +415,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
         repeat {
             self.releaseRequested = false
             var released = false
-            while let frame = self.heldPushes?.first, context.channel.isWritable, self.machine.isOpen {
-                self.heldPushes!.removeFirst()
-                if self.heldPushes!.isEmpty { self.heldPushes = nil }
-                self.heldBytes -= frame.readableBytes
+            while self.output.firstHeld != nil, context.channel.isWritable, self.machine.isOpen,
+                let frame = self.output.takeFirstHeld()
+            {
                 self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
                 context.write(self.wrapOutboundOut(frame), promise: nil)
                 released = true
             }
             // The flush may write everything at once and report the channel writable again (releaseRequested).
             if released { self.flushChannel(context: context) }
-        } while self.releaseRequested && self.heldPushes != nil && self.machine.isOpen
+        } while self.releaseRequested && self.output.isHoldingPushes && self.machine.isOpen
     }
 
     private func frameError(_ error: SwitchboardWireError) {
@@ -622,7 +612,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         // Reads a command area answers straight from the encoded body (the plain case of a batch read).
         if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
-            var buffer = self.takeOutput(capacity: 8192)
+            var buffer = self.takeOutputForAppending(capacity: 8192)
         {
             let hadOutput = buffer.readableBytes > 0
             var answer = EncodedAnswerOutput(
@@ -633,7 +623,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             swap(&answer.buffer, &buffer)
             let answered = reader.answerEncoded(operation, body: frame.body, session: session, into: &answer)
             // A declined answer wrote nothing: an output made for it goes (an idle connection keeps no buffer).
-            self.output = answered || hadOutput ? answer.buffer : nil
+            self.output.restorePending(answered || hadOutput ? answer.buffer : nil)
             if answered {
                 self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
                 self.core.metrics.framesOut.increment()
@@ -717,39 +707,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Appends a frame to this tick's output.
     func send(_ message: SwitchboardMessage) {
-        guard self.machine.isOpen else { return }
-        if self.output == nil {
-            self.output = self.context?.channel.allocator.buffer(capacity: 256)
-        }
-        guard var output = self.output else { return }
-        self.output = nil  // unique while appending
-        self.encoder.encode(message, into: &output)
-        self.output = output
+        guard self.machine.isOpen, let context = self.context else { return }
+        self.output.append(capacity: 256, allocator: context.channel.allocator) { self.encoder.encode(message, into: &$0) }
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()
     }
 
     /// This tick's output, taken out of `self` so that it stays uniquely referenced while the caller appends to it
     /// (the caller puts it back); nil once the connection is closed.
-    private func takeOutput(capacity: Int) -> ByteBuffer? {
-        guard self.machine.isOpen else { return nil }
-        if let output = self.output {
-            self.output = nil
-            return output
-        }
-        return self.context?.channel.allocator.buffer(capacity: capacity)
+    private func takeOutputForAppending(capacity: Int) -> ByteBuffer? {
+        guard self.machine.isOpen, let context = self.context else { return nil }
+        return self.output.takeForAppending(capacity: capacity, allocator: context.channel.allocator)
     }
 
     /// Appends a frame whose body was encoded beforehand to this tick's output.
     private func sendEncoded(_ header: FrameHeader, body: ByteBuffer) {
-        guard self.machine.isOpen else { return }
-        if self.output == nil {
-            self.output = self.context?.channel.allocator.buffer(capacity: body.readableBytes + 16)
+        guard self.machine.isOpen, let context = self.context else { return }
+        self.output.append(capacity: body.readableBytes + 16, allocator: context.channel.allocator) {
+            self.encoder.encode(header: header, body: body, into: &$0)
         }
-        guard var output = self.output else { return }
-        self.output = nil  // unique while appending
-        self.encoder.encode(header: header, body: body, into: &output)
-        self.output = output
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()
     }
@@ -792,30 +768,26 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.sendDirectlyNow(frame)
             return
         }
-        if let context = self.context, frame.readableBytes >= Self.sharedPushMinimumBytes || (self.output?.readableBytes ?? 0) == 0 {
+        guard let context = self.context else { return }
+        if frame.readableBytes >= Self.sharedPushMinimumBytes || self.output.pendingBytes == 0 {
             // Queue the one encoded buffer itself, shared by every receiving connection, instead of a copy per
             // connection: a large push is held once however many slow readers it waits for, and a push to an
             // idle connection (the fan-out case) costs no buffer of its own. Small pushes behind other output
             // are copied into it, to leave in the same write.
-            if let output = self.output, output.readableBytes > 0 {
-                self.output = nil
-                context.write(self.wrapOutboundOut(output), promise: nil)
-                self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+            if self.output.pendingBytes > 0, let pending = self.output.takePending() {
+                context.write(self.wrapOutboundOut(pending), promise: nil)
+                self.core.metrics.bytesOut.increment(by: Int64(pending.readableBytes))
             }
             context.write(self.wrapOutboundOut(frame), promise: nil)
             self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
             self.core.metrics.framesOut.increment()
-            self.writtenUnflushed = true
+            self.output.writtenUnflushed = true
             self.scheduleFlush()
             return
         }
-        if self.output == nil {
-            self.output = self.context?.channel.allocator.buffer(capacity: frame.readableBytes)
+        self.output.append(capacity: frame.readableBytes, allocator: context.channel.allocator) {
+            $0.writeImmutableBuffer(frame)
         }
-        guard var output = self.output else { return }
-        self.output = nil
-        output.writeImmutableBuffer(frame)
-        self.output = output
         self.core.metrics.framesOut.increment()
         self.scheduleFlush()
     }
@@ -825,7 +797,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// no held push), and it has not sent directly yet this tick (later frames of the tick leave together at its
     /// end, behind the direct one).
     private var canSendDirectlyNow: Bool {
-        guard self.socket != nil, !self.inReadCycle, !self.writtenUnflushed, (self.output?.readableBytes ?? 0) == 0,
+        guard self.socket != nil, !self.inReadCycle, !self.output.writtenUnflushed, self.output.pendingBytes == 0,
             self.directSocket != nil, let batch = self.flushBatch, batch.generation != self.directPushGeneration,
             self.context != nil
         else { return false }
@@ -868,21 +840,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     private func flushOutput() {
         guard let context = self.context else { return }
-        if let output = self.output, output.readableBytes > 0 {
-            self.output = nil
+        if self.output.pendingBytes > 0, let output = self.output.takePending() {
             self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
-            if !self.writtenUnflushed, let socket = self.directSocket {
+            if !self.output.writtenUnflushed, let socket = self.directSocket {
                 self.writeDirectly(output, to: socket, context: context)
                 self.checkOutboundQueue(context: context)
                 return
             }
             context.write(self.wrapOutboundOut(output), promise: nil)
-        } else if !self.writtenUnflushed {
+        } else if !self.output.writtenUnflushed {
             // Nothing to write; pushes held this tick still count against the limits.
-            if self.heldPushes != nil { self.checkOutboundQueue(context: context) }
+            if self.output.isHoldingPushes { self.checkOutboundQueue(context: context) }
             return
         }
-        self.writtenUnflushed = false
+        self.output.writtenUnflushed = false
         self.flushChannel(context: context)
         self.checkOutboundQueue(context: context)
     }
@@ -890,7 +861,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The socket, when output may go to it directly now: the channel holds none of the connection's output (no
     /// flush pending in it, no push held for it) and the connection is open.
     private var directSocket: DirectSocketWriter? {
-        guard self.channelFlushesPending == 0, self.heldPushes == nil, self.machine.isOpen else { return nil }
+        guard self.channelFlushesPending == 0, !self.output.isHoldingPushes, self.machine.isOpen else { return nil }
         return self.socket
     }
 
@@ -931,7 +902,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
         // below every limit, with reading not blocked, so there is nothing to change (the common case, without
         // asking the channel for its buffered bytes at every flush).
-        if self.heldPushes == nil, !self.readBlocked, self.channelWritable { return }
+        if !self.output.isHoldingPushes, !self.readBlocked, self.channelWritable { return }
         let queued = self.queuedOutboundBytes(context: context)
         self.updateReadBackpressure(context: context, queued: queued)
         // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
@@ -985,10 +956,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.inputEnded = false
         self.endSession()
         // The last write (possibly empty, behind shared pushes already written) completes when all of it is out.
-        let pending = self.output?.readableBytes ?? 0
-        let output = self.output ?? context.channel.allocator.buffer(capacity: 0)
-        self.output = nil
-        self.writtenUnflushed = false
+        let output = self.output.takePending() ?? context.channel.allocator.buffer(capacity: 0)
+        let pending = output.readableBytes
+        self.output.writtenUnflushed = false
         self.core.metrics.bytesOut.increment(by: Int64(pending))
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(self.wrapOutboundOut(output), promise: written)
