@@ -22,25 +22,17 @@ public struct StoredEventSubscription: Sendable, Hashable {
 /// Persists event subscriptions, kept (offline) events, the latest online state of each publisher and when each
 /// user was last offline, for the event subscription area (`Protocol/SPEC.md` §13.4).
 ///
-/// The area keeps everything in memory and reads this store once at start. Writes are group-committed in the order
-/// the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; a write's completion runs
-/// after its transaction committed, which is when the area answers a client's subscribe, unsubscribe or kept
-/// publish. ``flush()`` waits for every write issued so far.
+/// The SQLite ``EventBackend`` of ``EventSubscriptions``, which keeps everything in memory and reads this store
+/// once at start. Writes are group-committed in the order the changes happened (``GroupCommitWriter``), so the
+/// event loops never wait for SQLite; a write's completion runs after its transaction committed, which is when the
+/// domain answers a client's subscribe, unsubscribe or kept publish. ``flush()`` waits for every write issued so far.
 /// Times are absolute, so expiries keep counting across a restart.
 ///
 /// Any `UInt64` is accepted: event values and types are kept exactly (those of 2^63 and up too), and times in ms
 /// saturate at `Int64.max` (``StoredInteger``), so nothing a client sends can trap in a conversion here.
 public final class EventStore: Sendable {
     /// What the database held at start, without what had expired.
-    public struct Snapshot: Sendable {
-        public var subscriptions: [StoredEventSubscription] = []
-        /// Kept events, oldest first.
-        public var keptEvents: [SubscribedEvent] = []
-        /// The latest online-state event per publisher.
-        public var onlineStates: [SubscribedEvent] = []
-        /// When each user's last session ended (server ms).
-        public var lastOffline: [String: Int64] = [:]
-    }
+    public typealias Snapshot = EventSnapshot
 
     private let writer: any DatabaseWriter
     private let commits: GroupCommitWriter

@@ -1,0 +1,611 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+import Synchronization
+import SwitchboardWire
+
+/// Fixed limits of the event area (`Protocol/SPEC.md` §11).
+public enum EventLimits {
+    public static let publishersPerCall = 100
+    public static let publishersPerUser = 3_000
+    public static let subscriptionExpiry: ClosedRange<UInt64> = 60...2_592_000
+    public static let eventExpiry: ClosedRange<UInt64> = 60...604_800
+    public static let minimumEventValue: UInt64 = 10_000
+    public static let maxExtBytes = 4_096
+    public static let keptEventsPerPublisher = 100
+    public static let maxUserIDBytes = 64
+}
+
+/// The system's monotonic clock in ns (the default clock of ``EventSubscriptions``'s grace period).
+public func systemMonotonicNanos() -> UInt64 {
+    var spec = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &spec)
+    return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+}
+
+/// A logged-in session as the event domain sees it: who it is and on what kind of client. The server's session
+/// handle conforms; tests use a plain class.
+public protocol EventSession: AnyObject, Sendable {
+    /// The session's user.
+    var eventUserID: String { get }
+    /// The session's kind of client.
+    var eventClientType: ClientType { get }
+}
+
+/// The event subscription domain (`Protocol/SPEC.md` §13.4): who subscribes to whose events, kept events with
+/// their expiry, online states (values 1, 2, 3) with the grace period of an abnormal end, the validation rules and
+/// their error codes, and the undo of a change the backend refused. Plain Swift: no sockets, no event loops.
+///
+/// Everything lives in memory under one lock and is written through an ``EventBackend`` (group commit); a
+/// subscribe, unsubscribe and kept publish complete after the change committed, and are undone in memory (failing
+/// with `8001`) if it could not be stored. Expiries are absolute server times checked lazily against the clock,
+/// so no timers run for them. The grace period runs on a monotonic clock (injected); one repeated sweep, which
+/// the caller schedules (`scheduleSweep`), publishes the drops whose grace passed (``sweepDrops()``).
+///
+/// Events go out through `fanOut` and `send`, called with the lock held (so the events of one publisher reach each session
+/// in order) and only with events and sessions to send to; the same list of sessions is handed out again until
+/// something it depends on changes, so a fan-out to thousands of subscribers walks one array.
+public final class EventSubscriptions<Session: EventSession>: Sendable {
+    /// Fixed limits of §11.
+    public typealias Limits = EventLimits
+
+    /// Sends `events` (one push) to every session of `sessions` (a fan-out); neither is ever empty.
+    public typealias FanOut = @Sendable (_ events: [SubscribedEvent], _ sessions: [Session]) -> Void
+    /// Sends `events` (one push) to one session (the sync at login); `events` is never empty.
+    public typealias Send = @Sendable (_ events: [SubscribedEvent], _ session: Session) -> Void
+    /// Runs `sweep` every `intervalNanos` until it returns false.
+    public typealias ScheduleSweep = @Sendable (_ intervalNanos: Int64, _ sweep: @escaping @Sendable () -> Bool) -> Void
+
+    /// What a subscribe did.
+    public struct Subscribed: Sendable {
+        /// The publishers that were refused (empty or too long ids).
+        public var failedPublishers: [String]
+        /// With sync: the subscribed publishers' current events, to send after the answer.
+        public var syncEvents: [SubscribedEvent]
+    }
+
+    /// What a publish did.
+    public struct Published: Sendable {
+        /// The event (already delivered to the online receivers).
+        public var event: SubscribedEvent
+        /// The event is being kept: the publish completes when it is stored (the `whenKept` completion).
+        public var awaitsCommit: Bool
+    }
+
+    private struct Subscription {
+        var subscribedAtMs: Int64
+        var expiresAtMs: Int64
+    }
+
+    private struct State {
+        /// subscriber → publisher → subscription (event type 1).
+        var subscriptions: [String: [String: Subscription]] = [:]
+        /// publisher → subscriber → when that subscription expires (server ms): the fan-out index.
+        var subscribers: [String: [String: Int64]] = [:]
+        /// publisher → kept events, oldest first.
+        var kept: [String: [SubscribedEvent]] = [:]
+        /// publisher → latest application event (kept or not).
+        var latestCustom: [String: SubscribedEvent] = [:]
+        /// publisher → current online state.
+        var onlineState: [String: SubscribedEvent] = [:]
+        /// user → online sessions.
+        var online: [String: [Session]] = [:]
+        /// publisher → its subscribers' online sessions, as gathered for its last fan-out: reused until the
+        /// publisher's subscribers change, one of them starts or ends a session, or the earliest of the
+        /// subscriptions in it expires.
+        var fanOutLists: [String: FanOutList] = [:]
+        /// user → when their last session ended.
+        var lastOffline: [String: Int64] = [:]
+        /// (user, client type) → abnormal end waiting for the grace period (monotonic ns deadline).
+        var pendingDrops: [DropKey: UInt64] = [:]
+        /// The same drops in the order their grace ends (the grace is fixed, so that is the order they came in);
+        /// an entry whose key has since come back, or dropped again later, is skipped.
+        var dropQueue: [(key: DropKey, deadline: UInt64)] = []
+        var dropQueueStart = 0
+        /// The sweep that publishes drops whose grace period passed runs (started with the first drop).
+        var sweeping = false
+        /// When expired subscriptions and events were last dropped (server ms).
+        var lastPurgeMs: Int64 = 0
+    }
+
+    private struct FanOutList {
+        var sessions: [Session]
+        /// Server ms at which the earliest subscription in the list expires.
+        var validUntilMs: Int64
+    }
+
+    private struct DropKey: Hashable {
+        var user: String
+        var clientType: ClientType
+    }
+
+    private let state = Mutex(State())
+    private let backend: any EventBackend
+    private let nowMillis: @Sendable () -> Int64
+    private let monotonicNanos: @Sendable () -> UInt64
+    private let gracePeriodNanos: UInt64
+    private let scheduleSweep: ScheduleSweep
+    private let deliver: FanOut
+    private let send: Send
+
+    /// Creates the domain from what `backend` holds.
+    ///
+    /// - Parameters:
+    ///   - backend: Where subscriptions, kept events and online states persist.
+    ///   - gracePeriodNanos: How long an abnormally ended session may take to come back before subscribers get
+    ///     value 3.
+    ///   - nowMillis: The server clock (ms since the epoch), for session starts and ends.
+    ///   - monotonicNanos: The clock of the grace period (default: the system's monotonic clock).
+    ///   - scheduleSweep: Starts the repeated sweep of drops whose grace passed (called once, at the first drop).
+    ///   - fanOut: Sends a push of events to sessions.
+    ///   - send: Sends a push of events to one session.
+    /// - Throws: What `backend` throws when it cannot be read.
+    public init(
+        backend: any EventBackend, gracePeriodNanos: UInt64 = 2_000_000_000,
+        nowMillis: @escaping @Sendable () -> Int64,
+        monotonicNanos: @escaping @Sendable () -> UInt64 = systemMonotonicNanos,
+        scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send
+    ) throws {
+        self.backend = backend
+        self.gracePeriodNanos = gracePeriodNanos
+        self.nowMillis = nowMillis
+        self.monotonicNanos = monotonicNanos
+        self.scheduleSweep = scheduleSweep
+        self.deliver = fanOut
+        self.send = send
+        let snapshot = try backend.load(nowMillis: nowMillis())
+        self.state.withLock { state in
+            for s in snapshot.subscriptions where s.eventType == 1 {
+                state.subscriptions[s.subscriber, default: [:]][s.publisher] =
+                    Subscription(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs)
+                state.subscribers[s.publisher, default: [:]][s.subscriber] = s.expiresAtMs
+            }
+            for event in snapshot.keptEvents {
+                state.kept[event.publisher, default: []].append(event)
+                state.latestCustom[event.publisher] = event
+            }
+            for var event in snapshot.onlineStates {
+                // Nobody is online after a restart: a publisher that was online when the server stopped dropped.
+                if event.value == 1 {
+                    event.value = 3
+                    event.onlineClientTypes = []
+                }
+                state.onlineState[event.publisher] = event
+            }
+            state.lastOffline = snapshot.lastOffline
+        }
+    }
+
+    // MARK: Requests
+
+    /// Subscribes `subscriber` to `publishers` for `expirySeconds`; `completion` runs once the subscriptions are
+    /// stored (or were undone because they could not be).
+    /// - Throws: A validation error (nothing changed, `completion` is not called).
+    public func subscribe(
+        _ publishers: [String], eventType: UInt64, expirySeconds: UInt64, sync: Bool, by subscriber: String,
+        nowMs now: Int64, completion: @escaping @Sendable (Result<Subscribed, SwitchboardStoreError>) -> Void
+    ) throws(SwitchboardStoreError) {
+        try Self.checkEventType(eventType)
+        guard Limits.subscriptionExpiry.contains(expirySeconds) else {
+            throw Self.error(.invalidExpiry, "expirySeconds must be 60-2592000")
+        }
+        guard !publishers.isEmpty else { throw Self.error(.invalidArgument, "no publishers") }
+        try Self.checkPublisherCount(publishers)
+        var failed: [String] = []
+        var valid: [String] = []
+        var seen = Set<String>()
+        for publisher in publishers {
+            if publisher.isEmpty || publisher.utf8.count > Limits.maxUserIDBytes {
+                failed.append(publisher)
+            } else if seen.insert(publisher).inserted {
+                valid.append(publisher)
+            }
+        }
+        let expiresAt = now + Int64(expirySeconds) * 1000
+        // What each publisher's subscription was before, to undo the change if it cannot be stored.
+        let previous: [String: Subscription?]? = self.state.withLock { state in
+            var mine = (state.subscriptions[subscriber] ?? [:]).filter { $0.value.expiresAtMs > now }
+            let added = valid.filter { mine[$0] == nil }.count
+            guard mine.count + added <= Limits.publishersPerUser else { return nil }
+            var previous: [String: Subscription?] = [:]
+            for publisher in valid {
+                // A publisher's online state is stored only while someone subscribes to it: store it now.
+                if state.subscribers[publisher]?.isEmpty ?? true, let online = state.onlineState[publisher] {
+                    self.backend.setOnlineState(online)
+                }
+                previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
+                mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
+                state.subscribers[publisher, default: [:]][subscriber] = expiresAt
+                Self.forgetFanOutList(of: publisher, in: &state)
+            }
+            state.subscriptions[subscriber] = mine
+            return previous
+        }
+        guard let previous else {
+            throw Self.error(.subscriptionQuotaExceeded, "at most 3000 subscribed publishers per user")
+        }
+        let stored = valid.map {
+            StoredEventSubscription(subscriber: subscriber, publisher: $0, subscribedAtMs: now, expiresAtMs: expiresAt)
+        }
+        let syncEvents: [SubscribedEvent] =
+            sync ? self.state.withLock { state in valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } } : []
+        let result = Subscribed(failedPublishers: failed, syncEvents: syncEvents)
+        self.backend.upsert(stored) { [self] outcome in
+            guard case .success = outcome else {
+                self.state.withLock { state in
+                    for (publisher, before) in previous {
+                        // Undo only what this call wrote; a later call owns a newer subscription.
+                        guard let current = state.subscriptions[subscriber]?[publisher],
+                            current.subscribedAtMs == now, current.expiresAtMs == expiresAt
+                        else { continue }
+                        Self.setSubscription(before, subscriber: subscriber, publisher: publisher, in: &state)
+                    }
+                }
+                return completion(.failure(Self.storageFailure))
+            }
+            completion(.success(result))
+        }
+    }
+
+    /// Removes `subscriber`'s subscriptions to `publishers` (all of them when empty); `completion` runs once that
+    /// is stored (or was undone because it could not be).
+    /// - Throws: A validation error (nothing changed, `completion` is not called).
+    public func unsubscribe(
+        _ publishers: [String], eventType: UInt64, by subscriber: String,
+        completion: @escaping @Sendable (Result<Void, SwitchboardStoreError>) -> Void
+    ) throws(SwitchboardStoreError) {
+        try Self.checkEventType(eventType)
+        try Self.checkPublisherCount(publishers)
+        let removed: [String: Subscription] = self.state.withLock { state in
+            let all = publishers.isEmpty ? Array((state.subscriptions[subscriber] ?? [:]).keys) : publishers
+            var removed: [String: Subscription] = [:]
+            for publisher in all {
+                if let old = state.subscriptions[subscriber]?[publisher] { removed[publisher] = old }
+                Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
+            }
+            return removed
+        }
+        self.backend.removeSubscriptions(
+            subscriber: subscriber, eventType: 1, publishers: publishers.isEmpty ? nil : publishers
+        ) { [self] outcome in
+            guard case .success = outcome else {
+                self.state.withLock { state in
+                    for (publisher, old) in removed where state.subscriptions[subscriber]?[publisher] == nil {
+                        Self.setSubscription(old, subscriber: subscriber, publisher: publisher, in: &state)
+                    }
+                }
+                return completion(.failure(Self.storageFailure))
+            }
+            completion(.success(()))
+        }
+    }
+
+    /// Publishes an application event of `session`'s user: delivered at once to the online subscribers (and, with
+    /// `multiDeviceSync`, the publisher's other sessions), and unless `onlineOnly` kept for offline delivery, in
+    /// which case `whenKept` runs once it is stored (or was dropped again because it could not be).
+    /// - Throws: A validation error (nothing happened).
+    public func publish(
+        eventType: UInt64, value: UInt64, expirySeconds: UInt64, ext: String, onlineOnly: Bool, multiDeviceSync: Bool,
+        from session: Session, nowMs now: Int64,
+        whenKept: @escaping @Sendable (Result<SubscribedEvent, SwitchboardStoreError>) -> Void
+    ) throws(SwitchboardStoreError) -> Published {
+        try Self.checkEventType(eventType)
+        guard value >= Limits.minimumEventValue else {
+            throw Self.error(.reservedEventValue, "event values 1-9999 are reserved for the server")
+        }
+        guard Limits.eventExpiry.contains(expirySeconds) else {
+            throw Self.error(.invalidExpiry, "expirySeconds must be 60-604800")
+        }
+        guard ext.utf8.count <= Limits.maxExtBytes else { throw Self.error(.valueTooLong, "ext is at most 4096 bytes") }
+        let publisher = session.eventUserID
+        let event = SubscribedEvent(
+            eventId: Self.newEventID(), eventType: 1, value: value, publisher: publisher,
+            timestampMs: UInt64(max(now, 0)), expiresAtMs: UInt64(max(now, 0)) + expirySeconds * 1000, ext: ext)
+        self.state.withLock { state in
+            state.latestCustom[publisher] = event
+            if !onlineOnly {
+                var kept = (state.kept[publisher] ?? []).filter { Int64($0.expiresAtMs) > now }
+                kept.append(event)
+                if kept.count > Limits.keptEventsPerPublisher { kept.removeFirst(kept.count - Limits.keptEventsPerPublisher) }
+                state.kept[publisher] = kept
+            }
+            var targets = Self.subscriberSessions(of: publisher, in: &state, now: now)
+            // The publisher's own sessions are among the targets only if it subscribes to itself: only then is
+            // the list searched.
+            let subscribesToItself = state.subscribers[publisher]?[publisher] != nil
+            if multiDeviceSync {
+                // The publisher's other devices, unless they are there already (a publisher subscribed to itself).
+                let listed =
+                    subscribesToItself
+                    ? Set(targets.lazy.filter { $0.eventUserID == publisher }.map { ObjectIdentifier($0) }) : []
+                for other in state.online[publisher] ?? []
+                where other !== session && !listed.contains(ObjectIdentifier(other)) {
+                    targets.append(other)
+                }
+            } else if subscribesToItself {
+                targets.removeAll { $0 === session }
+            }
+            // Online subscribers get it at once (it is live); the publisher's answer waits for the kept copy.
+            self.fanOut([event], to: targets)
+        }
+        guard !onlineOnly else { return Published(event: event, awaitsCommit: false) }
+        self.backend.keep(event, limit: Limits.keptEventsPerPublisher) { [self] outcome in
+            guard case .success = outcome else {
+                // Not kept after all: subscribers who log in later must not receive it.
+                self.state.withLock { state in state.kept[publisher]?.removeAll { $0.eventId == event.eventId } }
+                return whenKept(.failure(Self.storageFailure))
+            }
+            whenKept(.success(event))
+        }
+        return Published(event: event, awaitsCommit: true)
+    }
+
+    /// `subscriber`'s unexpired subscriptions to `publishers` (each once, in the order asked).
+    /// - Throws: A validation error.
+    public func subscriptions(
+        to publishers: [String], eventType: UInt64, of subscriber: String, nowMs now: Int64
+    ) throws(SwitchboardStoreError) -> [EventSubscription] {
+        try Self.checkEventType(eventType)
+        guard !publishers.isEmpty else { throw Self.error(.invalidArgument, "no publishers") }
+        try Self.checkPublisherCount(publishers)
+        return self.state.withLock { state in
+            let mine = state.subscriptions[subscriber] ?? [:]
+            var seen = Set<String>()
+            return publishers.compactMap { publisher in
+                guard seen.insert(publisher).inserted, let s = mine[publisher], s.expiresAtMs > now else { return nil }
+                return EventSubscription(
+                    publisher: publisher, eventType: 1, subscribedAtMs: UInt64(max(s.subscribedAtMs, 0)),
+                    expiresAtMs: UInt64(s.expiresAtMs), remainingSeconds: UInt64((s.expiresAtMs - now) / 1000))
+            }
+        }
+    }
+
+    // MARK: Online state
+
+    /// A session started: its user is online (value 1, unless it comes back within the grace period), and the
+    /// user's first session gets the subscribed publishers' online states and the kept events it missed.
+    public func sessionStarted(_ session: Session) {
+        let user = session.eventUserID
+        let now = self.nowMillis()
+        self.state.withLock { state in
+            let wasOffline = (state.online[user] ?? []).isEmpty
+            state.online[user, default: []].append(session)
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
+            let key = DropKey(user: user, clientType: session.eventClientType)
+            if state.pendingDrops.removeValue(forKey: key) != nil {
+                // Came back within the grace period: the drop never happened for the subscribers.
+            } else {
+                self.publishOnlineState(of: user, value: 1, in: &state, now: now)
+            }
+            if wasOffline {
+                self.syncAtLogin(session, in: &state, now: now)
+            }
+        }
+        // Expired subscriptions and events are skipped lazily everywhere; dropping them is housekeeping, once a minute.
+        let purgeDue = self.state.withLock { state in
+            guard now - state.lastPurgeMs >= 60_000 else { return false }
+            state.lastPurgeMs = now
+            return true
+        }
+        if purgeDue { self.purgeExpired(now: now) }
+    }
+
+    /// A session ended: `normal` (logout, kicked) publishes value 2 at once; otherwise value 3 follows when the
+    /// grace period passes without a new session of the same user and client type.
+    public func sessionEnded(_ session: Session, normal: Bool) {
+        let user = session.eventUserID
+        let now = self.nowMillis()
+        let storeOffline: Bool = self.state.withLock { state in
+            state.online[user]?.removeAll { $0 === session }
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
+            let offline = (state.online[user] ?? []).isEmpty
+            if offline {
+                state.online[user] = nil
+                state.lastOffline[user] = now
+            }
+            if normal {
+                self.publishOnlineState(of: user, value: 2, in: &state, now: now)
+            } else {
+                // One sweep publishes the drops whose grace passed (no timer per session: NIO cancels timers by a
+                // linear search of the loop's timer heap, and every reconnect within the grace would cancel one).
+                let key = DropKey(user: user, clientType: session.eventClientType)
+                let deadline = self.monotonicNanos() &+ self.gracePeriodNanos
+                state.pendingDrops[key] = deadline
+                state.dropQueue.append((key, deadline))
+                if !state.sweeping {
+                    state.sweeping = true
+                    self.startDropSweep()
+                }
+            }
+            // Only a user with subscriptions needs it after a restart (offline delivery at the next login).
+            return offline && state.subscriptions[user] != nil
+        }
+        if storeOffline { self.backend.setLastOffline(user: user, atMs: now) }
+    }
+
+    /// Publishes value 3 for the abnormal ends whose grace period passed.
+    public func sweepDrops() {
+        let now = self.monotonicNanos()
+        let nowMillis = self.nowMillis()
+        self.state.withLock { state in
+            while state.dropQueueStart < state.dropQueue.count, state.dropQueue[state.dropQueueStart].deadline <= now {
+                let (key, deadline) = state.dropQueue[state.dropQueueStart]
+                state.dropQueueStart += 1
+                guard state.pendingDrops[key] == deadline else { continue }  // came back, or dropped again since
+                state.pendingDrops[key] = nil
+                self.publishOnlineState(of: key.user, value: 3, in: &state, now: nowMillis)
+            }
+            if state.dropQueueStart > 1_024, state.dropQueueStart * 2 > state.dropQueue.count {
+                state.dropQueue.removeFirst(state.dropQueueStart)
+                state.dropQueueStart = 0
+            }
+        }
+    }
+
+    /// `publisher`'s current online state, if any.
+    public func onlineState(of publisher: String) -> SubscribedEvent? {
+        self.state.withLock { $0.onlineState[publisher] }
+    }
+
+    /// Every quarter of the grace period (at most 100 ms), ``sweepDrops()``.
+    private func startDropSweep() {
+        let interval = Int64(min(max(self.gracePeriodNanos / 4, 1_000_000), 100_000_000))
+        self.scheduleSweep(interval) { [weak self] in
+            guard let self else { return false }
+            self.sweepDrops()
+            return true
+        }
+    }
+
+    /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.
+    private func publishOnlineState(of user: String, value: UInt64, in state: inout State, now: Int64) {
+        var types: [ClientType] = []
+        for session in state.online[user] ?? [] where !types.contains(session.eventClientType) {
+            types.append(session.eventClientType)
+        }
+        let event = SubscribedEvent(
+            eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
+            expiresAtMs: 0, onlineClientTypes: types)
+        state.onlineState[user] = event
+        // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
+        // when nobody is online), so a stream of logins of unwatched users costs no database writes.
+        if !(state.subscribers[user]?.isEmpty ?? true) { self.backend.setOnlineState(event) }
+        self.fanOut([event], to: Self.subscriberSessions(of: user, in: &state, now: now))
+    }
+
+    /// The first session of a user gets each subscribed publisher's online state, then the kept events published
+    /// while the user was offline.
+    private func syncAtLogin(_ session: Session, in state: inout State, now: Int64) {
+        let user = session.eventUserID
+        guard let mine = state.subscriptions[user] else { return }
+        let since = state.lastOffline[user] ?? Int64.min
+        var events: [SubscribedEvent] = []
+        var kept: [SubscribedEvent] = []
+        for (publisher, subscription) in mine.sorted(by: { $0.key < $1.key }) where subscription.expiresAtMs > now {
+            if let online = state.onlineState[publisher] { events.append(online) }
+            for event in state.kept[publisher] ?? []
+            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since {
+                kept.append(event)
+            }
+        }
+        events += kept
+        guard !events.isEmpty else { return }
+        self.send(events, session)
+    }
+
+    // MARK: Helpers
+
+    /// The error of a change that could not be stored (it was undone in memory).
+    private static var storageFailure: SwitchboardStoreError {
+        Self.error(.storageFailure, "the event database could not store the change")
+    }
+
+    private static func error(_ code: ErrorCode, _ message: String) -> SwitchboardStoreError {
+        SwitchboardStoreError(body: ErrorBody(code, message))
+    }
+
+    private static func checkEventType(_ eventType: UInt64) throws(SwitchboardStoreError) {
+        guard eventType == 1 else { throw Self.error(.unsupportedEventType, "only event type 1") }
+    }
+
+    private static func checkPublisherCount(_ publishers: [String]) throws(SwitchboardStoreError) {
+        guard publishers.count <= Limits.publishersPerCall else {
+            throw Self.error(.tooManyPublishers, "at most 100 publishers per call")
+        }
+    }
+
+    /// Sets (or with nil removes) one subscription, keeping the publisher → subscribers index in step.
+    private static func setSubscription(
+        _ subscription: Subscription?, subscriber: String, publisher: String, in state: inout State
+    ) {
+        Self.forgetFanOutList(of: publisher, in: &state)
+        if let subscription {
+            state.subscriptions[subscriber, default: [:]][publisher] = subscription
+            state.subscribers[publisher, default: [:]][subscriber] = subscription.expiresAtMs
+            return
+        }
+        state.subscriptions[subscriber]?[publisher] = nil
+        if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+        state.subscribers[publisher]?[subscriber] = nil
+        if state.subscribers[publisher]?.isEmpty == true { state.subscribers[publisher] = nil }
+    }
+
+    /// The publisher's current unexpired events: online state, then the latest application event.
+    private static func currentEvents(of publisher: String, in state: State, now: Int64) -> [SubscribedEvent] {
+        var events: [SubscribedEvent] = []
+        if let online = state.onlineState[publisher] { events.append(online) }
+        if let custom = state.latestCustom[publisher], Int64(custom.expiresAtMs) > now { events.append(custom) }
+        return events
+    }
+
+    /// Every online session of every user with an unexpired subscription to `publisher`: no session twice, since
+    /// each belongs to one subscriber and a user's online list holds each of their sessions once.
+    ///
+    /// Gathered from the subscriber index and the online sessions (a hash lookup per subscriber) once, then kept
+    /// until something it depends on changes.
+    private static func subscriberSessions(of publisher: String, in state: inout State, now: Int64) -> [Session] {
+        if let list = state.fanOutLists[publisher], now < list.validUntilMs { return list.sessions }
+        guard let subscribers = state.subscribers[publisher] else {
+            state.fanOutLists[publisher] = nil
+            return []
+        }
+        var sessions: [Session] = []
+        var validUntil = Int64.max
+        for (subscriber, expiresAt) in subscribers where expiresAt > now {
+            validUntil = min(validUntil, expiresAt)
+            if let online = state.online[subscriber] { sessions.append(contentsOf: online) }
+        }
+        state.fanOutLists[publisher] = FanOutList(sessions: sessions, validUntilMs: validUntil)
+        return sessions
+    }
+
+    /// Drops `publisher`'s fan-out list (its subscribers changed).
+    private static func forgetFanOutList(of publisher: String, in state: inout State) {
+        state.fanOutLists[publisher] = nil
+    }
+
+    /// Drops the fan-out lists of the publishers `user` subscribes to (the user's online sessions changed).
+    private static func forgetFanOutLists(ofPublishersSubscribedBy user: String, in state: inout State) {
+        guard let publishers = state.subscriptions[user], !state.fanOutLists.isEmpty else { return }
+        for publisher in publishers.keys { state.fanOutLists[publisher] = nil }
+    }
+
+    /// One push to every target, when there are events and targets.
+    private func fanOut(_ events: [SubscribedEvent], to targets: [Session]) {
+        guard !events.isEmpty, !targets.isEmpty else { return }
+        self.deliver(events, targets)
+    }
+
+    private func purgeExpired(now: Int64) {
+        self.state.withLock { state in
+            for (subscriber, subscriptions) in state.subscriptions {
+                let expired = subscriptions.filter { $0.value.expiresAtMs <= now }.map(\.key)
+                guard !expired.isEmpty else { continue }
+                for publisher in expired {
+                    state.subscriptions[subscriber]?[publisher] = nil
+                    state.subscribers[publisher]?[subscriber] = nil
+                    Self.forgetFanOutList(of: publisher, in: &state)
+                }
+                if state.subscriptions[subscriber]?.isEmpty == true { state.subscriptions[subscriber] = nil }
+            }
+            for (publisher, events) in state.kept {
+                let live = events.filter { Int64($0.expiresAtMs) > now }
+                state.kept[publisher] = live.isEmpty ? nil : live
+            }
+        }
+        self.backend.purgeExpired(nowMillis: now)
+    }
+
+    /// A random prefix drawn at start and a counter: unique across restarts like a UUID, without a call into the
+    /// kernel's random source for every event (online-state events are published at every login).
+    private static func newEventID() -> String {
+        let number = eventIDCounter.wrappingAdd(1, ordering: .relaxed).newValue
+        return eventIDPrefix + "-" + String(number, radix: 16)
+    }
+}
+
+/// The prefix and counter of ``EventSubscriptions``'s event ids (generic types have no stored statics).
+private let eventIDPrefix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+private let eventIDCounter = Atomic<UInt64>(0)
