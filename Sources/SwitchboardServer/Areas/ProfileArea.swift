@@ -163,15 +163,17 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     public var encodedReadOperations: [Opcode] { [.getUserInfo, .getGroupInfo] }
 
     /// A batch of user or group infos straight from the request body into the connection's output (see
-    /// ``ProfileDirectory/answerEncoded(kind:body:into:)``); false: the typed path answers.
+    /// ``ProfileDirectory/answerEncoded(kind:body:writeBody:)``); false: the typed path answers.
     public func answerEncoded(
         _ operation: Opcode, body: ByteBuffer, session: SessionHandle, into output: inout EncodedAnswerOutput
     ) -> Bool {
+        let kind: ProfileKind
         switch operation {
-        case .getUserInfo: self.directory.answerEncoded(kind: .user, body: body, into: &output)
-        case .getGroupInfo: self.directory.answerEncoded(kind: .group, body: body, into: &output)
-        default: false
+        case .getUserInfo: kind = .user
+        case .getGroupInfo: kind = .group
+        default: return false
         }
+        return self.directory.answerEncoded(kind: kind, body: body) { size, write in output.writeBody(size: size, write) }
     }
 
     // MARK: Sessions

@@ -316,25 +316,34 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     }
 
     /// A batch of user (`kind` `.user`) or group (`.group`) infos for the ids in a `GetUserInfoRequest` or
-    /// `GetGroupInfoRequest` body, written straight to `output`: ids looked up by their bytes, records copied from
+    /// `GetGroupInfoRequest` body, handed to `writeBody` (the answer's size, then a writer of exactly that many
+    /// bytes) to write straight into the connection's output: ids looked up by their bytes, records copied from
     /// their stored encodings. False, having written nothing, when a provider of the kind is registered (missing
     /// ids are asked for) or the ids are not the plain case (the typed reads report the errors).
-    public func answerEncoded(kind: ProfileKind, body: ByteBuffer, into output: inout some ResponseBodySink) -> Bool {
+    ///
+    /// Not generic over the output: the table's lookups must be specialized here, in this module (a generic sink
+    /// from another module left them unspecialized, a metadata lookup per id).
+    public func answerEncoded(
+        kind: ProfileKind, body: ByteBuffer, writeBody: (_ size: Int, _ write: (inout WireWriter) -> Void) -> Void
+    ) -> Bool {
         guard kind == .user || kind == .group else { return false }
-        return self.state.withLock { state -> Bool in
-            guard state.providers[kind] == nil else { return false }
-            let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
-                let maxIDs = Limits.idsPerBatch
-                let maxBytes = Limits.maxIDBytes
-                return kind == .user
-                    ? try state.users.appendFields(
-                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                        to: &output)
-                    : try state.groups.appendFields(
-                        readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                        to: &output)
+        return withoutActuallyEscaping(writeBody) { writeBody in
+            var output = ProfileAnswerSink(forward: writeBody)
+            return self.state.withLock { state -> Bool in
+                guard state.providers[kind] == nil else { return false }
+                let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
+                    let maxIDs = Limits.idsPerBatch
+                    let maxBytes = Limits.maxIDBytes
+                    return kind == .user
+                        ? try state.users.appendFields(
+                            readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
+                            to: &output)
+                        : try state.groups.appendFields(
+                            readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
+                            to: &output)
+                }
+                return answered == true
             }
-            return answered == true
         }
     }
 
@@ -384,11 +393,11 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     private static func result(_ query: Query, in state: State, timedOut: Bool) -> ProfileReadResult {
         switch query {
         case .users(let ids):
-            return .records(Self.batch(ids, from: state.users))
+            return .records(ProfileRecordBatch.body(ids, from: state.users))
         case .groups(let ids):
-            return .records(Self.batch(ids, from: state.groups))
+            return .records(ProfileRecordBatch.body(ids, from: state.groups))
         case .members(let group, let ids):
-            return .records(Self.batch(ids, from: state.members[group] ?? [:]))
+            return .records(ProfileRecordBatch.body(ids, from: state.members[group] ?? [:]))
         case .memberList(let group, let after, let limit):
             guard let list = state.lists[group] else {
                 return timedOut
@@ -412,15 +421,6 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             let next = end < sorted.count && !page.isEmpty ? Self.encodePage(page[page.count - 1]) : ""
             return .memberPage(GetGroupMembersResponse(userIds: page, nextPage: next, totalMembers: UInt64(sorted.count)))
         }
-    }
-
-    /// A batch read's response body (`GetUserInfoResponse`, `GetGroupInfoResponse` and `GetGroupMemberInfoResponse`
-    /// all hold the records as field 1 and the ids without a record as field 2), copied from the stored encodings.
-    private static func batch<Record>(_ ids: [String], from table: EncodedRecordTable<Record>) -> ByteBuffer {
-        // Room for typical records (about 100 bytes each); larger ones grow the buffer.
-        var body = ByteBufferAllocator().buffer(capacity: max(256, ids.count * 128))
-        table.appendFields(ids, missingField: 2, to: &body)
-        return body
     }
 
     // MARK: Clear
@@ -828,5 +828,28 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             let id = String(data: data, encoding: .utf8)
         else { return nil }
         return id
+    }
+}
+
+/// The output ``ProfileDirectory/answerEncoded(kind:body:writeBody:)`` writes to: a concrete type, so that the
+/// table's code is specialized for it.
+private struct ProfileAnswerSink: ResponseBodySink {
+    let forward: (Int, (inout WireWriter) -> Void) -> Void
+
+    mutating func writeBody(size: Int, _ write: (inout WireWriter) -> Void) {
+        self.forward(size, write)
+    }
+}
+
+/// Batch read bodies, outside the generic ``ProfileDirectory`` so that the table's code is specialized for each
+/// record type.
+private enum ProfileRecordBatch {
+    /// A batch read's response body (`GetUserInfoResponse`, `GetGroupInfoResponse` and `GetGroupMemberInfoResponse`
+    /// all hold the records as field 1 and the ids without a record as field 2), copied from the stored encodings.
+    static func body<Record>(_ ids: [String], from table: EncodedRecordTable<Record>) -> ByteBuffer {
+        // Room for typical records (about 100 bytes each); larger ones grow the buffer.
+        var body = ByteBufferAllocator().buffer(capacity: max(256, ids.count * 128))
+        table.appendFields(ids, missingField: 2, to: &body)
+        return body
     }
 }
