@@ -48,6 +48,7 @@ let package = Package(
             name: "SwitchboardStore",
             dependencies: [
                 "SwitchboardWire",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -214,6 +215,7 @@ let package = Package(
             dependencies: [
                 "SwitchboardStore", "SwitchboardWire", "SwitchboardTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

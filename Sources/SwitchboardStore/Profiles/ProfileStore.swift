@@ -5,19 +5,13 @@ import SwitchboardWire
 /// Persists the profile directory (`Protocol/SPEC.md` §13.5): user, group and group member records and the group
 /// member lists (set with `updateGroupMembers` or supplied by a provider).
 ///
-/// The profile area keeps everything in memory and reads this store once at start. Writes are group-committed in
+/// The ``ProfileDirectory`` keeps everything in memory and reads this store once at start. Writes are group-committed in
 /// the order the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; each write's
 /// completion runs after its transaction committed, which is when the area answers the client. ``flush()`` waits
 /// for every write issued so far. An `updatedAtMs` beyond `Int64.max` is stored as `Int64.max` (``StoredInteger``).
 public final class ProfileStore: Sendable {
     /// What the database held at start.
-    public struct Snapshot: Sendable {
-        public var users: [UserInfo] = []
-        public var groups: [GroupInfo] = []
-        public var members: [GroupMemberInfo] = []
-        /// group id → member user ids (a group with an empty list is present with no ids).
-        public var memberLists: [String: [String]] = [:]
-    }
+    public typealias Snapshot = ProfileSnapshot
 
     private let writer: any DatabaseWriter
     private let commits: GroupCommitWriter

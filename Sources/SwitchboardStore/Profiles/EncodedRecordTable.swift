@@ -14,7 +14,7 @@ import SwitchboardWire
 /// cost. What it gives up is SipHash's resistance to chosen-key collisions; here the stored keys are user ids (set by
 /// their own authenticated users or by admins) and group ids (admins), and lookups of chosen ids cannot lengthen
 /// probe runs, only insertions can.
-struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, ExpressibleByDictionaryLiteral {
+package struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, ExpressibleByDictionaryLiteral {
     /// A stored record; a class so that a batch read can tell a repeated id by the entry's identity instead of
     /// comparing ids a second time.
     private final class Entry: Sendable {
@@ -87,26 +87,26 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
 
     /// The field number of a record in a batch answer (`GetUserInfoResponse`, `GetGroupInfoResponse` and
     /// `GetGroupMemberInfoResponse` all hold their records as field 1).
-    static var recordField: UInt32 { 1 }
+    package static var recordField: UInt32 { 1 }
 
     /// Open addressing with linear probing; nil is an empty slot. The count of slots is a power of two, at least
     /// twice ``count``.
     private var slots: [Entry?]
-    private(set) var count = 0
+    package private(set) var count = 0
     /// ``ProfileKeyHash/seed``, read once (a global's lazy initialization check on every hash was measurable).
     private let seed = ProfileKeyHash.seed
 
-    init() {
+    package init() {
         self.slots = Array(repeating: nil, count: 16)
     }
 
-    init(dictionaryLiteral elements: (String, Record)...) {
+    package init(dictionaryLiteral elements: (String, Record)...) {
         self.init()
         for (id, record) in elements { self[id] = record }
     }
 
     /// The record stored under `id`; assigning encodes it, assigning nil removes it.
-    subscript(id: String) -> Record? {
+    package subscript(id: String) -> Record? {
         get { Self.withKey(id) { bytes in self.slot(of: bytes, hash: ProfileKeyHash.hash(bytes, seed: self.seed)).map { self.slots[$0]!.record } } }
         set {
             guard let newValue else {
@@ -128,7 +128,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
 
     /// Removes and returns the record stored under `id`.
     @discardableResult
-    mutating func removeValue(forKey id: String) -> Record? {
+    package mutating func removeValue(forKey id: String) -> Record? {
         guard var hole = Self.withKey(id, { self.slot(of: $0, hash: ProfileKeyHash.hash($0, seed: self.seed)) }) else { return nil }
         let removed = self.slots[hole]!.record
         // Backward-shift deletion: pull later entries of the run into the hole when their home slot allows it, so
@@ -150,14 +150,14 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
         return removed
     }
 
-    var isEmpty: Bool { self.count == 0 }
-    var keys: [String] { self.slots.compactMap { $0?.id } }
-    var values: [Record] { self.slots.compactMap { $0?.record } }
+    package var isEmpty: Bool { self.count == 0 }
+    package var keys: [String] { self.slots.compactMap { $0?.id } }
+    package var values: [Record] { self.slots.compactMap { $0?.record } }
 
     /// Appends, for each of `ids` in order, the stored record as field ``recordField``; then each id without a record as
     /// field `missingField`. An id named twice is answered once (its first occurrence). The bytes equal the typed
     /// response's encoding (records first, then the missing ids).
-    func appendFields(_ ids: [String], missingField: UInt32, to body: inout ByteBuffer) {
+    package func appendFields(_ ids: [String], missingField: UInt32, to body: inout ByteBuffer) {
         var answer = BatchAnswer(count: ids.count)
         for id in ids {
             Self.withKey(id) { bytes in answer.add(bytes, from: self) }
@@ -173,7 +173,7 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
     ///   one empty or longer than `maxIDBytes` bytes (the caller then answers from the typed request, which reports
     ///   the error); the reader's errors (malformed body) and an id that is not UTF-8 are thrown, before anything
     ///   is written.
-    func appendFields(
+    package func appendFields(
         readingIDsFrom reader: inout WireReader, idField: UInt32, maxIDs: Int, maxIDBytes: Int,
         missingField: UInt32, to body: inout some ResponseBodySink
     ) throws(SwitchboardWireError) -> Bool {
@@ -304,10 +304,10 @@ struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Expressible
 /// The hash of directory ids: a per-process random seed and the length, then each 8-byte word (the last one
 /// overlapping, or for ids under 8 bytes a word built from at most three loads) through a multiply-xorshift round,
 /// and a final avalanche (the finalizer of SplitMix64).
-enum ProfileKeyHash {
-    static let seed = UInt64.random(in: .min ... .max)
+package enum ProfileKeyHash {
+    package static let seed = UInt64.random(in: .min ... .max)
 
-    static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64) -> UInt64 {
+    package static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64) -> UInt64 {
         let count = bytes.count
         var state = seed ^ (UInt64(truncatingIfNeeded: count) &* 0x9E37_79B9_7F4A_7C15)
         if count >= 8 {
@@ -340,12 +340,12 @@ enum ProfileKeyHash {
 
 /// A set of object identities for a batch's worth of entries: open addressing with a multiplicative hash of the
 /// address, which costs far less than `Hasher` for the few hundred lookups a batch read makes.
-struct IdentitySet {
+package struct IdentitySet {
     private var slots: [UInt]
     private let mask: Int
 
     /// A set for up to `capacity` identities.
-    init(capacity: Int) {
+    package init(capacity: Int) {
         var size = 16
         while size < capacity * 2 { size <<= 1 }
         self.slots = [UInt](repeating: 0, count: size)
@@ -353,7 +353,7 @@ struct IdentitySet {
     }
 
     /// Adds `identity`; false when it was already there.
-    mutating func insert(_ identity: ObjectIdentifier) -> Bool {
+    package mutating func insert(_ identity: ObjectIdentifier) -> Bool {
         let address = UInt(bitPattern: identity)
         var slot = Int(truncatingIfNeeded: (address &* 0x9E37_79B9_7F4A_7C15) >> 40) & self.mask
         while true {
