@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 import Testing

@@ -1,5 +1,6 @@
 import NIOCore
 @testable import SwitchboardServer
+import SwitchboardStore
 import SwitchboardWire
 import Testing
 

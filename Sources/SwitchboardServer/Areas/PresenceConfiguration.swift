@@ -1,4 +1,5 @@
 import NIOCore
+import SwitchboardStore
 import SwitchboardWire
 
 /// Settings of the presence area (`Protocol/SPEC.md` §11, §13.3). Every field has the documented default.
@@ -72,5 +73,24 @@ public struct PresenceConfiguration: Sendable, Hashable {
         guard self.maxChannelsPerUser > 0 else {
             throw ValidationError(description: "channels per user must be at least 1")
         }
+    }
+}
+
+extension PresenceConfiguration {
+    /// The limits the domain (``PresenceRegistry``) applies.
+    var limits: PresenceLimits {
+        var limits = PresenceLimits()
+        limits.intervalThreshold = self.intervalThreshold
+        limits.intervalNanos = self.interval.nanoseconds
+        limits.presenceTimeoutNanos = self.presenceTimeout.nanoseconds
+        limits.maxChannelsPerUser = self.maxChannelsPerUser
+        limits.maxStatePairs = self.maxStatePairs
+        limits.maxStateBytes = self.maxStateBytes
+        limits.maxStateKeyBytes = self.maxStateKeyBytes
+        limits.pageSize = self.pageSize
+        limits.maxUsersPerPush = self.maxUsersPerPush
+        limits.maxSnapshotUsers = self.maxSnapshotUsers
+        limits.maxBytesPerPush = self.maxBytesPerPush
+        return limits
     }
 }

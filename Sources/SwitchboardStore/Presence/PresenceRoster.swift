@@ -1,19 +1,17 @@
-import Crypto
-import NIOCore
 import SwitchboardWire
 
 /// User ids kept sorted by bytes in chunks of bounded size: insert and remove cost a binary search plus a move
 /// inside one chunk, and a page is a binary search plus a read of the page's ids. Not thread-safe (kept under the
 /// channel's shard lock).
-struct SortedUserList {
+public struct SortedUserList: Sendable {
     /// Largest chunk before it is split in two.
-    static let maxChunk = 512
+    public static let maxChunk = 512
 
     private var chunks: [[String]] = []
     /// Number of ids.
-    private(set) var count = 0
+    public private(set) var count = 0
 
-    init() {}
+    public init() {}
 
     /// Index of the first chunk whose last id is >= `id` (or > `id` when `strictlyAfter`); `chunks.count` if none.
     private func chunkIndex(for id: String, strictlyAfter: Bool) -> Int {
@@ -49,7 +47,7 @@ struct SortedUserList {
 
     /// Adds `id`; returns false if it was there.
     @discardableResult
-    mutating func insert(_ id: String) -> Bool {
+    public mutating func insert(_ id: String) -> Bool {
         if self.chunks.isEmpty {
             self.chunks.append([id])
             self.count = 1
@@ -73,7 +71,7 @@ struct SortedUserList {
 
     /// Removes `id`; returns false if it was not there.
     @discardableResult
-    mutating func remove(_ id: String) -> Bool {
+    public mutating func remove(_ id: String) -> Bool {
         let index = self.chunkIndex(for: id, strictlyAfter: false)
         guard index < self.chunks.count else { return false }
         let position = Self.position(of: id, in: self.chunks[index], strictlyAfter: false)
@@ -87,7 +85,7 @@ struct SortedUserList {
     }
 
     /// Whether `id` is in the list.
-    func contains(_ id: String) -> Bool {
+    public func contains(_ id: String) -> Bool {
         let index = self.chunkIndex(for: id, strictlyAfter: false)
         guard index < self.chunks.count else { return false }
         let position = Self.position(of: id, in: self.chunks[index], strictlyAfter: false)
@@ -95,7 +93,7 @@ struct SortedUserList {
     }
 
     /// Up to `limit` ids after `after` (from the start when nil), and whether more follow.
-    func page(after: String?, limit: Int) -> (ids: [String], hasMore: Bool) {
+    public func page(after: String?, limit: Int) -> (ids: [String], hasMore: Bool) {
         var chunk = 0
         var position = 0
         if let after {
@@ -120,7 +118,7 @@ struct SortedUserList {
     }
 
     /// Every id in order.
-    func all() -> [String] {
+    public func all() -> [String] {
         var ids: [String] = []
         ids.reserveCapacity(self.count)
         for chunk in self.chunks { ids.append(contentsOf: chunk) }
@@ -129,16 +127,18 @@ struct SortedUserList {
 }
 
 /// A user's temporary state in one channel: ordered pairs, at most a configured number of pairs and bytes.
-struct PresenceState: Equatable {
-    private(set) var items: [StateItem] = []
-    private(set) var byteCount = 0
+public struct PresenceState: Equatable, Sendable {
+    public private(set) var items: [StateItem] = []
+    public private(set) var byteCount = 0
 
-    static func bytes(of item: StateItem) -> Int { item.key.utf8.count + item.value.utf8.count }
+    public init() {}
 
-    var isEmpty: Bool { self.items.isEmpty }
+    public static func bytes(of item: StateItem) -> Int { item.key.utf8.count + item.value.utf8.count }
+
+    public var isEmpty: Bool { self.items.isEmpty }
 
     /// The state after setting `items` (new keys are appended, existing keys overwritten in place).
-    func setting(_ newItems: [StateItem]) -> PresenceState {
+    public func setting(_ newItems: [StateItem]) -> PresenceState {
         var result = self
         for item in newItems {
             if let index = result.items.firstIndex(where: { $0.key == item.key }) {
@@ -153,7 +153,7 @@ struct PresenceState: Equatable {
     }
 
     /// The state without `keys` (all of it when `keys` is empty).
-    func removing(_ keys: [String]) -> PresenceState {
+    public func removing(_ keys: [String]) -> PresenceState {
         if keys.isEmpty { return PresenceState() }
         let removed = Set(keys)
         var result = PresenceState()
@@ -165,75 +165,3 @@ struct PresenceState: Equatable {
     }
 }
 
-/// Signs and checks `whoNow` bookmarks.
-///
-/// A bookmark names the last user id of the page it follows (so the next page starts after that id in byte order,
-/// whoever joined or left meanwhile), when it was issued, and the channel; an HMAC-SHA256 with a per-process key
-/// covers all of it. Hex text: version (1 byte), issue time in ms (8 bytes, big endian), the HMAC (32 bytes), then
-/// the user id's bytes.
-struct PageBookmarks: Sendable {
-    /// The HMAC key's bytes (`SymmetricKey` is not `Sendable`; one is made per use).
-    private let keyBytes: [UInt8]
-    private let lifetimeMillis: Int64
-    private static let version: UInt8 = 1
-    private static let headerBytes = 1 + 8 + 32
-
-    init(lifetime: TimeAmount, keyBytes: [UInt8] = (0..<32).map { _ in UInt8.random(in: 0...255) }) {
-        self.keyBytes = keyBytes
-        self.lifetimeMillis = lifetime.nanoseconds / 1_000_000
-    }
-
-    /// The bytes the HMAC covers: version, channel type and name, issue time, user id.
-    private func signedBytes(channel: ChannelKey, issuedAt: [UInt8], lastUserID: [UInt8]) -> [UInt8] {
-        var bytes: [UInt8] = [Self.version]
-        withUnsafeBytes(of: channel.type.rawValue.bigEndian) { bytes.append(contentsOf: $0) }
-        let name = Array(channel.name.utf8)
-        withUnsafeBytes(of: UInt32(name.count).bigEndian) { bytes.append(contentsOf: $0) }
-        bytes.append(contentsOf: name)
-        bytes.append(contentsOf: issuedAt)
-        bytes.append(contentsOf: lastUserID)
-        return bytes
-    }
-
-    /// A bookmark for the page after `lastUserID` in `channel`.
-    func issue(channel: ChannelKey, lastUserID: String, nowMillis: Int64) -> String {
-        var issuedAt: [UInt8] = []
-        withUnsafeBytes(of: UInt64(bitPattern: nowMillis).bigEndian) { issuedAt.append(contentsOf: $0) }
-        let user = Array(lastUserID.utf8)
-        let signed = self.signedBytes(channel: channel, issuedAt: issuedAt, lastUserID: user)
-        let code = HMAC<SHA256>.authenticationCode(for: signed, using: SymmetricKey(data: self.keyBytes))
-        var bytes: [UInt8] = [Self.version]
-        bytes.append(contentsOf: issuedAt)
-        bytes.append(contentsOf: code)
-        bytes.append(contentsOf: user)
-        return Hex.string(bytes)
-    }
-
-    /// What is wrong with a bookmark that was refused (the presence area answers it with a ``RequestRejection``
-    /// `invalidPage` naming the defect).
-    enum Defect: Error, Equatable {
-        case malformed
-        case forged
-        case expired
-    }
-
-    /// The last user id a bookmark names, if this process issued it for `channel` within its lifetime.
-    func verify(_ text: String, channel: ChannelKey, nowMillis: Int64) -> Result<String, Defect> {
-        guard let bytes = Hex.bytes(text, lowerCaseOnly: true), bytes.count > Self.headerBytes, bytes.count <= Self.headerBytes + 256,
-            bytes[0] == Self.version
-        else { return .failure(.malformed) }
-        let issuedAt = Array(bytes[1..<9])
-        let code = Array(bytes[9..<Self.headerBytes])
-        let user = Array(bytes[Self.headerBytes...])
-        let signed = self.signedBytes(channel: channel, issuedAt: issuedAt, lastUserID: user)
-        guard HMAC<SHA256>.isValidAuthenticationCode(code, authenticating: signed, using: SymmetricKey(data: self.keyBytes)) else {
-            return .failure(.forged)
-        }
-        var millis: UInt64 = 0
-        for byte in issuedAt { millis = millis << 8 | UInt64(byte) }
-        let issued = Int64(bitPattern: millis)
-        guard nowMillis - issued <= self.lifetimeMillis, issued - nowMillis <= 60_000 else { return .failure(.expired) }
-        guard let userID = String(validating: user, as: UTF8.self) else { return .failure(.malformed) }
-        return .success(userID)
-    }
-}
