@@ -100,6 +100,8 @@ public struct GatewayApplication: Service {
         public let sessions: SessionRegistry
         /// Channel members and user subscriptions, shared by the storage and presence areas.
         public let subscriptions: SubscriptionRegistry
+        /// The one path by which changes reach sessions (over ``subscriptions``).
+        public let publisher: PushPublisher
         /// The metadata store, with ``Areas/storage``.
         public let metadataStore: MetadataStore?
         /// The event store, with ``Areas/events``.
@@ -256,6 +258,7 @@ public struct GatewayApplication: Service {
         let nowMillis = self.nowMillis
         let sessions = SessionRegistry()
         let subscriptions = SubscriptionRegistry()
+        let publisher = PushPublisher(subscriptions: subscriptions, compressionThreshold: server.compressionThreshold)
 
         // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
         var metadataStore: MetadataStore?
@@ -269,13 +272,12 @@ public struct GatewayApplication: Service {
                     logger: self.logger)
             metadataStore = store
             storage = StorageArea(
-                store: store, subscriptions: subscriptions, sessions: sessions,
-                compressionThreshold: server.compressionThreshold, nowMillis: nowMillis)
+                store: store, publisher: publisher, sessions: sessions, nowMillis: nowMillis)
         }
         var presence: PresenceArea?
         if areas.contains(.presence) {
             presence = PresenceArea(
-                configuration: configuration.presence, subscriptions: subscriptions,
+                configuration: configuration.presence, publisher: publisher,
                 membershipObservers: (storage.map { [$0] } ?? []) + self.membershipObservers,
                 timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
         }
@@ -287,8 +289,8 @@ public struct GatewayApplication: Service {
                 path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
             eventStore = store
             events = try EventArea(
-                store: store, gracePeriod: configuration.eventGracePeriod,
-                compressionThreshold: server.compressionThreshold, timerLoop: eventLoopGroup.next(),
+                store: store, gracePeriod: configuration.eventGracePeriod, publisher: publisher,
+                timerLoop: eventLoopGroup.next(),
                 nowMillis: nowMillis)
         }
         // The profile directory persists in its own SQLite file as well.
@@ -299,8 +301,8 @@ public struct GatewayApplication: Service {
                 path: configuration.profileDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
             profileStore = store
             profiles = try ProfileArea(
-                store: store, providerTimeout: configuration.providerTimeout,
-                compressionThreshold: server.compressionThreshold, logger: self.logger)
+                store: store, providerTimeout: configuration.providerTimeout, publisher: publisher,
+                logger: self.logger)
         }
         var built: [any RequestHandler & SessionObserver] = []
         if let storage { built.append(storage) }
@@ -308,7 +310,7 @@ public struct GatewayApplication: Service {
         if let events { built.append(events) }
         if let profiles { built.append(profiles) }
         return Services(
-            sessions: sessions, subscriptions: subscriptions, metadataStore: metadataStore, eventStore: eventStore,
+            sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore, eventStore: eventStore,
             profileStore: profileStore, storage: storage, presence: presence, events: events, profiles: profiles,
             handlers: built.map { $0 as any RequestHandler } + self.handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)

@@ -219,7 +219,6 @@ struct Serve: AsyncParsableCommand {
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
         presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
         presenceConfiguration.interval = .milliseconds(Int64(self.presenceIntervalMs))
-        presenceConfiguration.compressionThreshold = configuration.compressionThreshold
         do {
             try presenceConfiguration.validate()
         } catch {

@@ -257,8 +257,8 @@ final class RawSocket: @unchecked Sendable {
         _ = bytes.withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    func login(_ user: String) async throws -> Welcome {
-        self.send(.control(.hello(Hello(protocolVersion: 1, userId: user))))
+    func login(_ user: String, features: [String] = []) async throws -> Welcome {
+        self.send(.control(.hello(Hello(protocolVersion: 1, features: features, userId: user))))
         guard case .control(.welcome(let welcome)) = try await self.next() else {
             throw SwitchboardClientError(code: .handshakeRequired, message: "no WELCOME")
         }
@@ -280,10 +280,27 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
+    /// The next message from the server and whether its frame came compressed; nil when the server closed.
+    func nextWithWireForm() async throws -> (message: SwitchboardMessage, compressed: Bool)? {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        guard let frame = try self.nextFrameBlocking() else { return nil }
+                        return (try SwitchboardMessage.decode(frame), frame.compressedBodySize != nil)
+                    })
+            }
+        }
+    }
+
     private func nextBlocking() throws -> SwitchboardMessage? {
+        try self.nextFrameBlocking().map { try SwitchboardMessage.decode($0) }
+    }
+
+    private func nextFrameBlocking() throws -> Frame? {
         while true {
             if let frame = try self.decoder.decodeFrame(from: &self.pending) {
-                return try SwitchboardMessage.decode(frame)
+                return frame
             }
             var chunk = [UInt8](repeating: 0, count: 65_536)
             let count = recv(self.fd, &chunk, chunk.count, 0)

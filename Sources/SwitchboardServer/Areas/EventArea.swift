@@ -7,7 +7,7 @@ import SwitchboardWire
 ///
 /// A thin adapter over the domain, ``EventSubscriptions``: it decodes the request, calls the domain and encodes the
 /// answer; subscribe, unsubscribe and kept publish are answered after the change committed (or `8001` when it was
-/// undone). The domain's pushes are encoded once (``EncodedPush``) and written to every receiving session; the
+/// undone). The domain's pushes go to their subscribers through the ``PushPublisher``; the
 /// sweep that publishes value 3 after the grace period runs on `timerLoop`.
 public final class EventArea: RequestHandler, SessionObserver {
     /// Fixed limits of §11.
@@ -21,13 +21,14 @@ public final class EventArea: RequestHandler, SessionObserver {
     /// - Parameters:
     ///   - store: Where subscriptions, kept events and online states persist.
     ///   - gracePeriod: How long an abnormally ended session may take to come back before subscribers get value 3.
+    ///   - publisher: Where published events and online states go to their subscribers.
     ///   - timerLoop: Where the sweep that publishes value 3 after the grace period runs (one of the gateway's
     ///     loops, as ``GatewayApplication`` gives it).
     ///   - nowMillis: The server clock (the gateway's, so expiries agree with ``RequestContext/nowMillis``).
     /// - Throws: What the backend throws when it cannot be read (GRDB's `DatabaseError` for ``EventStore``).
     public init(
         store: any EventBackend, gracePeriod: TimeAmount = .seconds(2),
-        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        publisher: PushPublisher,
         timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) throws {
@@ -40,8 +41,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 }
             },
             fanOut: { events, sessions in
-                let push = Push.subscribedEvents(SubscribedEvents(events: events))
-                EncodedPush(push, compressionThreshold: compressionThreshold).send(to: sessions)
+                publisher.publish(.subscribedEvents(SubscribedEvents(events: events)), to: .sessions(sessions))
             },
             send: { events, session in session.send(.subscribedEvents(SubscribedEvents(events: events))) })
     }

@@ -7,7 +7,7 @@ import Synchronization
 /// `whoNow`, `whereNow`, `setState`, `getState`, `removeState`, and the `presenceEvent` push.
 ///
 /// A thin adapter over the domain, ``PresenceRegistry`` (in `SwitchboardStore`): it decodes the request, calls the
-/// domain and encodes the answer; the domain's pushes are encoded once (``EncodedPush``) and queued through the
+/// domain and encodes the answer; the domain's pushes are published through the ``PushPublisher``, queued through the
 /// receiving sessions' event loops; its timers (presence timeout, interval events) run on `timerLoop`.
 ///
 /// Register it as a handler and as a session observer. Memberships are kept per session in the shared
@@ -47,7 +47,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     private let membershipObservers: [any ChannelMembershipObserver]
     private let bookmarks: PageBookmarks
-    private let compressionThreshold: Int
+    private let publisher: PushPublisher
 
     /// The operations this area serves.
     public var operations: [Opcode] {
@@ -58,24 +58,24 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///
     /// - Parameters:
     ///   - configuration: thresholds, timeouts and limits.
-    ///   - subscriptions: the registry shared with the other areas (storage and lock events use its members).
+    ///   - publisher: where presence events are published; its registry (shared with the other areas, whose
+    ///     storage and lock events go to its members) is the one this area fills.
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
     ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
     ///     ``GatewayApplication`` gives it). Timer work takes a channel lock briefly and never blocks.
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
-        subscriptions: SubscriptionRegistry,
+        publisher: PushPublisher,
         membershipObservers: [any ChannelMembershipObserver] = [],
         timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
-        self.subscriptions = subscriptions
+        self.subscriptions = publisher.subscriptions
+        self.publisher = publisher
         self.membershipObservers = membershipObservers
         self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
-        let threshold = configuration.compressionThreshold
-        self.compressionThreshold = threshold
         self.domain = PresenceRegistry(
             limits: configuration.limits, nowMillis: nowMillis,
             schedule: { delay, work in
@@ -84,10 +84,10 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 timerLoop.scheduleTask(in: .nanoseconds(delay)) { () -> Void in work() }
             },
             broadcast: { pushes, channel, aboutUser in
-                var recipients = subscriptions.members(of: channel, where: { $0.withPresence })
-                if let aboutUser { recipients.removeAll { $0.info.userID == aboutUser } }
-                guard !recipients.isEmpty else { return }
-                Self.deliver(Self.encoded(pushes, threshold), to: recipients)
+                // Queued: pushes published in order under the channel's lock are written in that order.
+                publisher.publish(
+                    Self.encoded(pushes, publisher), to: .channelMembers(channel, receiving: .presence, exceptUser: aboutUser),
+                    delivery: .queued)
             })
     }
 
@@ -159,7 +159,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         var joined = SubscriptionRegistry.JoinResult.updated
         let subscriptions = self.subscriptions
         let maxChannels = self.configuration.maxChannelsPerUser
-        let threshold = self.compressionThreshold
+        let publisher = self.publisher
         _ = self.domain.subscribe(
             id, userID: session.info.userID, to: key, quiet: options.beQuiet, now: context.nowMillis,
             admit: {
@@ -167,7 +167,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 if case .tooManyChannels = joined { return false }
                 return true
             },
-            snapshotTo: options.withPresence ? { pushes in Self.deliver(Self.encoded(pushes, threshold), to: [session]) } : nil)
+            snapshotTo: options.withPresence
+                ? { pushes in publisher.publish(Self.encoded(pushes, publisher), to: .sessions([session]), delivery: .queued) }
+                : nil)
         switch joined {
         case .tooManyChannels(let limit):
             if !alreadyIn { session.releaseSubscriptions() }
@@ -201,37 +203,12 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     // MARK: pushes
 
     /// The encoded form of `pushes`, made once and kept with them (a cached snapshot is sent to many joiners).
-    private static func encoded(_ pushes: PresencePushes, _ threshold: Int) -> [EncodedPush] {
+    private static func encoded(_ pushes: PresencePushes, _ publisher: PushPublisher) -> [EncodedPush] {
         pushes.encoded.withLock { slot in
             if let box = slot as? EncodedPresencePushes { return box.pushes }
-            let encoded = pushes.events.map { EncodedPush(.presenceEvent($0), compressionThreshold: threshold) }
+            let encoded = pushes.events.map { publisher.encode(.presenceEvent($0)) }
             slot = EncodedPresencePushes(encoded)
             return encoded
-        }
-    }
-
-    /// Queues `pushes` for `sessions`, always through the sessions' event loops (one task per loop), so pushes
-    /// queued in order under a channel lock are written in that order.
-    private static func deliver(_ pushes: [EncodedPush], to sessions: [SessionHandle]) {
-        guard !pushes.isEmpty, !sessions.isEmpty else { return }
-        if sessions.count == 1 {
-            let session = sessions[0]
-            session.eventLoop.execute {
-                for push in pushes { session.send(push) }
-            }
-            return
-        }
-        var byLoop: [ObjectIdentifier: (loop: any EventLoop, sessions: [SessionHandle])] = [:]
-        for session in sessions {
-            byLoop[ObjectIdentifier(session.eventLoop), default: (session.eventLoop, [])].sessions.append(session)
-        }
-        for (_, group) in byLoop {
-            let members = group.sessions
-            group.loop.execute {
-                for session in members {
-                    for push in pushes { session.send(push) }
-                }
-            }
         }
     }
 

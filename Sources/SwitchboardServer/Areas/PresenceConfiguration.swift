@@ -38,10 +38,6 @@ public struct PresenceConfiguration: Sendable, Hashable {
     /// Most bytes of user ids and states in one `snapshot` or `interval` push before it is split. Default 256 KiB.
     public var maxBytesPerPush: Int = 256 << 10
 
-    /// Event pushes whose body is at least this long are also kept compressed, for clients that negotiated zlib
-    /// (set it to the gateway's ``ServerConfiguration/compressionThreshold``).
-    public var compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold
-
     /// Interval thresholds an operator may configure.
     public static let allowedIntervalThresholds: ClosedRange<Int> = 8...128
     /// Presence timeouts, in seconds, an operator may configure.

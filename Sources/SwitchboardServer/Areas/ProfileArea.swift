@@ -22,22 +22,20 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
     /// - Parameters:
     ///   - store: Where the directory persists.
     ///   - providerTimeout: How long a read waits for a provider's answer (§11: 5 s).
+    ///   - publisher: Where profile changes go to their subscribers.
     ///   - logger: Where requests that fail for a reason the client did not cause are logged (the client gets
     ///     `internal` with a fixed text).
     /// - Throws: What the backend throws when it cannot be read (GRDB's `DatabaseError` for ``ProfileStore``).
     public init(
         store: any ProfileBackend, providerTimeout: TimeAmount = .seconds(5),
-        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        publisher: PushPublisher,
         logger: Logger = Logger(label: "switchboard")
     ) throws {
         self.providerTimeout = providerTimeout
         self.logger = logger
         self.directory = try ProfileDirectory(
             backend: store,
-            publish: { change, targets in
-                if targets.count == 1 { return targets.first!.send(.profileChanged(change)) }
-                EncodedPush(.profileChanged(change), compressionThreshold: compressionThreshold).send(to: targets)
-            },
+            publish: { change, targets in publisher.publish(.profileChanged(change), to: .sessions(Array(targets))) },
             ask: { provider, request in provider.send(.providerRequest(request)) })
     }
 

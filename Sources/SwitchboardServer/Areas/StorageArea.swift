@@ -16,32 +16,30 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     private let store: MetadataStore
     private let subscriptions: SubscriptionRegistry
     private let sessions: SessionRegistry
-    private let compressionThreshold: Int
+    private let publisher: PushPublisher
     private let nowMillis: @Sendable () -> Int64
     /// Event loops with a commit scheduled for the end of their current tick.
     private let commitsScheduled = Mutex<Set<ObjectIdentifier>>([])
 
     /// Creates the area and routes the store's lock events to channel members that asked for them.
     ///
-    /// - Parameter nowMillis: The server clock (the gateway's) for the timestamps of storage event snapshots sent
-    ///   outside a request (a channel join); inside one, ``RequestContext/nowMillis`` is used.
+    /// - Parameters:
+    ///   - publisher: Where storage and lock events are published; its registry holds the user-metadata
+    ///     subscriptions this area keeps.
+    ///   - nowMillis: The server clock (the gateway's) for the timestamps of storage event snapshots sent
+    ///     outside a request (a channel join); inside one, ``RequestContext/nowMillis`` is used.
     public init(
-        store: MetadataStore, subscriptions: SubscriptionRegistry, sessions: SessionRegistry,
-        compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        store: MetadataStore, publisher: PushPublisher, sessions: SessionRegistry,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.store = store
-        self.subscriptions = subscriptions
+        self.subscriptions = publisher.subscriptions
         self.sessions = sessions
-        self.compressionThreshold = compressionThreshold
+        self.publisher = publisher
         self.nowMillis = nowMillis
-        store.setLockEventHandler { [subscriptions] event in
-            let members = subscriptions.members(of: ChannelKey(name: event.channel, type: event.channelType)) {
-                $0.withLock
-            }
-            guard !members.isEmpty else { return }
-            let push = EncodedPush(.lockEvent(event), compressionThreshold: compressionThreshold)
-            push.send(to: members)
+        store.setLockEventHandler { event in
+            publisher.publish(
+                .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))
         }
     }
 
@@ -188,18 +186,11 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     /// the event is built only when someone receives it.
     private func publish(_ outcome: WriteOutcome, publisher: String, timestampMs: UInt64) {
         let scope = outcome.scope
-        let targets: [SessionHandle]
-        if scope.isChannel {
-            targets = self.subscriptions.members(of: ChannelKey(name: scope.name, type: scope.channelType)) {
-                $0.withMetadata
-            }
-        } else {
-            targets = self.subscriptions.userSubscribers(of: scope.name)
-        }
-        guard !targets.isEmpty else { return }
-        let event = outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)
-        let push = EncodedPush(.storageEvent(event), compressionThreshold: self.compressionThreshold)
-        push.send(to: targets)
+        let audience: Audience =
+            scope.isChannel
+            ? .channelMembers(ChannelKey(name: scope.name, type: scope.channelType), receiving: .metadata)
+            : .userMetadataSubscribers(scope.name)
+        self.publisher.publish(.storageEvent(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)), to: audience)
     }
 
     private func subscribeUser(_ userID: String, _ context: RequestContext) throws(SwitchboardStoreError) -> RequestOutcome {

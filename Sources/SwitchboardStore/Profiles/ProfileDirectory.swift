@@ -148,9 +148,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     public func setUser(_ info: UserInfo?, by caller: ProfileCaller, now: UInt64, committed: @escaping ProfileCommit<Void>) throws {
         guard var info else { throw ProfileError(.invalidArgument, "info is required") }
         try Self.checkID(info.userId, "userId")
-        try Self.checkLength(info.name, Limits.maxNameBytes, "name")
-        try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
-        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        try Self.checkRecord(name: info.name, portraitUri: info.portraitUri, extra: info.extra)
         guard caller.isAdmin || info.userId == caller.userID else {
             throw ProfileError(.permissionDenied, "a user may set only their own user info")
         }
@@ -173,9 +171,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     public func setGroup(_ info: GroupInfo?, by caller: ProfileCaller, now: UInt64, committed: @escaping ProfileCommit<Void>) throws {
         guard var info else { throw ProfileError(.invalidArgument, "info is required") }
         try Self.checkID(info.groupId, "groupId")
-        try Self.checkLength(info.name, Limits.maxNameBytes, "name")
-        try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
-        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        try Self.checkRecord(name: info.name, portraitUri: info.portraitUri, extra: info.extra)
         guard caller.isAdmin else { throw ProfileError(.permissionDenied, "setGroupInfo is admin only") }
         info.updatedAtMs = now
         let written = info
@@ -199,8 +195,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         guard var info else { throw ProfileError(.invalidArgument, "info is required") }
         try Self.checkID(info.groupId, "groupId")
         try Self.checkID(info.userId, "userId")
-        try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
-        try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+        try Self.checkMember(nickname: info.nickname, extra: info.extra)
         guard caller.isAdmin || info.userId == caller.userID else {
             throw ProfileError(.permissionDenied, "a user may set only their own group member info")
         }
@@ -713,9 +708,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             guard var info = request.user else { throw ProfileError(.invalidArgument, "found without user") }
             if info.userId.isEmpty { info.userId = ask.id }
             guard info.userId == ask.id else { throw ProfileError(.invalidArgument, "user id does not match the request") }
-            try Self.checkLength(info.name, Limits.maxNameBytes, "name")
-            try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
-            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            try Self.checkRecord(name: info.name, portraitUri: info.portraitUri, extra: info.extra)
             info.updatedAtMs = now
             state.users[info.userId] = info
             self.backend.upsert(info, completion: nil)
@@ -724,9 +717,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             guard var info = request.group else { throw ProfileError(.invalidArgument, "found without group") }
             if info.groupId.isEmpty { info.groupId = ask.id }
             guard info.groupId == ask.id else { throw ProfileError(.invalidArgument, "group id does not match the request") }
-            try Self.checkLength(info.name, Limits.maxNameBytes, "name")
-            try Self.checkLength(info.portraitUri, Limits.maxPortraitBytes, "portraitUri")
-            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            try Self.checkRecord(name: info.name, portraitUri: info.portraitUri, extra: info.extra)
             info.updatedAtMs = now
             state.groups[info.groupId] = info
             self.backend.upsert(info, completion: nil)
@@ -738,8 +729,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             guard info.groupId == ask.id, info.userId == ask.memberUserID else {
                 throw ProfileError(.invalidArgument, "member does not match the request")
             }
-            try Self.checkLength(info.nickname, Limits.maxNameBytes, "nickname")
-            try Self.checkLength(info.extra, Limits.maxExtraBytes, "extra")
+            try Self.checkMember(nickname: info.nickname, extra: info.extra)
             info.updatedAtMs = now
             state.members[info.groupId, default: [:]][info.userId] = info
             self.backend.upsert(info, completion: nil)
@@ -791,6 +781,19 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
 
     private static func checkLength(_ value: String, _ limit: Int, _ what: String) throws {
         guard value.utf8.count <= limit else { throw ProfileError(.valueTooLong, "\(what) is at most \(limit) bytes") }
+    }
+
+    /// The text fields of a user or group record.
+    private static func checkRecord(name: String, portraitUri: String, extra: String) throws {
+        try Self.checkLength(name, Limits.maxNameBytes, "name")
+        try Self.checkLength(portraitUri, Limits.maxPortraitBytes, "portraitUri")
+        try Self.checkLength(extra, Limits.maxExtraBytes, "extra")
+    }
+
+    /// The text fields of a group member record.
+    private static func checkMember(nickname: String, extra: String) throws {
+        try Self.checkLength(nickname, Limits.maxNameBytes, "nickname")
+        try Self.checkLength(extra, Limits.maxExtraBytes, "extra")
     }
 
     /// 1-100 valid ids. Duplicates are kept here: the answer lists each id once (``EncodedRecordTable``), and
