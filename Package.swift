@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(
@@ -76,6 +77,19 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .target(
+            name: "SwitchboardCluster",
+            dependencies: [
+                "SwitchboardServer",
+                "SwitchboardStore",
+                "SwitchboardWire",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .target(
             name: "SwitchboardClient",
             dependencies: [
                 "SwitchboardWire",
@@ -89,6 +103,7 @@ let package = Package(
             name: "switchboard",
             dependencies: [
                 "SwitchboardServer",
+                "SwitchboardCluster",
                 "SwitchboardStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -237,6 +252,17 @@ let package = Package(
                 "SwitchboardCLI", "SwitchboardWire", "SwitchboardClient", "SwitchboardTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SwitchboardClusterTests",
+            dependencies: [
+                "SwitchboardCluster", "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore",
+                "SwitchboardTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),

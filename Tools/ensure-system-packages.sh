@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the C libraries the package links (zlib, SQLite) when they are missing, and any further Debian packages
-# named as arguments (the test suite names redis-server: sbbench's redis-fanout is tested against a real Redis).
+# named as arguments (the test suite names redis-server, for sbbench's redis-fanout against a real Redis, and postgresql, for
+# the cluster tests, which start servers of their own).
 # Debian/Ubuntu only.
 set -euo pipefail
 needed=(zlib1g-dev libsqlite3-dev "$@")

@@ -64,6 +64,10 @@ public struct GatewayApplication: Service {
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
         /// Serve Prometheus metrics on 127.0.0.1:port/metrics (nil: no metrics endpoint).
         public var metricsPort: Int?
+        /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
+        /// metadata sets then live in the engine, and ``ServerConfiguration/databasePath`` holds only the node's
+        /// event and profile databases.
+        public var cluster: (any ClusterEngine)?
 
         /// A configuration with every area, on `server`'s database.
         public init(server: ServerConfiguration = ServerConfiguration()) {
@@ -196,7 +200,11 @@ public struct GatewayApplication: Service {
         let eventLoopGroup = MultiThreadedEventLoopGroup(
             numberOfThreads: max(1, self.configuration.server.eventLoopThreads))
         do {
-            let services = try self.makeServices(eventLoopGroup: eventLoopGroup)
+            var clusterStore: MetadataStore?
+            if let cluster = self.configuration.cluster, self.configuration.areas.contains(.storage) {
+                clusterStore = try await cluster.openMetadataStore(configuration: self.configuration.store, logger: self.logger)
+            }
+            let services = try self.makeServices(eventLoopGroup: eventLoopGroup, metadataStore: clusterStore)
             let gatewayBox = GatewayBox()
             let onServerRunning = self.onServerRunning
             let gateway = SwitchboardGateway(
@@ -212,6 +220,9 @@ public struct GatewayApplication: Service {
             // close.
             var group: [any Service] = []
             if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
+            if let cluster = self.configuration.cluster, let store = clusterStore {
+                group += cluster.makeServices(store: store, publisher: services.publisher, logger: self.logger)
+            }
             if let store = services.eventStore { group.append(WriteBehindFlushService(store: store)) }
             if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
             group.append(gateway)
@@ -235,7 +246,9 @@ public struct GatewayApplication: Service {
         guard !self.configuration.inMemory else { return nil }
         let configuration = self.configuration
         var files: [String] = []
-        if configuration.areas.contains(.storage) { files.append(configuration.server.databasePath) }
+        if configuration.areas.contains(.storage), configuration.cluster == nil {
+            files.append(configuration.server.databasePath)
+        }
         if configuration.areas.contains(.events), let path = configuration.eventDatabasePath { files.append(path) }
         if configuration.areas.contains(.profiles), let path = configuration.profileDatabasePath { files.append(path) }
         guard !files.isEmpty else { return nil }
@@ -251,7 +264,9 @@ public struct GatewayApplication: Service {
     ///
     /// ``run()`` calls it after taking the database lock; it takes none itself. In-process hosts that run no
     /// listeners (sbbench's embedded gateway, with ``Configuration/inMemory``) call it directly.
-    package func makeServices(eventLoopGroup: any EventLoopGroup) throws -> Services {
+    ///
+    /// - Parameter metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
+    package func makeServices(eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
         let areas = configuration.areas
@@ -264,12 +279,16 @@ public struct GatewayApplication: Service {
         var metadataStore: MetadataStore?
         var storage: StorageArea?
         if areas.contains(.storage) {
-            let store =
-                configuration.inMemory
-                ? MetadataStore(configuration: configuration.store, logger: self.logger)
-                : try MetadataStore.load(
+            let store: MetadataStore
+            if let opened {
+                store = opened
+            } else if configuration.inMemory {
+                store = MetadataStore(configuration: configuration.store, logger: self.logger)
+            } else {
+                store = try MetadataStore.load(
                     from: try SQLiteBackend(path: server.databasePath), configuration: configuration.store,
                     logger: self.logger)
+            }
             metadataStore = store
             storage = StorageArea(
                 store: store, publisher: publisher, sessions: sessions, nowMillis: nowMillis)

@@ -25,6 +25,8 @@ public final class MetadataStore: Sendable {
         case memoryOnly
         case acknowledgeAfterCommit
         case acknowledgeBeforeCommit
+        /// Writes are decided in the transactions of a shared database (``open(shared:configuration:logger:)``).
+        case coordinated
     }
 
     /// The limits the store enforces.
@@ -34,6 +36,8 @@ public final class MetadataStore: Sendable {
     private let mode: Mode
     private let commitDriver: CommitDriver
     private let writeBack: WriteBackQueue?
+    /// The write path of a store on a shared database.
+    let coordinator: CoordinatedWriter?
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
@@ -44,7 +48,7 @@ public final class MetadataStore: Sendable {
     ///   - configuration: Shards, limits and clock (durability settings are ignored).
     ///   - logger: Where the store logs.
     public convenience init(configuration: StoreConfiguration = StoreConfiguration(), logger: Logger) {
-        self.init(configuration: configuration, sets: [], backend: nil, logger: logger, metricsFactory: nil)
+        self.init(configuration: configuration, sets: [], backend: nil, coordinator: nil, logger: logger, metricsFactory: nil)
     }
 
     /// Loads every set from `backend` and returns a store that writes its changes back to it.
@@ -63,7 +67,8 @@ public final class MetadataStore: Sendable {
         let start = DispatchTime.now().uptimeNanoseconds
         let sets = try backend.loadAll()
         let store = MetadataStore(
-            configuration: configuration, sets: sets, backend: backend, logger: logger, metricsFactory: metricsFactory)
+            configuration: configuration, sets: sets, backend: backend, coordinator: nil, logger: logger,
+            metricsFactory: metricsFactory)
         var items = 0
         for set in sets { items += set.items.count }
         logger.info(
@@ -76,8 +81,8 @@ public final class MetadataStore: Sendable {
     }
 
     init(
-        configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?, logger: Logger,
-        metricsFactory: (any MetricsFactory)?
+        configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?,
+        coordinator: CoordinatedWriter?, logger: Logger, metricsFactory: (any MetricsFactory)?
     ) {
         let shardCount = max(configuration.shardCount, 1)
         var states = [ShardState](repeating: ShardState(), count: shardCount)
@@ -92,7 +97,11 @@ public final class MetadataStore: Sendable {
         self.limits = configuration.limits
         self.clock = configuration.clock
         self.commitDriver = configuration.commitDriver
-        if let backend {
+        self.coordinator = coordinator
+        if coordinator != nil {
+            self.mode = .coordinated
+            self.writeBack = nil
+        } else if let backend {
             self.mode =
                 configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
             self.writeBack = WriteBackQueue(
@@ -183,6 +192,14 @@ public final class MetadataStore: Sendable {
             completion(.failure(error))
             return
         }
+        if let coordinator = self.coordinator {
+            if let error = self.scopeError(request.scope) {
+                completion(.failure(error))
+                return
+            }
+            coordinator.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
+            return
+        }
         let index = self.shardIndex(of: request.scope)
         let mode = self.mode
         let writeBack = self.writeBack
@@ -211,6 +228,8 @@ public final class MetadataStore: Sendable {
                     state.appendPending(PendingWrite(applied, shardIndex: index, completion: nil))
                 case .acknowledgeAfterCommit:
                     state.appendPending(PendingWrite(applied, shardIndex: index, completion: completion))
+                case .coordinated:
+                    preconditionFailure("a coordinated store queues its writes")
                 }
                 return nil
             }, deliver: self.deliver)
@@ -255,14 +274,22 @@ public final class MetadataStore: Sendable {
     /// - Returns: true when they committed (always true for a memory-only store); false while the database fails.
     @discardableResult
     public func flush() async -> Bool {
+        if let coordinator = self.coordinator {
+            await coordinator.flush()
+            return true
+        }
         guard let writeBack else { return true }
         return await writeBack.flush()
     }
 
     /// Stops accepting writes (`8002 shuttingDown`), commits what is queued and closes the backend.
     ///
+    /// A store on a shared database only stops accepting writes here; ``runSharedWrites()`` returns once the queued
+    /// ones are answered.
+    ///
     /// Reads and locks keep working. Calling it again does nothing; for a memory-only store it does nothing.
     public func close() async {
+        self.coordinator?.close()
         await self.writeBack?.close()
     }
 

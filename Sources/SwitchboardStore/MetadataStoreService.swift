@@ -19,10 +19,12 @@ public struct MetadataStoreService: Service {
         self.tickInterval = tickInterval
     }
 
-    /// Ticks lock expiry until graceful shutdown or cancellation, then closes the store.
+    /// Ticks lock expiry (and, for a store on a shared database, runs its write batches) until graceful shutdown or
+    /// cancellation, then closes the store.
     public func run() async throws {
         let store = self.store
         let interval = self.tickInterval
+        async let sharedWrites: Void = store.runSharedWrites()
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: interval)
@@ -30,5 +32,6 @@ public struct MetadataStoreService: Service {
             }
         }
         await store.close()
+        await sharedWrites
     }
 }

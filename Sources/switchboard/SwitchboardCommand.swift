@@ -5,6 +5,7 @@ import Metrics
 import NIOCore
 import Prometheus
 import ServiceLifecycle
+import SwitchboardCluster
 import SwitchboardServer
 import SwitchboardStore
 import UnixSignals
@@ -45,7 +46,7 @@ enum EnvironmentOptions {
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
         "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
-        "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
+        "presence-timeout", "presence-interval-threshold", "presence-interval-ms", "cluster",
     ]
 
     static func merge(arguments: [String], environment: [String: String]) -> [String] {
@@ -159,6 +160,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
 
+    @Option(help: "Run as a node of a cluster whose metadata lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares the metadata sets and their storage events; --database then holds only the node's event and profile files.")
+    var cluster: String?
+
     func configuration() throws -> ServerConfiguration {
         var configuration = ServerConfiguration()
         if self.tcp == "off" {
@@ -256,6 +260,13 @@ struct Serve: AsyncParsableCommand {
         applicationConfiguration.presence = presenceConfiguration
         applicationConfiguration.unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
+        if let url = self.cluster {
+            do {
+                applicationConfiguration.cluster = PostgresCluster(location: try PostgresLocation(url: url))
+            } catch {
+                throw ValidationError("--cluster: \(error.description)")
+            }
+        }
         let application = GatewayApplication(
             configuration: applicationConfiguration, metricsExposition: metricsExposition, logger: logger,
             onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })

@@ -185,12 +185,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     /// Sends the write's storage event to the channel's metadata subscribers or the user's metadata subscribers;
     /// the event is built only when someone receives it.
     private func publish(_ outcome: WriteOutcome, publisher: String, timestampMs: UInt64) {
-        let scope = outcome.scope
-        let audience: Audience =
-            scope.isChannel
-            ? .channelMembers(ChannelKey(name: scope.name, type: scope.channelType), receiving: .metadata)
-            : .userMetadataSubscribers(scope.name)
-        self.publisher.publish(.storageEvent(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)), to: audience)
+        self.publisher.publish(
+            .storageEvent(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)),
+            to: .metadataSubscribers(of: outcome.scope))
     }
 
     private func subscribeUser(_ userID: String, _ context: RequestContext) throws(SwitchboardStoreError) -> RequestOutcome {

@@ -1,0 +1,191 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import ServiceLifecycle
+import SwitchboardStore
+import Synchronization
+
+/// Reads the cluster's change feed (`sb_outbox`) from this node's cursor and applies what other nodes committed:
+/// their metadata changes go into this node's copy of the sets and out to this node's subscribers.
+///
+/// The feed is read on a connection of its own, which also `LISTEN`s: a notification wakes the reader at once, and
+/// without one it reads every ``pollInterval`` anyway, so a lost notification delays a change, never loses it.
+/// When the connection fails the reader connects again and goes on from its cursor, with no gap.
+final class ChangeFeed: Service, Sendable {
+    /// How often the feed is read when no notification comes.
+    let pollInterval: Duration
+    private let location: PostgresLocation
+    private let nodeID: String
+    private let store: MetadataStore
+    private let onMetadataChange: @Sendable (MetadataChange) -> Void
+    private let logger: Logger
+    private let cursor: Atomic<Int64>
+    private let wakeup = Wakeup()
+    private let connectionIDs = Atomic<Int>(1_000)
+
+    /// - Parameters:
+    ///   - startingAfter: The last row the node's loaded state already holds.
+    ///   - onMetadataChange: Called with each change another node committed, after this node's copy holds it.
+    init(
+        location: PostgresLocation, nodeID: String, store: MetadataStore, startingAfter cursor: Int64,
+        pollInterval: Duration = .milliseconds(100), logger: Logger,
+        onMetadataChange: @escaping @Sendable (MetadataChange) -> Void
+    ) {
+        self.location = location
+        self.nodeID = nodeID
+        self.store = store
+        self.cursor = Atomic(cursor)
+        self.pollInterval = pollInterval
+        self.logger = logger
+        self.onMetadataChange = onMetadataChange
+    }
+
+    /// The id of the last row read.
+    var position: Int64 { self.cursor.load(ordering: .relaxed) }
+
+    /// Reads the feed until graceful shutdown or cancellation, connecting again after failures.
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            var backoff = Duration.milliseconds(50)
+            while !Task.isCancelled {
+                do {
+                    try await self.readWhileConnected()
+                    backoff = .milliseconds(50)
+                } catch is CancellationError {
+                    return
+                } catch {
+                    if Task.isCancelled { return }
+                    self.logger.warning(
+                        "change feed connection lost; connecting again", metadata: ["error": "\(String(reflecting: error))"])
+                    try await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(2))
+                    continue
+                }
+            }
+        }
+    }
+
+    private func readWhileConnected() async throws {
+        var configuration = self.location.configuration
+        configuration.options.additionalStartupParameters = [("application_name", "switchboard-feed-\(self.nodeID)")]
+        let connection = try await PostgresConnection.connect(
+            configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
+        defer { Task { _ = try? await connection.close() } }
+        try await connection.listen(on: PostgresSchema.notifyChannel) { notifications in
+            try await self.read(on: connection, wokenBy: notifications)
+        }
+    }
+
+    private func read(on connection: PostgresConnection, wokenBy notifications: PostgresNotificationSequence) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [wakeup] in
+                for try await _ in notifications { wakeup.signal() }
+                throw FeedConnectionClosed()
+            }
+            group.addTask {
+                var lastPrune = ContinuousClock.now
+                while !Task.isCancelled {
+                    // Catch up first (this also covers whatever was committed while the connection was down).
+                    while try await self.readPage(on: connection) {}
+                    if ContinuousClock.now - lastPrune > .seconds(60) {
+                        try await ChangeFeedRows.prune(olderThanSeconds: 600, on: connection, logger: self.logger)
+                        lastPrune = ContinuousClock.now
+                    }
+                    await self.wakeup.wait(timeout: self.pollInterval)
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Reads and applies one page of rows; true when the page was full (more may follow at once).
+    private func readPage(on connection: PostgresConnection) async throws -> Bool {
+        let limit = 1_000
+        let entries = try await ChangeFeedRows.read(after: self.position, limit: limit, on: connection, logger: self.logger)
+        for entry in entries {
+            if entry.node != self.nodeID, entry.kind == ChangeFeedRows.Kind.metadata.rawValue {
+                do {
+                    let change = try MetadataChangeCoding.decode(entry.payload)
+                    if !self.store.applyCommitted(change) {
+                        // Changes before this one are missing here: take the set as committed now.
+                        let sets = try await PostgresMetadataBackend.readSets(
+                            [change.outcome.scope], on: connection, logger: self.logger)
+                        self.store.install(sets)
+                    }
+                    self.onMetadataChange(change)
+                } catch let error as PSQLError {
+                    throw error
+                } catch {
+                    self.logger.error(
+                        "unreadable change feed row skipped", metadata: ["row": "\(entry.id)", "error": "\(error)"])
+                }
+            }
+            self.cursor.store(entry.id, ordering: .relaxed)
+        }
+        return entries.count == limit
+    }
+}
+
+/// The change feed's notifications ended: its connection is gone.
+struct FeedConnectionClosed: Error {}
+
+/// Wakes one waiter: a signal before the wait is kept, so a wake-up between two waits is not lost.
+final class Wakeup: Sendable {
+    private struct State {
+        var signalled = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var generation = 0
+    }
+
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.signalled = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns after a signal, or after `timeout`.
+    func wait(timeout: Duration) async {
+        let generation = self.state.withLock { state -> Int? in
+            if state.signalled {
+                state.signalled = false
+                return nil
+            }
+            state.generation += 1
+            return state.generation
+        }
+        guard let generation else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumeNow = self.state.withLock { state -> Bool in
+                if state.signalled {
+                    state.signalled = false
+                    return true
+                }
+                state.waiter = continuation
+                return false
+            }
+            if resumeNow {
+                continuation.resume()
+                return
+            }
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                guard let self else { return }
+                let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                    guard state.generation == generation, let waiter = state.waiter else { return nil }
+                    state.waiter = nil
+                    return waiter
+                }
+                waiter?.resume()
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import SwitchboardServer
+import SwitchboardStore
+import SwitchboardWire
+import Synchronization
+
+/// A cluster of gateways sharing one PostgreSQL database: the ``ClusterEngine`` of `switchboard --cluster URL`.
+///
+/// Every node keeps all metadata sets in memory and serves reads from there. A write is decided in a PostgreSQL
+/// transaction that holds the set's row locked, against the set as committed (``MetadataStore/open(shared:configuration:logger:)``),
+/// and is answered after the commit; the same transaction appends the change to the feed (`sb_outbox`), from
+/// which every other node brings its copy up to date and sends the storage event to its own subscribers
+/// (``ChangeFeed``).
+public struct PostgresCluster: ClusterEngine {
+    /// The database.
+    public let location: PostgresLocation
+    /// This node's id, unique per start (a node that restarts is a new node).
+    public let nodeID: String
+    /// How often a node reads the feed when no notification wakes it.
+    public var pollInterval: Duration = .milliseconds(100)
+    private let startingCursor = StartingCursor()
+
+    /// A node of the cluster whose database is at `location`.
+    public init(location: PostgresLocation, nodeID: String = PostgresCluster.makeNodeID()) {
+        self.location = location
+        self.nodeID = nodeID
+    }
+
+    /// A fresh random node id.
+    public static func makeNodeID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<4).map { _ in String(generator.next() as UInt32, radix: 16) }.joined()
+    }
+
+    /// Creates the cluster's tables if needed, notes where the change feed ends and loads every set.
+    ///
+    /// The feed's end is read before the sets, so a change committed in between is both loaded and read again from
+    /// the feed (applying it twice changes nothing), never missed.
+    public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
+        let connection = try await PostgresConnection.connect(
+            configuration: self.location.configuration, id: 0, logger: logger)
+        do {
+            try await PostgresSchema.migrate(connection, logger: logger)
+            self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
+            try await connection.close()
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        let backend = PostgresMetadataBackend(location: self.location, nodeID: self.nodeID, logger: logger)
+        logger.info("cluster node starting", metadata: ["node": "\(self.nodeID)", "database": "\(self.location)"])
+        return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
+    }
+
+    /// The change feed reader, publishing other nodes' storage events through `publisher`.
+    public func makeServices(store: MetadataStore, publisher: PushPublisher, logger: Logger) -> [any Service] {
+        [
+            ChangeFeed(
+                location: self.location, nodeID: self.nodeID, store: store, startingAfter: self.startingCursor.value,
+                pollInterval: self.pollInterval, logger: logger
+            ) { change in
+                publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
+            }
+        ]
+    }
+}
+
+/// Where the change feed ended when the store was loaded.
+private final class StartingCursor: Sendable {
+    private let cursor = Atomic<Int64>(0)
+
+    var value: Int64 {
+        get { self.cursor.load(ordering: .relaxed) }
+        set { self.cursor.store(newValue, ordering: .relaxed) }
+    }
+}

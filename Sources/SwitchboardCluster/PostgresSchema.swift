@@ -1,0 +1,73 @@
+import Logging
+import PostgresNIO
+
+/// The tables a cluster keeps in PostgreSQL, created by the first node that starts (each statement is idempotent,
+/// and concurrent starts serialize on an advisory lock).
+///
+/// - `sb_metadata_set`: one row per metadata set that was ever locked for a write: its majorRevision and whether it
+///   is removed (a tombstone keeps its revision, as on a single gateway). Writers lock these rows, so a write is
+///   decided against the committed set.
+/// - `sb_metadata_item`: one row per live item; `position` restores insertion order.
+/// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
+///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
+///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
+///
+/// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
+/// SQLite) and may hold any code point, NUL included, which `text` cannot.
+enum PostgresSchema {
+    /// The advisory lock key of schema creation.
+    static let migrationLockKey: Int64 = 0x5342_0001
+    /// The advisory lock key that orders change feed rows.
+    static let outboxLockKey: Int64 = 0x5342_0002
+    /// The channel `NOTIFY` wakes readers on.
+    static let notifyChannel = "sb_outbox"
+
+    static let statements: [PostgresQuery] = [
+        """
+        CREATE TABLE IF NOT EXISTS sb_metadata_set (
+            storage_type smallint NOT NULL,
+            channel_type smallint NOT NULL,
+            name bytea NOT NULL,
+            major_revision bigint NOT NULL DEFAULT 0,
+            is_removed boolean NOT NULL DEFAULT true,
+            PRIMARY KEY (storage_type, channel_type, name)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_metadata_item (
+            storage_type smallint NOT NULL,
+            channel_type smallint NOT NULL,
+            name bytea NOT NULL,
+            key bytea NOT NULL,
+            value bytea NOT NULL,
+            revision bigint NOT NULL,
+            update_ts bigint NOT NULL,
+            author bytea NOT NULL,
+            position bigint NOT NULL,
+            PRIMARY KEY (storage_type, channel_type, name, key)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_outbox (
+            id bigserial PRIMARY KEY,
+            node text NOT NULL,
+            kind smallint NOT NULL,
+            payload bytea NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+    ]
+
+    /// Creates the tables that do not exist yet.
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))", logger: logger)
+            for statement in Self.statements { try await connection.query(statement, logger: logger) }
+            try await connection.query("COMMIT", logger: logger)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import Logging
+import SwitchboardWire
+import Synchronization
+
+/// The write path of a store on a ``SharedMetadataBackend``: writes wait in a queue and are decided in batches,
+/// each inside one transaction that holds the batch's sets locked in the database.
+///
+/// A batch runs in four steps: lock the sets' rows; bring every set whose stored majorRevision differs from the
+/// copy in memory up to date from the database (another gateway wrote it); apply the writes in memory, in the order
+/// they arrived, with the same rules as a single gateway (so a compare-and-set decided here saw the latest committed
+/// set, and exactly one of several racing gateways wins); write the net changes and the change feed rows. The
+/// writes are answered after the commit. When the transaction fails, the writes are undone in memory and answered
+/// `8001 storageFailure`. One batch runs at a time; writes arriving meanwhile form the next one.
+final class CoordinatedWriter: Sendable {
+    struct QueuedWrite: Sendable {
+        var request: MetadataWriteRequest
+        var caller: String
+        var nowMs: UInt64
+        var completion: WriteCompletion
+    }
+
+    private struct State {
+        var queued: [QueuedWrite] = []
+        var wakeUp: CheckedContinuation<Void, Never>?
+        var closed = false
+        var running = false
+        var drained: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let backend: any SharedMetadataBackend
+    private let maxBatch: Int
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    init(backend: any SharedMetadataBackend, maxBatch: Int = 2_000, logger: Logger) {
+        self.backend = backend
+        self.maxBatch = max(maxBatch, 1)
+        self.logger = logger
+    }
+
+    /// Queues a write; refused with `8002 shuttingDown` after ``close()``.
+    func enqueue(_ write: QueuedWrite) {
+        let refused = self.state.withLock { state -> Bool in
+            guard !state.closed else { return true }
+            state.queued.append(write)
+            if let wakeUp = state.wakeUp {
+                state.wakeUp = nil
+                wakeUp.resume()
+            }
+            return false
+        }
+        if refused { write.completion(.failure(SwitchboardStoreError(.shuttingDown, "the gateway is shutting down"))) }
+    }
+
+    /// Decides and commits queued writes until ``close()`` and the queue is empty.
+    func run(store: MetadataStore) async {
+        while true {
+            await self.waitForWork()
+            let batch = self.state.withLock { state -> [QueuedWrite]? in
+                guard !state.queued.isEmpty else { return nil }  // closed, nothing left
+                let count = min(state.queued.count, self.maxBatch)
+                let batch = Array(state.queued.prefix(count))
+                state.queued.removeFirst(count)
+                state.running = true
+                return batch
+            }
+            guard let batch else { break }
+            await self.commit(batch, store: store)
+            let drained = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.running = false
+                guard state.queued.isEmpty else { return [] }
+                defer { state.drained = [] }
+                return state.drained
+            }
+            for waiter in drained { waiter.resume() }
+        }
+        let drained = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            defer { state.drained = [] }
+            return state.drained
+        }
+        for waiter in drained { waiter.resume() }
+    }
+
+    private func waitForWork() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = self.state.withLock { state -> Bool in
+                if !state.queued.isEmpty || state.closed { return true }
+                state.wakeUp = continuation
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    /// Waits until every write queued before the call is answered.
+    func flush() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = self.state.withLock { state -> Bool in
+                if state.queued.isEmpty && !state.running { return true }
+                state.drained.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+    }
+
+    /// Refuses new writes; ``run(store:)`` returns once the queued ones are answered.
+    func close() {
+        self.state.withLock { state in
+            state.closed = true
+            if let wakeUp = state.wakeUp {
+                state.wakeUp = nil
+                wakeUp.resume()
+            }
+        }
+    }
+
+    private func commit(_ batch: [QueuedWrite], store: MetadataStore) async {
+        var seen = Set<MetadataScope>()
+        var scopes: [MetadataScope] = []
+        for write in batch where seen.insert(write.request.scope).inserted { scopes.append(write.request.scope) }
+        scopes.sort(by: MetadataScope.primaryKeyOrder)
+
+        // Filled inside the transaction; read after it (the closure runs before withTransaction returns).
+        let decided = DecidedBatch()
+        do {
+            try await self.backend.withTransaction { transaction in
+                let stored = try await transaction.lockSets(scopes)
+                let stale = scopes.filter { store.storedRevision(of: $0) != stored[$0] ?? 0 }
+                if !stale.isEmpty {
+                    let current = try await transaction.readSets(stale)
+                    store.install(current, replacing: stale)
+                }
+                var applied: [PendingWrite] = []
+                var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
+                var changes: [MetadataChange] = []
+                for write in batch {
+                    switch store.applyCoordinated(write.request, caller: write.caller, nowMs: write.nowMs) {
+                    case .success(let pending):
+                        applied.append(pending)
+                        results.append(.success(pending.outcome))
+                        changes.append(
+                            MetadataChange(
+                                outcome: pending.outcome, storedRevision: pending.storedRevision, publisher: write.caller,
+                                timestampMs: write.nowMs))
+                    case .failure(let error):
+                        results.append(.failure(error))
+                    }
+                }
+                decided.set(applied: applied, results: results)
+                guard !applied.isEmpty else { return }
+                try await transaction.apply(ChangeBatch.records(from: applied), changes: changes)
+            }
+        } catch {
+            self.logger.error(
+                "shared metadata transaction failed; its writes are undone", metadata: ["error": "\(String(reflecting: error))"])
+            store.revert(decided.applied)
+            let failure = SwitchboardStoreError(.storageFailure, "the write could not be committed")
+            for write in batch { write.completion(.failure(failure)) }
+            return
+        }
+        for (write, result) in zip(batch, decided.results) { write.completion(result) }
+    }
+}
+
+/// What a batch's transaction decided, handed out of the transaction's closure.
+private final class DecidedBatch: @unchecked Sendable {
+    // Written inside the transaction and read after it returns or throws, by the one task running the batch.
+    private(set) var applied: [PendingWrite] = []
+    private(set) var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
+
+    func set(applied: [PendingWrite], results: [Result<WriteOutcome, SwitchboardStoreError>]) {
+        self.applied = applied
+        self.results = results
+    }
+}

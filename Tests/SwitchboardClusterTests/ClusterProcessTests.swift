@@ -1,0 +1,136 @@
+import Foundation
+import NIOCore
+import SwitchboardClient
+import SwitchboardTestSupport
+import SwitchboardWire
+import Synchronization
+import Testing
+
+/// Three real `switchboard --cluster` processes on one machine, sharing a PostgreSQL server of the test's own.
+@Suite("Cluster processes", .serialized, .timeLimit(.minutes(3)))
+struct ClusterProcessTests {
+    /// One `switchboard --cluster` child process on a loopback port.
+    struct Node {
+        let process: SpawnedProcess
+        let port: Int
+
+        func client(_ user: String) async throws -> SwitchboardClient {
+            var configuration = ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: self.port), userID: user)
+            configuration.requestTimeout = .seconds(20)
+            let client = SwitchboardClient(configuration: configuration, reconnectPolicy: .never)
+            let deadline = ContinuousClock.now + .seconds(60)
+            while true {
+                do {
+                    try await client.connect()
+                    return client
+                } catch {
+                    // Still starting: try again until it listens (or exits, or a minute passed).
+                    guard ContinuousClock.now < deadline, self.process.isRunning else { throw error }
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+        }
+    }
+
+    static var executable: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard").path
+    }
+
+    static func withNodes<T>(_ count: Int, _ body: (TestPostgres, [Node]) async throws -> T) async throws -> T {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the switchboard product first")
+        let postgres = try await TestPostgres.start()
+        let directory = try TemporaryPath.directory("sbnodes")
+        defer { directory.remove() }
+        var nodes: [Node] = []
+        defer { for node in nodes { node.process.killAndWait() } }
+        let firstPort = Int.random(in: 20_000..<31_000)
+        for index in 0..<count {
+            let port = firstPort + index
+            let process = try SpawnedProcess(
+                executable: Self.executable,
+                arguments: [
+                    "--cluster", postgres.url, "--tcp", "127.0.0.1:\(port)", "--unix-socket", "off",
+                    "--database", directory.path + "/node\(index).sqlite", "--log-level", "error",
+                ], stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
+            nodes.append(Node(process: process, port: port))
+        }
+        let result = try await body(postgres, nodes)
+        for node in nodes where node.process.isRunning {
+            node.process.signal(SIGTERM)
+            #expect(await node.process.waitForExit(seconds: 30) == 0)
+        }
+        await postgres.stop()
+        return result
+    }
+
+    @Test("a storage event written through one process reaches a subscriber of another")
+    func aStorageEventCrossesProcesses() async throws {
+        try await Self.withNodes(3) { _, nodes in
+            let watcher = try await nodes[2].client("Watcher")
+            let events = StorageEventIterator(watcher.storageEvents)
+            try await watcher.subscribeUserMetadata(userID: "Tony")
+            _ = try #require(await events.next(seconds: 10))
+            let writer = try await nodes[0].client("Tony")
+            try await writer.setUserMetadata(items: [MetadataItem(key: "status", value: "online")])
+            let event = try #require(await events.next(seconds: 10))
+            #expect(event.target == "Tony" && event.items.first?.value == "online")
+            await watcher.close()
+            await writer.close()
+        }
+    }
+
+    @Test("kill -9 of a node under a write load loses no acknowledged write; the others serve every one")
+    func killDashNineOfANodeUnderLoadLosesNothingAcknowledged() async throws {
+        try await Self.withNodes(3) { _, nodes in
+            let writer = try await nodes[0].client("Tony")
+            let acknowledged = AcknowledgedKeys()
+            let victim = nodes[0].process
+            await withTaskGroup(of: Void.self) { group in
+                for worker in 0..<8 {
+                    group.addTask {
+                        for n in 0..<200 {
+                            let key = worker * 1_000 + n
+                            do {
+                                try await writer.setUserMetadata(items: [MetadataItem(key: "k\(key)", value: "v\(key)")])
+                                acknowledged.insert(key)
+                            } catch {
+                                return  // the node is gone
+                            }
+                        }
+                    }
+                }
+                group.addTask {
+                    while acknowledged.count < 300 { try? await Task.sleep(for: .milliseconds(1)) }
+                    victim.signal(SIGKILL)
+                }
+            }
+            _ = await victim.waitForExit()
+            let written = acknowledged.all
+            #expect(written.count >= 300)
+
+            for survivor in nodes.dropFirst() {
+                let reader = try await survivor.client("Reader")
+                // The survivor reads from its copy, which the change feed brings up to date within moments.
+                var missing = written
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !missing.isEmpty, ContinuousClock.now < deadline {
+                    let keys = Set(try await reader.getUserMetadata(userID: "Tony").items.map(\.key))
+                    missing = written.filter { !keys.contains("k\($0)") }
+                    if !missing.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+                }
+                #expect(missing.isEmpty, "\(missing.count) acknowledged writes missing on a surviving node: \(missing.sorted().prefix(10))")
+                await reader.close()
+            }
+            await writer.close()
+        }
+    }
+}
+
+/// Keys whose writes were acknowledged, filled by concurrent writers.
+final class AcknowledgedKeys: Sendable {
+    private let keys = Mutex<Set<Int>>([])
+
+    func insert(_ key: Int) { self.keys.withLock { _ = $0.insert(key) } }
+    var count: Int { self.keys.withLock { $0.count } }
+    var all: Set<Int> { self.keys.withLock { $0 } }
+}
