@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
     ],
     targets: [
         .target(
@@ -92,6 +93,7 @@ let package = Package(
                 "SwitchboardServer",
                 "SwitchboardStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -244,6 +246,15 @@ let package = Package(
         .testTarget(
             name: "SwitchboardClientTests",
             dependencies: ["SwitchboardClient"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SwitchboardCommandTests",
+            dependencies: [
+                "switchboard", "SwitchboardTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
