@@ -1,4 +1,4 @@
-import NIOCore
+import Logging
 import SwitchboardWire
 
 /// Where and how a client connects.
@@ -34,24 +34,31 @@ public struct ClientConfiguration: Sendable {
     /// Features to offer; the server answers with those it shares. Offering `zlib` negotiates compression:
     /// bodies of at least `WELCOME.compressThreshold` bytes are then compressed in both directions.
     public var features: [String] = ["zlib"]
-    /// Heartbeat interval to ask for, 0 for the server's default.
-    public var heartbeatMs: UInt64 = 0
+    /// Heartbeat interval to ask for (the server grants 1-300 s, in whole milliseconds); nil for the server's
+    /// default. The granted interval is `WELCOME.heartbeatMs`.
+    public var heartbeatInterval: Duration?
     /// Whether the client sends PING when it has been quiet for half the heartbeat interval. While it does, it
     /// also closes a connection on which nothing arrived for `heartbeatMs x heartbeatMisses` (SB-5.6-4), so
     /// ``SwitchboardClient`` notices a dead server and reconnects.
     public var sendsHeartbeats = true
     /// How long a request may wait for its response (and, with ``DisconnectedRequestPolicy/waitForConnection``,
     /// for a connection first).
-    public var requestTimeout: TimeAmount = .seconds(30)
+    public var requestTimeout: Duration = .seconds(30)
     /// How long connecting and the handshake may take.
-    public var connectTimeout: TimeAmount = .seconds(10)
+    public var connectTimeout: Duration = .seconds(10)
     /// Name for the server's logs.
     public var clientName = "SwitchboardClient/0.1"
     /// What ``SwitchboardClient`` does with requests made while it is not connected.
     public var whileDisconnected: DisconnectedRequestPolicy = .waitForConnection
     /// How many undelivered elements each of ``SwitchboardClient``'s push and event streams keeps for a consumer
-    /// that is behind; past it the oldest are dropped.
+    /// that is behind; past it the oldest are dropped, counted in ``SwitchboardClient/droppedPushCount`` and
+    /// reported by a warning in the ``logger``.
     public var streamBufferLimit = 10_000
+    /// Where the client and its connections log: connecting, lost connections and reconnects (`info` and
+    /// `warning`), pushes dropped for a slow consumer (`warning`), frames from the server it cannot read and
+    /// giving up (`error`), the details of each step (`debug`). The default, labelled `switchboard.client`,
+    /// discards everything; pass your own logger to see it.
+    public var logger = Logger(label: "switchboard.client", factory: { _ in SwiftLogNoOpLogHandler() })
 
     /// Creates a configuration.
     public init(endpoint: Endpoint, userID: String, token: String = "") {

@@ -1,10 +1,12 @@
+import Logging
 import NIOCore
 import NIOPosix
 import SwitchboardWire
 
 /// The client's channel handler: framing, the handshake, request correlation, the in-flight limit, heartbeats.
 ///
-/// Every method runs on the channel's event loop.
+/// Every method runs on the channel's event loop. It logs to the configuration's logger: frames it cannot read
+/// (`error`), a dead connection (`warning`), GOAWAY and close (`debug`).
 final class ClientHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -18,6 +20,7 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     private let configuration: ClientConfiguration
+    private let logger: Logger
     private let pushSink: AsyncStream<Push>.Continuation
     private let controlSink: AsyncStream<Control>.Continuation
     private var decoder = FrameDecoder(direction: .serverToClient)
@@ -48,6 +51,7 @@ final class ClientHandler: ChannelDuplexHandler {
         controlSink: AsyncStream<Control>.Continuation
     ) {
         self.configuration = configuration
+        self.logger = configuration.logger
         self.pushSink = pushSink
         self.controlSink = controlSink
     }
@@ -67,10 +71,10 @@ final class ClientHandler: ChannelDuplexHandler {
         let hello = Hello(
             protocolVersion: 1, features: self.configuration.features, token: self.configuration.token,
             userId: self.configuration.userID, clientType: self.configuration.clientType,
-            deviceId: self.configuration.deviceID, heartbeatMs: self.configuration.heartbeatMs,
+            deviceId: self.configuration.deviceID, heartbeatMs: self.configuration.heartbeatInterval?.wholeMilliseconds ?? 0,
             clientName: self.configuration.clientName)
         self.write(.control(.hello(hello)))
-        let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: self.configuration.connectTimeout) {
+        let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(self.configuration.connectTimeout)) {
             [weak self] in
             guard let self, let promise = self.welcomePromise else { return }
             self.welcomePromise = nil
@@ -108,6 +112,9 @@ final class ClientHandler: ChannelDuplexHandler {
             guard let self, let context = self.context, context.channel.isActive else { return }
             let now = NIODeadline.now()
             if now - self.lastReceived >= silence {
+                self.logger.warning(
+                    "nothing received for heartbeatMs x heartbeatMisses: closing the connection as dead",
+                    metadata: ["switchboard.silence_ms": "\(silence.nanoseconds / 1_000_000)"])
                 self.closeLocally(
                     SwitchboardClientError(
                         code: .heartbeatTimeout,
@@ -124,7 +131,7 @@ final class ClientHandler: ChannelDuplexHandler {
 
     // MARK: Requests
 
-    func send(_ request: Request, timeout: TimeAmount) -> EventLoopFuture<Response> {
+    func send(_ request: Request, timeout: Duration) -> EventLoopFuture<Response> {
         guard let context = self.context, context.channel.isActive else {
             return MultiThreadedEventLoopGroup.singleton.next().makeFailedFuture(
                 SwitchboardClientError.notConnected("the connection is closed"))
@@ -138,7 +145,7 @@ final class ClientHandler: ChannelDuplexHandler {
         let ticket = self.nextTicket
         self.nextTicket += 1
         self.queued.append(Waiting(ticket: ticket, request: request, promise: promise))
-        let timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [weak self] in
+        let timer = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) { [weak self] in
             self?.timeOut(ticket: ticket, after: timeout)
         }
         promise.futureResult.assumeIsolated().whenComplete { _ in timer.cancel() }
@@ -161,8 +168,8 @@ final class ClientHandler: ChannelDuplexHandler {
         }
     }
 
-    private func timeOut(ticket: UInt64, after timeout: TimeAmount) {
-        let milliseconds = timeout.nanoseconds / 1_000_000
+    private func timeOut(ticket: UInt64, after timeout: Duration) {
+        let milliseconds = timeout.wholeMilliseconds
         if let index = self.queued.firstIndex(where: { $0.ticket == ticket }) {
             let waiting = self.queued.remove(at: index)
             waiting.promise.fail(
@@ -206,7 +213,16 @@ final class ClientHandler: ChannelDuplexHandler {
                 guard let frame = try self.decoder.decodeFrame(from: &self.cumulation) else { break }
                 self.frameReceived(try SwitchboardMessage.decode(frame))
             } catch {
-                if error.kind == .push { continue }  // a push this client cannot read is skipped
+                if error.kind == .push {
+                    // A push this client cannot read is skipped; the session goes on.
+                    self.logger.warning(
+                        "skipped a push this client cannot read",
+                        metadata: ["switchboard.error": "\(error.code): \(error.message)"])
+                    continue
+                }
+                self.logger.error(
+                    "unreadable frame from the server: closing the connection",
+                    metadata: ["switchboard.error": "\(error.code): \(error.message)"])
                 self.closeLocally(
                     SwitchboardClientError(
                         code: error.code, message: "bad frame from server: \(error.message)", kind: .protocolViolation))
@@ -221,6 +237,12 @@ final class ClientHandler: ChannelDuplexHandler {
         case .control(.welcome(let welcome)):
             self.welcomeReceived(welcome)
         case .control(.goAway(let goAway)):
+            self.logger.debug(
+                "GOAWAY from the server",
+                metadata: [
+                    "switchboard.code": "\(goAway.code)", "switchboard.reason": "\(goAway.reason)",
+                    "switchboard.message": "\(goAway.message)",
+                ])
             self.receivedGoAway = goAway
             self.controlSink.yield(.goAway(goAway))
             if let promise = self.welcomePromise {
@@ -241,6 +263,12 @@ final class ClientHandler: ChannelDuplexHandler {
                 if response.operation == waiting.request.operation {
                     waiting.promise.succeed(response)
                 } else {
+                    self.logger.error(
+                        "the server answered a request with a response of another operation",
+                        metadata: [
+                            "switchboard.request": "\(waiting.request.operation)",
+                            "switchboard.response": "\(response.operation)",
+                        ])
                     waiting.promise.fail(SwitchboardClientError.unexpectedResponse(response, to: waiting.request.operation))
                 }
             } else {
@@ -267,6 +295,7 @@ final class ClientHandler: ChannelDuplexHandler {
         self.isClosed = true
         self.keepAlive?.cancel()
         let reason = self.closeReason()
+        self.logger.debug("connection closed", metadata: ["switchboard.reason": "\(reason)"])
         if let promise = self.welcomePromise {
             self.welcomePromise = nil
             promise.fail(reason)
@@ -288,6 +317,7 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.logger.debug("connection error: closing the connection", metadata: ["switchboard.error": "\(error)"])
         self.closeLocally(
             SwitchboardClientError(code: .unavailable, message: "connection error: \(error)", kind: .connectionLost))
     }

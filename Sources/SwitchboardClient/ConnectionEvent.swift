@@ -4,7 +4,7 @@ import SwitchboardWire
 public enum ConnectionState: Sendable, Hashable {
     /// Made, ``SwitchboardClient/connect()`` not called yet (or the first connect failed).
     case notConnected
-    /// The first connection is being made.
+    /// The first connection is being made (under ``SwitchboardClient/run()``, also while it waits to try again).
     case connecting
     /// Logged in: requests go out at once. After a reconnect this state begins once subscriptions are restored.
     case connected(Welcome)

@@ -1,7 +1,8 @@
 import SwitchboardWire
 
 /// Sorts the server's pushes by area into the client's broadcasts. One router lives as long as its client and is
-/// fed by whichever connection is current, so the streams it feeds survive reconnects.
+/// fed by whichever connection is current, so the streams it feeds survive reconnects. What its streams drop for
+/// a consumer that is behind is counted in ``drops``.
 final class PushRouter: Sendable {
     let storageEvents: Broadcast<StorageEvent>
     let lockEvents: Broadcast<LockEvent>
@@ -11,16 +12,18 @@ final class PushRouter: Sendable {
     let providerRequests: Broadcast<ProviderRequest>
     let serverNotices: Broadcast<ServerNotice>
     let all: Broadcast<Push>
+    let drops: DroppedPushes
 
-    init(bufferLimit: Int) {
-        self.storageEvents = Broadcast(bufferLimit: bufferLimit)
-        self.lockEvents = Broadcast(bufferLimit: bufferLimit)
-        self.presenceEvents = Broadcast(bufferLimit: bufferLimit)
-        self.subscribedEvents = Broadcast(bufferLimit: bufferLimit)
-        self.profileChanges = Broadcast(bufferLimit: bufferLimit)
-        self.providerRequests = Broadcast(bufferLimit: bufferLimit)
-        self.serverNotices = Broadcast(bufferLimit: bufferLimit)
-        self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false)
+    init(bufferLimit: Int, drops: DroppedPushes) {
+        self.drops = drops
+        self.storageEvents = Broadcast(bufferLimit: bufferLimit, name: "storageEvents", drops: drops)
+        self.lockEvents = Broadcast(bufferLimit: bufferLimit, name: "lockEvents", drops: drops)
+        self.presenceEvents = Broadcast(bufferLimit: bufferLimit, name: "presenceEvents", drops: drops)
+        self.subscribedEvents = Broadcast(bufferLimit: bufferLimit, name: "subscribedEvents", drops: drops)
+        self.profileChanges = Broadcast(bufferLimit: bufferLimit, name: "profileChanges", drops: drops)
+        self.providerRequests = Broadcast(bufferLimit: bufferLimit, name: "providerRequests", drops: drops)
+        self.serverNotices = Broadcast(bufferLimit: bufferLimit, name: "serverNotices", drops: drops)
+        self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false, name: "pushes", drops: drops)
     }
 
     func route(_ push: Push) {

@@ -1,4 +1,3 @@
-import NIOCore
 import SwitchboardWire
 
 /// Makes a ledger's subscriptions again on a new connection.
@@ -12,7 +11,7 @@ enum SubscriptionRestorer {
     /// the order given. A failure is the server's refusal, or (when the connection went away meanwhile) the
     /// lost connection.
     static func restore(
-        _ subscriptions: [RestorableSubscription], on connection: SwitchboardConnection, timeout: TimeAmount
+        _ subscriptions: [RestorableSubscription], on connection: SwitchboardConnection, timeout: Duration
     ) async -> RestoreReport {
         var results = [Result<Void, SwitchboardClientError>?](repeating: nil, count: subscriptions.count)
         await withTaskGroup(of: (Int, Result<Void, SwitchboardClientError>).self) { group in
@@ -45,7 +44,7 @@ enum SubscriptionRestorer {
 
     /// Makes one subscription, waiting and trying again while the server says to slow down.
     private static func make(
-        _ subscription: RestorableSubscription, on connection: SwitchboardConnection, timeout: TimeAmount
+        _ subscription: RestorableSubscription, on connection: SwitchboardConnection, timeout: Duration
     ) async -> Result<Void, SwitchboardClientError> {
         var attempt = 1
         while true {

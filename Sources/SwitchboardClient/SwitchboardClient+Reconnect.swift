@@ -1,4 +1,4 @@
-import NIOCore
+import Logging
 import SwitchboardWire
 
 extension SwitchboardClient {
@@ -34,6 +34,7 @@ extension SwitchboardClient {
                 self.finish(error: cause, goAway: goAway, requestedByApp: false)
                 return
             case .reconnect:
+                self.logger.warning("connection lost; reconnecting", metadata: ["switchboard.error": "\(cause)"])
                 self.report(.disconnected(Disconnection(error: cause, goAway: goAway, willReconnect: true)))
             }
             guard let (nextConnection, nextForwarder) = await self.reconnect(after: cause) else { return }
@@ -59,6 +60,12 @@ extension SwitchboardClient {
             }
             let delay = self.reconnectPolicy.delay(forAttempt: attempt)
             guard self.markReconnecting(attempt: attempt) else { return nil }
+            self.logger.info(
+                "reconnecting",
+                metadata: [
+                    "switchboard.attempt": "\(attempt)", "switchboard.delay": "\(delay)",
+                    "switchboard.cause": "\(lastError)",
+                ])
             self.report(.reconnecting(attempt: attempt, delay: delay, cause: lastError))
             do {
                 try await Task.sleep(for: delay)
@@ -73,6 +80,9 @@ extension SwitchboardClient {
                     self.finish(error: error, goAway: nil, requestedByApp: false)
                     return nil
                 }
+                self.logger.debug(
+                    "reconnect attempt failed",
+                    metadata: ["switchboard.attempt": "\(attempt)", "switchboard.error": "\(error)"])
                 lastError = error
                 continue
             }
@@ -95,6 +105,19 @@ extension SwitchboardClient {
                 await connection.close()  // the app closed the client meanwhile
                 await forwarder.value
                 return nil
+            }
+            self.logger.info(
+                "reconnected",
+                metadata: [
+                    "switchboard.session": "\(connection.welcome.sessionId)", "switchboard.attempt": "\(attempt)",
+                    "switchboard.restored": "\(report.restored.count)",
+                ])
+            for failure in report.failed {
+                self.logger.warning(
+                    "a subscription was not restored",
+                    metadata: [
+                        "switchboard.subscription": "\(failure.subscription)", "switchboard.error": "\(failure.error)",
+                    ])
             }
             self.report(.connected(connection.welcome))
             self.report(.restored(report))

@@ -1,3 +1,4 @@
+import Logging
 import NIOCore
 import NIOPosix
 import SwitchboardWire
@@ -53,11 +54,16 @@ import Synchronization
 /// ``profileChanges``, ``providerRequests``, ``serverNotices``). They buffer from the moment the client is made,
 /// so nothing is missed before a consumer starts. Each is for one consumer; other consumers make their own with
 /// the `make...Stream()` methods, which get what arrives after the call. Every stream keeps up to
-/// ``ClientConfiguration/streamBufferLimit`` unread elements and then drops the oldest; all finish when the
-/// client closes.
+/// ``ClientConfiguration/streamBufferLimit`` unread elements and then drops the oldest: ``droppedPushCount``
+/// counts what was dropped, and the configuration's logger gets a warning; all finish when the client closes.
 ///
 /// **Lifetime.** A client runs (and keeps its connection) until ``logout()`` or ``close()``, or until it gives up;
 /// then it is closed for good and a new one is needed to start again. Close the clients you no longer need.
+/// Alternatively, run it as a swift-service-lifecycle `Service` in a `ServiceGroup` (``run()``): it connects,
+/// keeps the session, and logs out when the group shuts down gracefully or its task is cancelled.
+///
+/// **Logging.** The client logs to ``ClientConfiguration/logger`` (by default a logger that discards everything):
+/// sessions made and lost, reconnect attempts, restores, dropped pushes, frames it cannot read, giving up.
 public final class SwitchboardClient: Sendable {
     /// Returns a login token for the next connection (for example a fresh one from the app's backend). Errors it
     /// throws count as a failed attempt, retried with backoff, unless they are ``SwitchboardClientError``s of the
@@ -70,6 +76,8 @@ public final class SwitchboardClient: Sendable {
     public let reconnectPolicy: ReconnectPolicy
 
     let router: PushRouter
+    /// The configuration's logger, with the endpoint and user as metadata.
+    let logger: Logger
     private let events: Broadcast<ConnectionEvent>
     private let tokenProvider: TokenProvider?
     private let eventLoopGroup: any EventLoopGroup
@@ -92,7 +100,13 @@ public final class SwitchboardClient: Sendable {
         self.reconnectPolicy = reconnectPolicy
         self.eventLoopGroup = eventLoopGroup
         self.tokenProvider = tokenProvider
-        self.router = PushRouter(bufferLimit: configuration.streamBufferLimit)
+        var logger = configuration.logger
+        logger[metadataKey: "switchboard.endpoint"] = "\(configuration.endpoint)"
+        logger[metadataKey: "switchboard.user"] = "\(configuration.userID)"
+        self.logger = logger
+        self.router = PushRouter(
+            bufferLimit: configuration.streamBufferLimit,
+            drops: DroppedPushes(logger: logger, bufferLimit: max(configuration.streamBufferLimit, 1)))
         self.events = Broadcast(bufferLimit: configuration.streamBufferLimit)
         self.core = Mutex(ClientCore(token: configuration.token))
     }
@@ -120,6 +134,14 @@ public final class SwitchboardClient: Sendable {
     /// A new stream of what happens to the connection from now on, for another consumer.
     public func makeConnectionEventStream() -> AsyncStream<ConnectionEvent> { self.events.makeStream() }
 
+    /// How many pushes the client's push streams have dropped so far because their consumer fell behind: each
+    /// stream keeps ``ClientConfiguration/streamBufferLimit`` unread elements and drops the oldest beyond. Counts
+    /// every stream made with a `make...Stream()` method, and each lifetime stream (``storageEvents`` and the
+    /// others) from the moment it was first asked for; a lifetime stream nobody asked for has no consumer to fall
+    /// behind. `subscribedEvents` counts events, not batches. Each drop is also reported by a warning in the
+    /// configuration's logger (at once, then at most every 10 seconds with the number dropped meanwhile).
+    public var droppedPushCount: Int { self.router.drops.count }
+
     // MARK: Lifecycle
 
     /// Makes the first session: connects, logs in and returns the server's WELCOME (the current one when already
@@ -131,6 +153,13 @@ public final class SwitchboardClient: Sendable {
     ///   called again.
     @discardableResult
     public func connect() async throws(SwitchboardClientError) -> Welcome {
+        try await self.makeFirstSession(retrying: false)
+    }
+
+    /// ``connect()``'s work. With `retrying`, a failure other than a fatal refusal is tried again after the
+    /// reconnect policy's delay, up to its `maxAttempts` more times; the client stays `connecting` meanwhile, so
+    /// requests wait for the session (``ClientConfiguration/DisconnectedRequestPolicy/waitForConnection``).
+    func makeFirstSession(retrying: Bool) async throws(SwitchboardClientError) -> Welcome {
         let current: Welcome? = try self.core.withLock { (core) throws(SwitchboardClientError) -> Welcome? in
             switch core.phase {
             case .idle:
@@ -147,8 +176,13 @@ public final class SwitchboardClient: Sendable {
         if let current { return current }
         let connection: SwitchboardConnection
         do {
-            connection = try await self.establish()
+            if retrying {
+                connection = try await self.establishRetrying()
+            } else {
+                connection = try await self.establish()
+            }
         } catch {
+            self.logger.debug("connecting failed", metadata: ["switchboard.error": "\(error)"])
             let waiters = self.core.withLock { core in
                 if case .connecting = core.phase { core.phase = .idle }
                 return core.takeWaiters()
@@ -163,8 +197,41 @@ public final class SwitchboardClient: Sendable {
         let forwarder = self.startForwarding(connection)
         let supervisor = Task { await self.supervise(connection, forwarder: forwarder) }
         self.core.withLock { $0.supervisor = supervisor }
+        self.logger.info("connected", metadata: ["switchboard.session": "\(connection.welcome.sessionId)"])
         self.events.yield(.connected(connection.welcome))
         return connection.welcome
+    }
+
+    /// Connects and logs in, trying again with the reconnect policy's backoff until it works, the policy's
+    /// attempts are used up, the server refuses for good, the client is closed or the task is cancelled.
+    private func establishRetrying() async throws(SwitchboardClientError) -> SwitchboardConnection {
+        var attempt = 0
+        while true {
+            do {
+                return try await self.establish()
+            } catch {
+                attempt += 1
+                if Self.isFatal(error, duringSession: false, canRenewToken: self.hasTokenProvider) { throw error }
+                if let maxAttempts = self.reconnectPolicy.maxAttempts, attempt > maxAttempts { throw error }
+                let delay = self.reconnectPolicy.delay(forAttempt: attempt)
+                self.logger.warning(
+                    "cannot connect; trying again",
+                    metadata: [
+                        "switchboard.attempt": "\(attempt)", "switchboard.delay": "\(delay)",
+                        "switchboard.error": "\(error)",
+                    ])
+                do {
+                    try await Task.sleep(for: delay)
+                } catch {
+                    throw SwitchboardClientError.cancelled
+                }
+                let stillConnecting = self.core.withLock { core in
+                    if case .connecting = core.phase { return true }
+                    return false
+                }
+                guard stillConnecting else { throw SwitchboardClientError.clientClosed("the client was closed") }
+            }
+        }
     }
 
     /// Logs out: ends the session normally (others see the user leave; locks follow §13.2) and closes the client
@@ -173,6 +240,7 @@ public final class SwitchboardClient: Sendable {
     /// - Throws: ``SwitchboardClientError`` when the server did not answer the logout; the client is closed anyway.
     public func logout() async throws(SwitchboardClientError) {
         guard let (connection, supervisor) = self.beginClosing() else { return }
+        self.logger.debug("logging out")
         supervisor?.cancel()
         var failure: SwitchboardClientError?
         if let connection {
@@ -191,6 +259,7 @@ public final class SwitchboardClient: Sendable {
     /// its timeout) and closes the client for good.
     public func close() async {
         guard let (connection, supervisor) = self.beginClosing() else { return }
+        self.logger.debug("closing")
         supervisor?.cancel()
         await connection?.close()
         self.finish(error: nil, goAway: nil)
@@ -198,7 +267,7 @@ public final class SwitchboardClient: Sendable {
 
     /// Sends PING on the current connection and waits for PONG.
     public func ping() async throws(SwitchboardClientError) {
-        let deadline = ContinuousClock.now.advanced(by: Duration(self.configuration.requestTimeout))
+        let deadline = ContinuousClock.now.advanced(by: self.configuration.requestTimeout)
         let connection = try await self.usableConnection(until: deadline)
         do {
             try await connection.ping()
@@ -223,7 +292,7 @@ public final class SwitchboardClient: Sendable {
             try await self.logout()  // the client's own logout, so that it does not reconnect afterwards
             return .logout(EmptyBody())
         }
-        let deadline = ContinuousClock.now.advanced(by: timeout ?? Duration(self.configuration.requestTimeout))
+        let deadline = ContinuousClock.now.advanced(by: timeout ?? self.configuration.requestTimeout)
         while true {
             let connection = try await self.usableConnection(until: deadline)
             let remaining = deadline - ContinuousClock.now
@@ -232,7 +301,7 @@ public final class SwitchboardClient: Sendable {
             }
             let outcome: Result<Response, SwitchboardClientError>
             do {
-                outcome = .success(try await connection.send(request, timeout: TimeAmount(remaining)))
+                outcome = .success(try await connection.send(request, timeout: remaining))
             } catch {
                 outcome = .failure(SwitchboardClientError(wrapping: error))
             }
@@ -386,9 +455,14 @@ public final class SwitchboardClient: Sendable {
                 throw SwitchboardClientError.unexpectedResponse(response, to: .renewToken)
             }
             self.core.withLock { $0.token = token }
+            self.logger.debug("token renewed", metadata: ["switchboard.expires_at_ms": "\(renewed.expiresAtMs)"])
             self.events.yield(.tokenRenewed(expiresAtMs: renewed.expiresAtMs))
         } catch {
-            self.events.yield(.tokenRenewalFailed(SwitchboardClientError(wrapping: error)))
+            let error = SwitchboardClientError(wrapping: error)
+            self.logger.warning(
+                "renewing the token failed: the session ends when the old one expires",
+                metadata: ["switchboard.error": "\(error)"])
+            self.events.yield(.tokenRenewalFailed(error))
         }
     }
 
@@ -419,6 +493,11 @@ public final class SwitchboardClient: Sendable {
             return core.takeWaiters()
         }
         guard let waiters else { return }
+        if let error {
+            self.logger.error("the client closed for good", metadata: ["switchboard.error": "\(error)"])
+        } else {
+            self.logger.debug("the client closed")
+        }
         let failure = SwitchboardClientError(
             code: error?.code ?? .unavailable,
             message: error.map { "the client closed: \($0.message)" } ?? "the client was closed", kind: .clientClosed)

@@ -54,7 +54,7 @@ public final class SwitchboardConnection: Sendable {
         // connection at once (a full server answers GOAWAY and closes before the handshake starts).
         let handlerBox = Mutex<NIOLoopBound<ClientHandler>?>(nil)
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
-            .connectTimeout(configuration.connectTimeout)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let handler = ClientHandler(
@@ -99,7 +99,7 @@ public final class SwitchboardConnection: Sendable {
     /// - Throws: ``SwitchboardClientError``: the server's error response, a timeout (8003), or a connection that
     ///   closed before the request was sent (``SwitchboardClientError/Kind/notConnected``) or answered
     ///   (``SwitchboardClientError/Kind/connectionLost``).
-    public func send(_ request: Request, timeout: TimeAmount? = nil) async throws -> Response {
+    public func send(_ request: Request, timeout: Duration? = nil) async throws -> Response {
         let handler = self.handler
         let timeout = timeout ?? self.configuration.requestTimeout
         do {

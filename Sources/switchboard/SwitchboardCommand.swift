@@ -1,4 +1,5 @@
 import ArgumentParser
+import Configuration
 import Foundation
 import Logging
 import Metrics
@@ -16,176 +17,219 @@ struct SwitchboardCommand: AsyncParsableCommand {
         commandName: "switchboard",
         abstract: "Switchboard: a real-time state gateway (metadata, presence, events, profiles) over TCP and Unix sockets.",
         discussion: """
-            Every option can also be given as an environment variable: SWITCHBOARD_ followed by the option's name in \
-            upper case with dashes as underscores (--max-connections -> SWITCHBOARD_MAX_CONNECTIONS). A command-line \
-            option wins over the environment.
+            Every option of serve can also be given as an environment variable (SWITCHBOARD_ followed by the \
+            option's name in upper case with dashes as underscores: --max-connections -> \
+            SWITCHBOARD_MAX_CONNECTIONS) or as a key of the JSON configuration file named by --config or \
+            SWITCHBOARD_CONFIG ({"max-connections": 1000}). The command line wins over the environment, the \
+            environment over the file, the file over the defaults.
             """,
         subcommands: [Serve.self, Token.self],
         defaultSubcommand: Serve.self)
-
-    static func main() async {
-        var arguments = Array(CommandLine.arguments.dropFirst())
-        arguments = EnvironmentOptions.merge(arguments: arguments, environment: ProcessInfo.processInfo.environment)
-        do {
-            var command = try parseAsRoot(arguments)
-            if var asyncCommand = command as? any AsyncParsableCommand {
-                try await asyncCommand.run()
-            } else {
-                try command.run()
-            }
-        } catch {
-            exit(withError: error)
-        }
-    }
-}
-
-/// Adds `SWITCHBOARD_*` environment variables as options the command line did not give.
-enum EnvironmentOptions {
-    static let serveOptions = [
-        "tcp", "unix-socket", "unix-socket-mode", "database", "threads", "token-secret", "token-secret-file", "max-connections",
-        "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
-        "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
-        "presence-timeout", "presence-interval-threshold", "presence-interval-ms", "cluster",
-    ]
-
-    static func merge(arguments: [String], environment: [String: String]) -> [String] {
-        // Only for the serve command (the default); `token` reads SWITCHBOARD_TOKEN_SECRET itself.
-        if let first = arguments.first, !first.hasPrefix("-"), first != "serve" { return arguments }
-        var merged = arguments
-        for option in serveOptions {
-            let name = "SWITCHBOARD_" + option.uppercased().replacingOccurrences(of: "-", with: "_")
-            guard let value = environment[name], !arguments.contains(where: { $0 == "--\(option)" || $0.hasPrefix("--\(option)=") })
-            else { continue }
-            merged.append("--\(option)=\(value)")
-        }
-        return merged
-    }
 }
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Runs the gateway (the default command).")
 
-    @Option(help: "TCP listener as host:port, or \"off\".")
-    var tcp = "127.0.0.1:7400"
+    private static let defaults = ServeSettings()
 
-    @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not.")
-    var unixSocket = "./switchboard.sock"
+    @Option(help: ArgumentHelp(
+        "JSON file of settings, keyed by the long options' names, such as {\"token-secret\": \"...\", \"max-connections\": 1000}: a way to keep the secret out of the process list. Also SWITCHBOARD_CONFIG. Unknown keys and values of the wrong type stop the start.",
+        valueName: "path"))
+    var config: String?
 
-    @Option(name: .customLong("unix-socket-mode"), help: "Permissions of the Unix socket file, in octal (0600: its owner only; 0660 lets the owner's group connect too).")
-    var unixSocketMode = "0600"
+    @Option(help: "TCP listener as host:port, or \"off\" (default: \(defaults.tcp)).")
+    var tcp: String?
 
-    @Option(help: "SQLite database file.")
-    var database = "./switchboard.sqlite"
+    @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
+    var unixSocket: String?
 
-    @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch).")
-    var durability = "commit"
+    @Option(name: .customLong("unix-socket-mode"), help: "Permissions of the Unix socket file, in octal (0600: its owner only; 0660 lets the owner's group connect too) (default: \(defaults.unixSocketMode)).")
+    var unixSocketMode: String?
 
-    @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit's sync), \"writer\" (the store's writer thread, as writes arrive, while the loops go on reading) or \"auto\" (loop with one event loop thread, writer with more).")
-    var commitOn = "auto"
+    @Option(help: "SQLite database file (default: \(defaults.database)).")
+    var database: String?
 
-    @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them, 0-1000 (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written.")
-    var writeBehindMs: UInt64 = 5
+    @Option(help: "When a write is acknowledged: \"commit\" (after its SQLite transaction committed; group commit) or \"apply\" (at once, before the commit: faster, but a crash loses the writes of the last batch) (default: \(defaults.durability)).")
+    var durability: String?
 
-    @Option(name: .customLong("unawaited-write-delay-ms"), help: "How long an event or profile write nobody waits for (a provider's answer, an online state, a last-logout time) waits for others to share its transaction, 0-1000 (0: at once). Fewer commits leave more CPU to the event loops; also the most of such writes a crash loses (none of them was acknowledged).")
-    var unawaitedWriteDelayMs: UInt64 = UInt64(GroupCommitDefaults.unawaitedWriteDelayMs)
+    @Option(help: "Who commits durable metadata writes (--durability commit): \"loop\" (each event loop, once per tick, for every write it read in that tick: no thread hand-over, like Redis's appendfsync always; the loop waits for the commit's sync), \"writer\" (the store's writer thread, as writes arrive, while the loops go on reading) or \"auto\" (loop with one event loop thread, writer with more) (default: \(defaults.commitOn)).")
+    var commitOn: String?
 
-    @Option(help: "Event loop threads (1 is best when clients share this machine's two cores).")
-    var threads = 1
+    @Option(name: .customLong("write-behind-ms"), help: "With --durability apply: how long the writer lets writes gather before it commits them, 0-1000 (0: at once). Fewer, larger transactions leave more CPU to the event loops; also the most a crash loses beyond the batch being written (default: \(defaults.writeBehindMs)).")
+    var writeBehindMs: Int?
 
-    @Option(name: .customLong("token-secret"), help: "HMAC secret for login tokens. Without a secret the gateway runs in open development mode: any user id is accepted, and only loopback listeners are allowed.")
+    @Option(name: .customLong("unawaited-write-delay-ms"), help: "How long an event or profile write nobody waits for (a provider's answer, an online state, a last-logout time) waits for others to share its transaction, 0-1000 (0: at once). Fewer commits leave more CPU to the event loops; also the most of such writes a crash loses (none of them was acknowledged) (default: \(defaults.unawaitedWriteDelayMs)).")
+    var unawaitedWriteDelayMs: Int?
+
+    @Option(help: "Event loop threads (1 is best when clients share this machine's two cores) (default: \(defaults.threads)).")
+    var threads: Int?
+
+    @Option(name: .customLong("token-secret"), help: "HMAC secret for login tokens. Without a secret the gateway runs in open development mode: any user id is accepted, and only loopback listeners are allowed. On the command line the secret shows in the process list: prefer --token-secret-file, SWITCHBOARD_TOKEN_SECRET or the configuration file.")
     var tokenSecret: String?
 
-    @Option(name: .customLong("token-secret-file"), help: "Read the token secret from this file.")
+    @Option(name: .customLong("token-secret-file"), help: "Read the token secret from this file (wins over --token-secret from the same source).")
     var tokenSecretFile: String?
 
-    @Option(name: .customLong("max-connections"), help: "Open connections at most (error 3002).")
-    var maxConnections = 100_000
+    @Option(name: .customLong("max-connections"), help: "Open connections at most (error 3002) (default: \(defaults.maxConnections)).")
+    var maxConnections: Int?
 
-    @Option(name: .customLong("max-frame-size"), help: "Largest frame in bytes after the handshake (error 1001).")
-    var maxFrameSize = 1 << 20
+    @Option(name: .customLong("max-frame-size"), help: "Largest frame in bytes after the handshake (error 1001) (default: \(defaults.maxFrameSize)).")
+    var maxFrameSize: Int?
 
-    @Option(name: .customLong("max-inflated-size"), help: "Largest inflated body of a compressed frame (error 1010).")
-    var maxInflatedSize = 1 << 20
+    @Option(name: .customLong("max-inflated-size"), help: "Largest inflated body of a compressed frame (error 1010) (default: \(defaults.maxInflatedSize)).")
+    var maxInflatedSize: Int?
 
-    @Option(name: .customLong("rate-limit"), help: "Requests per second per connection, 0 for no limit (error 3000).")
-    var rateLimit = 20_000
+    @Option(name: .customLong("rate-limit"), help: "Requests per second per connection, 0 for no limit (error 3000) (default: \(defaults.rateLimit)).")
+    var rateLimit: Int?
 
-    @Option(name: .customLong("rate-burst"), help: "Requests a connection may send in a burst.")
-    var rateBurst = 40_000
+    @Option(name: .customLong("rate-burst"), help: "Requests a connection may send in a burst (default: \(defaults.rateBurst)).")
+    var rateBurst: Int?
 
-    @Option(name: .customLong("max-subscriptions"), help: "Subscriptions per connection (error 3003).")
-    var maxSubscriptions = 10_000
+    @Option(name: .customLong("max-subscriptions"), help: "Subscriptions per connection (error 3003) (default: \(defaults.maxSubscriptions)).")
+    var maxSubscriptions: Int?
 
-    @Option(name: .customLong("max-inflight"), help: "Unanswered requests per connection (error 3001).")
-    var maxInflight = 128
+    @Option(name: .customLong("max-inflight"), help: "Unanswered requests per connection (error 3001) (default: \(defaults.maxInflight)).")
+    var maxInflight: Int?
 
-    @Option(name: .customLong("outbound-high-water"), help: "Queued outbound bytes above which the server stops reading a connection.")
-    var outboundHighWater = 1 << 20
+    @Option(name: .customLong("outbound-high-water"), help: "Queued outbound bytes above which the server stops reading a connection (default: \(defaults.outboundHighWater)).")
+    var outboundHighWater: Int?
 
-    @Option(name: .customLong("outbound-hard-cap"), help: "Queued outbound bytes above which a connection is cut as a slow consumer (error 3004).")
-    var outboundHardCap = 8 << 20
+    @Option(name: .customLong("outbound-hard-cap"), help: "Queued outbound bytes above which a connection is cut as a slow consumer (error 3004) (default: \(defaults.outboundHardCap)).")
+    var outboundHardCap: Int?
 
-    @Option(name: .customLong("heartbeat-ms"), help: "Heartbeat interval granted by default (clients may ask for 1000-300000).")
-    var heartbeatMs = 15_000
+    @Option(name: .customLong("heartbeat-ms"), help: "Heartbeat interval granted by default (clients may ask for 1000-300000) (default: \(defaults.heartbeatMs)).")
+    var heartbeatMs: Int?
 
-    @Option(name: .customLong("heartbeat-misses"), help: "Silent heartbeat intervals before a session ends as abnormal (error 1009).")
-    var heartbeatMisses = 3
+    @Option(name: .customLong("heartbeat-misses"), help: "Silent heartbeat intervals before a session ends as abnormal (error 1009) (default: \(defaults.heartbeatMisses)).")
+    var heartbeatMisses: Int?
 
-    @Option(name: .customLong("handshake-timeout-ms"), help: "Time a new connection has to send HELLO (error 1007).")
-    var handshakeTimeoutMs = 10_000
+    @Option(name: .customLong("handshake-timeout-ms"), help: "Time a new connection has to send HELLO (error 1007) (default: \(defaults.handshakeTimeoutMs)).")
+    var handshakeTimeoutMs: Int?
 
-    @Option(name: .customLong("compression-threshold"), help: "Bodies at least this long are compressed for clients that negotiated zlib.")
-    var compressionThreshold = 512
+    @Option(name: .customLong("compression-threshold"), help: "Bodies at least this long are compressed for clients that negotiated zlib (default: \(defaults.compressionThreshold)).")
+    var compressionThreshold: Int?
 
-    @Option(name: .customLong("shutdown-grace-ms"), help: "On SIGTERM/SIGINT, time given to in-flight requests before connections are closed.")
-    var shutdownGraceMs = 10_000
+    @Option(name: .customLong("shutdown-grace-ms"), help: "On SIGTERM/SIGINT, time given to in-flight requests before connections are closed (default: \(defaults.shutdownGraceMs)).")
+    var shutdownGraceMs: Int?
 
-    @Option(name: .customLong("presence-timeout"), help: "Seconds (5-300) a user whose session ended abnormally stays in their channels before others see remoteTimeout.")
-    var presenceTimeout = 30
+    @Option(name: .customLong("presence-timeout"), help: "Seconds (5-300) a user whose session ended abnormally stays in their channels before others see remoteTimeout (default: \(defaults.presenceTimeout)).")
+    var presenceTimeout: Int?
 
-    @Option(name: .customLong("presence-interval-threshold"), help: "Above this many members (8-128) a channel sends one presence interval event per interval instead of one event per change.")
-    var presenceIntervalThreshold = 50
+    @Option(name: .customLong("presence-interval-threshold"), help: "Above this many members (8-128) a channel sends one presence interval event per interval instead of one event per change (default: \(defaults.presenceIntervalThreshold)).")
+    var presenceIntervalThreshold: Int?
 
-    @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event.")
-    var presenceIntervalMs = 1_000
+    @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event (default: \(defaults.presenceIntervalMs)).")
+    var presenceIntervalMs: Int?
 
-    @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003).")
-    var providerTimeoutMs = 5_000
+    @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
+    var providerTimeoutMs: Int?
 
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
     var metricsPort: Int?
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel = "info"
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
+    var logLevel: String?
 
-    @Option(help: "Run as a node of a cluster whose metadata lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares the metadata sets and their storage events; --database then holds only the node's event and profile files.")
+    @Option(help: "Run as a node of a cluster whose metadata lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares the metadata sets and their storage events; --database then holds only the node's event and profile files. Keep a password out of the process list: put it in the --config file or SWITCHBOARD_CLUSTER.")
     var cluster: String?
 
-    func configuration() throws -> ServerConfiguration {
+    /// The options given on the command line, by key (``ServeSettings/keys``); `--config` is not a setting.
+    var commandLineValues: [String: ConfigContent] {
+        var values: [String: ConfigContent] = [:]
+        func put(_ key: String, _ value: String?) {
+            if let value { values[key] = .string(value) }
+        }
+        func put(_ key: String, _ value: Int?) {
+            if let value { values[key] = .int(value) }
+        }
+        put("tcp", self.tcp)
+        put("unix-socket", self.unixSocket)
+        put("unix-socket-mode", self.unixSocketMode)
+        put("database", self.database)
+        put("durability", self.durability)
+        put("commit-on", self.commitOn)
+        put("write-behind-ms", self.writeBehindMs)
+        put("unawaited-write-delay-ms", self.unawaitedWriteDelayMs)
+        put("threads", self.threads)
+        put("token-secret", self.tokenSecret)
+        put("token-secret-file", self.tokenSecretFile)
+        put("max-connections", self.maxConnections)
+        put("max-frame-size", self.maxFrameSize)
+        put("max-inflated-size", self.maxInflatedSize)
+        put("rate-limit", self.rateLimit)
+        put("rate-burst", self.rateBurst)
+        put("max-subscriptions", self.maxSubscriptions)
+        put("max-inflight", self.maxInflight)
+        put("outbound-high-water", self.outboundHighWater)
+        put("outbound-hard-cap", self.outboundHardCap)
+        put("heartbeat-ms", self.heartbeatMs)
+        put("heartbeat-misses", self.heartbeatMisses)
+        put("handshake-timeout-ms", self.handshakeTimeoutMs)
+        put("compression-threshold", self.compressionThreshold)
+        put("shutdown-grace-ms", self.shutdownGraceMs)
+        put("presence-timeout", self.presenceTimeout)
+        put("presence-interval-threshold", self.presenceIntervalThreshold)
+        put("presence-interval-ms", self.presenceIntervalMs)
+        put("provider-timeout-ms", self.providerTimeoutMs)
+        put("metrics-port", self.metricsPort)
+        put("log-level", self.logLevel)
+        put("cluster", self.cluster)
+        return values
+    }
+
+    /// The settings from the command line, `environment` and the configuration file (`--config`, else
+    /// `SWITCHBOARD_CONFIG`), in that order of precedence, over the defaults.
+    ///
+    /// - Throws: ``SettingsError`` for an unreadable file, an unknown key in it, or a value of the wrong type.
+    func settings(environment: [String: String]) async throws(SettingsError) -> ServeSettings {
+        let path = self.config ?? environment[ServeSettings.configFileVariable]
+        var file: ConfigFile?
+        if let path { file = try await ConfigFile.load(path: path) }
+        return try ServeSettings.resolve(commandLine: self.commandLineValues, environment: environment, configFile: file)
+    }
+
+    func run() async throws {
+        let settings: ServeSettings
+        do {
+            settings = try await self.settings(environment: ProcessInfo.processInfo.environment)
+        } catch {
+            throw ValidationError(error.description)
+        }
+        try await settings.serve()
+    }
+}
+
+extension ServeSettings {
+    /// The server configuration these settings describe.
+    ///
+    /// - Throws: `ValidationError` for a value out of its range or format.
+    func serverConfiguration() throws -> ServerConfiguration {
         var configuration = ServerConfiguration()
         if self.tcp == "off" {
             configuration.tcpHost = nil
         } else {
             guard let colon = self.tcp.lastIndex(of: ":"), let port = Int(self.tcp[self.tcp.index(after: colon)...]) else {
-                throw ValidationError("--tcp must be host:port or off")
+                throw ValidationError("tcp must be host:port or off")
             }
             configuration.tcpHost = String(self.tcp[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             configuration.tcpPort = port
         }
         configuration.unixSocketPath = self.unixSocket == "off" ? nil : self.unixSocket
         guard let mode = UInt32(self.unixSocketMode, radix: 8), mode <= 0o777 else {
-            throw ValidationError("--unix-socket-mode must be an octal mode 0000-0777, such as 0600")
+            throw ValidationError("unix-socket-mode must be an octal mode 0000-0777, such as 0600")
         }
         configuration.unixSocketMode = mode
         configuration.databasePath = self.database
         configuration.eventLoopThreads = self.threads
-        if let file = self.tokenSecretFile {
+        switch self.tokenSecret {
+        case .file(let file)?:
             let text = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             configuration.tokenSecret = Array(text.utf8)
-        } else if let secret = self.tokenSecret {
+        case .inline(let secret)?:
             configuration.tokenSecret = Array(secret.utf8)
+        case nil:
+            break
         }
         configuration.limits.maxConnections = self.maxConnections
         configuration.limits.maxFrameSize = self.maxFrameSize
@@ -205,19 +249,20 @@ struct Serve: AsyncParsableCommand {
         return configuration
     }
 
-    func run() async throws {
-        let configuration = try self.configuration()
+    /// Runs the gateway with these settings until SIGTERM or SIGINT.
+    func serve() async throws {
+        let configuration = try self.serverConfiguration()
         guard self.durability == "commit" || self.durability == "apply" else {
-            throw ValidationError("--durability must be commit or apply")
+            throw ValidationError("durability must be commit or apply")
         }
         guard ["auto", "loop", "writer"].contains(self.commitOn) else {
-            throw ValidationError("--commit-on must be auto, loop or writer")
+            throw ValidationError("commit-on must be auto, loop or writer")
         }
-        guard self.writeBehindMs <= 1_000 else {
-            throw ValidationError("--write-behind-ms must be 0-1000")
+        guard (0...1_000).contains(self.writeBehindMs) else {
+            throw ValidationError("write-behind-ms must be 0-1000")
         }
-        guard self.unawaitedWriteDelayMs <= 1_000 else {
-            throw ValidationError("--unawaited-write-delay-ms must be 0-1000")
+        guard (0...1_000).contains(self.unawaitedWriteDelayMs) else {
+            throw ValidationError("unawaited-write-delay-ms must be 0-1000")
         }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
@@ -229,7 +274,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError(error.description)
         }
         guard let level = Logger.Level(rawValue: self.logLevel) else {
-            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+            throw ValidationError("log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -255,10 +300,10 @@ struct Serve: AsyncParsableCommand {
         // its connections while the others' writes queue behind it; the writer thread overlaps the sync with reading.
         let commitsOnLoop = self.commitOn == "loop" || (self.commitOn == "auto" && self.threads == 1)
         storeConfiguration.commitDriver = commitsOnLoop ? .caller : .writerQueue
-        storeConfiguration.writeBehindDelayMs = self.writeBehindMs
+        storeConfiguration.writeBehindDelayMs = UInt64(self.writeBehindMs)
         applicationConfiguration.store = storeConfiguration
         applicationConfiguration.presence = presenceConfiguration
-        applicationConfiguration.unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
+        applicationConfiguration.unawaitedWriteDelayMs = self.unawaitedWriteDelayMs
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         if let url = self.cluster {
             do {
@@ -311,9 +356,9 @@ enum SecondSignal {
     }
 }
 
-struct Token: ParsableCommand {
+struct Token: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Mints a login token with the configured secret (--token-secret, --token-secret-file or SWITCHBOARD_TOKEN_SECRET).")
+        abstract: "Mints a login token with the gateway's secret: --token-secret-file or --token-secret, else SWITCHBOARD_TOKEN_SECRET_FILE or SWITCHBOARD_TOKEN_SECRET, else the configuration file's (--config or SWITCHBOARD_CONFIG).")
 
     @Option(help: "The user the token is for.")
     var user: String
@@ -330,14 +375,34 @@ struct Token: ParsableCommand {
     @Option(name: .customLong("token-secret-file"), help: "Read the secret from this file.")
     var tokenSecretFile: String?
 
-    func run() throws {
+    @Option(help: ArgumentHelp("The gateway's JSON configuration file, for its token secret.", valueName: "path"))
+    var config: String?
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        var commandLine: [String: ConfigContent] = [:]
+        if let secret = self.tokenSecret { commandLine["token-secret"] = .string(secret) }
+        if let file = self.tokenSecretFile { commandLine["token-secret-file"] = .string(file) }
+        let resolved: ServeSettings.TokenSecret?
+        do {
+            var file: ConfigFile?
+            if let path = self.config ?? environment[ServeSettings.configFileVariable] {
+                file = try await ConfigFile.load(path: path)
+            }
+            resolved = try ServeSettings.resolve(commandLine: commandLine, environment: environment, configFile: file)
+                .tokenSecret
+        } catch {
+            throw ValidationError(error.description)
+        }
         let secret: String
-        if let file = self.tokenSecretFile {
+        switch resolved {
+        case .file(let file)?:
             secret = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        } else if let given = self.tokenSecret ?? ProcessInfo.processInfo.environment["SWITCHBOARD_TOKEN_SECRET"] {
+        case .inline(let given)?:
             secret = given
-        } else {
-            throw ValidationError("no secret: give --token-secret, --token-secret-file or SWITCHBOARD_TOKEN_SECRET")
+        case nil:
+            throw ValidationError(
+                "no secret: give --token-secret, --token-secret-file, SWITCHBOARD_TOKEN_SECRET or a configuration file with one")
         }
         guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
             throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")

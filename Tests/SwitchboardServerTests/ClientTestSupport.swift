@@ -175,3 +175,46 @@ extension ConnectionEvent {
         return nil
     }
 }
+
+/// Keeps what a logger made with ``logger`` logs, for tests that check a client's log.
+final class LogCapture: Sendable {
+    struct Record: Sendable {
+        var level: Logger.Level
+        var message: String
+        /// The logger's metadata merged with the call's.
+        var metadata: Logger.Metadata
+    }
+
+    private struct Handler: LogHandler {
+        let capture: LogCapture
+        var metadata: Logger.Metadata = [:]
+        var metadataProvider: Logger.MetadataProvider?
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { self.metadata[key] }
+            set { self.metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let metadata = self.metadata.merging(event.metadata ?? [:]) { $1 }
+            let record = Record(level: event.level, message: "\(event.message)", metadata: metadata)
+            self.capture.records.withLock { $0.append(record) }
+        }
+    }
+
+    private let records = Mutex<[Record]>([])
+
+    /// A logger whose records this capture keeps, every level included.
+    var logger: Logger { Logger(label: "switchboard.client", factory: { _ in Handler(capture: self) }) }
+
+    /// Everything logged so far.
+    var all: [Record] { self.records.withLock { $0 } }
+
+    /// The first record matching `predicate`, waiting at most `seconds`.
+    func first(seconds: Double = 15, where predicate: (Record) -> Bool) async -> Record? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline, !self.all.contains(where: predicate) { try? await Task.sleep(for: .milliseconds(10)) }
+        return self.all.first(where: predicate)
+    }
+}

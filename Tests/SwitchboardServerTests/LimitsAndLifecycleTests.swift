@@ -427,13 +427,13 @@ import Testing
         let recorder = SessionRecorder()
         try await withGateway({ $0.heartbeat.minimumInterval = .milliseconds(100) }, observers: [recorder]) { gateway in
             let silent = try await gateway.connect(transport, user: "silent") {
-                $0.heartbeatMs = 300
+                $0.heartbeatInterval = .milliseconds(300)
                 $0.sendsHeartbeats = false
             }
             #expect(silent.welcome.heartbeatMs == 300 && silent.welcome.heartbeatMisses == 3)
             // A longer interval for the client that does send heartbeats: the test checks that heartbeats keep a
             // session open, and 3 s of allowed silence rides out a loaded CI machine (300 ms did not, now and then).
-            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatMs = 1_000 }
+            let chatty = try await gateway.connect(transport, user: "chatty") { $0.heartbeatInterval = .seconds(1) }
             await silent.waitUntilClosed()
             #expect((await silent.goAway)?.code == UInt64(ErrorCode.heartbeatTimeout.rawValue))
             #expect(await recorder.wait { $0.ended.contains { $0.user == "silent" && $0.reason == .abnormal } })

@@ -11,10 +11,10 @@ public struct CommandSession: Sendable {
     /// The output format.
     public var format: OutputFormat
     /// How long each request may wait for its answer (nil: the connection's default).
-    public var timeout: TimeAmount?
+    public var timeout: Duration?
 
     /// Creates a session over an open connection.
-    public init(connection: SwitchboardConnection, console: Console, format: OutputFormat, timeout: TimeAmount? = nil) {
+    public init(connection: SwitchboardConnection, console: Console, format: OutputFormat, timeout: Duration? = nil) {
         self.connection = connection
         self.console = console
         self.format = format

@@ -93,7 +93,7 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
         configuration.deviceID = self.device ?? environment["SWITCHBOARD_DEVICE"] ?? ""
         configuration.clientType = .other
         configuration.clientName = "sbctl/1"
-        let timeout = TimeAmount.milliseconds(Int64(try self.timeoutSeconds(environment: environment) * 1000))
+        let timeout = Duration.milliseconds(Int64(try self.timeoutSeconds(environment: environment) * 1000))
         configuration.requestTimeout = timeout
         configuration.connectTimeout = timeout
         return configuration

@@ -1,0 +1,277 @@
+import Configuration
+import Foundation
+import SwitchboardStore
+
+/// The settings of `switchboard serve`, each named by its long option: `--max-connections` is the key
+/// `max-connections` in a configuration file and the environment variable `SWITCHBOARD_MAX_CONNECTIONS`.
+///
+/// ``resolve(commandLine:environment:configFile:)`` reads every key with a swift-configuration `ConfigReader`
+/// whose providers are, in precedence order: the command line, the environment, the configuration file; a key
+/// none of them has keeps its default.
+struct ServeSettings: Equatable, Sendable {
+    /// Where the login tokens' HMAC secret comes from.
+    enum TokenSecret: Equatable, Sendable {
+        /// The secret itself (`token-secret`).
+        case inline(String)
+        /// A file holding it (`token-secret-file`).
+        case file(String)
+    }
+
+    var tcp = "127.0.0.1:7400"
+    var unixSocket = "./switchboard.sock"
+    var unixSocketMode = "0600"
+    var database = "./switchboard.sqlite"
+    var durability = "commit"
+    var commitOn = "auto"
+    var writeBehindMs = 5
+    var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
+    var threads = 1
+    /// Nil: open development mode.
+    var tokenSecret: TokenSecret?
+    var maxConnections = 100_000
+    var maxFrameSize = 1 << 20
+    var maxInflatedSize = 1 << 20
+    var rateLimit = 20_000
+    var rateBurst = 40_000
+    var maxSubscriptions = 10_000
+    var maxInflight = 128
+    var outboundHighWater = 1 << 20
+    var outboundHardCap = 8 << 20
+    var heartbeatMs = 15_000
+    var heartbeatMisses = 3
+    var handshakeTimeoutMs = 10_000
+    var compressionThreshold = 512
+    var shutdownGraceMs = 10_000
+    var presenceTimeout = 30
+    var presenceIntervalThreshold = 50
+    var presenceIntervalMs = 1_000
+    var providerTimeoutMs = 5_000
+    /// Nil: no metrics endpoint.
+    var metricsPort: Int?
+    var logLevel = "info"
+    /// The PostgreSQL URL of the cluster this gateway is a node of (nil: a single gateway).
+    var cluster: String?
+
+    /// A setting's key and where its value goes.
+    enum Key: Sendable {
+        case string(String, any WritableKeyPath<ServeSettings, String> & Sendable)
+        case integer(String, any WritableKeyPath<ServeSettings, Int> & Sendable)
+        case optionalInteger(String, any WritableKeyPath<ServeSettings, Int?> & Sendable)
+        /// A string that may be absent and may hold a password (never logged).
+        case optionalSecretString(String, any WritableKeyPath<ServeSettings, String?> & Sendable)
+        /// `token-secret` or `token-secret-file`: resolved together (``TokenSecret``).
+        case secret(String)
+
+        var name: String {
+            switch self {
+            case .string(let name, _), .integer(let name, _), .optionalInteger(let name, _),
+                .optionalSecretString(let name, _), .secret(let name):
+                return name
+            }
+        }
+
+        /// The type its values must have.
+        var type: ConfigType {
+            switch self {
+            case .string, .optionalSecretString, .secret: return .string
+            case .integer, .optionalInteger: return .int
+            }
+        }
+    }
+
+    /// Every key, in the order of `switchboard serve --help`.
+    static let keys: [Key] = [
+        .string("tcp", \.tcp),
+        .string("unix-socket", \.unixSocket),
+        .string("unix-socket-mode", \.unixSocketMode),
+        .string("database", \.database),
+        .string("durability", \.durability),
+        .string("commit-on", \.commitOn),
+        .integer("write-behind-ms", \.writeBehindMs),
+        .integer("unawaited-write-delay-ms", \.unawaitedWriteDelayMs),
+        .integer("threads", \.threads),
+        .secret("token-secret"),
+        .secret("token-secret-file"),
+        .integer("max-connections", \.maxConnections),
+        .integer("max-frame-size", \.maxFrameSize),
+        .integer("max-inflated-size", \.maxInflatedSize),
+        .integer("rate-limit", \.rateLimit),
+        .integer("rate-burst", \.rateBurst),
+        .integer("max-subscriptions", \.maxSubscriptions),
+        .integer("max-inflight", \.maxInflight),
+        .integer("outbound-high-water", \.outboundHighWater),
+        .integer("outbound-hard-cap", \.outboundHardCap),
+        .integer("heartbeat-ms", \.heartbeatMs),
+        .integer("heartbeat-misses", \.heartbeatMisses),
+        .integer("handshake-timeout-ms", \.handshakeTimeoutMs),
+        .integer("compression-threshold", \.compressionThreshold),
+        .integer("shutdown-grace-ms", \.shutdownGraceMs),
+        .integer("presence-timeout", \.presenceTimeout),
+        .integer("presence-interval-threshold", \.presenceIntervalThreshold),
+        .integer("presence-interval-ms", \.presenceIntervalMs),
+        .integer("provider-timeout-ms", \.providerTimeoutMs),
+        .optionalInteger("metrics-port", \.metricsPort),
+        .string("log-level", \.logLevel),
+        .optionalSecretString("cluster", \.cluster),
+    ]
+
+    /// The environment variable that holds `key`: `SWITCHBOARD_` and the key in upper case, dashes as underscores.
+    static func environmentVariable(for key: String) -> String {
+        "SWITCHBOARD_" + key.uppercased().replacingOccurrences(of: "-", with: "_")
+    }
+
+    /// The environment variable that names the configuration file when `--config` does not.
+    static let configFileVariable = "SWITCHBOARD_CONFIG"
+
+    /// Resolves every setting: the command line wins over the environment, which wins over the configuration
+    /// file, which wins over the defaults. The token secret is one setting: the first of these sources that has
+    /// `token-secret-file` or `token-secret` gives it (the file when it has both).
+    ///
+    /// - Parameters:
+    ///   - commandLine: the options given on the command line, by key.
+    ///   - environment: the process environment; only `SWITCHBOARD_<KEY>` variables are read.
+    ///   - configFile: the configuration file, if there is one.
+    /// - Throws: ``SettingsError`` naming the key and its source (`--max-connections`,
+    ///   `SWITCHBOARD_MAX_CONNECTIONS`, `config file PATH: "max-connections"`) for a value of the wrong type.
+    static func resolve(
+        commandLine: [String: ConfigContent], environment: [String: String], configFile: ConfigFile?
+    ) throws(SettingsError) -> ServeSettings {
+        let secretKeys = Set(Self.keys.compactMap { key -> String? in
+            if case .secret(let name) = key { return name }
+            return nil
+        })
+        var commandLineValues: [AbsoluteConfigKey: ConfigValue] = [:]
+        for (name, content) in commandLine {
+            commandLineValues[AbsoluteConfigKey([name])] = ConfigValue(content, isSecret: secretKeys.contains(name))
+        }
+        let layers: [(name: (String) -> String, provider: any ConfigProvider)] =
+            [
+                ({ "--\($0)" }, InMemoryProvider(name: "command line", values: commandLineValues)),
+                (
+                    Self.environmentVariable(for:),
+                    EnvironmentVariablesProvider(
+                        environmentVariables: environment.filter { $0.key.hasPrefix("SWITCHBOARD_") },
+                        secretsSpecifier: .specific(Set(secretKeys.map(Self.environmentVariable(for:)))))
+                        .prefixKeys(with: ConfigKey(["switchboard"]))
+                ),
+            ] + (configFile.map { file in [({ "config file \(file.path): \"\($0)\"" }, file.provider)] } ?? [])
+
+        // Every value must have its key's type, in every source, even where a stronger source hides it.
+        for (name, provider) in layers {
+            for key in Self.keys {
+                do {
+                    _ = try provider.value(forKey: AbsoluteConfigKey([key.name]), type: key.type)
+                } catch {
+                    throw SettingsError.wrongType(setting: name(key.name), expected: key.type)
+                }
+            }
+        }
+
+        let reader = ConfigReader(providers: layers.map(\.provider))
+        var settings = ServeSettings()
+        for key in Self.keys {
+            let configKey = ConfigKey([key.name])
+            switch key {
+            case .string(_, let path):
+                settings[keyPath: path] = reader.string(forKey: configKey, default: settings[keyPath: path])
+            case .integer(_, let path):
+                settings[keyPath: path] = reader.int(forKey: configKey, default: settings[keyPath: path])
+            case .optionalInteger(_, let path):
+                settings[keyPath: path] = reader.int(forKey: configKey) ?? settings[keyPath: path]
+            case .optionalSecretString(_, let path):
+                settings[keyPath: path] = reader.string(forKey: configKey, isSecret: true) ?? settings[keyPath: path]
+            case .secret:
+                break
+            }
+        }
+        for (_, provider) in layers {
+            let source = ConfigReader(provider: provider)
+            if let file = source.string(forKey: ConfigKey(["token-secret-file"])) {
+                settings.tokenSecret = .file(file)
+                break
+            }
+            if let secret = source.string(forKey: ConfigKey(["token-secret"]), isSecret: true) {
+                settings.tokenSecret = .inline(secret)
+                break
+            }
+        }
+        return settings
+    }
+}
+
+/// A configuration file of `switchboard serve`: a JSON object whose keys are the long options' names.
+struct ConfigFile: Sendable {
+    /// Where it was read from.
+    let path: String
+    /// Its values.
+    let provider: FileProvider<JSONSnapshot>
+
+    /// Reads and checks the file at `path`.
+    ///
+    /// - Throws: ``SettingsError`` when the file cannot be read, is not a JSON object, or has a key that is not a
+    ///   setting (a misspelt one would otherwise be ignored without a word).
+    static func load(path: String) async throws(SettingsError) -> ConfigFile {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw SettingsError.unreadableFile(path: path, reason: "\(error.localizedDescription)")
+        }
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw SettingsError.unreadableFile(path: path, reason: "not valid JSON")
+        }
+        guard let values = object as? [String: Any] else {
+            throw SettingsError.unreadableFile(path: path, reason: "its top level is not a JSON object")
+        }
+        let known = Dictionary(uniqueKeysWithValues: ServeSettings.keys.map { ($0.name, $0) })
+        for (name, value) in values.sorted(by: { $0.key < $1.key }) {
+            guard let key = known[name] else {
+                throw SettingsError.unknownKey(key: name, path: path)
+            }
+            // Only strings and numbers are values; the provider below tells which of the two a key takes.
+            if Self.isBoolean(value) || !(value is String || value is NSNumber) {
+                throw SettingsError.wrongType(setting: "config file \(path): \"\(name)\"", expected: key.type)
+            }
+        }
+        do {
+            let location = InMemoryProvider(values: ["filePath": ConfigValue(.string(path), isSecret: false)])
+            let provider = try await FileProvider<JSONSnapshot>(
+                parsingOptions: JSONSnapshot.ParsingOptions(secretsSpecifier: .specific(["token-secret"])),
+                config: ConfigReader(provider: location))
+            return ConfigFile(path: path, provider: provider)
+        } catch {
+            throw SettingsError.unreadableFile(path: path, reason: "\(error)")
+        }
+    }
+
+    /// Whether a value from `JSONSerialization` is `true` or `false`. Foundation hands booleans out as numbers
+    /// (on Linux `1 is Bool` holds too); their Objective-C type, `c`, tells them apart.
+    private static func isBoolean(_ value: Any) -> Bool {
+        guard let number = value as? NSNumber else { return false }
+        return String(cString: number.objCType) == "c"
+    }
+}
+
+/// Why the settings could not be read; its description names the key and says where the value came from.
+enum SettingsError: Error, Equatable, CustomStringConvertible {
+    /// A key in the configuration file that is not a setting.
+    case unknownKey(key: String, path: String)
+    /// A value that is not of its key's type; `setting` names the key and its source.
+    case wrongType(setting: String, expected: ConfigType)
+    /// The configuration file cannot be read or is not a JSON object.
+    case unreadableFile(path: String, reason: String)
+
+    var description: String {
+        switch self {
+        case .unknownKey(let key, let path):
+            return "config file \(path): unknown key \"\(key)\" (the keys are the long options of switchboard serve)"
+        case .wrongType(let setting, let expected):
+            return "\(setting) must be \(expected == .int ? "an integer" : "a string")"
+        case .unreadableFile(let path, let reason):
+            return "config file \(path): \(reason)"
+        }
+    }
+}
