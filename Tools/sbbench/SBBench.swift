@@ -36,6 +36,9 @@ struct SBBench: AsyncParsableCommand {
     @Option(name: .customLong("unix"), help: "Gateway Unix socket path (instead of TCP).")
     var unixSocket: String?
 
+    @Option(name: .customLong("writer-tcp"), help: "storage-fanout: the writer connects to this gateway (host:port) instead of the subscribers' one: another node of a cluster, for the latency of a storage event from one node to another.")
+    var writerTCP: String?
+
     @Option(help: "Concurrent connections (requests, mix, cas, handshake, idle, slow-reader, presence-storm).")
     var connections = 50
 
@@ -124,9 +127,15 @@ struct SBBench: AsyncParsableCommand {
         guard ["user", "channel"].contains(self.via) else { throw ValidationError("--via must be user or channel") }
         if self.tcp != nil, self.unixSocket != nil { throw ValidationError("give --tcp or --unix, not both") }
         _ = try self.target()
+        if let writer = self.writerTCP { _ = try BenchTarget.tcp(writer) }
         if self.scenario == "redis-fanout" { _ = try BenchTarget.tcp(self.redis) }
         guard self.burst >= 1, self.valueBytes >= 1 else { throw ValidationError("--burst and --value-bytes must be at least 1") }
         if ["requests", "slow-reader", "big-reads", "presence-storm"].contains(self.scenario) { _ = try self.makeRequest() }
+    }
+
+    /// The gateway the storage-fanout writer connects to (``target()`` unless `--writer-tcp` names another).
+    func writerTarget() throws -> BenchTarget {
+        try self.writerTCP.map(BenchTarget.tcp) ?? self.target()
     }
 
     /// The gateway to connect to.

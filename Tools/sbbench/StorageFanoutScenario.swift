@@ -7,7 +7,8 @@ import SwitchboardWire
 /// with subscribeUserMetadata, or with `--via channel` channel "fanout" with subscribeChannel withMetadata); one
 /// writer connection sets item "t" to a ``FanoutPayload`` (event index and send instant); every subscriber notes
 /// when the storage event with that item arrived. The subscribers are ``RawSubscriber`` sockets read by one
-/// ``FanoutReader`` thread; the writer is a ``BenchClient``.
+/// ``FanoutReader`` thread; the writer is a ``BenchClient``, on the same gateway or (`--writer-tcp`) on another node of
+/// a cluster.
 extension SBBench {
     static let fanoutWriter = "fanout-writer"
     static let fanoutChannel = "fanout"
@@ -39,7 +40,7 @@ extension SBBench {
             keepAlive: .switchboardPing(subscribers))
         reader.start()
         defer { _ = reader.stop() }
-        let writer = try await BenchClient.connect(to: target, on: group.next(), user: Self.fanoutWriter).get()
+        let writer = try await BenchClient.connect(to: try self.writerTarget(), on: group.next(), user: Self.fanoutWriter).get()
         defer { writer.close() }
         let acks = FanoutAcks()
         let drive = await self.driveFanout(progress: progress, acks: acks) { event in
