@@ -71,8 +71,14 @@ final class ChangeFeed: Service, Sendable {
         let connection = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
         defer { Task { _ = try? await connection.close() } }
-        try await connection.listen(on: PostgresSchema.notifyChannel) { notifications in
-            try await self.read(on: connection, wokenBy: notifications)
+        // Closing the connection ends every wait on it (the notifications, a query), so a cancelled reader stops
+        // at once whatever it was waiting for.
+        try await withTaskCancellationHandler {
+            try await connection.listen(on: PostgresSchema.notifyChannel) { notifications in
+                try await self.read(on: connection, wokenBy: notifications)
+            }
+        } onCancel: {
+            _ = connection.close() as EventLoopFuture<Void>
         }
     }
 

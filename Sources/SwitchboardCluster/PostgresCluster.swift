@@ -20,6 +20,10 @@ public struct PostgresCluster: ClusterEngine {
     public let nodeID: String
     /// How often a node reads the feed when no notification wakes it.
     public var pollInterval: Duration = .milliseconds(100)
+    /// How often a node refreshes its heartbeat row.
+    public var heartbeatInterval: Duration = .seconds(1)
+    /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
+    public var nodeTimeout: Duration = .seconds(10)
     private let startingCursor = StartingCursor()
 
     /// A node of the cluster whose database is at `location`.
@@ -54,9 +58,13 @@ public struct PostgresCluster: ClusterEngine {
         return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
     }
 
-    /// The change feed reader, publishing other nodes' storage events through `publisher`.
+    /// The node's heartbeat and the change feed reader, which publishes other nodes' storage events through
+    /// `publisher`.
     public func makeServices(store: MetadataStore, publisher: PushPublisher, logger: Logger) -> [any Service] {
         [
+            NodeHeartbeat(
+                location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
+                logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, store: store, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, logger: logger

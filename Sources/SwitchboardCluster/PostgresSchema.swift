@@ -8,6 +8,7 @@ import PostgresNIO
 ///   is removed (a tombstone keeps its revision, as on a single gateway). Writers lock these rows, so a write is
 ///   decided against the committed set.
 /// - `sb_metadata_item`: one row per live item; `position` restores insertion order.
+/// - `sb_node`: one row per running node, its heartbeat refreshed every second (``NodeHeartbeat``).
 /// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
 ///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
 ///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
@@ -45,6 +46,13 @@ enum PostgresSchema {
             author bytea NOT NULL,
             position bigint NOT NULL,
             PRIMARY KEY (storage_type, channel_type, name, key)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_node (
+            id text PRIMARY KEY,
+            started_at timestamptz NOT NULL,
+            heartbeat_at timestamptz NOT NULL
         )
         """,
         """

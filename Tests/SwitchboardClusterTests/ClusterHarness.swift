@@ -28,10 +28,17 @@ struct ClusterNode: Sendable {
 
 /// Runs `body` against `count` gateways sharing one PostgreSQL server of the test's own, then stops them gracefully
 /// and removes the server.
+///
+/// - Parameter postgres: The server to use (the caller's to stop); nil starts one for the call.
 func withCluster<T: Sendable>(
-    nodes count: Int, _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
+    nodes count: Int, postgres given: TestPostgres? = nil, _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
 ) async throws -> T {
-    let postgres = try await TestPostgres.start()
+    let postgres: TestPostgres
+    if let given {
+        postgres = given
+    } else {
+        postgres = try await TestPostgres.start()
+    }
     let directory = try TemporaryPath.directory("sbcluster")
     defer { directory.remove() }
     var logger = Logger(label: "test-cluster")
@@ -56,28 +63,31 @@ func withCluster<T: Sendable>(
             GatewayApplication(configuration: configuration, logger: logger, onServerRunning: { runningSink.yield((index, $0)) }))
     }
     let group = ServiceGroup(configuration: .init(services: applications, logger: logger))
-    let result: Result<T, any Error> = await withThrowingTaskGroup(of: Void.self) { tasks in
-        tasks.addTask {
-            defer { runningSink.finish() }
-            try await group.run()
-        }
-        var running: [Int: GatewayApplication.Running] = [:]
-        for await (index, node) in runningStream {
-            running[index] = node
-            if running.count == count { break }
-        }
-        guard running.count == count else {
-            let failure = await Result { try await tasks.waitForAll() }
-            if case .failure(let error) = failure { return .failure(error) }
-            return .failure(ClusterStartError())
-        }
+    // Unstructured, so that a node that does not stop fails the test instead of hanging the suite.
+    let run = Task {
+        defer { runningSink.finish() }  // a node that fails to start ends the wait below
+        try await group.run()
+    }
+    var running: [Int: GatewayApplication.Running] = [:]
+    for await (index, node) in runningStream {
+        running[index] = node
+        if running.count == count { break }
+    }
+    let result: Result<T, any Error>
+    if running.count == count {
         let nodes = (0..<count).map { ClusterNode(running: running[$0]!, engine: engines[$0]) }
         let outcome = await Result { try await body(postgres, nodes) }
         await group.triggerGracefulShutdown()
-        try? await tasks.waitForAll()
-        return outcome
+        result = await finished(run, within: .seconds(60)) ? outcome : .failure(ClusterStopTimeout())
+    } else {
+        let failure = await run.result
+        if case .failure(let error) = failure {
+            result = .failure(error)
+        } else {
+            result = .failure(ClusterStartError())
+        }
     }
-    await postgres.stop()
+    if given == nil { await postgres.stop() }
     return try result.get()
 }
 
@@ -132,3 +142,35 @@ final class StorageEventIterator: Sendable {
 
 /// The cluster's nodes did not all start.
 struct ClusterStartError: Error {}
+
+/// The cluster's nodes did not stop within a minute of graceful shutdown.
+struct ClusterStopTimeout: Error {}
+
+/// Whether `task` finished within `timeout` (it is left running when it did not).
+func finished(_ task: Task<Void, any Error>, within timeout: Duration) async -> Bool {
+    let decided = Decision()
+    return await withCheckedContinuation { continuation in
+        decided.set(continuation)
+        Task {
+            _ = await task.result
+            decided.resume(true)
+        }
+        Task {
+            try? await Task.sleep(for: timeout)
+            decided.resume(false)
+        }
+    }
+}
+
+/// A continuation resumed by whichever of two racers comes first.
+private final class Decision: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+
+    func set(_ continuation: CheckedContinuation<Bool, Never>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    func resume(_ value: Bool) {
+        self.continuation.withLock { $0.take() }?.resume(returning: value)
+    }
+}

@@ -88,6 +88,7 @@ struct ClusterProcessTests {
             await withTaskGroup(of: Void.self) { group in
                 for worker in 0..<8 {
                     group.addTask {
+                        defer { acknowledged.workerFinished() }
                         for n in 0..<200 {
                             let key = worker * 1_000 + n
                             do {
@@ -100,7 +101,10 @@ struct ClusterProcessTests {
                     }
                 }
                 group.addTask {
-                    while acknowledged.count < 300 { try? await Task.sleep(for: .milliseconds(1)) }
+                    // Kill once 300 writes were acknowledged (or when the writers stopped without getting there).
+                    while acknowledged.count < 300, acknowledged.finishedWorkers < 8 {
+                        try? await Task.sleep(for: .milliseconds(1))
+                    }
                     victim.signal(SIGKILL)
                 }
             }
@@ -129,8 +133,11 @@ struct ClusterProcessTests {
 /// Keys whose writes were acknowledged, filled by concurrent writers.
 final class AcknowledgedKeys: Sendable {
     private let keys = Mutex<Set<Int>>([])
+    private let finished = Mutex(0)
 
     func insert(_ key: Int) { self.keys.withLock { _ = $0.insert(key) } }
+    func workerFinished() { self.finished.withLock { $0 += 1 } }
     var count: Int { self.keys.withLock { $0.count } }
+    var finishedWorkers: Int { self.finished.withLock { $0 } }
     var all: Set<Int> { self.keys.withLock { $0 } }
 }

@@ -1,0 +1,92 @@
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+
+/// Keeps this node's row in `sb_node` fresh, and stops the node when it cannot.
+///
+/// Every ``interval`` the node writes `heartbeat_at = now()` on a connection of its own. A node that could not do
+/// so for ``timeout`` no longer knows whether the others consider it alive, so it stops serving: ``run()`` throws
+/// ``NodeFenced``, its service group shuts the gateway down (clients reconnect to another node) and the process
+/// exits with a failure. Peers read `sb_node` to tell live nodes from dead ones.
+final class NodeHeartbeat: Service, Sendable {
+    /// How often the row is written.
+    let interval: Duration
+    /// How long the node may go without a successful write before it stops serving.
+    let timeout: Duration
+    private let location: PostgresLocation
+    private let nodeID: String
+    private let logger: Logger
+
+    /// The node could not refresh its heartbeat in time and stopped serving.
+    struct NodeFenced: Error, CustomStringConvertible {
+        var node: String
+        var timeout: Duration
+        var description: String {
+            "node \(self.node) could not refresh its heartbeat for \(self.timeout) and stops serving"
+        }
+    }
+
+    init(location: PostgresLocation, nodeID: String, interval: Duration, timeout: Duration, logger: Logger) {
+        self.location = location
+        self.nodeID = nodeID
+        self.interval = interval
+        self.timeout = timeout
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let connection = try await cancelWhenGracefulShutdown { () async throws -> PostgresConnection? in
+            try await self.beat()
+        }
+        // A node that stops on purpose leaves the cluster at once instead of timing out.
+        if let connection, !connection.isClosed {
+            _ = try? await connection.query("DELETE FROM sb_node WHERE id = \(self.nodeID)", logger: self.logger)
+            _ = try? await connection.close()
+        }
+    }
+
+    /// Refreshes the row every interval until cancelled; returns the open connection.
+    ///
+    /// - Throws: ``NodeFenced`` when no refresh succeeded for ``timeout``.
+    private func beat() async throws -> PostgresConnection? {
+        let clock = ContinuousClock()
+        var lastBeat = clock.now
+        var connection: PostgresConnection?
+        while !Task.isCancelled {
+            do {
+                let current: PostgresConnection
+                if let open = connection, !open.isClosed {
+                    current = open
+                } else {
+                    var configuration = self.location.configuration
+                    configuration.options.connectTimeout = .seconds(2)
+                    current = try await PostgresConnection.connect(configuration: configuration, id: 2_000, logger: self.logger)
+                    connection = current
+                }
+                try await current.query(
+                    """
+                    INSERT INTO sb_node (id, started_at, heartbeat_at) VALUES (\(self.nodeID), now(), now())
+                    ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+                    """, logger: self.logger)
+                lastBeat = clock.now
+            } catch {
+                if Task.isCancelled { return connection }
+                if let open = connection, open.isClosed { connection = nil }
+                self.logger.warning(
+                    "cluster heartbeat failed", metadata: ["node": "\(self.nodeID)", "error": "\(String(reflecting: error))"])
+            }
+            if clock.now - lastBeat > self.timeout {
+                let fenced = NodeFenced(node: self.nodeID, timeout: self.timeout)
+                self.logger.critical("\(fenced.description)")
+                if let connection { _ = try? await connection.close() }
+                throw fenced
+            }
+            do {
+                try await Task.sleep(for: self.interval)
+            } catch {
+                return connection
+            }
+        }
+        return connection
+    }
+}
