@@ -41,7 +41,7 @@ struct SwitchboardCommand: AsyncParsableCommand {
 /// Adds `SWITCHBOARD_*` environment variables as options the command line did not give.
 enum EnvironmentOptions {
     static let serveOptions = [
-        "tcp", "unix-socket", "unix-socket-mode", "database", "threads", "token-secret", "token-secret-file", "max-connections",
+        "tcp", "tls-cert", "tls-key", "unix-socket", "unix-socket-mode", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
         "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
@@ -68,6 +68,12 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "TCP listener as host:port, or \"off\".")
     var tcp = "127.0.0.1:7400"
+
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("TLS for the TCP listener: the server certificate chain (PEM, the server's certificate first). Needs --tls-key; the Unix socket stays plain.", valueName: "path"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("TLS for the TCP listener: the certificate's private key (PEM, unencrypted). Needs --tls-cert.", valueName: "path"))
+    var tlsKey: String?
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not.")
     var unixSocket = "./switchboard.sock"
@@ -169,6 +175,17 @@ struct Serve: AsyncParsableCommand {
             }
             configuration.tcpHost = String(self.tcp[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             configuration.tcpPort = port
+        }
+        switch (self.tlsCert, self.tlsKey) {
+        case (let certificate?, let key?):
+            guard configuration.tcpHost != nil else {
+                throw ValidationError("--tls-cert and --tls-key are for the TCP listener, and --tcp is off")
+            }
+            configuration.tls = ServerConfiguration.TLS(certificateChainPath: certificate, privateKeyPath: key)
+        case (nil, nil):
+            break
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together: give both or neither")
         }
         configuration.unixSocketPath = self.unixSocket == "off" ? nil : self.unixSocket
         guard let mode = UInt32(self.unixSocketMode, radix: 8), mode <= 0o777 else {
