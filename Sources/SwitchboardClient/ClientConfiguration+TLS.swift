@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOCore
 import NIOSSL
 import SwitchboardWire
@@ -100,6 +103,11 @@ extension ClientConfiguration {
             case .system:
                 configuration.trustRoots = .default
             case .pemFile(let path):
+                // NIOSSL's own error for a file it cannot open does not say why.
+                guard access(path, R_OK) == 0 else {
+                    throw Self.trustRootsError(
+                        "cannot read CA certificates from \(path): \(String(cString: strerror(errno)))")
+                }
                 do {
                     configuration.trustRoots = .certificates(
                         try Self.nonEmpty(NIOSSLCertificate.fromPEMFile(path), source: path))

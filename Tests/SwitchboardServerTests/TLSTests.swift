@@ -219,7 +219,7 @@ struct TLSTests {
                 }
             }
             #expect(error?.kind == .tlsFailed)
-            #expect(error?.message.contains(missing) == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("\(missing): No such file or directory") == true, "\(error?.message ?? "")")
             let notPEM = await #expect(throws: SwitchboardClientError.self) {
                 _ = try await gateway.connect(.tcp, user: "Tony") {
                     $0.tls = ClientConfiguration.TLS(trustRoots: .pem("not a certificate"))
