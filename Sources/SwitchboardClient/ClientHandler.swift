@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SwitchboardWire
 
 /// The client's channel handler: framing, the handshake, request correlation, the in-flight limit, heartbeats.
@@ -317,6 +318,14 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A TLS server that closed without close_notify: the close that follows says the same, in this handler's
+        // words.
+        if let tlsError = error as? NIOSSLError, case .uncleanShutdown = tlsError { return }
+        // Errors already in the client's terms (a failed TLS handshake) are the close reason as they are.
+        if let error = error as? SwitchboardClientError {
+            self.closeLocally(error)
+            return
+        }
         self.logger.debug("connection error: closing the connection", metadata: ["switchboard.error": "\(error)"])
         self.closeLocally(
             SwitchboardClientError(code: .unavailable, message: "connection error: \(error)", kind: .connectionLost))

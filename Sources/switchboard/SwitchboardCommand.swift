@@ -41,6 +41,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "TCP listener as host:port, or \"off\" (default: \(defaults.tcp)).")
     var tcp: String?
 
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("TLS for the TCP listener: the server certificate chain (PEM, the server's certificate first). Needs --tls-key; the Unix socket stays plain.", valueName: "path"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("TLS for the TCP listener: the certificate's private key (PEM, unencrypted). Needs --tls-cert.", valueName: "path"))
+    var tlsKey: String?
+
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
     var unixSocket: String?
 
@@ -144,6 +150,8 @@ struct Serve: AsyncParsableCommand {
             if let value { values[key] = .int(value) }
         }
         put("tcp", self.tcp)
+        put("tls-cert", self.tlsCert)
+        put("tls-key", self.tlsKey)
         put("unix-socket", self.unixSocket)
         put("unix-socket-mode", self.unixSocketMode)
         put("database", self.database)
@@ -214,6 +222,17 @@ extension ServeSettings {
             }
             configuration.tcpHost = String(self.tcp[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             configuration.tcpPort = port
+        }
+        switch (self.tlsCert, self.tlsKey) {
+        case (let certificate?, let key?):
+            guard configuration.tcpHost != nil else {
+                throw ValidationError("--tls-cert and --tls-key are for the TCP listener, and --tcp is off")
+            }
+            configuration.tls = ServerConfiguration.TLS(certificateChainPath: certificate, privateKeyPath: key)
+        case (nil, nil):
+            break
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together: give both or neither")
         }
         configuration.unixSocketPath = self.unixSocket == "off" ? nil : self.unixSocket
         guard let mode = UInt32(self.unixSocketMode, radix: 8), mode <= 0o777 else {

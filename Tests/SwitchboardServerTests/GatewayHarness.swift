@@ -50,6 +50,8 @@ func temporarySocket() -> TemporaryPath {
 /// `application`'s choices, and stops it gracefully afterwards (its stores flush and close); the temporary Unix
 /// socket it listens on unless `configure` sets another is removed afterwards too.
 ///
+/// `logger` is the gateway's (default: one that logs only critical messages, to standard error).
+///
 /// By default the application has no command areas (only the session area, `handlers` and `observers`) and keeps
 /// its stores in memory; `application` picks areas and a database (``GatewayApplication/Configuration/inMemory``
 /// false, ``ServerConfiguration/databasePath``).
@@ -60,6 +62,7 @@ func withGateway<T: Sendable>(
     observers: [any SessionObserver] = [],
     membershipObservers: [any ChannelMembershipObserver] = [],
     nowMillis: (@Sendable () -> Int64)? = nil,
+    logger: Logger? = nil,
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     let socketFile = temporarySocket()
@@ -75,8 +78,11 @@ func withGateway<T: Sendable>(
     configuration.inMemory = true
     application(&configuration)
     let (runningStream, runningSink) = AsyncStream<GatewayApplication.Running>.makeStream()
-    var logger = Logger(label: "test-gateway")
-    logger.logLevel = .critical
+    let logger = logger ?? {
+        var logger = Logger(label: "test-gateway")
+        logger.logLevel = .critical
+        return logger
+    }()
     let gatewayApplication = GatewayApplication(
         configuration: configuration, handlers: handlers, observers: observers, membershipObservers: membershipObservers,
         logger: logger, nowMillis: nowMillis ?? systemNowMillis, onServerRunning: { runningSink.yield($0) })
