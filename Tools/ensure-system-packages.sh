@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the C libraries the package links (zlib, SQLite) when they are missing, and any further Debian packages
-# named as arguments (the test suite names redis-server: sbbench's redis-fanout is tested against a real Redis).
+# named as arguments (the test suite names redis-server: sbbench's redis-fanout is tested against a real Redis; and
+# tmux: sbctl's shell is tested on a real terminal).
 # Debian/Ubuntu only.
 set -euo pipefail
 needed=(zlib1g-dev libsqlite3-dev "$@")
