@@ -33,7 +33,9 @@ enum ConnectFailure {
             if error.dnsAError != nil || error.dnsAAAAError != nil, error.connectionErrors.isEmpty {
                 return "cannot resolve the host name '\(error.host)'"
             }
-            guard let first = error.connectionErrors.first else { return "no address to connect to for '\(error.host)'" }
+            guard let first = error.connectionErrors.first else {
+                return "no address to connect to for '\(error.host)'"
+            }
             return Self.reason(first.error, endpoint: endpoint)
         case let error as IOError:
             return Self.reason(errno: error.errnoCode, endpoint: endpoint)

@@ -44,7 +44,7 @@ enum EnvironmentOptions {
         "tcp", "unix-socket", "unix-socket-mode", "database", "threads", "token-secret", "token-secret-file", "max-connections",
         "max-frame-size", "max-inflated-size", "rate-limit", "rate-burst", "max-subscriptions", "max-inflight",
         "outbound-high-water", "outbound-hard-cap", "heartbeat-ms", "heartbeat-misses", "handshake-timeout-ms",
-        "compression-threshold", "shutdown-grace-ms", "metrics-port", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
+        "compression-threshold", "shutdown-grace-ms", "metrics-port", "metrics-host", "log-level", "durability", "commit-on", "write-behind-ms", "unawaited-write-delay-ms", "provider-timeout-ms",
         "presence-timeout", "presence-interval-threshold", "presence-interval-ms",
     ]
 
@@ -153,8 +153,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003).")
     var providerTimeoutMs = 5_000
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "The address the metrics endpoint binds (with --metrics-port): 127.0.0.1 by default; 0.0.0.0 or :: for every interface.")
+    var metricsHost = "127.0.0.1"
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
@@ -234,13 +237,18 @@ struct Serve: AsyncParsableCommand {
         }
         let logger = Logger(label: "switchboard")
         var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
-        var metricsExposition: (@Sendable () -> [UInt8])?
+        var metricsPrometheus: PrometheusMetrics?
         if let port = self.metricsPort {
-            let factory = PrometheusMetricsFactory()
-            MetricsSystem.bootstrap(factory)
-            let registry = factory.registry
+            guard (0...65_535).contains(port) else { throw ValidationError("--metrics-port must be 0-65535") }
+            guard !self.metricsHost.isEmpty else { throw ValidationError("--metrics-host needs an address") }
+            // The application keeps the metrics in a registry of its own (help text for every family, buckets
+            // from 50 µs); the global MetricsSystem gets it too, for any library that records through it.
+            let metrics = PrometheusMetrics()
+            MetricsSystem.bootstrap(metrics.factory)
             applicationConfiguration.metricsPort = port
-            metricsExposition = { registry.emitToBuffer() }
+            let host = self.metricsHost.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            applicationConfiguration.metricsHost = host
+            metricsPrometheus = metrics
         }
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
@@ -257,7 +265,7 @@ struct Serve: AsyncParsableCommand {
         applicationConfiguration.unawaitedWriteDelayMs = Int(self.unawaitedWriteDelayMs)
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         let application = GatewayApplication(
-            configuration: applicationConfiguration, metricsExposition: metricsExposition, logger: logger,
+            configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,
             onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })
         do {
             try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])

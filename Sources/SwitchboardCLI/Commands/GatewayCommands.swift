@@ -110,7 +110,9 @@ public struct InfoCommand: SessionCommand {
         let endpoint = session.endpoint.map(\.description)
         switch session.format {
         case .text:
-            for line in Self.lines(welcome: session.connection.welcome, endpoint: endpoint) { session.console.out(line) }
+            for line in Self.lines(welcome: session.connection.welcome, endpoint: endpoint) {
+                session.console.out(line)
+            }
         case .json:
             var members: [(key: String, value: JSONValue)] = [("kind", .string("info"))]
             if let endpoint { members.append(("endpoint", .string(endpoint))) }
@@ -135,7 +137,8 @@ public struct InfoCommand: SessionCommand {
         lines.append("maxFrameSize \(welcome.maxFrameSize)")
         lines.append("maxInflatedSize \(welcome.maxInflatedSize)")
         lines.append("maxInflight \(welcome.maxInflight)")
-        lines.append("requestsPerSecond " + (welcome.requestsPerSecond == 0 ? "unlimited" : "\(welcome.requestsPerSecond)"))
+        let rate = welcome.requestsPerSecond == 0 ? "unlimited" : "\(welcome.requestsPerSecond)"
+        lines.append("requestsPerSecond \(rate)")
         lines.append("heartbeat \(welcome.heartbeatMs) ms, \(welcome.heartbeatMisses) misses")
         lines.append("compressThreshold \(welcome.compressThreshold)")
         lines.append("serverTime \(TextQuoting.instant(milliseconds: welcome.serverTimeMs))")

@@ -23,7 +23,8 @@ public struct ShellCommand: SessionCommand {
 
     public func run(in session: CommandSession) async -> ExitStatus {
         let environment = ProcessInfo.processInfo.environment
-        var shell = ShellSession(session: session, history: ShellHistory(path: ShellHistory.path(environment: environment)))
+        let history = ShellHistory(path: ShellHistory.path(environment: environment))
+        var shell = ShellSession(session: session, history: history)
         let interactive = Console.inputIsTerminal
         if interactive {
             let welcome = session.connection.welcome
@@ -36,7 +37,8 @@ public struct ShellCommand: SessionCommand {
         {
             return await shell.run(source: terminal)
         }
-        return await shell.run(source: PlainLineSource(console: session.console, prompt: interactive ? Self.prompt : nil))
+        let plain = PlainLineSource(console: session.console, prompt: interactive ? Self.prompt : nil)
+        return await shell.run(source: plain)
     }
 
     /// The prompt before each line on a terminal.

@@ -99,7 +99,9 @@ public final class TerminalLineSource: ShellLineSource {
     }
 
     /// Edits one line until Enter, the end of input or ``stop()``.
-    private func editLine(history: [String], decoder: inout KeyDecoder, typedAhead keys: inout [LineEditor.Key]) -> Outcome {
+    private func editLine(
+        history: [String], decoder: inout KeyDecoder, typedAhead keys: inout [LineEditor.Key]
+    ) -> Outcome {
         var editor = LineEditor(history: history)
         var renderer = LineRenderer(prompt: self.prompt, columns: Terminal.columns())
         var frame = renderer.draw(editor)
