@@ -184,7 +184,7 @@ final class ClientHandler: ChannelDuplexHandler {
         }
     }
 
-    func ping(nonce: UInt64) -> EventLoopFuture<Void> {
+    func ping(nonce: UInt64, timeout: TimeAmount? = nil) -> EventLoopFuture<Void> {
         guard let context = self.context, context.channel.isActive else {
             return MultiThreadedEventLoopGroup.singleton.next().makeFailedFuture(
                 SwitchboardClientError.notConnected("the connection is closed"))
@@ -192,6 +192,13 @@ final class ClientHandler: ChannelDuplexHandler {
         let promise = context.eventLoop.makePromise(of: Void.self)
         self.pings[nonce] = promise
         self.write(.control(.ping(Ping(nonce: nonce))))
+        if let timeout {
+            let timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [weak self] in
+                guard let waiting = self?.pings.removeValue(forKey: nonce) else { return }
+                waiting.fail(SwitchboardClientError.timedOut("no PONG within \(timeout.nanoseconds / 1_000_000) ms"))
+            }
+            promise.futureResult.assumeIsolated().whenComplete { _ in timer.cancel() }
+        }
         return promise.futureResult
     }
 
@@ -328,7 +335,9 @@ final class ClientHandler: ChannelDuplexHandler {
         }
         self.logger.debug("connection error: closing the connection", metadata: ["switchboard.error": "\(error)"])
         self.closeLocally(
-            SwitchboardClientError(code: .unavailable, message: "connection error: \(error)", kind: .connectionLost))
+            SwitchboardClientError(
+                code: .unavailable, message: "the connection failed: \(ConnectFailure.plainWords(error))",
+                kind: .connectionLost))
     }
 
     /// Closes the connection from this side for `error`, which becomes its close reason.
@@ -349,7 +358,7 @@ final class ClientHandler: ChannelDuplexHandler {
     private static func error(for goAway: GoAway) -> SwitchboardClientError {
         SwitchboardClientError(
             code: ErrorCode(rawValue: UInt32(truncatingIfNeeded: goAway.code)),
-            message: "GOAWAY (\(goAway.reason)): \(goAway.message)", kind: .goAway)
+            message: goAway.message.isEmpty ? "the server sent GOAWAY \(goAway.code)" : goAway.message, kind: .goAway)
     }
 
     private func failQueued(_ error: SwitchboardClientError) {

@@ -83,7 +83,8 @@ public final class SwitchboardConnection: Sendable {
             }
         } catch {
             throw SwitchboardClientError(
-                code: .unavailable, message: "cannot reach \(configuration.endpoint): \(error)", kind: .connectFailed)
+                code: .unavailable, message: ConnectFailure.message(connecting: configuration.endpoint, failedWith: error),
+                kind: .connectFailed)
         }
         guard let boundHandler = handlerBox.withLock({ $0 }) else {
             channel.close(promise: nil)
@@ -155,10 +156,15 @@ public final class SwitchboardConnection: Sendable {
     }
 
     /// Sends PING and waits for PONG.
-    public func ping(nonce: UInt64 = 1) async throws {
+    ///
+    /// - Parameter timeout: How long to wait for the PONG; nil waits until it comes or the connection closes.
+    /// - Throws: ``SwitchboardClientError``: ``SwitchboardClientError/Kind/timedOut`` (8003) when no PONG came in
+    ///   time, ``SwitchboardClientError/Kind/notConnected`` or ``SwitchboardClientError/Kind/connectionLost`` when
+    ///   the connection is or gets closed.
+    public func ping(nonce: UInt64 = 1, timeout: TimeAmount? = nil) async throws {
         let handler = self.handler
         do {
-            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce) }.get().get()
+            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce, timeout: timeout) }.get().get()
         } catch {
             throw SwitchboardClientError(wrapping: error)
         }

@@ -48,6 +48,8 @@ struct ServeSettings: Equatable, Sendable {
     var providerTimeoutMs = 5_000
     /// Nil: no metrics endpoint.
     var metricsPort: Int?
+    /// The address the metrics endpoint binds.
+    var metricsHost = "127.0.0.1"
     var logLevel = "info"
     /// The PostgreSQL URL of the cluster this gateway is a node of (nil: a single gateway).
     var cluster: String?
@@ -118,6 +120,7 @@ struct ServeSettings: Equatable, Sendable {
         .integer("presence-interval-ms", \.presenceIntervalMs),
         .integer("provider-timeout-ms", \.providerTimeoutMs),
         .optionalInteger("metrics-port", \.metricsPort),
+        .string("metrics-host", \.metricsHost),
         .string("log-level", \.logLevel),
         .optionalSecretString("cluster", \.cluster),
     ]

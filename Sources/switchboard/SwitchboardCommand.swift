@@ -131,8 +131,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
     var providerTimeoutMs: Int?
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "The address the metrics endpoint binds (with --metrics-port): 127.0.0.1 by default; 0.0.0.0 or :: for every interface.")
+    var metricsHost: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
     var logLevel: String?
@@ -181,6 +184,7 @@ struct Serve: AsyncParsableCommand {
         put("presence-interval-ms", self.presenceIntervalMs)
         put("provider-timeout-ms", self.providerTimeoutMs)
         put("metrics-port", self.metricsPort)
+        put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
         put("cluster", self.cluster)
         return values
@@ -302,13 +306,18 @@ extension ServeSettings {
         }
         let logger = Logger(label: "switchboard")
         var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
-        var metricsExposition: (@Sendable () -> [UInt8])?
+        var metricsPrometheus: PrometheusMetrics?
         if let port = self.metricsPort {
-            let factory = PrometheusMetricsFactory()
-            MetricsSystem.bootstrap(factory)
-            let registry = factory.registry
+            guard (0...65_535).contains(port) else { throw ValidationError("--metrics-port must be 0-65535") }
+            guard !self.metricsHost.isEmpty else { throw ValidationError("--metrics-host needs an address") }
+            // The application keeps the metrics in a registry of its own (help text for every family, buckets
+            // from 50 µs); the global MetricsSystem gets it too, for any library that records through it.
+            let metrics = PrometheusMetrics()
+            MetricsSystem.bootstrap(metrics.factory)
             applicationConfiguration.metricsPort = port
-            metricsExposition = { registry.emitToBuffer() }
+            let host = self.metricsHost.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            applicationConfiguration.metricsHost = host
+            metricsPrometheus = metrics
         }
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
@@ -332,7 +341,7 @@ extension ServeSettings {
             }
         }
         let application = GatewayApplication(
-            configuration: applicationConfiguration, metricsExposition: metricsExposition, logger: logger,
+            configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,
             onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })
         do {
             try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])

@@ -22,6 +22,10 @@ struct RunningGateway: Sendable {
     var gateway: SwitchboardGateway!
     /// The stores and areas the ``GatewayApplication`` built (nil for a bare ``SwitchboardGateway``).
     var services: GatewayApplication.Services?
+    /// Where the metrics endpoint listens, when the application has one.
+    var metricsAddress: SocketAddress?
+    /// Starts the gateway's graceful shutdown (what SIGTERM does) without waiting for it.
+    var triggerShutdown: @Sendable () async -> Void = {}
 
     func endpoint(_ transport: Transport) -> ClientConfiguration.Endpoint {
         switch transport {
@@ -99,7 +103,9 @@ func withGateway<T: Sendable>(
         }
         do {
             let result = try await body(
-                RunningGateway(addresses: running.addresses, gateway: running.gateway, services: running.services))
+                RunningGateway(
+                    addresses: running.addresses, gateway: running.gateway, services: running.services,
+                    metricsAddress: running.metricsAddress, triggerShutdown: { await group.triggerGracefulShutdown() }))
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
             return result

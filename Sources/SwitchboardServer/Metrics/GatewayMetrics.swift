@@ -7,8 +7,10 @@ import SwitchboardWire
 ///
 /// Labels follow Prometheus conventions: `switchboard_connections`, `switchboard_frames_in_total`,
 /// `switchboard_frames_out_total`, `switchboard_bytes_in_total`, `switchboard_bytes_out_total`,
-/// `switchboard_errors_total{code}`, `switchboard_request_duration_seconds{op}`, `switchboard_sessions_ended_total{reason}`,
-/// `switchboard_limit_hits_total{limit}`, `switchboard_tls_handshake_failures_total`.
+/// `switchboard_errors_total{code,name}`, `switchboard_request_duration_seconds{op}`,
+/// `switchboard_sessions_ended_total{reason}`, `switchboard_limit_hits_total{limit}`,
+/// `switchboard_tls_handshake_failures_total`. ``MetricFamily/catalog`` describes each (and the store's); a new
+/// metric belongs there and in `Docs/metrics.md` too.
 public final class GatewayMetrics: Sendable {
     let connections: Meter
     let sessions: Meter
