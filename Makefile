@@ -10,7 +10,7 @@ run: deps
 
 ## Runs the whole test suite: generated code up to date, the Python reference codec against the vectors, swift test.
 test:
-	@Tools/ensure-system-packages.sh redis-server postgresql
+	@Tools/ensure-system-packages.sh redis-server postgresql tmux
 	python3 Tools/codegen/generate.py --check
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the C libraries the package links (zlib, SQLite) when they are missing, and any further Debian packages
-# named as arguments (the test suite names redis-server, for sbbench's redis-fanout against a real Redis, and postgresql, for
-# the cluster tests, which start servers of their own).
+# named as arguments (the test suite names redis-server, for sbbench's redis-fanout against a real Redis;
+# postgresql, for the cluster tests, which start servers of their own; and tmux, for sbctl's shell on a real terminal).
 # Debian/Ubuntu only.
 set -euo pipefail
 needed=(zlib1g-dev libsqlite3-dev "$@")

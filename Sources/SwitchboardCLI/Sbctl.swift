@@ -20,7 +20,7 @@ public struct Sbctl: ParsableCommand {
             UserMetaCommand.self, ChannelMetaCommand.self, LockCommand.self, ChannelCommand.self,
             WhoNowCommand.self, WhereNowCommand.self, StateCommand.self, EventsCommand.self, ProfileCommand.self,
             ProviderCommand.self, TokenCommand.self, LogoutCommand.self, CallCommand.self, WatchCommand.self,
-            ShellCommand.self,
+            PingCommand.self, InfoCommand.self, ShellCommand.self,
         ])
 
     public init() {}

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import NIOCore
 import SwitchboardClient
 import SwitchboardWire
 
@@ -74,11 +75,14 @@ public enum SbctlMain {
         do {
             connection = try await SwitchboardConnection.connect(configuration)
         } catch {
-            let failure = CommandFailure.fromLoginError(error, address: GatewayAddress.describe(configuration.endpoint))
+            let timeout = Duration.nanoseconds(configuration.connectTimeout.nanoseconds)
+            let failure = CommandFailure.fromLoginError(
+                error, address: configuration.endpoint.description, timeout: timeout)
             console.err(Rendering.line(for: failure, format: format))
             return failure.status
         }
-        let session = CommandSession(connection: connection, console: console, format: format)
+        let session = CommandSession(
+            connection: connection, console: console, format: format, endpoint: configuration.endpoint)
         let status = await body(session)
         await session.end(after: status)
         return status

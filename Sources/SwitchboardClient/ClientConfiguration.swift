@@ -23,6 +23,9 @@ public struct ClientConfiguration: Sendable {
 
     /// The gateway to reach.
     public var endpoint: Endpoint
+    /// TLS for a ``Endpoint/tcp(host:port:)`` endpoint (the gateway's `--tls-cert`); nil: plain TCP. A Unix socket
+    /// is always plain: connecting to one with TLS set fails with ``SwitchboardClientError/Kind/tlsFailed``.
+    public var tls: TLS? = nil
     /// User to log in as (open development mode), or to check against the token.
     public var userID: String
     /// Login token (`sb1....`); empty in open development mode.

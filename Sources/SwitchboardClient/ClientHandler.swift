@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SwitchboardWire
 
 /// The client's channel handler: framing, the handshake, request correlation, the in-flight limit, heartbeats.
@@ -183,7 +184,7 @@ final class ClientHandler: ChannelDuplexHandler {
         }
     }
 
-    func ping(nonce: UInt64) -> EventLoopFuture<Void> {
+    func ping(nonce: UInt64, timeout: TimeAmount? = nil) -> EventLoopFuture<Void> {
         guard let context = self.context, context.channel.isActive else {
             return MultiThreadedEventLoopGroup.singleton.next().makeFailedFuture(
                 SwitchboardClientError.notConnected("the connection is closed"))
@@ -191,6 +192,13 @@ final class ClientHandler: ChannelDuplexHandler {
         let promise = context.eventLoop.makePromise(of: Void.self)
         self.pings[nonce] = promise
         self.write(.control(.ping(Ping(nonce: nonce))))
+        if let timeout {
+            let timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [weak self] in
+                guard let waiting = self?.pings.removeValue(forKey: nonce) else { return }
+                waiting.fail(SwitchboardClientError.timedOut("no PONG within \(timeout.nanoseconds / 1_000_000) ms"))
+            }
+            promise.futureResult.assumeIsolated().whenComplete { _ in timer.cancel() }
+        }
         return promise.futureResult
     }
 
@@ -317,9 +325,19 @@ final class ClientHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A TLS server that closed without close_notify: the close that follows says the same, in this handler's
+        // words.
+        if let tlsError = error as? NIOSSLError, case .uncleanShutdown = tlsError { return }
+        // Errors already in the client's terms (a failed TLS handshake) are the close reason as they are.
+        if let error = error as? SwitchboardClientError {
+            self.closeLocally(error)
+            return
+        }
         self.logger.debug("connection error: closing the connection", metadata: ["switchboard.error": "\(error)"])
         self.closeLocally(
-            SwitchboardClientError(code: .unavailable, message: "connection error: \(error)", kind: .connectionLost))
+            SwitchboardClientError(
+                code: .unavailable, message: "the connection failed: \(ConnectFailure.plainWords(error))",
+                kind: .connectionLost))
     }
 
     /// Closes the connection from this side for `error`, which becomes its close reason.
@@ -340,7 +358,7 @@ final class ClientHandler: ChannelDuplexHandler {
     private static func error(for goAway: GoAway) -> SwitchboardClientError {
         SwitchboardClientError(
             code: ErrorCode(rawValue: UInt32(truncatingIfNeeded: goAway.code)),
-            message: "GOAWAY (\(goAway.reason)): \(goAway.message)", kind: .goAway)
+            message: goAway.message.isEmpty ? "the server sent GOAWAY \(goAway.code)" : goAway.message, kind: .goAway)
     }
 
     private func failQueued(_ error: SwitchboardClientError) {

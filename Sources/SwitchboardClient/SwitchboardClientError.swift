@@ -21,6 +21,10 @@ public struct SwitchboardClientError: Error, Hashable, Sendable, CustomStringCon
         case notConnected
         /// Connecting failed below the protocol: refused, unreachable, no such socket (code `8004`).
         case connectFailed
+        /// TLS failed (code `8004`): the gateway's certificate is not trusted or not valid for the server name, the
+        /// gateway does not speak TLS on that port, or the configured trust roots cannot be loaded
+        /// (``ClientConfiguration/tls``). The message says which.
+        case tlsFailed
         /// The server answered with a response of another operation (code `8000`).
         case unexpectedResponse
         /// The server sent bytes this client cannot read (the decoder's `1xxx` code); the connection was closed.

@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SwitchboardWire
 import Synchronization
 
@@ -44,7 +45,9 @@ public final class SwitchboardConnection: Sendable {
     ///
     /// - Throws: ``SwitchboardClientError``: with the server's GOAWAY code (kind ``SwitchboardClientError/Kind/goAway``)
     ///   when the server refuses the session, ``SwitchboardClientError/Kind/connectFailed`` when the gateway cannot
-    ///   be reached, ``SwitchboardClientError/Kind/timedOut`` when no WELCOME came within the connect timeout.
+    ///   be reached, ``SwitchboardClientError/Kind/tlsFailed`` when TLS (``ClientConfiguration/tls``) cannot be set
+    ///   up or its handshake fails, ``SwitchboardClientError/Kind/timedOut`` when no WELCOME came within the connect
+    ///   timeout.
     public static func connect(
         _ configuration: ClientConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> SwitchboardConnection {
@@ -53,10 +56,17 @@ public final class SwitchboardConnection: Sendable {
         // The handler is made on the channel's event loop; this box hands it back even if the server closes the
         // connection at once (a full server answers GOAWAY and closes before the handshake starts).
         let handlerBox = Mutex<NIOLoopBound<ClientHandler>?>(nil)
+        let tls = try Self.tlsHandlerMaker(configuration)
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        // HELLO waits in the TLS handler until the handshake is done; a failed handshake closes the
+                        // connection with the reason the TLSHandshakeHandler gives.
+                        try channel.pipeline.syncOperations.addHandler(try tls.makeHandler())
+                        try channel.pipeline.syncOperations.addHandler(TLSHandshakeHandler(serverName: tls.serverName))
+                    }
                     let handler = ClientHandler(
                         configuration: configuration, pushSink: pushSink, controlSink: controlSink)
                     try channel.pipeline.syncOperations.addHandler(handler)
@@ -73,7 +83,8 @@ public final class SwitchboardConnection: Sendable {
             }
         } catch {
             throw SwitchboardClientError(
-                code: .unavailable, message: "cannot reach \(configuration.endpoint): \(error)", kind: .connectFailed)
+                code: .unavailable, message: ConnectFailure.message(connecting: configuration.endpoint, failedWith: error),
+                kind: .connectFailed)
         }
         guard let boundHandler = handlerBox.withLock({ $0 }) else {
             channel.close(promise: nil)
@@ -91,6 +102,38 @@ public final class SwitchboardConnection: Sendable {
             channel.close(promise: nil)
             throw SwitchboardClientError(wrapping: error)
         }
+    }
+
+    /// What a TLS connection's pipeline needs: a new TLS handler per connection and the name the certificate is
+    /// checked against.
+    private struct TLSHandlerMaker: Sendable {
+        let settings: ClientConfiguration.TLS
+        let host: String
+
+        var serverName: String { self.settings.serverName ?? self.host }
+
+        func makeHandler() throws(SwitchboardClientError) -> NIOSSLClientHandler {
+            try self.settings.makeHandler(host: self.host)
+        }
+    }
+
+    /// The TLS handler maker for `configuration`, nil without TLS; the TLS context is made (and its trust roots
+    /// loaded) here, before connecting, so that a bad trust-root file fails at once.
+    ///
+    /// - Throws: ``SwitchboardClientError`` of kind ``SwitchboardClientError/Kind/tlsFailed`` for TLS on a Unix
+    ///   socket, trust roots that cannot be loaded, or a server name that cannot be used.
+    private static func tlsHandlerMaker(
+        _ configuration: ClientConfiguration
+    ) throws(SwitchboardClientError) -> TLSHandlerMaker? {
+        guard let settings = configuration.tls else { return nil }
+        guard case .tcp(let host, _) = configuration.endpoint else {
+            throw SwitchboardClientError(
+                code: .unavailable, message: "TLS is for TCP endpoints, not \(configuration.endpoint)",
+                kind: .tlsFailed)
+        }
+        let maker = TLSHandlerMaker(settings: settings, host: host)
+        _ = try maker.makeHandler()
+        return maker
     }
 
     /// Sends a request and waits for its response.
@@ -113,10 +156,15 @@ public final class SwitchboardConnection: Sendable {
     }
 
     /// Sends PING and waits for PONG.
-    public func ping(nonce: UInt64 = 1) async throws {
+    ///
+    /// - Parameter timeout: How long to wait for the PONG; nil waits until it comes or the connection closes.
+    /// - Throws: ``SwitchboardClientError``: ``SwitchboardClientError/Kind/timedOut`` (8003) when no PONG came in
+    ///   time, ``SwitchboardClientError/Kind/notConnected`` or ``SwitchboardClientError/Kind/connectionLost`` when
+    ///   the connection is or gets closed.
+    public func ping(nonce: UInt64 = 1, timeout: TimeAmount? = nil) async throws {
         let handler = self.handler
         do {
-            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce) }.get().get()
+            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce, timeout: timeout) }.get().get()
         } catch {
             throw SwitchboardClientError(wrapping: error)
         }

@@ -1,3 +1,4 @@
+import CoreMetrics
 import Logging
 import NIOCore
 import NIOPosix
@@ -17,9 +18,9 @@ import UnixSignals
 /// way. It is itself a `Service`, so it can run inside another `ServiceGroup`; ``runService(gracefulShutdownSignals:)``
 /// runs it on its own, stopping gracefully on SIGTERM or SIGINT.
 ///
-/// Services stop in reverse order of start: the metrics endpoint, then the gateway (which drains its connections),
-/// then the stores (which flush and close). The event loops are shut down last, and the database lock is held
-/// until then.
+/// Services stop in reverse order of start: the gateway (which drains its connections), then the metrics endpoint
+/// (so `/health` answers 503 while the gateway drains), then the stores (which flush and close). The event loops are
+/// shut down last, and the database lock is held until then.
 public struct GatewayApplication: Service {
     /// The command areas an application serves (the session area is always there).
     public struct Areas: OptionSet, Sendable {
@@ -62,12 +63,15 @@ public struct GatewayApplication: Service {
         public var providerTimeout: TimeAmount = .seconds(5)
         /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
-        /// Serve Prometheus metrics on 127.0.0.1:port/metrics (nil: no metrics endpoint).
+        /// Serve Prometheus metrics on `metricsHost:port/metrics` and the gateway's health on `/health` (nil: no
+        /// metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
         public var metricsPort: Int?
         /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
         /// metadata sets then live in the engine, and ``ServerConfiguration/databasePath`` holds only the node's
         /// event and profile databases.
         public var cluster: (any ClusterEngine)?
+        /// The address the metrics endpoint binds (with ``metricsPort``): loopback by default.
+        public var metricsHost = "127.0.0.1"
 
         /// A configuration with every area, on `server`'s database.
         public init(server: ServerConfiguration = ServerConfiguration()) {
@@ -134,6 +138,8 @@ public struct GatewayApplication: Service {
         public var gateway: SwitchboardGateway
         /// The stores and areas.
         public var services: Services
+        /// The address the metrics endpoint is bound to, when it is on.
+        public var metricsAddress: SocketAddress?
     }
 
     /// The configuration.
@@ -141,7 +147,7 @@ public struct GatewayApplication: Service {
     private let handlers: [any RequestHandler]
     private let observers: [any SessionObserver]
     private let membershipObservers: [any ChannelMembershipObserver]
-    private let metricsExposition: (@Sendable () -> [UInt8])?
+    private let metrics: PrometheusMetrics?
     private let logger: Logger
     private let nowMillis: @Sendable () -> Int64
     private let onServerRunning: @Sendable (Running) -> Void
@@ -153,7 +159,9 @@ public struct GatewayApplication: Service {
     ///   - handlers: command areas served after the built ones (tests' own areas).
     ///   - observers: told when sessions start and end, after the built areas.
     ///   - membershipObservers: told after every successful `subscribeChannel`, after the storage area.
-    ///   - metricsExposition: renders the metrics text the endpoint serves (with ``Configuration/metricsPort``).
+    ///   - metrics: where the gateway's and the metadata store's metrics go, and what the endpoint serves; nil makes
+    ///     a registry of the application's own when ``Configuration/metricsPort`` is set, and otherwise leaves the
+    ///     metrics to the global `MetricsSystem`.
     ///   - logger: the gateway's, the stores' and the service group's logger.
     ///   - nowMillis: the server clock (ms since the epoch) of the gateway and every area.
     ///   - onServerRunning: called once the listeners are up, with their addresses and the built services.
@@ -162,7 +170,7 @@ public struct GatewayApplication: Service {
         handlers: [any RequestHandler] = [],
         observers: [any SessionObserver] = [],
         membershipObservers: [any ChannelMembershipObserver] = [],
-        metricsExposition: (@Sendable () -> [UInt8])? = nil,
+        metrics: PrometheusMetrics? = nil,
         logger: Logger = Logger(label: "switchboard"),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
         onServerRunning: @escaping @Sendable (Running) -> Void = { _ in }
@@ -171,7 +179,7 @@ public struct GatewayApplication: Service {
         self.handlers = handlers
         self.observers = observers
         self.membershipObservers = membershipObservers
-        self.metricsExposition = metricsExposition
+        self.metrics = metrics
         self.logger = logger
         self.nowMillis = nowMillis
         self.onServerRunning = onServerRunning
@@ -200,24 +208,43 @@ public struct GatewayApplication: Service {
         let eventLoopGroup = MultiThreadedEventLoopGroup(
             numberOfThreads: max(1, self.configuration.server.eventLoopThreads))
         do {
+            let metrics = self.metrics ?? (self.configuration.metricsPort == nil ? nil : PrometheusMetrics())
+            let metricsFactory = metrics?.factory
+            // The metrics endpoint binds first: a port in use stops the start before the gateway listens.
+            let health = HealthSource()
+            var endpoint: MetricsEndpoint?
+            var boundAddress: SocketAddress?
+            if let port = self.configuration.metricsPort {
+                let bound = MetricsEndpoint(
+                    host: self.configuration.metricsHost, port: port, eventLoopGroup: eventLoopGroup,
+                    logger: self.logger, render: { metrics?.exposition() ?? [] }, health: { health.report() })
+                boundAddress = try await bound.bind()
+                endpoint = bound
+            }
+            let metricsAddress = boundAddress
             var clusterStore: MetadataStore?
             if let cluster = self.configuration.cluster, self.configuration.areas.contains(.storage) {
                 clusterStore = try await cluster.openMetadataStore(configuration: self.configuration.store, logger: self.logger)
             }
-            let services = try self.makeServices(eventLoopGroup: eventLoopGroup, metadataStore: clusterStore)
+            let services = try self.makeServices(
+                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, metricsFactory: metricsFactory)
+            health.sessions = services.sessions
             let gatewayBox = GatewayBox()
             let onServerRunning = self.onServerRunning
             let gateway = SwitchboardGateway(
                 configuration: self.configuration.server, handlers: services.handlers, observers: services.observers,
-                registry: services.sessions, logger: self.logger, nowMillis: self.nowMillis,
-                eventLoopGroup: eventLoopGroup,
+                registry: services.sessions, metrics: GatewayMetrics(factory: metricsFactory), logger: self.logger,
+                nowMillis: self.nowMillis, eventLoopGroup: eventLoopGroup,
                 onRunning: { addresses in
+                    health.isRunning = true
                     guard let gateway = gatewayBox.gateway else { return }
-                    onServerRunning(Running(addresses: addresses, gateway: gateway, services: services))
+                    onServerRunning(
+                        Running(
+                            addresses: addresses, gateway: gateway, services: services, metricsAddress: metricsAddress))
                 })
             gatewayBox.gateway = gateway
-            // ServiceGroup stops services in reverse order: the gateway drains first, then the stores flush and
-            // close.
+            // ServiceGroup stops services in reverse order: the gateway drains first (the metrics endpoint still
+            // answers /health with 503 meanwhile), then the endpoint closes, then the stores flush and close.
             var group: [any Service] = []
             if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
             if let cluster = self.configuration.cluster, let store = clusterStore {
@@ -225,11 +252,8 @@ public struct GatewayApplication: Service {
             }
             if let store = services.eventStore { group.append(WriteBehindFlushService(store: store)) }
             if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
+            if let endpoint { group.append(endpoint) }
             group.append(gateway)
-            if let port = self.configuration.metricsPort {
-                group.append(
-                    MetricsEndpoint(port: port, eventLoopGroup: eventLoopGroup, logger: self.logger, render: self.metricsExposition ?? { [] }))
-            }
             let serviceGroup = ServiceGroup(
                 configuration: .init(services: group, gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger))
             try await serviceGroup.run()
@@ -265,8 +289,13 @@ public struct GatewayApplication: Service {
     /// ``run()`` calls it after taking the database lock; it takes none itself. In-process hosts that run no
     /// listeners (sbbench's embedded gateway, with ``Configuration/inMemory``) call it directly.
     ///
-    /// - Parameter metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
-    package func makeServices(eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil) throws -> Services {
+    /// - Parameters:
+    ///   - metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
+    ///   - metricsFactory: where the metadata store's metrics go (nil: the global `MetricsSystem`).
+    package func makeServices(
+        eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
+        metricsFactory: (any MetricsFactory)? = nil
+    ) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
         let areas = configuration.areas
@@ -287,7 +316,7 @@ public struct GatewayApplication: Service {
             } else {
                 store = try MetadataStore.load(
                     from: try SQLiteBackend(path: server.databasePath), configuration: configuration.store,
-                    logger: self.logger)
+                    logger: self.logger, metricsFactory: metricsFactory)
             }
             metadataStore = store
             storage = StorageArea(
@@ -343,5 +372,28 @@ private final class GatewayBox: Sendable {
     var gateway: SwitchboardGateway? {
         get { self.value.withLock { $0 } }
         set { self.value.withLock { $0 = newValue } }
+    }
+}
+
+/// What `/health` reports, from the gateway's sessions once they exist and whether its listeners are up.
+private final class HealthSource: Sendable {
+    private let state = Mutex<(sessions: SessionRegistry?, running: Bool)>((nil, false))
+
+    var sessions: SessionRegistry? {
+        get { self.state.withLock { $0.sessions } }
+        set { self.state.withLock { $0.sessions = newValue } }
+    }
+
+    var isRunning: Bool {
+        get { self.state.withLock { $0.running } }
+        set { self.state.withLock { $0.running = newValue } }
+    }
+
+    func report() -> GatewayHealth {
+        let (sessions, running) = self.state.withLock { ($0.sessions, $0.running) }
+        guard let sessions else { return GatewayHealth(status: .starting, connections: 0) }
+        let connections = sessions.connectionCount
+        if sessions.isDraining { return GatewayHealth(status: .draining, connections: connections) }
+        return GatewayHealth(status: running ? .ok : .starting, connections: connections)
     }
 }

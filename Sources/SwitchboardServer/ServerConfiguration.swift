@@ -6,6 +6,8 @@ public struct ServerConfiguration: Sendable {
     public var tcpHost: String? = "127.0.0.1"
     /// TCP listener port; 0 picks a free port (tests).
     public var tcpPort: Int = 7400
+    /// TLS for the TCP listener, from PEM files; nil: plain TCP. The Unix socket is always plain.
+    public var tls: TLS? = nil
     /// Unix domain socket path; nil disables it.
     public var unixSocketPath: String? = "./switchboard.sock"
     /// Permissions of the Unix socket file: its owner only by default, whatever the process's umask.
@@ -31,6 +33,23 @@ public struct ServerConfiguration: Sendable {
 
     /// Creates the default configuration.
     public init() {}
+
+    /// The certificate chain and private key that turn on TLS for the TCP listener.
+    ///
+    /// The files are read when the gateway starts; one that cannot be read or parsed, or a key that does not match
+    /// the certificate, is a ``GatewayStartError`` naming the file.
+    public struct TLS: Sendable, Hashable {
+        /// PEM file with the server certificate first, then any intermediate certificates.
+        public var certificateChainPath: String
+        /// PEM file with the certificate's private key (unencrypted).
+        public var privateKeyPath: String
+
+        /// Creates TLS settings from the two PEM files.
+        public init(certificateChainPath: String, privateKeyPath: String) {
+            self.certificateChainPath = certificateChainPath
+            self.privateKeyPath = privateKeyPath
+        }
+    }
 
     /// The configurable limits (`Protocol/SPEC.md` §11), each with its own error code.
     public struct Limits: Sendable {

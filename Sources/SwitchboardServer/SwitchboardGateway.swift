@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import ServiceLifecycle
 import SwitchboardWire
 import Synchronization
@@ -93,26 +94,36 @@ public final class SwitchboardGateway: Service, Sendable {
             throw GatewayStartError(
                 description: "open development mode (no token secret) only listens on loopback, not \(host)")
         }
+        // The TLS files are read before anything is bound: a bad file fails start-up with the file's name.
+        var tlsContext: NIOSSLContext?
+        if let tls = configuration.tls, configuration.tcpHost != nil { tlsContext = try GatewayTLS.makeContext(tls) }
+        if let warning = configuration.cleartextTokenWarning { self.core.logger.warning("\(warning)") }
         var bound = BoundAddresses()
-        var listeners: [SocketListener] = []
+        // Each listener with what its connections get: TLS for TCP when configured, never for the Unix socket.
+        var listeners: [(listener: SocketListener, tls: NIOSSLContext?)] = []
         if let host = configuration.tcpHost {
             let listener = try SocketListener.tcp(host: host, port: configuration.tcpPort, backlog: Self.backlog)
             bound.tcp = listener.localAddress
-            listeners.append(listener)
+            listeners.append((listener, tlsContext))
         }
         if let path = configuration.unixSocketPath {
             try Self.removeStaleSocket(at: path)
-            listeners.append(try SocketListener.unix(path: path, mode: configuration.unixSocketMode, backlog: Self.backlog))
+            let listener = try SocketListener.unix(
+                path: path, mode: configuration.unixSocketMode, backlog: Self.backlog)
+            listeners.append((listener, nil))
             bound.unixSocketPath = path
         }
         guard !listeners.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
-        let adopt = self.adopter()
-        for listener in listeners { listener.start(logger: self.core.logger, accepted: adopt) }
-        self.listeners.withLock { $0 = listeners }
+        for (listener, tls) in listeners {
+            listener.start(logger: self.core.logger, accepted: self.adopter(tls: tls))
+        }
+        let running = listeners.map(\.listener)
+        self.listeners.withLock { $0 = running }
         self.core.logger.info(
             "switchboard listening",
             metadata: [
                 "tcp": "\(bound.tcp.map { "\($0)" } ?? "off")", "unix": "\(bound.unixSocketPath ?? "off")",
+                "tls": "\(tlsContext == nil ? "off" : "on (TCP)")",
                 "auth": "\(configuration.tokenSecret == nil ? "open development mode (any user id)" : "tokens")",
             ])
         self.onRunning(bound)
@@ -120,7 +131,7 @@ public final class SwitchboardGateway: Service, Sendable {
         await withGracefulShutdownHandler {
             // Cancellation (without a graceful shutdown first) stops accepting too.
             await withTaskCancellationHandler {
-                for listener in listeners { await listener.waitUntilStopped() }
+                for listener in running { await listener.waitUntilStopped() }
             } onCancel: {
                 self.listeners.withLock { listeners in
                     for listener in listeners { listener.stop() }
@@ -158,9 +169,13 @@ public final class SwitchboardGateway: Service, Sendable {
     /// Listen queue length of each listener.
     static let backlog: CInt = 4096
 
-    /// What the listeners do with accepted sockets: make each a channel on the next event loop (one task per loop
+    /// What a listener does with accepted sockets: make each a channel on the next event loop (one task per loop
     /// for a batch), with a ``ConnectionHandler`` that knows the socket's descriptor.
-    private func adopter() -> @Sendable ([CInt]) -> Void {
+    ///
+    /// With `tls`, the connection's bytes go through a TLS handler instead: the ``ConnectionHandler`` is not told
+    /// the descriptor, so it never writes to the socket directly (that would bypass the encryption), and a
+    /// ``TLSHandshakeMonitor`` counts and closes failed handshakes.
+    private func adopter(tls: NIOSSLContext?) -> @Sendable ([CInt]) -> Void {
         let core = self.core
         let group = self.eventLoopGroup
         let window = ConnectionHandler.writeWindow(lowWaterMark: self.configuration.limits.outboundLowWaterMark)
@@ -190,8 +205,16 @@ public final class SwitchboardGateway: Service, Sendable {
                             .channelOption(.allowRemoteHalfClosure, value: true)
                             .channelInitializer { channel in
                                 channel.eventLoop.makeCompletedFuture {
-                                    try channel.pipeline.syncOperations.addHandler(
-                                        ConnectionHandler(core: core, socket: DirectSocketWriter(descriptor: descriptor)))
+                                    let pipeline = channel.pipeline.syncOperations
+                                    guard let tls else {
+                                        let socket = DirectSocketWriter(descriptor: descriptor)
+                                        try pipeline.addHandler(ConnectionHandler(core: core, socket: socket))
+                                        return
+                                    }
+                                    try pipeline.addHandler(NIOSSLServerHandler(context: tls))
+                                    try pipeline.addHandler(
+                                        TLSHandshakeMonitor(metrics: core.metrics, logger: core.logger))
+                                    try pipeline.addHandler(ConnectionHandler(core: core, socket: nil))
                                 }
                             }
                             .withConnectedSocket(descriptor)

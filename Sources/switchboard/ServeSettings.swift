@@ -48,9 +48,14 @@ struct ServeSettings: Equatable, Sendable {
     var providerTimeoutMs = 5_000
     /// Nil: no metrics endpoint.
     var metricsPort: Int?
+    /// The address the metrics endpoint binds.
+    var metricsHost = "127.0.0.1"
     var logLevel = "info"
     /// The PostgreSQL URL of the cluster this gateway is a node of (nil: a single gateway).
     var cluster: String?
+    /// TLS for the TCP listener: the certificate chain and its key (PEM files), both or neither.
+    var tlsCert: String?
+    var tlsKey: String?
 
     /// A setting's key and where its value goes.
     enum Key: Sendable {
@@ -59,13 +64,15 @@ struct ServeSettings: Equatable, Sendable {
         case optionalInteger(String, any WritableKeyPath<ServeSettings, Int?> & Sendable)
         /// A string that may be absent and may hold a password (never logged).
         case optionalSecretString(String, any WritableKeyPath<ServeSettings, String?> & Sendable)
+        /// A string that may be absent.
+        case optionalString(String, any WritableKeyPath<ServeSettings, String?> & Sendable)
         /// `token-secret` or `token-secret-file`: resolved together (``TokenSecret``).
         case secret(String)
 
         var name: String {
             switch self {
             case .string(let name, _), .integer(let name, _), .optionalInteger(let name, _),
-                .optionalSecretString(let name, _), .secret(let name):
+                .optionalSecretString(let name, _), .optionalString(let name, _), .secret(let name):
                 return name
             }
         }
@@ -73,7 +80,7 @@ struct ServeSettings: Equatable, Sendable {
         /// The type its values must have.
         var type: ConfigType {
             switch self {
-            case .string, .optionalSecretString, .secret: return .string
+            case .string, .optionalSecretString, .optionalString, .secret: return .string
             case .integer, .optionalInteger: return .int
             }
         }
@@ -82,6 +89,8 @@ struct ServeSettings: Equatable, Sendable {
     /// Every key, in the order of `switchboard serve --help`.
     static let keys: [Key] = [
         .string("tcp", \.tcp),
+        .optionalString("tls-cert", \.tlsCert),
+        .optionalString("tls-key", \.tlsKey),
         .string("unix-socket", \.unixSocket),
         .string("unix-socket-mode", \.unixSocketMode),
         .string("database", \.database),
@@ -111,6 +120,7 @@ struct ServeSettings: Equatable, Sendable {
         .integer("presence-interval-ms", \.presenceIntervalMs),
         .integer("provider-timeout-ms", \.providerTimeoutMs),
         .optionalInteger("metrics-port", \.metricsPort),
+        .string("metrics-host", \.metricsHost),
         .string("log-level", \.logLevel),
         .optionalSecretString("cluster", \.cluster),
     ]
@@ -180,6 +190,8 @@ struct ServeSettings: Equatable, Sendable {
                 settings[keyPath: path] = reader.int(forKey: configKey) ?? settings[keyPath: path]
             case .optionalSecretString(_, let path):
                 settings[keyPath: path] = reader.string(forKey: configKey, isSecret: true) ?? settings[keyPath: path]
+            case .optionalString(_, let path):
+                settings[keyPath: path] = reader.string(forKey: configKey) ?? settings[keyPath: path]
             case .secret:
                 break
             }

@@ -41,6 +41,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "TCP listener as host:port, or \"off\" (default: \(defaults.tcp)).")
     var tcp: String?
 
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("TLS for the TCP listener: the server certificate chain (PEM, the server's certificate first). Needs --tls-key; the Unix socket stays plain.", valueName: "path"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("TLS for the TCP listener: the certificate's private key (PEM, unencrypted). Needs --tls-cert.", valueName: "path"))
+    var tlsKey: String?
+
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
     var unixSocket: String?
 
@@ -125,8 +131,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
     var providerTimeoutMs: Int?
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on 127.0.0.1:PORT/metrics.")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "The address the metrics endpoint binds (with --metrics-port): 127.0.0.1 by default; 0.0.0.0 or :: for every interface.")
+    var metricsHost: String?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
     var logLevel: String?
@@ -144,6 +153,8 @@ struct Serve: AsyncParsableCommand {
             if let value { values[key] = .int(value) }
         }
         put("tcp", self.tcp)
+        put("tls-cert", self.tlsCert)
+        put("tls-key", self.tlsKey)
         put("unix-socket", self.unixSocket)
         put("unix-socket-mode", self.unixSocketMode)
         put("database", self.database)
@@ -173,6 +184,7 @@ struct Serve: AsyncParsableCommand {
         put("presence-interval-ms", self.presenceIntervalMs)
         put("provider-timeout-ms", self.providerTimeoutMs)
         put("metrics-port", self.metricsPort)
+        put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
         put("cluster", self.cluster)
         return values
@@ -214,6 +226,17 @@ extension ServeSettings {
             }
             configuration.tcpHost = String(self.tcp[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             configuration.tcpPort = port
+        }
+        switch (self.tlsCert, self.tlsKey) {
+        case (let certificate?, let key?):
+            guard configuration.tcpHost != nil else {
+                throw ValidationError("--tls-cert and --tls-key are for the TCP listener, and --tcp is off")
+            }
+            configuration.tls = ServerConfiguration.TLS(certificateChainPath: certificate, privateKeyPath: key)
+        case (nil, nil):
+            break
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together: give both or neither")
         }
         configuration.unixSocketPath = self.unixSocket == "off" ? nil : self.unixSocket
         guard let mode = UInt32(self.unixSocketMode, radix: 8), mode <= 0o777 else {
@@ -283,13 +306,18 @@ extension ServeSettings {
         }
         let logger = Logger(label: "switchboard")
         var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
-        var metricsExposition: (@Sendable () -> [UInt8])?
+        var metricsPrometheus: PrometheusMetrics?
         if let port = self.metricsPort {
-            let factory = PrometheusMetricsFactory()
-            MetricsSystem.bootstrap(factory)
-            let registry = factory.registry
+            guard (0...65_535).contains(port) else { throw ValidationError("--metrics-port must be 0-65535") }
+            guard !self.metricsHost.isEmpty else { throw ValidationError("--metrics-host needs an address") }
+            // The application keeps the metrics in a registry of its own (help text for every family, buckets
+            // from 50 µs); the global MetricsSystem gets it too, for any library that records through it.
+            let metrics = PrometheusMetrics()
+            MetricsSystem.bootstrap(metrics.factory)
             applicationConfiguration.metricsPort = port
-            metricsExposition = { registry.emitToBuffer() }
+            let host = self.metricsHost.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            applicationConfiguration.metricsHost = host
+            metricsPrometheus = metrics
         }
         if configuration.tokenSecret == nil {
             logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
@@ -313,7 +341,7 @@ extension ServeSettings {
             }
         }
         let application = GatewayApplication(
-            configuration: applicationConfiguration, metricsExposition: metricsExposition, logger: logger,
+            configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,
             onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })
         do {
             try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])

@@ -110,6 +110,9 @@ final class ChildGateway {
     private let database = TemporaryPath("sbctl-db", suffix: ".sqlite")
     private let child: ChildProcess
 
+    /// The Unix socket the gateway listens on.
+    var socketPath: String { self.socketFile.path }
+
     /// Starts the gateway and waits until its socket file exists; stops it and removes its files when it does not
     /// start.
     init(extraArguments: [String] = []) async throws {

@@ -66,6 +66,40 @@ struct ConnectionOptionsTests {
         #expect(withToken.userID == "")
     }
 
+    @Test("without TLS options the connection is plain; --tls trusts the system's CAs, --tls-ca a PEM file")
+    func tlsOptionsMakeTheClientsTLSSettings() throws {
+        #expect(try Self.options("--tcp", "h:1").clientConfiguration(environment: [:]) { _ in false }.tls == nil)
+        let system = try #require(try Self.options("--tcp", "h:1", "--tls").clientConfiguration(environment: [:]) { _ in false }.tls)
+        guard case .system = system.trustRoots else {
+            Issue.record("--tls trusts \(system.trustRoots)")
+            return
+        }
+        #expect(system.verification == .full && system.serverName == nil)
+        let ca = try #require(
+            try Self.options("--tcp", "h:1", "--tls-ca", "/etc/ca.pem", "--tls-server-name", "gw.example")
+                .clientConfiguration(environment: [:]) { _ in false }.tls)
+        guard case .pemFile(let path) = ca.trustRoots else {
+            Issue.record("--tls-ca trusts \(ca.trustRoots)")
+            return
+        }
+        #expect(path == "/etc/ca.pem" && ca.serverName == "gw.example" && ca.verification == .full)
+        let insecure = try #require(
+            try Self.options("--tcp", "h:1", "--tls-insecure").clientConfiguration(environment: [:]) { _ in false }.tls)
+        #expect(insecure.verification == .insecureNoVerification)
+    }
+
+    @Test("TLS options with a Unix socket address, or --tls-ca with --tls-insecure, are usage errors")
+    func tlsOptionsThatCannotApply() throws {
+        #expect(throws: (any Error).self) { try Self.options("--unix", "/run/sb.sock", "--tls") }
+        #expect(throws: (any Error).self) { try Self.options("--tcp", "h:1", "--tls-ca", "a.pem", "--tls-insecure") }
+        // A Unix socket address from the environment (or the default socket file) is refused, not silently plain.
+        let failure = #expect(throws: CommandFailure.self) {
+            try Self.options("--tls").clientConfiguration(environment: ["SWITCHBOARD_ADDRESS": "unix:/run/sb.sock"]) { _ in false }
+        }
+        #expect(failure?.status == .usage)
+        #expect(failure?.message.contains("/run/sb.sock") == true)
+    }
+
     @Test("connection options before the command move behind it")
     func leadingOptions() throws {
         let split = LeadingOptions.split(["--json", "--user", "Ann", "--timeout=3", "who-now", "lobby"])
@@ -74,5 +108,8 @@ struct ConnectionOptionsTests {
         #expect(LeadingOptions.join(options: ["--json"], command: ["call", "x", "--", "y"]) == ["call", "x", "--json", "--", "y"])
         #expect(try request("--json", "--user", "Ann", "where-now") == .whereNow(.init()))
         #expect(LeadingOptions.split(["--user"]) == (["--user"], []))
+        let tls = LeadingOptions.split(["--tls", "--tls-ca", "ca.pem", "--tls-server-name=gw", "--tls-insecure", "where-now"])
+        #expect(tls.options == ["--tls", "--tls-ca", "ca.pem", "--tls-server-name=gw", "--tls-insecure"])
+        #expect(tls.command == ["where-now"])
     }
 }

@@ -173,6 +173,46 @@ struct EndToEndTests {
         }
     }
 
+    @Test("ping prints each round trip and a summary; info shows the endpoint and what WELCOME said")
+    func pingAndInfo() async throws {
+        try await withChildGateway { gateway in
+            let ping = try await gateway.sbctl(["ping", "--count", "3", "--interval", "0"])
+            #expect(ping.status == 0, "\(ping.errorOutput)")
+            #expect(ping.outputLines.count == 4, "\(ping.output)")
+            for (index, line) in ping.outputLines.prefix(3).enumerated() {
+                #expect(line.hasPrefix("pong seq=\(index + 1) time=") && line.hasSuffix(" ms"), "\(line)")
+            }
+            #expect(ping.outputLines.last?.hasPrefix("3 pings: min ") == true)
+
+            let info = try await gateway.sbctl(["info"])
+            #expect(info.status == 0, "\(info.errorOutput)")
+            for expected in [
+                "endpoint unix:\(gateway.socketPath)", "server switchboard", "version 0.1", "protocol 1",
+                "user Tony admin", "features zlib", "maxFrameSize 1048576", "maxInflight 128", "requestsPerSecond 20000",
+                "heartbeat 15000 ms, 3 misses", "compressThreshold 512",
+            ] {
+                #expect(info.outputLines.contains(expected), "missing '\(expected)' in \(info.outputLines)")
+            }
+            #expect(info.outputLines.contains { $0.hasPrefix("session ") })
+
+            let json = try await gateway.sbctl(["info", "--json"])
+            let value = try Self.json(try #require(json.outputLines.first))
+            #expect(value["kind"]?.stringValue == "info")
+            #expect(value["endpoint"]?.stringValue == "unix:\(gateway.socketPath)")
+            let welcome = try Welcome(json: try #require(value["welcome"]))
+            #expect(welcome.userId == "Tony" && welcome.serverName == "switchboard/0.1")
+
+            // Both work inside the shell too.
+            let shell = try gateway.start(["shell"], pipeInput: true)
+            try shell.send("info")
+            try shell.send("ping")
+            try shell.closeInput()
+            #expect(await shell.exitStatus() == 0, "\(shell.errorOutput)")
+            #expect(shell.outputLines.contains("user Tony admin"))
+            #expect(shell.outputLines.last?.hasPrefix("pong seq=1 time=") == true)
+        }
+    }
+
     @Test("a gateway that cannot be reached exits 69")
     func unreachableGatewayExits69() async throws {
         let child = try ChildProcess(Executables.sbctl, ["who-now", "lobby", "--unix", "/tmp/sbctl-nothing-here.sock"])

@@ -56,4 +56,28 @@ struct ExitStatusTests {
         let full = CommandFailure.fromLoginError(SwitchboardClientError(code: .tooManyConnections, message: "full"), address: "x")
         #expect(full.status == .limitsError)
     }
+
+    @Test("login failures say in plain words what went wrong and what to do")
+    func loginFailuresInPlainWords() {
+        let needsToken = CommandFailure.fromLoginError(
+            SwitchboardClientError(code: .notAuthenticated, message: "this server requires a token", kind: .goAway),
+            address: "127.0.0.1:7400")
+        #expect(needsToken.textLine == "error 2000 notAuthenticated: login refused: this server requires a token: "
+            + "give a token with --token or SWITCHBOARD_TOKEN (mint one with 'switchboard token')")
+        let expired = CommandFailure.fromLoginError(
+            SwitchboardClientError(code: .tokenExpired, message: "token expired at 5", kind: .goAway), address: "x")
+        #expect(expired.message == "login refused: token expired at 5: mint a new one with 'switchboard token'")
+        let noWelcome = CommandFailure.fromLoginError(
+            SwitchboardClientError(code: .providerTimeout, message: "no WELCOME in time", kind: .timedOut),
+            address: "unix:/run/sb.sock", timeout: .milliseconds(1500))
+        #expect(noWelcome.status == .timeout)
+        #expect(noWelcome.textLine
+            == "error timeout: connected to unix:/run/sb.sock, but the gateway did not answer the login within 1.5 s")
+        let refused = CommandFailure.fromLoginError(
+            SwitchboardClientError(
+                code: .unavailable, message: "cannot connect to 127.0.0.1:1: connection refused: is the gateway running?",
+                kind: .connectFailed),
+            address: "127.0.0.1:1")
+        #expect(refused.textLine == "error unavailable: cannot connect to 127.0.0.1:1: connection refused: is the gateway running?")
+    }
 }

@@ -80,6 +80,24 @@ struct ShellHistoryTests {
         #expect(try second.expand("!2") == "where-now")
     }
 
+    @Test("the history keeps its last entries, and the file is cut back to them")
+    func boundedHistory() throws {
+        let history = TemporaryPath("sbctl-history")
+        defer { history.remove() }
+        let path = history.path
+        try (1...7).map { "old \($0)\n" }.joined().write(toFile: path, atomically: true, encoding: .utf8)
+        var shell = ShellHistory(path: path, limit: 3)
+        #expect(shell.entries == ["old 5", "old 6", "old 7"])
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "old 5\nold 6\nold 7\n")
+        for number in 1...3 { try shell.add("new \(number)") }
+        #expect(shell.entries == ["new 1", "new 2", "new 3"])
+        // Appends take the file to twice the limit before it is cut back.
+        #expect(try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").count == 6)
+        try shell.add("new 4")
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "new 2\nnew 3\nnew 4\n")
+        #expect(try shell.expand("!1") == "new 2")
+    }
+
     @Test("the history file is $SBCTL_HISTORY, else ~/.sbctl_history; empty means memory only")
     func historyPath() {
         #expect(ShellHistory.path(environment: ["SBCTL_HISTORY": "/tmp/h", "HOME": "/home/a"]) == "/tmp/h")

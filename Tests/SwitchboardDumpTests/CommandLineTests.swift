@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import SwitchboardDump
 import SwitchboardWire
 import SwitchboardTestSupport
@@ -51,6 +52,35 @@ import Testing
         #expect(run.status == 0, "\(run.errors)")
         #expect(run.lines.first?.hasPrefix("@0 #1 control hello len=") == true, "\(run.lines.first ?? "")")
         #expect(run.lines.count == StreamDumper.dump(try CaptureFixtureTests.load()).count)
+    }
+
+    @Test("a HELLO token prints as <redacted N bytes> unless --show-tokens is given")
+    func tokensRedactedUnlessShown() async throws {
+        let token = "sb1.eyJ1IjoiVG9ueSJ9.c2lnbmF0dXJl"
+        var frame = ByteBuffer()
+        FrameEncoder().encode(.control(.hello(Hello(protocolVersion: 1, token: token, userId: "Tony"))), into: &frame)
+        let input = Data(frame.readableBytesView)
+        let redacted = try await Self.run(["decode", "-"], input: input)
+        #expect(redacted.status == 0, "\(redacted.errors)")
+        #expect(redacted.output.contains("\"token\":\"<redacted \(token.utf8.count) bytes>\""), "\(redacted.output)")
+        #expect(!redacted.output.contains(token))
+        let shown = try await Self.run(["decode", "--show-tokens", "--json", "-"], input: input)
+        #expect(shown.status == 0, "\(shown.errors)")
+        #expect(shown.output.contains(token), "\(shown.output)")
+    }
+
+    @Test("proxy TLS options that cannot apply are usage errors")
+    func proxyTLSOptionsThatCannotApply() async throws {
+        let unixUpstream = try await Self.run(["proxy", "--listen", "127.0.0.1:0", "--upstream", "unix:/tmp/x.sock", "--upstream-tls"])
+        #expect(unixUpstream.status == 64)
+        #expect(unixUpstream.errors.contains("upstream TLS needs a TCP --upstream"), "\(unixUpstream.errors)")
+        let certOnly = try await Self.run(["proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--tls-cert", "c.pem"])
+        #expect(certOnly.status == 64)
+        #expect(certOnly.errors.contains("--tls-cert and --tls-key go together"), "\(certOnly.errors)")
+        let missingCA = try await Self.run(
+            ["proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--upstream-tls-ca", "/nonexistent/ca.pem"])
+        #expect(missingCA.status == 2)
+        #expect(missingCA.errors.contains("cannot read CA certificates /nonexistent/ca.pem: No such file"), "\(missingCA.errors)")
     }
 
     @Test("--json prints one parseable object per line")

@@ -46,7 +46,8 @@ import Testing
                 let decoded = try #require(frame.message, "\(input): \(TextRenderer().render(DumpEvent(.frame(frame))))")
                 #expect(decoded == (try SwitchboardMessage(json: message)), "\(input)")
                 #expect(decoded.jsonValue == message, "\(input): rendered \(decoded.jsonValue)")
-                let line = JSONLinesRenderer().render(DumpEvent(.frame(frame)))
+                // The vectors' HELLO tokens as they are: the JSON lines must carry the spec rendering unchanged.
+                let line = JSONLinesRenderer(showsTokens: true).render(DumpEvent(.frame(frame)))
                 let parsed = try JSONValue.parse(line)
                 #expect(parsed["message"] == message, "\(input): \(line)")
                 #expect(parsed["event"] == .string("frame"))

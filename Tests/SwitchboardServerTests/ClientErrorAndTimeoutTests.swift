@@ -114,6 +114,26 @@ import Testing
         #expect(reason?.code == .heartbeatTimeout && reason?.kind == .connectionLost)
     }
 
+    @Test("a PING without a PONG within its timeout fails with timedOut (8003); a gateway's PONG comes in time")
+    func pingTimeout() async throws {
+        let server = try await FakeGateway.start(welcome: Welcome(protocolVersion: 1, userId: "Tony"))  // never PONGs
+        defer { Task { await server.stop() } }
+        let connection = try await SwitchboardConnection.connect(
+            ClientConfiguration(endpoint: .unix(path: server.path), userID: "Tony"))
+        let start = ContinuousClock.now
+        await expectClientError(.providerTimeout, kind: .timedOut) {
+            try await connection.ping(nonce: 9, timeout: .milliseconds(200))
+        }
+        #expect(ContinuousClock.now - start >= .milliseconds(200))
+        #expect(connection.isActive)
+        await connection.close()
+
+        try await withGateway { gateway in
+            let answered = try await gateway.connect(.unix, user: "Tony")
+            try await answered.ping(nonce: 3, timeout: .seconds(10))
+        }
+    }
+
     @Test("a response of another operation than the request's is a typed unexpectedResponse error (8000)")
     func unexpectedResponseIsTyped() async throws {
         let server = try await FakeGateway.start(welcome: Welcome(protocolVersion: 1, userId: "Tony")) { _, _ in

@@ -31,17 +31,19 @@ struct FullGatewayPlace: Sendable {
 /// Runs `body` against a gateway with every area, built by ``GatewayApplication`` as `switchboard serve` builds
 /// it: storage and locks, presence, events, profiles, each on its SQLite file at `place`. Stores are flushed and
 /// closed afterwards. Without a `place` the gateway gets a fresh one, removed afterwards; a given `place` is the
-/// caller's to remove.
+/// caller's to remove. `application` changes the application's configuration last (a metrics endpoint).
 func withFullGateway<T: Sendable>(
     at place: FullGatewayPlace? = nil,
     secret: [UInt8]? = nil,
     configure: (inout ServerConfiguration) -> Void = { _ in },
+    application configureApplication: (inout GatewayApplication.Configuration) -> Void = { _ in },
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     guard let place else {
         let place = FullGatewayPlace()
         defer { place.remove() }
-        return try await withFullGateway(at: place, secret: secret, configure: configure, body)
+        return try await withFullGateway(
+            at: place, secret: secret, configure: configure, application: configureApplication, body)
     }
     return try await withGateway(
         { configuration in
@@ -55,6 +57,7 @@ func withFullGateway<T: Sendable>(
             application.presence.presenceTimeout = .seconds(5)
             application.eventGracePeriod = .milliseconds(200)
             application.providerTimeout = .seconds(3)
+            configureApplication(&application)
         }, body)
 }
 

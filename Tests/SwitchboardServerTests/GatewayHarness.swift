@@ -22,6 +22,10 @@ struct RunningGateway: Sendable {
     var gateway: SwitchboardGateway!
     /// The stores and areas the ``GatewayApplication`` built (nil for a bare ``SwitchboardGateway``).
     var services: GatewayApplication.Services?
+    /// Where the metrics endpoint listens, when the application has one.
+    var metricsAddress: SocketAddress?
+    /// Starts the gateway's graceful shutdown (what SIGTERM does) without waiting for it.
+    var triggerShutdown: @Sendable () async -> Void = {}
 
     func endpoint(_ transport: Transport) -> ClientConfiguration.Endpoint {
         switch transport {
@@ -50,6 +54,8 @@ func temporarySocket() -> TemporaryPath {
 /// `application`'s choices, and stops it gracefully afterwards (its stores flush and close); the temporary Unix
 /// socket it listens on unless `configure` sets another is removed afterwards too.
 ///
+/// `logger` is the gateway's (default: one that logs only critical messages, to standard error).
+///
 /// By default the application has no command areas (only the session area, `handlers` and `observers`) and keeps
 /// its stores in memory; `application` picks areas and a database (``GatewayApplication/Configuration/inMemory``
 /// false, ``ServerConfiguration/databasePath``).
@@ -60,6 +66,7 @@ func withGateway<T: Sendable>(
     observers: [any SessionObserver] = [],
     membershipObservers: [any ChannelMembershipObserver] = [],
     nowMillis: (@Sendable () -> Int64)? = nil,
+    logger: Logger? = nil,
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     let socketFile = temporarySocket()
@@ -75,8 +82,11 @@ func withGateway<T: Sendable>(
     configuration.inMemory = true
     application(&configuration)
     let (runningStream, runningSink) = AsyncStream<GatewayApplication.Running>.makeStream()
-    var logger = Logger(label: "test-gateway")
-    logger.logLevel = .critical
+    let logger = logger ?? {
+        var logger = Logger(label: "test-gateway")
+        logger.logLevel = .critical
+        return logger
+    }()
     let gatewayApplication = GatewayApplication(
         configuration: configuration, handlers: handlers, observers: observers, membershipObservers: membershipObservers,
         logger: logger, nowMillis: nowMillis ?? systemNowMillis, onServerRunning: { runningSink.yield($0) })
@@ -93,7 +103,9 @@ func withGateway<T: Sendable>(
         }
         do {
             let result = try await body(
-                RunningGateway(addresses: running.addresses, gateway: running.gateway, services: running.services))
+                RunningGateway(
+                    addresses: running.addresses, gateway: running.gateway, services: running.services,
+                    metricsAddress: running.metricsAddress, triggerShutdown: { await group.triggerGracefulShutdown() }))
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
             return result

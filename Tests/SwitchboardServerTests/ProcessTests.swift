@@ -134,6 +134,52 @@ struct ChildGatewayFiles {
         #expect(access(database.path, F_OK) != 0, "no database is created for a refused configuration")
     }
 
+    @Test("--metrics-host 127.0.0.1 with --metrics-port 0 serves /metrics and /health on the port it logs")
+    func metricsHostAndPortOptions() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable.path), "build the switchboard product first")
+        let files = ChildGatewayFiles("sb-metrics")
+        let log = TemporaryPath("sb-metrics-log", suffix: ".txt")
+        defer {
+            files.remove()
+            log.remove()
+        }
+        let gateway = try SpawnedProcess(
+            executable: Self.executable.path,
+            arguments: [
+                "--tcp", "off", "--unix-socket", files.socket.path, "--database", files.database.path,
+                "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--log-level", "info",
+            ],
+            stderr: .file(log.path))
+        defer { gateway.killAndWait() }  // before the files are removed
+        // "metrics endpoint listening" with address=[IPv4]127.0.0.1/127.0.0.1:PORT
+        var port: Int?
+        let deadline = Date().addingTimeInterval(60)
+        while port == nil, Date() < deadline {
+            let text = (try? String(contentsOfFile: log.path, encoding: .utf8)) ?? ""
+            if let line = text.split(separator: "\n").first(where: { $0.contains("metrics endpoint listening") }),
+                let range = line.range(of: "127.0.0.1/127.0.0.1:")
+            {
+                port = Int(line[range.upperBound...].prefix { $0.isNumber })
+            }
+            if port == nil { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        let bound = try #require(port, "no metrics endpoint in the log")
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: bound)
+        var health: LoopbackHTTP.Response?
+        for _ in 0..<500 {  // 503 "starting" until the listeners are up
+            health = try await LoopbackHTTP.get("/health", from: address)
+            if health?.status == 200 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(health?.status == 200)
+        #expect(health?.body == #"{"status":"ok","connections":0,"draining":false}"# + "\n")
+        let metrics = try await LoopbackHTTP.get("/metrics", from: address)
+        #expect(metrics.body.contains("# HELP switchboard_connections Open client connections, logged in or not.\n"))
+        #expect(metrics.body.contains("# TYPE switchboard_store_commit_duration_seconds histogram\n"))
+        gateway.signal(SIGTERM)
+        #expect(await gateway.waitForExit() == 0)
+    }
+
     static func startGateway(socketPath: String, database: String, options: [String] = []) throws -> SpawnedProcess {
         try SpawnedProcess(
             executable: Self.executable.path,

@@ -36,10 +36,14 @@ public final class SpawnedProcess: Sendable {
 
     /// Starts `executable` with `arguments` (not counting the program name) and `environment` (this process's
     /// when nil).
+    ///
+    /// A child inherits the signal mask of the thread that spawns it, and test threads block most signals; with
+    /// `unblockSignals` it starts with none blocked, as from a shell (tmux, whose server relies on SIGCHLD and
+    /// SIGTERM, needs that).
     /// - Throws: ``SpawnError`` when the child cannot be started.
     public init(
         executable: String, arguments: [String], environment: [String: String]? = nil,
-        stdin: Stream = .null, stdout: Stream = .inherit, stderr: Stream = .inherit
+        stdin: Stream = .null, stdout: Stream = .inherit, stderr: Stream = .inherit, unblockSignals: Bool = false
     ) throws {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -77,8 +81,17 @@ public final class SpawnedProcess: Sendable {
         defer { for pointer in argv { free(pointer) } }
         let variables = (environment ?? Self.currentEnvironment()).map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { for pointer in variables { free(pointer) } }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        if unblockSignals {
+            var none = sigset_t()
+            sigemptyset(&none)
+            posix_spawnattr_setsigmask(&attributes, &none)
+            posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, nil, argv, variables)
+        let result = posix_spawn(&pid, executable, &actions, &attributes, argv, variables)
         if childReader >= 0 { close(childReader) }
         guard result == 0 else {
             if inputWriter >= 0 { close(inputWriter) }

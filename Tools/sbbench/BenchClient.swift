@@ -34,7 +34,7 @@ struct BenchClient: Sendable {
                         BenchClientHandler(hello: hello, welcomed: welcomed, onHelloSent: onHelloSent, onPush: onPush))
                 }
             }
-        let connected = target.connect(bootstrap)
+        let connected = target.connect(bootstrap, on: loop)
         connected.whenFailure { welcomed.fail($0) }  // no channel, no handler to complete it
         return connected.flatMap { channel in
             welcomed.futureResult.map { BenchClient(channel: channel, welcome: $0) }

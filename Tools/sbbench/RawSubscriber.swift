@@ -1,3 +1,4 @@
+import ArgumentParser
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -259,6 +260,7 @@ extension BenchTarget {
     func socketAddress() throws -> SocketAddress {
         switch self {
         case .tcp(let host, let port): return try SocketAddress.makeAddressResolvingHost(host, port: port)
+        case .tlsTCP: throw ValidationError("raw-socket subscribers do not speak TLS")
         case .unix(let path): return try SocketAddress(unixDomainSocketPath: path)
         }
     }

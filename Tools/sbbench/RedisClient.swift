@@ -18,7 +18,7 @@ struct RedisClient: Sendable {
                     try channel.pipeline.syncOperations.addHandler(RedisClientHandler())
                 }
             }
-        return target.connect(bootstrap).map { RedisClient(channel: $0) }
+        return target.connect(bootstrap, on: loop).map { RedisClient(channel: $0) }
     }
 
     /// Sends the command `make` builds from the instant it is written, and returns the reply; an error reply is a

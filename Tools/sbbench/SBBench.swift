@@ -39,6 +39,15 @@ struct SBBench: AsyncParsableCommand {
     @Option(name: .customLong("writer-tcp"), help: "storage-fanout: the writer connects to this gateway (host:port) instead of the subscribers' one: another node of a cluster, for the latency of a storage event from one node to another.")
     var writerTCP: String?
 
+    @Flag(help: "Connect to the TCP address with TLS, trusting the system's certificate authorities (scenarios: \(Self.tlsScenarios.joined(separator: ", "))).")
+    var tls = false
+
+    @Option(name: .customLong("tls-ca"), help: ArgumentHelp("TLS: trust the CA certificates in this PEM file (implies --tls).", valueName: "path"))
+    var tlsCA: String?
+
+    @Flag(name: .customLong("tls-insecure"), help: "TLS without checking the gateway's certificate (implies --tls; tests and development only).")
+    var tlsInsecure = false
+
     @Option(help: "Concurrent connections (requests, mix, cas, handshake, idle, slow-reader, presence-storm).")
     var connections = 50
 
@@ -110,6 +119,15 @@ struct SBBench: AsyncParsableCommand {
         "online-fanout", "redis-fanout", "provider", "whonow-inprocess",
     ]
 
+    /// The scenarios that can connect with TLS: those whose connections are all NIO channels (the fan-out
+    /// subscribers are raw sockets read by one epoll thread, Redis is plain, whonow-inprocess has no sockets).
+    static let tlsScenarios = [
+        "handshake", "idle", "requests", "mix", "cas", "slow-reader", "big-reads", "presence-storm", "provider",
+    ]
+
+    /// Whether a TLS option was given.
+    var usesTLS: Bool { self.tls || self.tlsCA != nil || self.tlsInsecure }
+
     func validate() throws {
         guard Self.scenarios.contains(self.scenario) else {
             throw ValidationError("unknown scenario \(self.scenario); one of \(Self.scenarios.joined(separator: ", "))")
@@ -126,6 +144,16 @@ struct SBBench: AsyncParsableCommand {
         guard (0...1).contains(self.setRatio) else { throw ValidationError("--set-ratio must be within 0...1") }
         guard ["user", "channel"].contains(self.via) else { throw ValidationError("--via must be user or channel") }
         if self.tcp != nil, self.unixSocket != nil { throw ValidationError("give --tcp or --unix, not both") }
+        if self.usesTLS {
+            guard self.unixSocket == nil else { throw ValidationError("TLS is for TCP (--tcp), not --unix") }
+            guard Self.tlsScenarios.contains(self.scenario) else {
+                let supported = Self.tlsScenarios.joined(separator: ", ")
+                throw ValidationError("\(self.scenario) cannot use TLS; the scenarios that can: \(supported)")
+            }
+            guard !(self.tlsInsecure && self.tlsCA != nil) else {
+                throw ValidationError("give --tls-ca or --tls-insecure, not both")
+            }
+        }
         _ = try self.target()
         if let writer = self.writerTCP { _ = try BenchTarget.tcp(writer) }
         if self.scenario == "redis-fanout" { _ = try BenchTarget.tcp(self.redis) }
@@ -141,7 +169,10 @@ struct SBBench: AsyncParsableCommand {
     /// The gateway to connect to.
     func target() throws -> BenchTarget {
         if let path = self.unixSocket { return .unix(path: path) }
-        return try BenchTarget.tcp(self.tcp ?? "127.0.0.1:7400")
+        let target = try BenchTarget.tcp(self.tcp ?? "127.0.0.1:7400")
+        guard self.usesTLS, case .tcp(let host, let port) = target else { return target }
+        return .tlsTCP(
+            host: host, port: port, tls: try BenchTLS(host: host, caFile: self.tlsCA, insecure: self.tlsInsecure))
     }
 
     func makeRequest() throws -> RequestMaker {
@@ -196,7 +227,7 @@ struct SBBench: AsyncParsableCommand {
                         BenchConnectionHandler(user: user, work: work, totals: totals, welcomed: welcomed))
                 }
             }
-        let connected = target.connect(bootstrap)
+        let connected = target.connect(bootstrap, on: loop)
         connected.whenFailure { welcomed.fail($0) }  // no channel, no handler to complete it
         return connected.flatMap { channel in welcomed.futureResult.map { channel } }
     }

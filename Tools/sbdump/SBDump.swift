@@ -16,6 +16,8 @@ struct SBDump: AsyncParsableCommand {
             every frame with a timestamp, the connection id and the direction, pairing responses with their requests \
             and their latency.
 
+            Login tokens (HELLO's and renewToken's) print as <redacted N bytes> unless --show-tokens is given.
+
             Docs/sbdump.md has examples and the output formats.
             """,
         subcommands: [DecodeCommand.self, ProxyCommand.self],
@@ -30,12 +32,18 @@ struct OutputOptions: ParsableArguments {
     @Option(help: "Text output: cut bodies longer than this many characters (0: never cut).")
     var bodyLimit = TextRenderer.defaultBodyLimit
 
+    @Flag(
+        name: .customLong("show-tokens"),
+        help: "Print login tokens (HELLO's and renewToken's) as they are; by default they print as <redacted N bytes>.")
+    var showTokens = false
+
     func validate() throws {
         guard self.bodyLimit >= 0 else { throw ValidationError("--body-limit must be 0 or more") }
     }
 
     var renderer: any DumpRenderer {
-        (self.json ? DumpFormat.jsonLines : DumpFormat.text).renderer(bodyLimit: self.bodyLimit)
+        (self.json ? DumpFormat.jsonLines : DumpFormat.text).renderer(
+            bodyLimit: self.bodyLimit, showsTokens: self.showTokens)
     }
 }
 

@@ -75,18 +75,35 @@ public struct CommandFailure: Error, Sendable, Equatable, CustomStringConvertibl
         }
     }
 
-    /// The failure for an error thrown while connecting and logging in to `address`.
-    public static func fromLoginError(_ error: any Error, address: String) -> CommandFailure {
+    /// The failure for an error thrown while connecting and logging in to `address`, in plain words: why the
+    /// gateway could not be reached (with a hint: `connection refused: is the gateway running?`), or why it refused
+    /// the login (with what to do about it).
+    ///
+    /// - Parameter timeout: the connect timeout, for the message when no WELCOME came in time.
+    public static func fromLoginError(_ error: any Error, address: String, timeout: Duration? = nil) -> CommandFailure {
         guard let clientError = error as? SwitchboardClientError else {
             return .unavailable("cannot connect to \(address): \(error)")
         }
-        switch clientError.code {
-        case .notAuthenticated, .invalidToken, .tokenExpired, .permissionDenied:
-            return CommandFailure(
+        if clientError.kind == .connectFailed { return .unavailable(clientError.message) }
+        let refused = { (hint: String) in
+            CommandFailure(
                 status: .loginRefused, code: clientError.code, name: clientError.code.name,
-                message: "login refused: \(clientError.message)")
+                message: "login refused: \(clientError.message)" + (hint.isEmpty ? "" : ": \(hint)"))
+        }
+        switch clientError.code {
+        case .notAuthenticated:
+            return refused("give a token with --token or SWITCHBOARD_TOKEN (mint one with 'switchboard token')")
+        case .invalidToken:
+            return refused("was the token minted with this gateway's --token-secret?")
+        case .tokenExpired:
+            return refused("mint a new one with 'switchboard token'")
+        case .permissionDenied:
+            return refused("")
         case .providerTimeout:
-            return CommandFailure(status: .timeout, name: "timeout", message: "no WELCOME from \(address) in time")
+            let within = timeout.map { " within \(Self.seconds($0))" } ?? " in time"
+            return CommandFailure(
+                status: .timeout, name: "timeout",
+                message: "connected to \(address), but the gateway did not answer the login\(within)")
         case .unavailable where clientError.body == nil:
             return .unavailable("cannot log in at \(address): \(clientError.message)")
         default:
@@ -94,6 +111,13 @@ public struct CommandFailure: Error, Sendable, Equatable, CustomStringConvertibl
             failure.message = "login failed: \(failure.message)"
             return failure
         }
+    }
+
+    /// `30 s`, `1.5 s`, `250 ms`.
+    static func seconds(_ duration: Duration) -> String {
+        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        if milliseconds < 1000 { return "\(milliseconds) ms" }
+        return milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(Double(milliseconds) / 1000) s"
     }
 
     /// The line printed on stderr: `error <code> <name>: <message>`, or `error <name>: <message>` for local failures.

@@ -12,13 +12,19 @@ public struct CommandSession: Sendable {
     public var format: OutputFormat
     /// How long each request may wait for its answer (nil: the connection's default).
     public var timeout: Duration?
+    /// Where the connection goes, when known (`sbctl info` shows it).
+    public let endpoint: ClientConfiguration.Endpoint?
 
-    /// Creates a session over an open connection.
-    public init(connection: SwitchboardConnection, console: Console, format: OutputFormat, timeout: Duration? = nil) {
+    /// Creates a session over an open connection to `endpoint`.
+    public init(
+        connection: SwitchboardConnection, console: Console, format: OutputFormat, timeout: Duration? = nil,
+        endpoint: ClientConfiguration.Endpoint? = nil
+    ) {
         self.connection = connection
         self.console = console
         self.format = format
         self.timeout = timeout
+        self.endpoint = endpoint
     }
 
     /// Sends a request; a failure says how to report it.

@@ -26,6 +26,26 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
     @Option(help: ArgumentHelp("Seconds to wait for connecting and for each answer (default 30).", valueName: "seconds"))
     public var timeout: Double?
 
+    @Flag(help: "Connect to the TCP address with TLS, trusting the system's certificate authorities.")
+    public var tls = false
+
+    @Option(
+        name: .customLong("tls-ca"),
+        help: ArgumentHelp("Connect with TLS, trusting the CA certificates in this PEM file (implies --tls).", valueName: "path"))
+    public var tlsCA: String?
+
+    @Option(
+        name: .customLong("tls-server-name"),
+        help: ArgumentHelp(
+            "The name the gateway's certificate must be valid for (default: the --tcp host; implies --tls).",
+            valueName: "name"))
+    public var tlsServerName: String?
+
+    @Flag(
+        name: .customLong("tls-insecure"),
+        help: "Connect with TLS but accept any certificate (no verification: tests and development only; implies --tls).")
+    public var tlsInsecure = false
+
     @Flag(help: "Print JSON (the spec's canonical rendering) instead of text.")
     public var json = false
 
@@ -37,6 +57,9 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
             throw ValidationError("--tcp must be host:port, found '\(tcp)'")
         }
         if let unix = self.unix, unix.isEmpty { throw ValidationError("--unix needs a path") }
+        if self.usesTLS, self.unix != nil { throw ValidationError("TLS is for a TCP gateway (--tcp), not --unix") }
+        if self.tlsInsecure, self.tlsCA != nil { throw ValidationError("give --tls-ca or --tls-insecure, not both") }
+        if let name = self.tlsServerName, name.isEmpty { throw ValidationError("--tls-server-name needs a name") }
         if let timeout = self.timeout, !(timeout > 0 && timeout <= 86_400) {
             throw ValidationError("--timeout must be between 0 and 86400 seconds")
         }
@@ -45,6 +68,20 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
     /// Whether the command line named a gateway or a login (not allowed inside the shell, which has one connection).
     public var namesConnection: Bool {
         self.tcp != nil || self.unix != nil || self.user != nil || self.token != nil || self.device != nil
+            || self.usesTLS
+    }
+
+    /// Whether any TLS option was given.
+    public var usesTLS: Bool {
+        self.tls || self.tlsCA != nil || self.tlsServerName != nil || self.tlsInsecure
+    }
+
+    /// The TLS settings the options ask for; nil without TLS options.
+    public var tlsSettings: ClientConfiguration.TLS? {
+        guard self.usesTLS else { return nil }
+        return ClientConfiguration.TLS(
+            trustRoots: self.tlsCA.map { .pemFile($0) } ?? .system, serverName: self.tlsServerName,
+            verification: self.tlsInsecure ? .insecureNoVerification : .full)
     }
 
     /// The output format asked for.
@@ -88,8 +125,12 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
         // With a token the server takes the user from it; in open mode a user id is required.
         let fallbackUser = token.isEmpty ? (environment["USER"].flatMap { $0.isEmpty ? nil : $0 } ?? "sbctl") : ""
         let user = self.user ?? environment["SWITCHBOARD_USER"] ?? fallbackUser
-        var configuration = ClientConfiguration(
-            endpoint: try self.endpoint(environment: environment, fileExists: fileExists), userID: user, token: token)
+        let endpoint = try self.endpoint(environment: environment, fileExists: fileExists)
+        if self.usesTLS, case .unix(let path) = endpoint {
+            throw .usage("TLS is for a TCP gateway, but the gateway address is the Unix socket \(path): give --tcp")
+        }
+        var configuration = ClientConfiguration(endpoint: endpoint, userID: user, token: token)
+        configuration.tls = self.tlsSettings
         configuration.deviceID = self.device ?? environment["SWITCHBOARD_DEVICE"] ?? ""
         configuration.clientType = .other
         configuration.clientName = "sbctl/1"

@@ -1,8 +1,10 @@
 /// Lets connection options come before the command (`sbctl --json --user Ann who-now lobby`), where
 /// ArgumentParser would take them for options of the root command, by moving them behind it.
 public enum LeadingOptions {
-    static let valueOptions: Set<String> = ["--tcp", "--unix", "--user", "--token", "--device", "--timeout"]
-    static let flags: Set<String> = ["--json"]
+    static let valueOptions: Set<String> = [
+        "--tcp", "--unix", "--user", "--token", "--device", "--timeout", "--tls-ca", "--tls-server-name",
+    ]
+    static let flags: Set<String> = ["--json", "--tls", "--tls-insecure"]
 
     /// The connection options at the start of `arguments`, and the command line after them.
     public static func split(_ arguments: [String]) -> (options: [String], command: [String]) {

@@ -1,18 +1,29 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Foundation
 
 /// The shell's command history: kept in memory and appended to a file (`~/.sbctl_history`, or `$SBCTL_HISTORY`;
 /// an empty `$SBCTL_HISTORY` keeps it in memory only).
 ///
 /// Entries are numbered from 1, the file's earlier entries first. `!N` re-runs entry N, `!-N` the N-th last,
-/// `!!` the last one and `!text` the last one starting with `text`.
+/// `!!` the last one and `!text` the last one starting with text; on a terminal, Up and Down walk them.
+///
+/// Both are bounded: the history keeps its last ``limit`` entries, and the file is cut back to them (rewritten
+/// whole, by a rename) when a shell starts with more in it, or once a shell's appends take it past twice as many.
 public struct ShellHistory: Sendable {
-    /// Entries kept at most; older ones are dropped when the file is read.
+    /// Entries kept at most.
     public static let limit = 1000
 
     /// Every entry, oldest first.
     public private(set) var entries: [String] = []
     /// The history file, if any.
     public let path: String?
+    /// The entries the file holds (as far as this shell knows: others may append too).
+    private var linesInFile = 0
+    private let limit: Int
 
     /// The history file sbctl uses in `environment`: `$SBCTL_HISTORY`, else `$HOME/.sbctl_history`.
     public static func path(environment: [String: String]) -> String? {
@@ -21,12 +32,15 @@ public struct ShellHistory: Sendable {
         return (home as NSString).appendingPathComponent(".sbctl_history")
     }
 
-    /// A history backed by `path`, starting with the entries the file holds (a missing file is an empty history).
-    public init(path: String?) {
+    /// A history backed by `path`, starting with the last `limit` entries the file holds (a missing file is an
+    /// empty history); a file with more is cut back to them.
+    public init(path: String?, limit: Int = ShellHistory.limit) {
         self.path = path
-        guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
-        self.entries = Array(lines.suffix(Self.limit))
+        self.limit = max(1, limit)
+        let lines = Self.read(path)
+        self.entries = Array(lines.suffix(self.limit))
+        self.linesInFile = lines.count
+        if lines.count > self.limit { self.compact() }
     }
 
     /// Adds an entry and appends it to the file.
@@ -34,11 +48,13 @@ public struct ShellHistory: Sendable {
     /// - Throws: ``CommandFailure`` (ioError) when the file cannot be written; the entry is kept in memory anyway.
     public mutating func add(_ line: String) throws(CommandFailure) {
         self.entries.append(line)
+        if self.entries.count > self.limit { self.entries.removeFirst(self.entries.count - self.limit) }
         guard let path = self.path else { return }
         let data = Data((line + "\n").utf8)
         if !FileManager.default.fileExists(atPath: path) {
             guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600])
             else { throw .ioError("cannot create the history file \(path)") }
+            self.linesInFile = 1
             return
         }
         do {
@@ -49,6 +65,30 @@ public struct ShellHistory: Sendable {
         } catch {
             throw .ioError("cannot write the history file \(path): \(error.localizedDescription)")
         }
+        self.linesInFile += 1
+        if self.linesInFile > 2 * self.limit { self.compact() }
+    }
+
+    /// The non-empty lines of the file at `path` (none when there is no file).
+    private static func read(_ path: String?) -> [String] {
+        guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
+    }
+
+    /// Rewrites the file with its last ``limit`` lines (read again: another shell may have appended), through a
+    /// temporary file renamed over it. A failure leaves the file as it was.
+    private mutating func compact() {
+        guard let path = self.path else { return }
+        let kept = Self.read(path).suffix(self.limit)
+        let temporary = path + ".\(getpid()).tmp"
+        let data = Data(kept.map { $0 + "\n" }.joined().utf8)
+        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
+        else { return }
+        guard rename(temporary, path) == 0 else {
+            unlink(temporary)
+            return
+        }
+        self.linesInFile = kept.count
     }
 
     /// The line a history reference (`!N`, `!-N`, `!!`, `!text`) stands for, or nil when `line` is not one.

@@ -11,8 +11,6 @@ public struct ShellSession {
     public var session: CommandSession
     /// The command history.
     public var history: ShellHistory
-    /// Whether to print a prompt before each line (standard input is a terminal).
-    public var showsPrompt: Bool
     /// The status of the last command; `exit` without a number and the end of input return it.
     public private(set) var lastStatus = ExitStatus.success
     private var warnedAboutHistory = false
@@ -24,15 +22,21 @@ public struct ShellSession {
           history                 List the history, numbered.
           !N  !-N  !!  !text      Re-run entry N, the N-th last, the last, the last starting with text.
           exit [status], quit     Log out and leave the shell (status: the last command's).
+        KEYS (on a terminal):
+          Left/Right, Ctrl-B/F    Move a character; Alt-B/F or Ctrl-Left/Right a word.
+          Home/End, Ctrl-A/E      Go to the start or the end of the line.
+          Backspace, Delete       Delete the character before or under the cursor.
+          Ctrl-U, Ctrl-K, Ctrl-W  Delete to the start, to the end, the word before the cursor.
+          Up/Down, Ctrl-P/N       Walk the history.
+          Ctrl-C, Ctrl-D, Ctrl-L  Clear the line; leave (on an empty line); clear the screen.
         Every other line is an sbctl command without 'sbctl', e.g. 'who-now lobby --state'. Connection options
         (--tcp, --unix, --user, --token, --device) are given when the shell starts; --json and --timeout work per line.
         """
 
     /// Creates a shell on a session.
-    public init(session: CommandSession, history: ShellHistory, showsPrompt: Bool) {
+    public init(session: CommandSession, history: ShellHistory) {
         self.session = session
         self.history = history
-        self.showsPrompt = showsPrompt
     }
 
     /// What handling a line leads to.
@@ -43,12 +47,12 @@ public struct ShellSession {
         case exit(ExitStatus)
     }
 
-    /// Runs until `exit`, logout, a signal, the end of input, or the connection's end.
-    public mutating func run(input: AsyncStream<ShellInput>) async -> ExitStatus {
+    /// Runs until `exit`, logout, a signal, the end of input, or the connection's end, reading lines from `source`.
+    public mutating func run(source: some ShellLineSource) async -> ExitStatus {
         let session = self.session
         let (events, sink) = AsyncStream<ShellInput>.makeStream()
         let reader = Task {
-            for await event in input { sink.yield(event) }
+            for await event in source.inputs { sink.yield(event) }
             sink.finish()
         }
         let printer = Task {
@@ -56,28 +60,28 @@ public struct ShellSession {
             if !Task.isCancelled { sink.yield(.connectionClosed) }
         }
         defer {
+            source.stop()
             reader.cancel()
             printer.cancel()
         }
-        self.prompt()
+        source.readNextLine(history: self.history.entries)
         for await event in events {
             switch event {
             case .interrupt:
                 return self.lastStatus
             case .connectionClosed:
-                if self.showsPrompt { self.session.console.prompt("\n") }
+                source.stop()
                 return await self.session.reportClosedConnection()
             case .line(let line):
                 if case .exit(let status) = await self.handle(line) { return status }
-                guard self.session.connection.isActive else { return await self.session.reportClosedConnection() }
-                self.prompt()
+                guard self.session.connection.isActive else {
+                    source.stop()
+                    return await self.session.reportClosedConnection()
+                }
+                source.readNextLine(history: self.history.entries)
             }
         }
         return self.lastStatus
-    }
-
-    func prompt() {
-        if self.showsPrompt { self.session.console.prompt("sbctl> ") }
     }
 
     /// Handles one input line.
@@ -149,6 +153,11 @@ public struct ShellSession {
         case let watch as WatchCommand:
             guard let session = self.lineSession(watch.connection) else { return .proceed }
             self.lastStatus = await watch.subscribe(in: session)
+            return .proceed
+        case let sessionCommand as any SessionCommand:
+            // ping, info: they print and return.
+            guard let session = self.lineSession(sessionCommand.connection) else { return .proceed }
+            self.lastStatus = await sessionCommand.run(in: session)
             return .proceed
         case let requestCommand as any RequestCommand:
             guard let session = self.lineSession(requestCommand.connection) else { return .proceed }

@@ -13,11 +13,15 @@ public enum DumpFormat: String, Sendable, Hashable, CaseIterable {
 
     /// A renderer for this format.
     ///
-    /// - Parameter bodyLimit: text only: longest body shown, in characters, before it is cut; 0 shows all of it.
-    public func renderer(bodyLimit: Int = TextRenderer.defaultBodyLimit) -> any DumpRenderer {
+    /// - Parameters:
+    ///   - bodyLimit: text only: longest body shown, in characters, before it is cut; 0 shows all of it.
+    ///   - showsTokens: show login tokens instead of `<redacted N bytes>` (``TokenRedaction``).
+    public func renderer(
+        bodyLimit: Int = TextRenderer.defaultBodyLimit, showsTokens: Bool = false
+    ) -> any DumpRenderer {
         switch self {
-        case .text: return TextRenderer(bodyLimit: bodyLimit)
-        case .jsonLines: return JSONLinesRenderer()
+        case .text: return TextRenderer(bodyLimit: bodyLimit, showsTokens: showsTokens)
+        case .jsonLines: return JSONLinesRenderer(showsTokens: showsTokens)
         }
     }
 }

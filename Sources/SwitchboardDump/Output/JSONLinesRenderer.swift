@@ -6,10 +6,18 @@ import SwitchboardWire
 /// Every object has `event` (`frame`, `garbage`, `decodingStopped`, `unanswered`, `listening`, `open`,
 /// `upstreamUnreachable`, `close`, `captureFailed`); proxy-mode objects add `time` (RFC 3339, UTC), `connection` and
 /// `direction` (`c2s` or `s2c`). A frame's `message` is its canonical JSON rendering (`Protocol/SPEC.md` §10.1),
-/// exactly as the test vectors write it.
+/// exactly as the test vectors write it, except that login tokens print as `<redacted N bytes>` unless
+/// ``showsTokens``.
 public struct JSONLinesRenderer: DumpRenderer {
+    /// Whether login tokens are shown as they are; otherwise they print as `<redacted N bytes>` (``TokenRedaction``).
+    public var showsTokens: Bool
+
     /// Creates a renderer.
-    public init() {}
+    ///
+    /// - Parameter showsTokens: show login tokens instead of `<redacted N bytes>`.
+    public init(showsTokens: Bool = false) {
+        self.showsTokens = showsTokens
+    }
 
     public func render(_ event: DumpEvent) -> String {
         self.jsonValue(event).description
@@ -39,7 +47,7 @@ public struct JSONLinesRenderer: DumpRenderer {
 
         switch event.kind {
         case .frame(let frame):
-            members += Self.members(of: frame)
+            members += Self.members(of: frame, showsTokens: self.showsTokens)
         case .garbage(let problem), .decodingStopped(let problem):
             add("offset", .uint(UInt64(problem.offset)))
             add("error", Self.jsonValue(problem.error))
@@ -85,7 +93,7 @@ public struct JSONLinesRenderer: DumpRenderer {
         return .object(members)
     }
 
-    private static func members(of frame: DumpedFrame) -> [(key: String, value: JSONValue)] {
+    private static func members(of frame: DumpedFrame, showsTokens: Bool) -> [(key: String, value: JSONValue)] {
         var members: [(key: String, value: JSONValue)] = [
             ("offset", .uint(UInt64(frame.offset))),
             ("frame", .uint(UInt64(frame.index))),
@@ -131,7 +139,8 @@ public struct JSONLinesRenderer: DumpRenderer {
             break
         }
         switch frame.content {
-        case .success(let message): members.append(("message", message.jsonValue))
+        case .success(let message):
+            members.append(("message", (showsTokens ? message : TokenRedaction.redacted(message)).jsonValue))
         case .failure(let error): members.append(("bodyError", Self.jsonValue(error)))
         }
         return members

@@ -10,17 +10,24 @@ import SwitchboardWire
 /// 00:22:22.058542 c1 s2c @89 #2 response setUserMetadata id=1 len=5 flags=0x00 answers #2 after 2.683 ms body={"majorRevision":1}
 /// ```
 /// Proxy-mode lines start with the time (UTC), the connection and the direction. A compressed frame adds
-/// `zlib C/I bytes (ratio R)` after its flags.
+/// `zlib C/I bytes (ratio R)` after its flags. Login tokens print as `<redacted N bytes>` unless ``showsTokens``.
 public struct TextRenderer: DumpRenderer {
     /// The default longest body shown before it is cut.
     public static let defaultBodyLimit = 1000
 
     /// Longest body shown, in characters; 0 shows every body whole.
     public var bodyLimit: Int
+    /// Whether login tokens are shown as they are; otherwise they print as `<redacted N bytes>` (``TokenRedaction``).
+    public var showsTokens: Bool
 
     /// Creates a renderer.
-    public init(bodyLimit: Int = Self.defaultBodyLimit) {
+    ///
+    /// - Parameters:
+    ///   - bodyLimit: the longest body shown, in characters; 0 shows every body whole.
+    ///   - showsTokens: show login tokens instead of `<redacted N bytes>`.
+    public init(bodyLimit: Int = Self.defaultBodyLimit, showsTokens: Bool = false) {
         self.bodyLimit = bodyLimit
+        self.showsTokens = showsTokens
     }
 
     public func render(_ event: DumpEvent) -> String {
@@ -97,7 +104,7 @@ public struct TextRenderer: DumpRenderer {
 
     private func describeBody(_ message: SwitchboardMessage) -> String {
         if case .unknownPush = message { return "(unknown push, body not decoded)" }
-        let rendering = message.jsonValue
+        let rendering = (self.showsTokens ? message : TokenRedaction.redacted(message)).jsonValue
         if let error = rendering["error"] { return "error=" + self.cut(error.description) }
         return "body=" + self.cut((rendering["body"] ?? .object([])).description)
     }

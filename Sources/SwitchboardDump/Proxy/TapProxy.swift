@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SwitchboardWire
 import Synchronization
 
@@ -19,8 +20,12 @@ public struct TapProxyConfiguration: Sendable {
     public var limits: FrameLimits = .default
     /// When set, each connection's frames are written to `connection-<id>.bin` in this directory.
     public var captureDirectory: String?
-    /// How long connecting to the upstream may take.
+    /// How long connecting to the upstream may take (the TLS handshake included).
     public var upstreamConnectTimeout: TimeAmount = .seconds(10)
+    /// TLS towards a TCP upstream; nil: plain.
+    public var upstreamTLS: UpstreamTLS?
+    /// TLS for clients on a TCP listening address; nil: plain.
+    public var listenTLS: ListenTLS?
 
     /// Creates a configuration.
     public init(listen: TapAddress, upstream: TapAddress) {
@@ -53,12 +58,14 @@ public final class TapProxy: Sendable {
 
     /// Starts listening.
     ///
-    /// - Throws: when the listening address cannot be bound. (A capture file that cannot be written is reported to
-    ///   the sink as ``DumpEvent/Kind/captureFailed(path:reason:)``, and the connection is still proxied.)
+    /// - Throws: ``TapTLSError`` when TLS cannot be set up (before anything is bound); when the listening address
+    ///   cannot be bound. (A capture file that cannot be written is reported to the sink as
+    ///   ``DumpEvent/Kind/captureFailed(path:reason:)``, and the connection is still proxied.)
     public static func start(
         _ configuration: TapProxyConfiguration, sink: any DumpSink,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> TapProxy {
+        let tls = try TapTLSContexts(configuration)
         let connections = ConnectionRegistry()
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
@@ -74,10 +81,15 @@ public final class TapProxy: Sendable {
                     if case .tcp = configuration.listen {
                         try channel.syncOptions?.setOption(.socketOption(.tcp_nodelay), value: 1)
                     }
+                    if let context = tls.listen {
+                        // The client's handshake runs once the end is paired and reads (see RelayHandler); a client
+                        // that fails it closes its end like any other error.
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
+                    }
                     let client = RelayHandler(side: .client, tap: tap)
                     try channel.pipeline.syncOperations.addHandler(client)
                     Self.connectUpstream(
-                        for: client, clientChannel: channel, tap: tap, configuration: configuration,
+                        for: client, clientChannel: channel, tap: tap, configuration: configuration, tls: tls.upstream,
                         connections: connections)
                 }
             }
@@ -136,10 +148,14 @@ public final class TapProxy: Sendable {
 
     private static func connectUpstream(
         for client: RelayHandler, clientChannel: any Channel, tap: ConnectionTap,
-        configuration: TapProxyConfiguration, connections: ConnectionRegistry
+        configuration: TapProxyConfiguration, tls: (context: NIOSSLContext, serverName: String?)?,
+        connections: ConnectionRegistry
     ) {
         let loop = clientChannel.eventLoop
         let boundTap = NIOLoopBound(tap, eventLoop: loop)
+        // With TLS the ends are paired once the upstream's handshake is done, so that a failed one is reported as
+        // the upstream being unreachable, with the reason.
+        let handshake: EventLoopPromise<Void>? = tls == nil ? nil : loop.makePromise(of: Void.self)
         let bootstrap = ClientBootstrap(group: loop)
             .connectTimeout(configuration.upstreamConnectTimeout)
             .channelOption(.allowRemoteHalfClosure, value: true)
@@ -149,13 +165,28 @@ public final class TapProxy: Sendable {
                     if case .tcp = configuration.upstream {
                         try channel.syncOptions?.setOption(.socketOption(.tcp_nodelay), value: 1)
                     }
+                    if let tls, let handshake {
+                        try channel.pipeline.syncOperations.addHandler(
+                            try NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
+                        try channel.pipeline.syncOperations.addHandler(UpstreamHandshakeGate(handshake: handshake))
+                    }
                     try channel.pipeline.syncOperations.addHandler(RelayHandler(side: .upstream, tap: boundTap.value))
                 }
             }
-        let connecting: EventLoopFuture<any Channel>
+        var connecting: EventLoopFuture<any Channel>
         switch configuration.upstream {
         case .tcp(let host, let port): connecting = bootstrap.connect(host: host, port: port)
         case .unix(let path): connecting = bootstrap.connect(unixDomainSocketPath: path)
+        }
+        if let handshake {
+            connecting.whenFailure { handshake.fail($0) }  // no channel, so no gate to complete it
+            let tcpConnected = connecting
+            connecting = tcpConnected.flatMap { channel in
+                handshake.futureResult.flatMapErrorThrowing { error in
+                    channel.close(promise: nil)
+                    throw TapTLSError(description: "TLS handshake failed: \(error)")
+                }.map { channel }
+            }
         }
         let clientAddress = TapAddress.describe(clientChannel.remoteAddress)
         connecting.assumeIsolated().whenComplete { result in

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Logging
 import NIOCore
+import NIOSSL
 import SwitchboardWire
 
 /// One connection: framing, handshake, dispatch, heartbeats, limits and output batching, in a single handler.
@@ -20,8 +21,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var machine: ConnectionStateMachine
     private var supportsCompression = false
     private var inReadCycle = false
-    /// The socket, when the handler knows it (the gateway's listeners): output then goes to the socket directly
-    /// while the channel holds none of it.
+    /// The socket, when the handler knows it (the gateway's plain TCP and Unix-socket listeners): output then goes
+    /// to the socket directly while the channel holds none of it. Nil for TLS connections, whose every byte must go
+    /// through the TLS handler in the pipeline, and for channels without a socket (sbbench's in-process sessions).
     private let socket: DirectSocketWriter?
     /// Flushes handed to the channel whose data it has not all written yet; while any, output goes through the
     /// channel too, behind them.
@@ -85,7 +87,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// half of it, so that a frame trickled in slowly pins about the bytes that arrived, not a large buffer.
     static let compactionThreshold = 4096
 
-    /// Creates the handler of one connection; with `socket`, output is written to it directly when possible.
+    /// Creates the handler of one connection; with `socket`, output is written to it directly when possible (never
+    /// give it for a connection with a TLS handler: direct writes would bypass the encryption).
     init(core: GatewayCore, socket: DirectSocketWriter? = nil) {
         self.core = core
         self.socket = socket
@@ -225,6 +228,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A TLS client that closed its side without close_notify: the end of input (or the channel's close) that
+        // comes next is handled as on a plain connection, so the answers already due are not dropped.
+        if let tlsError = error as? NIOSSLError, case .uncleanShutdown = tlsError { return }
         // Socket errors (reset by peer and the like): the session ends abnormally.
         self.log(.debug, "connection error", ["error": "\(error)"])
         context.close(promise: nil)

@@ -7,8 +7,10 @@ import SwitchboardWire
 ///
 /// Labels follow Prometheus conventions: `switchboard_connections`, `switchboard_frames_in_total`,
 /// `switchboard_frames_out_total`, `switchboard_bytes_in_total`, `switchboard_bytes_out_total`,
-/// `switchboard_errors_total{code}`, `switchboard_request_duration_seconds{op}`, `switchboard_sessions_ended_total{reason}`,
-/// `switchboard_limit_hits_total{limit}`.
+/// `switchboard_errors_total{code,name}`, `switchboard_request_duration_seconds{op}`,
+/// `switchboard_sessions_ended_total{reason}`, `switchboard_limit_hits_total{limit}`,
+/// `switchboard_tls_handshake_failures_total`. ``MetricFamily/catalog`` describes each (and the store's); a new
+/// metric belongs there and in `Docs/metrics.md` too.
 public final class GatewayMetrics: Sendable {
     let connections: Meter
     let sessions: Meter
@@ -17,6 +19,8 @@ public final class GatewayMetrics: Sendable {
     let framesOut: Counter
     let bytesIn: Counter
     let bytesOut: Counter
+    /// TLS handshakes on the TCP listener that failed (untrusted certificate, plain bytes, a client that left).
+    let tlsHandshakeFailures: Counter
     private let requestTimers: [Timer?]
     private let errorCounters: Mutex<[UInt32: Counter]>
     private let endCounters: Mutex<[UInt32: Counter]>
@@ -40,6 +44,7 @@ public final class GatewayMetrics: Sendable {
         self.framesOut = counter("switchboard_frames_out_total")
         self.bytesIn = counter("switchboard_bytes_in_total")
         self.bytesOut = counter("switchboard_bytes_out_total")
+        self.tlsHandshakeFailures = counter("switchboard_tls_handshake_failures_total")
         var timers: [Timer?] = Array(repeating: nil, count: 64)
         for op in Opcode.allCases {
             let dimensions = [("op", op.name)]

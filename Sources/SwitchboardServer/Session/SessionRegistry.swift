@@ -57,6 +57,9 @@ public final class SessionRegistry: Sendable {
     /// Number of open connections, logged in or not.
     public var connectionCount: Int { self.state.withLock { $0.connections.count } }
 
+    /// Whether graceful shutdown began: no new connections are admitted, open ones are being drained.
+    public var isDraining: Bool { self.state.withLock { $0.draining } }
+
     /// Number of users with at least one session.
     public var onlineUserCount: Int { self.state.withLock { $0.sessionsByUser.count } }
 

@@ -1,0 +1,102 @@
+/// One metric family the gateway exports: its name, type, labels and meaning. ``catalog`` lists every family;
+/// ``PrometheusMetrics`` takes each one's `# HELP` text from it, and `Docs/metrics.md` documents the same list.
+public struct MetricFamily: Sendable, Hashable {
+    /// The Prometheus metric type.
+    public enum Kind: String, Sendable, Hashable {
+        /// Only goes up (`_total`).
+        case counter
+        /// A value that goes up and down.
+        case gauge
+        /// Observations counted into buckets (`_bucket`, `_sum`, `_count`).
+        case histogram
+    }
+
+    /// The family's name, as exported.
+    public var name: String
+    /// The Prometheus type.
+    public var kind: Kind
+    /// The label names every series of the family has.
+    public var labels: [String]
+    /// What it measures: the `# HELP` text.
+    public var help: String
+
+    /// Creates a family description.
+    public init(_ name: String, _ kind: Kind, labels: [String] = [], help: String) {
+        self.name = name
+        self.kind = kind
+        self.labels = labels
+        self.help = help
+    }
+
+    /// Every family the gateway and its metadata store export.
+    public static let catalog: [MetricFamily] = [
+        MetricFamily(
+            "switchboard_connections", .gauge,
+            help: "Open client connections, logged in or not."),
+        MetricFamily(
+            "switchboard_sessions", .gauge,
+            help: "Logged-in sessions (connections past WELCOME)."),
+        MetricFamily(
+            "switchboard_connections_accepted_total", .counter,
+            help: "Connections admitted since start (those refused with 3002 tooManyConnections not counted)."),
+        MetricFamily(
+            "switchboard_frames_in_total", .counter,
+            help: "Frames received from clients."),
+        MetricFamily(
+            "switchboard_frames_out_total", .counter,
+            help: "Frames sent to clients: responses, pushes and control frames."),
+        MetricFamily(
+            "switchboard_bytes_in_total", .counter,
+            help: "Bytes received from clients."),
+        MetricFamily(
+            "switchboard_bytes_out_total", .counter,
+            help: "Bytes sent to clients."),
+        MetricFamily(
+            "switchboard_request_duration_seconds", .histogram, labels: ["op"],
+            help: "Time from reading a request to writing its answer, per operation, in seconds."),
+        MetricFamily(
+            "switchboard_errors_total", .counter, labels: ["code", "name"],
+            help: "Errors answered or sent in GOAWAY, by error code (Protocol/SPEC.md section 9)."),
+        MetricFamily(
+            "switchboard_sessions_ended_total", .counter, labels: ["reason"],
+            help: "Sessions ended, by reason: logout, abnormal, kicked, serverShutdown, protocolError, slowConsumer, "
+                + "authExpired."),
+        MetricFamily(
+            "switchboard_limit_hits_total", .counter, labels: ["limit"],
+            help: "Times a limit was hit: maxConnections, maxInflight, requestsPerSecond, outboundHighWaterMark, "
+                + "outboundHardCap."),
+        MetricFamily(
+            "switchboard_tls_handshake_failures_total", .counter,
+            help: "TLS handshakes on the TCP listener that failed (a plain client on a TLS port, an untrusted or "
+                + "mismatched certificate, a client that hung up during the handshake)."),
+        MetricFamily(
+            "switchboard_store_commits_total", .counter,
+            help: "SQLite transactions the metadata store committed."),
+        MetricFamily(
+            "switchboard_store_commit_failures_total", .counter,
+            help: "Metadata store commits that failed (their writes were reverted and answered 8001)."),
+        MetricFamily(
+            "switchboard_store_rejected_writes_total", .counter,
+            help: "Metadata writes refused with 8001 while storage was failing."),
+        MetricFamily(
+            "switchboard_store_commit_duration_seconds", .histogram,
+            help: "Time one metadata store commit took, sync included, in seconds."),
+        MetricFamily(
+            "switchboard_store_batch_writes", .histogram,
+            help: "Writes per committed metadata store transaction."),
+        MetricFamily(
+            "switchboard_store_writeback_lag_seconds", .gauge,
+            help: "Age of the oldest write of the last committed batch when it committed, in seconds."),
+        MetricFamily(
+            "switchboard_store_writeback_queue_length", .gauge,
+            help: "Metadata writes applied in memory but not yet committed."),
+    ]
+
+    /// The family called `name`, if the catalog has it.
+    public static func named(_ name: String) -> MetricFamily? {
+        Self.byName[name]
+    }
+
+    private static let byName: [String: MetricFamily] = Dictionary(
+        uniqueKeysWithValues: Self.catalog.map { ($0.name, $0) })
+}
