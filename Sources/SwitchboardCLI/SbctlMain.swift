@@ -75,7 +75,7 @@ public enum SbctlMain {
         do {
             connection = try await SwitchboardConnection.connect(configuration)
         } catch {
-            let timeout = Duration.nanoseconds(configuration.connectTimeout.nanoseconds)
+            let timeout = configuration.connectTimeout
             let failure = CommandFailure.fromLoginError(
                 error, address: configuration.endpoint.description, timeout: timeout)
             console.err(Rendering.line(for: failure, format: format))

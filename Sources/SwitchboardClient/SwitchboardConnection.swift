@@ -161,10 +161,11 @@ public final class SwitchboardConnection: Sendable {
     /// - Throws: ``SwitchboardClientError``: ``SwitchboardClientError/Kind/timedOut`` (8003) when no PONG came in
     ///   time, ``SwitchboardClientError/Kind/notConnected`` or ``SwitchboardClientError/Kind/connectionLost`` when
     ///   the connection is or gets closed.
-    public func ping(nonce: UInt64 = 1, timeout: TimeAmount? = nil) async throws {
+    public func ping(nonce: UInt64 = 1, timeout: Duration? = nil) async throws {
         let handler = self.handler
+        let wait = timeout.map(TimeAmount.init)
         do {
-            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce, timeout: timeout) }.get().get()
+            try await self.channel.eventLoop.submit { handler.value.ping(nonce: nonce, timeout: wait) }.get().get()
         } catch {
             throw SwitchboardClientError(wrapping: error)
         }
