@@ -66,6 +66,12 @@ struct ConnectionOptionsTests {
         #expect(withToken.userID == "")
     }
 
+    @Test("sbctl names itself and the Switchboard version in HELLO's clientName")
+    func clientNameCarriesTheVersion() throws {
+        let configuration = try Self.options().clientConfiguration(environment: ["USER": "login"]) { _ in false }
+        #expect(configuration.clientName == "sbctl/\(SwitchboardVersion.current)")
+    }
+
     @Test("connection options before the command move behind it")
     func leadingOptions() throws {
         let split = LeadingOptions.split(["--json", "--user", "Ann", "--timeout=3", "who-now", "lobby"])

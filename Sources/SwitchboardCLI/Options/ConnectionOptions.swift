@@ -92,7 +92,7 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
             endpoint: try self.endpoint(environment: environment, fileExists: fileExists), userID: user, token: token)
         configuration.deviceID = self.device ?? environment["SWITCHBOARD_DEVICE"] ?? ""
         configuration.clientType = .other
-        configuration.clientName = "sbctl/1"
+        configuration.clientName = SwitchboardVersion.productName("sbctl")
         let timeout = Duration.milliseconds(Int64(try self.timeoutSeconds(environment: environment) * 1000))
         configuration.requestTimeout = timeout
         configuration.connectTimeout = timeout
