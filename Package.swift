@@ -113,6 +113,7 @@ let package = Package(
                 "SwitchboardServer",
                 "SwitchboardCluster",
                 "SwitchboardStore",
+                "SwitchboardWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),

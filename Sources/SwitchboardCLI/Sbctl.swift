@@ -1,4 +1,5 @@
 import ArgumentParser
+import SwitchboardWire
 
 /// The `sbctl` command tree.
 public struct Sbctl: ParsableCommand {
@@ -15,7 +16,7 @@ public struct Sbctl: ParsableCommand {
             EXIT STATUS:
             \(Sbctl.exitStatusTable)
             """,
-        version: "1.0.0",
+        version: SwitchboardVersion.current,
         subcommands: [
             UserMetaCommand.self, ChannelMetaCommand.self, LockCommand.self, ChannelCommand.self,
             WhoNowCommand.self, WhereNowCommand.self, StateCommand.self, EventsCommand.self, ProfileCommand.self,

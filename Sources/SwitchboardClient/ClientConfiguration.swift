@@ -49,8 +49,8 @@ public struct ClientConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// How long connecting and the handshake may take.
     public var connectTimeout: Duration = .seconds(10)
-    /// Name for the server's logs.
-    public var clientName = "SwitchboardClient/0.1"
+    /// Name for the server's logs, sent in HELLO: `SwitchboardClient/` and ``SwitchboardVersion/current``.
+    public var clientName = SwitchboardVersion.productName("SwitchboardClient")
     /// What ``SwitchboardClient`` does with requests made while it is not connected.
     public var whileDisconnected: DisconnectedRequestPolicy = .waitForConnection
     /// How many undelivered elements each of ``SwitchboardClient``'s push and event streams keeps for a consumer

@@ -1,4 +1,5 @@
 import NIOCore
+import SwitchboardWire
 
 /// Everything the gateway can be told at start; every field has the documented default.
 public struct ServerConfiguration: Sendable {
@@ -18,8 +19,8 @@ public struct ServerConfiguration: Sendable {
     public var eventLoopThreads: Int = 1
     /// HMAC secret for login tokens; nil runs the open development mode (any user id, loopback only).
     public var tokenSecret: [UInt8]? = nil
-    /// Name announced in WELCOME.
-    public var serverName: String = "switchboard/0.1"
+    /// Name announced in WELCOME: `switchboard/` and ``SwitchboardVersion/current``.
+    public var serverName: String = SwitchboardVersion.productName("switchboard")
     /// Limits and their defaults.
     public var limits = Limits()
     /// Heartbeat interval and misses.

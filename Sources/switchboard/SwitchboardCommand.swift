@@ -9,6 +9,7 @@ import ServiceLifecycle
 import SwitchboardCluster
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardWire
 import UnixSignals
 
 @main
@@ -23,6 +24,7 @@ struct SwitchboardCommand: AsyncParsableCommand {
             SWITCHBOARD_CONFIG ({"max-connections": 1000}). The command line wins over the environment, the \
             environment over the file, the file over the defaults.
             """,
+        version: SwitchboardVersion.current,
         subcommands: [Serve.self, Token.self],
         defaultSubcommand: Serve.self)
 }

@@ -98,6 +98,11 @@ struct ConnectionOptionsTests {
         }
         #expect(failure?.status == .usage)
         #expect(failure?.message.contains("/run/sb.sock") == true)
+
+    @Test("sbctl names itself and the Switchboard version in HELLO's clientName")
+    func clientNameCarriesTheVersion() throws {
+        let configuration = try Self.options().clientConfiguration(environment: ["USER": "login"]) { _ in false }
+        #expect(configuration.clientName == "sbctl/\(SwitchboardVersion.current)")
     }
 
     @Test("connection options before the command move behind it")

@@ -185,7 +185,8 @@ import Testing
 }
 
 /// A stand-in gateway for behaviour a real one never shows: it answers HELLO with `welcome`, then answers each
-/// request with what `respond` returns (nothing: it stays silent, like a gateway whose machine froze).
+/// request with what `respond` returns (nothing: it stays silent, like a gateway whose machine froze). `onHello`
+/// sees each HELLO as it arrived.
 final class FakeGateway: Sendable {
     private let socketFile: TemporaryPath
     private let channel: any Channel
@@ -197,13 +198,14 @@ final class FakeGateway: Sendable {
     }
 
     static func start(
-        welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response? = { _, _ in nil }
+        welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response? = { _, _ in nil },
+        onHello: @escaping @Sendable (Hello) -> Void = { _ in }
     ) async throws -> FakeGateway {
         let socketFile = temporarySocket()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(Handler(welcome: welcome, respond: respond))
+                    try channel.pipeline.syncOperations.addHandler(Handler(welcome: welcome, onHello: onHello, respond: respond))
                 }
             }
             .bind(unixDomainSocketPath: socketFile.path, cleanupExistingSocketFile: true).get()
@@ -220,12 +222,17 @@ final class FakeGateway: Sendable {
         typealias InboundIn = ByteBuffer
         typealias OutboundOut = ByteBuffer
         let welcome: Welcome
+        let onHello: @Sendable (Hello) -> Void
         let respond: @Sendable (UInt32, Request) -> Response?
         var decoder = FrameDecoder(direction: .clientToServer)
         var received = ByteBuffer()
 
-        init(welcome: Welcome, respond: @escaping @Sendable (UInt32, Request) -> Response?) {
+        init(
+            welcome: Welcome, onHello: @escaping @Sendable (Hello) -> Void,
+            respond: @escaping @Sendable (UInt32, Request) -> Response?
+        ) {
             self.welcome = welcome
+            self.onHello = onHello
             self.respond = respond
         }
 
@@ -237,7 +244,9 @@ final class FakeGateway: Sendable {
             {
                 let answer: SwitchboardMessage?
                 switch message {
-                case .control(.hello): answer = .control(.welcome(self.welcome))
+                case .control(.hello(let hello)):
+                    self.onHello(hello)
+                    answer = .control(.welcome(self.welcome))
                 case .request(let id, let request): answer = self.respond(id, request).map { .response(id: id, $0) }
                 default: answer = nil
                 }

@@ -25,7 +25,7 @@ struct BenchClient: Sendable {
         onHelloSent: (@Sendable (UInt64) -> Void)? = nil, onPush: (@Sendable (Frame, UInt64) -> Void)? = nil
     ) -> EventLoopFuture<BenchClient> {
         let welcomed = loop.makePromise(of: Welcome.self)
-        let hello = Hello(protocolVersion: 1, userId: user, clientName: "sbbench")
+        let hello = Hello(protocolVersion: 1, userId: user, clientName: SwitchboardVersion.productName("sbbench"))
         let bootstrap = ClientBootstrap(group: loop)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             .channelInitializer { channel in

@@ -149,7 +149,7 @@ final class BenchConnectionHandler: ChannelInboundHandler {
 
     func channelActive(context: ChannelHandlerContext) {
         var hello = ByteBuffer()
-        self.encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: self.user, clientName: "sbbench"))), into: &hello)
+        self.encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: self.user, clientName: SwitchboardVersion.productName("sbbench")))), into: &hello)
         context.writeAndFlush(self.wrapOutboundOut(hello), promise: nil)
     }
 

@@ -70,7 +70,7 @@ final class InProcessGateway {
         let channel = EmbeddedChannel(handler: self.connections.makeConnectionHandler(), loop: self.loop)
         channel.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 1), promise: nil)
         guard channel.isActive else { throw BenchFailure("the in-process connection of \(user) did not become active") }
-        let hello = Hello(protocolVersion: 1, features: self.features, userId: user, clientName: "sbbench")
+        let hello = Hello(protocolVersion: 1, features: self.features, userId: user, clientName: SwitchboardVersion.productName("sbbench"))
         let reply = try self.deliver(.control(.hello(hello)), to: channel)
         guard reply.messages.count == 1, case .control(.welcome(let welcome)) = reply.messages[0], welcome.userId == user
         else {

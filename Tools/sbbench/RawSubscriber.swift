@@ -39,7 +39,7 @@ struct RawSubscriber: Sendable {
             try Self.open(count, address: address) { index in
                 var frames = ByteBuffer()
                 let encoder = FrameEncoder()
-                encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: user(index), clientName: "sbbench"))), into: &frames)
+                encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: user(index), clientName: SwitchboardVersion.productName("sbbench")))), into: &frames)
                 for (offset, request) in requests.enumerated() {
                     encoder.encode(.request(id: UInt32(offset + 1), request), into: &frames)
                 }

@@ -25,7 +25,8 @@ struct SBBench: AsyncParsableCommand {
             pages timed on the server side over --walks walks through every page). Reports throughput, latency \
             percentiles, the CPU of sbbench itself and of the server (--server-pid), and exits with status 1 when \
             the run is broken (lost or duplicate events, error responses, a wrong final CAS counter, a wrong whoNow page).
-            """)
+            """,
+        version: SwitchboardVersion.current)
 
     @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess")
     var scenario: String

@@ -20,6 +20,7 @@ struct SBDump: AsyncParsableCommand {
 
             Docs/sbdump.md has examples and the output formats.
             """,
+        version: SwitchboardVersion.current,
         subcommands: [DecodeCommand.self, ProxyCommand.self],
         defaultSubcommand: DecodeCommand.self)
 }

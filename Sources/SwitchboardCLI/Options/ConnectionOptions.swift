@@ -133,7 +133,7 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
         configuration.tls = self.tlsSettings
         configuration.deviceID = self.device ?? environment["SWITCHBOARD_DEVICE"] ?? ""
         configuration.clientType = .other
-        configuration.clientName = "sbctl/1"
+        configuration.clientName = SwitchboardVersion.productName("sbctl")
         let timeout = Duration.milliseconds(Int64(try self.timeoutSeconds(environment: environment) * 1000))
         configuration.requestTimeout = timeout
         configuration.connectTimeout = timeout

@@ -4918,7 +4918,7 @@ public struct Hello: WireCodable {
     public var maxFrameSize: UInt64
     /// Requested heartbeat interval; 0 = server default. The server clamps it to its range.
     public var heartbeatMs: UInt64
-    /// Free text for logs, e.g. "sbctl/1.0".
+    /// Free text for logs, e.g. "sbctl/0.9.0".
     public var clientName: String
 
     /// Creates a value; every field defaults to its wire default.
@@ -5076,6 +5076,7 @@ public struct Welcome: WireCodable {
     public var serverTimeMs: UInt64
     /// Bodies at least this long are worth compressing (advisory).
     public var compressThreshold: UInt64
+    /// Server software and its version, for logs, e.g. "switchboard/0.9.0".
     public var serverName: String
     /// The session has the admin role.
     public var isAdmin: Bool
