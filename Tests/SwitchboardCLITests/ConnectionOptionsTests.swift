@@ -98,6 +98,7 @@ struct ConnectionOptionsTests {
         }
         #expect(failure?.status == .usage)
         #expect(failure?.message.contains("/run/sb.sock") == true)
+    }
 
     @Test("sbctl names itself and the Switchboard version in HELLO's clientName")
     func clientNameCarriesTheVersion() throws {

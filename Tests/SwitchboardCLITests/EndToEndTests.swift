@@ -187,7 +187,7 @@ struct EndToEndTests {
             let info = try await gateway.sbctl(["info"])
             #expect(info.status == 0, "\(info.errorOutput)")
             for expected in [
-                "endpoint unix:\(gateway.socketPath)", "server switchboard", "version 0.1", "protocol 1",
+                "endpoint unix:\(gateway.socketPath)", "server switchboard", "version \(SwitchboardVersion.current)", "protocol 1",
                 "user Tony admin", "features zlib", "maxFrameSize 1048576", "maxInflight 128", "requestsPerSecond 20000",
                 "heartbeat 15000 ms, 3 misses", "compressThreshold 512",
             ] {
@@ -200,7 +200,7 @@ struct EndToEndTests {
             #expect(value["kind"]?.stringValue == "info")
             #expect(value["endpoint"]?.stringValue == "unix:\(gateway.socketPath)")
             let welcome = try Welcome(json: try #require(value["welcome"]))
-            #expect(welcome.userId == "Tony" && welcome.serverName == "switchboard/0.1")
+            #expect(welcome.userId == "Tony" && welcome.serverName == "switchboard/\(SwitchboardVersion.current)")
 
             // Both work inside the shell too.
             let shell = try gateway.start(["shell"], pipeInput: true)

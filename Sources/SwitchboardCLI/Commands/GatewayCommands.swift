@@ -126,7 +126,7 @@ public struct InfoCommand: SessionCommand {
     public static func lines(welcome: Welcome, endpoint: String?) -> [String] {
         var lines: [String] = []
         if let endpoint { lines.append("endpoint \(endpoint)") }
-        // The server name is `name/version` (switchboard/0.1).
+        // The server name is `name/version` (switchboard/0.9.0).
         let nameAndVersion = welcome.serverName.split(separator: "/", maxSplits: 1).map(String.init)
         lines.append("server \(TextQuoting.quoted(nameAndVersion.first ?? welcome.serverName))")
         if nameAndVersion.count == 2 { lines.append("version \(TextQuoting.quoted(nameAndVersion[1]))") }
