@@ -35,8 +35,11 @@ struct RawSubscriber: Sendable {
         check: @escaping @Sendable (BenchResponse) throws -> Void
     ) async throws -> [RawSubscriber] {
         let address = try target.socketAddress()
+        var ping = ByteBuffer()
+        FrameEncoder().encode(.control(.ping(Ping(nonce: 1))), into: &ping)
+        let keepAlive = ping
         return try await NIOThreadPool.singleton.runIfActive {
-            try Self.open(count, address: address) { index in
+            try Self.open(count, address: address, keepAlive: keepAlive) { index in
                 var frames = ByteBuffer()
                 let encoder = FrameEncoder()
                 encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: user(index), clientName: SwitchboardVersion.productName("sbbench")))), into: &frames)
@@ -103,14 +106,28 @@ struct RawSubscriber: Sendable {
 
     /// Connects `count` sockets, a window at a time: writes `hello(i)` on each of a window, then lets `receive` read
     /// each one's answers; every socket is non-blocking at the end. Closes them all when one fails.
+    ///
+    /// - Parameter keepAlive: Sent every half second to the subscribers already open while the others are still
+    ///   being opened (a gateway that cuts silent sessions would otherwise close the first ones before the reader
+    ///   takes over their keep-alive); the reader reads the answers later with everything else.
     private static func open(
-        _ count: Int, address: SocketAddress, hello: (Int) -> ByteBuffer,
+        _ count: Int, address: SocketAddress, keepAlive: ByteBuffer? = nil, hello: (Int) -> ByteBuffer,
         receive: (Blocking, inout ByteBuffer) throws -> Void
     ) throws -> [RawSubscriber] {
         var opened: [RawSubscriber] = []
         opened.reserveCapacity(count)
+        var lastKeepAlive = monotonicNanoseconds()
         do {
             while opened.count < count {
+                if let keepAlive, monotonicNanoseconds() - lastKeepAlive >= 500_000_000 {
+                    for subscriber in opened {
+                        // Non-blocking by now; a PING that does not fit the socket buffer is not needed.
+                        _ = keepAlive.withUnsafeReadableBytes {
+                            send(subscriber.descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                        }
+                    }
+                    lastKeepAlive = monotonicNanoseconds()
+                }
                 let window = opened.count..<min(opened.count + Self.window, count)
                 for index in window {
                     let socket = try Blocking.connect(to: address, index: index)
