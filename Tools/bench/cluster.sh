@@ -38,17 +38,19 @@ done
 echo "cross-node storage event latency ($subscribers subscribers on node 2, writer on node 1, $events events):"
 $bin/sbbench storage-fanout --tcp "127.0.0.1:${ports[1]}" --writer-tcp "127.0.0.1:${ports[0]}" \
   --subscribers "$subscribers" --events "$events" --server-pid "${pids[1]}" \
-  | grep -E "^(latency_p50_us|latency_p99_us|latency_max_us|deliveries|lost|valid)"
+  | grep -E "^(delivery_p50_us|delivery_p99_us|delivery_max_us|last_delivery_p99_us|deliveries|lost|duplicates|server_cpu)"
 echo "durable writes across the cluster (sbbench requests --op set, 50 connections x depth 16 per node, $writes each):"
+loaders=()
 for n in 0 1 2; do
   $bin/sbbench requests --tcp "127.0.0.1:${ports[$n]}" --connections 50 --depth 16 --op set --count "$writes" \
     >"$work/rate$n.txt" &
+  loaders+=($!)
 done
-wait $(jobs -p | grep -v -E "^($(IFS='|'; echo "${pids[*]}"))$" || true) 2>/dev/null || true
+wait "${loaders[@]}" || true
 total=0
 for n in 0 1 2; do
   rate=$(awk -F': ' '$1 == "requests_per_second" { print $2 }' "$work/rate$n.txt")
-  errors=$(awk -F': ' '$1 == "errors" { print $2 }' "$work/rate$n.txt")
+  errors=$(awk -F': ' '$1 == "error_responses" { print $2 }' "$work/rate$n.txt")
   echo "  node $n: ${rate:-?} writes/s (errors ${errors:-?})"
   total=$(awk -v a="$total" -v b="${rate:-0}" 'BEGIN { printf "%.0f", a + b }')
 done
