@@ -186,28 +186,12 @@ import Testing
         }
     }
 
-    /// Runs one scenario of sbbench with `arguments` and returns its report.
     static func run(_ arguments: [String]) async throws -> BenchReport {
-        let bench = try SBBench.parse(arguments)
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        var report = BenchReport()
-        do {
-            switch bench.scenario {
-            case "online-fanout": try await bench.runOnlineFanout(group: group, report: &report)
-            case "storage-fanout": try await bench.runStorageFanout(group: group, report: &report)
-            case "redis-fanout": try await bench.runRedisFanout(group: group, report: &report)
-            default: Issue.record("not a fan-out scenario: \(bench.scenario)")
-            }
-        } catch {
-            try? await group.shutdownGracefully()
-            throw error
-        }
-        try await group.shutdownGracefully()
-        return report
+        try await BenchRun.report(arguments)
     }
 
     static func value(_ report: BenchReport, _ key: String) -> String? {
-        report.fields.first { $0.key == key }?.value
+        BenchRun.value(report, key)
     }
 
     @Test("online-fanout against a real gateway: 20 subscribers see 2 logins and 2 logouts each, then unsubscribe")

@@ -32,28 +32,12 @@ struct TLSScenarioTests {
         #expect(await gateway.stop() == 0)
     }
 
-    /// Runs the scenario `arguments` name in this process and returns its report.
     static func run(_ arguments: [String]) async throws -> BenchReport {
-        let bench = try SBBench.parse(arguments)
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        var report = BenchReport()
-        do {
-            switch bench.scenario {
-            case "requests": try await bench.runRequests(group: group, report: &report)
-            case "cas": try await bench.runCAS(group: group, report: &report)
-            case "handshake": try await bench.runHandshakes(group: group, report: &report)
-            default: Issue.record("not a scenario of these tests: \(bench.scenario)")
-            }
-        } catch {
-            try? await group.shutdownGracefully()
-            throw error
-        }
-        try await group.shutdownGracefully()
-        return report
+        try await BenchRun.report(arguments)
     }
 
     static func value(_ report: BenchReport, _ key: String) -> String? {
-        report.fields.first { $0.key == key }?.value
+        BenchRun.value(report, key)
     }
 
     @Test("requests with --tls-ca: every request answered over TLS, and the report says tcp+tls")

@@ -221,27 +221,15 @@ extension EndToEndTests {
     @Test("a TCP port nothing listens on is reported in plain words, exit 69")
     func connectionRefusedInPlainWords() async throws {
         // A bound socket that never listens: connecting to its port is refused, and nobody else can take it.
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(descriptor >= 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-                bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
-            }
-        }
-        try #require(bound)
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        let unlistened = try BoundLoopbackSocket()
+        let port = unlistened.port
 
         let child = try ChildProcess(Executables.sbctl, ["where-now", "--tcp", "127.0.0.1:\(port)", "--user", "Tony"])
         #expect(await child.exitStatus() == 69)
         #expect(child.errorOutput
             == "error unavailable: cannot connect to 127.0.0.1:\(port): connection refused: is the gateway running?\n")
         #expect(child.output.isEmpty)
+        withExtendedLifetime(unlistened) {}  // the port stays refused until the child is done
     }
 
     @Test("a Unix socket path that does not exist is reported in plain words, exit 69")

@@ -9,21 +9,7 @@ import Testing
 @Suite struct ConfigFileProcessTests {
     /// A loopback TCP port nothing listened on a moment ago (the kernel's choice for port 0).
     static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
-            }
-        }
-        try #require(bound, "bind: \(String(cString: strerror(errno)))")
-        return Int(UInt16(bigEndian: address.sin_port))
+        try BoundLoopbackSocket.freePort()
     }
 
     /// This process's environment without any `SWITCHBOARD_` variable, so that only the file configures the child.

@@ -246,6 +246,23 @@ struct SBBench: AsyncParsableCommand {
         return opened
     }
 
+    /// Runs the scenario the arguments name on `group`, adding its figures to `report`.
+    func runScenario(group: MultiThreadedEventLoopGroup, report: inout BenchReport) async throws {
+        switch self.scenario {
+        case "handshake": try await self.runHandshakes(group: group, report: &report)
+        case "idle": try await self.runIdle(group: group, report: &report)
+        case "requests", "mix", "slow-reader", "big-reads": try await self.runRequests(group: group, report: &report)
+        case "presence-storm": try await self.runPresenceStorm(group: group, report: &report)
+        case "cas": try await self.runCAS(group: group, report: &report)
+        case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
+        case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
+        case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
+        case "provider": try await self.runProvider(group: group, report: &report)
+        case "whonow-inprocess": try self.runWhoNowInProcess(report: &report)
+        default: throw ValidationError("unknown scenario \(self.scenario)")
+        }
+    }
+
     func run() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: self.threads)
         defer { group.shutdownGracefully { _ in } }
@@ -260,19 +277,7 @@ struct SBBench: AsyncParsableCommand {
         default: report.add("transport", try self.target().transport)
         }
 
-        switch self.scenario {
-        case "handshake": try await self.runHandshakes(group: group, report: &report)
-        case "idle": try await self.runIdle(group: group, report: &report)
-        case "requests", "mix", "slow-reader", "big-reads": try await self.runRequests(group: group, report: &report)
-        case "presence-storm": try await self.runPresenceStorm(group: group, report: &report)
-        case "cas": try await self.runCAS(group: group, report: &report)
-        case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
-        case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
-        case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
-        case "provider": try await self.runProvider(group: group, report: &report)
-        case "whonow-inprocess": try self.runWhoNowInProcess(report: &report)
-        default: throw ValidationError("unknown scenario \(self.scenario)")
-        }
+        try await self.runScenario(group: group, report: &report)
 
         let after = Usage.sample(server: self.serverPID)
         let elapsed = (clock.now - start).seconds
