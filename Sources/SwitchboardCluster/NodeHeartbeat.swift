@@ -2,12 +2,14 @@ import Logging
 import PostgresNIO
 import ServiceLifecycle
 
-/// Keeps this node's row in `sb_node` fresh, and stops the node when it cannot.
+/// Keeps this node's row in `sb_node` fresh, stops the node when it cannot, and removes the rows of dead nodes.
 ///
 /// Every ``interval`` the node writes `heartbeat_at = now()` on a connection of its own. A node that could not do
 /// so for ``timeout`` no longer knows whether the others consider it alive, so it stops serving: ``run()`` throws
 /// ``NodeFenced``, its service group shuts the gateway down (clients reconnect to another node) and the process
-/// exits with a failure. Peers read `sb_node` to tell live nodes from dead ones.
+/// exits with a failure. After each heartbeat the node deletes the rows of nodes whose heartbeat is older than
+/// ``timeout`` (killed, or cut off from the database, and so fenced by now), logging each: a node's death is
+/// visible to the others within the timeout and one interval.
 final class NodeHeartbeat: Service, Sendable {
     /// How often the row is written.
     let interval: Duration
@@ -45,6 +47,18 @@ final class NodeHeartbeat: Service, Sendable {
         }
     }
 
+    /// Deletes the rows of nodes that have not refreshed their heartbeat for ``timeout``.
+    private func removeDeadNodes(on connection: PostgresConnection) async throws {
+        let seconds = Double(self.timeout.components.seconds) + Double(self.timeout.components.attoseconds) / 1e18
+        let rows = try await connection.query(
+            """
+            DELETE FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds)) RETURNING id
+            """, logger: self.logger)
+        for try await id in rows.decode(String.self) {
+            self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
+        }
+    }
+
     /// Refreshes the row every interval until cancelled; returns the open connection.
     ///
     /// - Throws: ``NodeFenced`` when no refresh succeeded for ``timeout``.
@@ -69,6 +83,7 @@ final class NodeHeartbeat: Service, Sendable {
                     ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
                     """, logger: self.logger)
                 lastBeat = clock.now
+                try await self.removeDeadNodes(on: current)
             } catch {
                 if Task.isCancelled { return connection }
                 if let open = connection, open.isClosed { connection = nil }

@@ -79,6 +79,29 @@ struct ClusterProcessTests {
         }
     }
 
+    @Test("a node killed with kill -9 is removed from sb_node by the others within the node timeout (10 s)")
+    func aKilledNodeIsSeenDeadWithinTheNodeTimeout() async throws {
+        try await Self.withNodes(3) { postgres, nodes in
+            for node in nodes { await (try? node.client("Probe"))?.close() }  // every node is up
+            let registered = try await eventually(seconds: 10) {
+                try await postgres.psql("SELECT count(*) FROM sb_node") == "3"
+            }
+            #expect(registered)
+            let killedAt = ContinuousClock.now
+            nodes[0].process.signal(SIGKILL)
+            _ = await nodes[0].process.waitForExit()
+            let removed = try await eventually(seconds: 20) {
+                try await postgres.psql("SELECT count(*) FROM sb_node") == "2"
+            }
+            let after = ContinuousClock.now - killedAt
+            #expect(removed && after < .seconds(13), "the dead node's row was removed after \(after)")
+            // The survivors keep serving.
+            let client = try await nodes[1].client("Tony")
+            _ = try await client.setUserMetadata(items: [MetadataItem(key: "alive", value: "yes")])
+            await client.close()
+        }
+    }
+
     @Test("kill -9 of a node under a write load loses no acknowledged write; the others serve every one")
     func killDashNineOfANodeUnderLoadLosesNothingAcknowledged() async throws {
         try await Self.withNodes(3) { _, nodes in

@@ -71,7 +71,15 @@ public final class TestPostgres: Sendable {
                 ], stdout: .file(directory + "/server.log"), stderr: .file(directory + "/server.log"))
             let deadline = ContinuousClock.now + .seconds(30)
             while ContinuousClock.now < deadline, server.isRunning {
-                if await Self.isReady(port: port) { return TestPostgres(port: port, directory: directory, server: server) }
+                // Ready, and this server is the one answering on the port: another test's server may hold the port,
+                // and then this one exits (it cannot bind) while the other answers.
+                if await Self.isReady(port: port), server.isRunning {
+                    let answering = try? await Self.psql("SHOW data_directory", port: port, scratch: directory)
+                    if answering == directory + "/data" {
+                        return TestPostgres(port: port, directory: directory, server: server)
+                    }
+                    break
+                }
                 try await Task.sleep(for: .milliseconds(50))
             }
             server.killAndWait()
@@ -84,11 +92,16 @@ public final class TestPostgres: Sendable {
     /// Runs `sql` with `psql` and returns its unaligned, tuples-only output.
     @discardableResult
     public func psql(_ sql: String) async throws -> String {
-        let output = self.directory + "/psql-\(UInt32.random(in: 0...UInt32.max)).out"
+        try await Self.psql(sql, port: self.port, scratch: self.directory)
+    }
+
+    /// Runs `sql` with `psql` against the server on `port`, its output going through a file in `scratch`.
+    private static func psql(_ sql: String, port: Int, scratch: String) async throws -> String {
+        let output = scratch + "/psql-\(UInt32.random(in: 0...UInt32.max)).out"
         defer { try? FileManager.default.removeItem(atPath: output) }
         let process = try SpawnedProcess(
             executable: "/usr/bin/psql",
-            arguments: ["-h", "127.0.0.1", "-p", "\(self.port)", "-U", "switchboard", "-d", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql],
+            arguments: ["-h", "127.0.0.1", "-p", "\(port)", "-U", "switchboard", "-d", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql],
             stdout: .file(output), stderr: .file(output))
         let status = await process.waitForExit(seconds: 60)
         let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
