@@ -2,11 +2,14 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
+import SwitchboardServer
 import SwitchboardStore
+import SwitchboardWire
 import Synchronization
 
-/// Reads the cluster's change feed (`sb_outbox`) from this node's cursor and applies what other nodes committed:
-/// their metadata changes go into this node's copy of the sets and out to this node's subscribers.
+/// Reads the cluster's change feed (`sb_outbox`) from this node's cursor and hands each row another node committed to
+/// the consumer of its kind (``ChangeFeedConsumer``): metadata changes go into this node's copy of the sets and out
+/// to this node's subscribers, and so on for every shared area.
 ///
 /// The feed is read on a connection of its own, which also `LISTEN`s: a notification wakes the reader at once, and
 /// without one it reads every ``pollInterval`` anyway, so a lost notification delays a change, never loses it.
@@ -16,8 +19,7 @@ final class ChangeFeed: Service, Sendable {
     let pollInterval: Duration
     private let location: PostgresLocation
     private let nodeID: String
-    private let store: MetadataStore
-    private let onMetadataChange: @Sendable (MetadataChange) -> Void
+    private let consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
     private let logger: Logger
     private let cursor: Atomic<Int64>
     private let wakeup = Wakeup()
@@ -25,19 +27,18 @@ final class ChangeFeed: Service, Sendable {
 
     /// - Parameters:
     ///   - startingAfter: The last row the node's loaded state already holds.
-    ///   - onMetadataChange: Called with each change another node committed, after this node's copy holds it.
+    ///   - consumers: What to do with each kind of row other nodes write; rows of other kinds are skipped.
     init(
-        location: PostgresLocation, nodeID: String, store: MetadataStore, startingAfter cursor: Int64,
+        location: PostgresLocation, nodeID: String, startingAfter cursor: Int64,
         pollInterval: Duration = .milliseconds(100), logger: Logger,
-        onMetadataChange: @escaping @Sendable (MetadataChange) -> Void
+        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
     ) {
         self.location = location
         self.nodeID = nodeID
-        self.store = store
         self.cursor = Atomic(cursor)
         self.pollInterval = pollInterval
         self.logger = logger
-        self.onMetadataChange = onMetadataChange
+        self.consumers = consumers
     }
 
     /// The id of the last row read.
@@ -110,18 +111,13 @@ final class ChangeFeed: Service, Sendable {
         let limit = 1_000
         let entries = try await ChangeFeedRows.read(after: self.position, limit: limit, on: connection, logger: self.logger)
         for entry in entries {
-            if entry.node != self.nodeID, entry.kind == ChangeFeedRows.Kind.metadata.rawValue {
+            if entry.node != self.nodeID, let kind = ChangeFeedRows.Kind(rawValue: entry.kind),
+                let consumer = self.consumers[kind]
+            {
                 do {
-                    let change = try MetadataChangeCoding.decode(entry.payload)
-                    if !self.store.applyCommitted(change) {
-                        // Changes before this one are missing here: take the set as committed now.
-                        let sets = try await PostgresMetadataBackend.readSets(
-                            [change.outcome.scope], on: connection, logger: self.logger)
-                        self.store.install(sets)
-                    }
-                    self.onMetadataChange(change)
+                    try await consumer.consume(entry.payload, on: connection, logger: self.logger)
                 } catch let error as PSQLError {
-                    throw error
+                    throw error  // read the row again on a new connection
                 } catch {
                     self.logger.error(
                         "unreadable change feed row skipped", metadata: ["row": "\(entry.id)", "error": "\(error)"])
@@ -130,6 +126,33 @@ final class ChangeFeed: Service, Sendable {
             self.cursor.store(entry.id, ordering: .relaxed)
         }
         return entries.count == limit
+    }
+}
+
+/// What a node does with one kind of change feed row that another node committed.
+protocol ChangeFeedConsumer: Sendable {
+    /// Applies one row's payload, in feed order.
+    ///
+    /// - Parameter connection: The feed's own connection, to read what the row refers to (not in a transaction).
+    /// - Throws: A `PSQLError` makes the reader connect again and read the row again; any other error skips the row
+    ///   (logged).
+    func consume(_ payload: ByteBuffer, on connection: PostgresConnection, logger: Logger) async throws
+}
+
+/// Metadata rows: brings this node's copy of the set up to date (reading the set again after a gap), then publishes
+/// the storage event to this node's subscribers.
+struct MetadataFeedConsumer: ChangeFeedConsumer {
+    let store: MetadataStore
+    let publisher: PushPublisher
+
+    func consume(_ payload: ByteBuffer, on connection: PostgresConnection, logger: Logger) async throws {
+        let change = try MetadataChangeCoding.decode(payload)
+        if !self.store.applyCommitted(change) {
+            // Changes before this one are missing here: take the set as committed now.
+            let sets = try await PostgresMetadataBackend.readSets([change.outcome.scope], on: connection, logger: logger)
+            self.store.install(sets)
+        }
+        self.publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
     }
 }
 

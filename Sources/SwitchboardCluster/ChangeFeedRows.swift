@@ -11,6 +11,14 @@ enum ChangeFeedRows {
     enum Kind: Int16, Sendable {
         /// A committed metadata write (``MetadataChangeCoding``).
         case metadata = 1
+        /// A change of a channel's locks.
+        case lock = 2
+        /// A presence change (join, leave, timeout, state).
+        case presence = 3
+        /// An event-subscription change, a published event or an online-state change.
+        case event = 4
+        /// A profile-directory change or a provider exchange.
+        case profile = 5
     }
 
     /// One row to append.

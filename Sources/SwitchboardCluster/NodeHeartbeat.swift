@@ -17,6 +17,7 @@ final class NodeHeartbeat: Service, Sendable {
     let timeout: Duration
     private let location: PostgresLocation
     private let nodeID: String
+    private let sweepers: [any DeadNodeSweeper]
     private let logger: Logger
 
     /// The node could not refresh its heartbeat in time and stopped serving.
@@ -28,9 +29,14 @@ final class NodeHeartbeat: Service, Sendable {
         }
     }
 
-    init(location: PostgresLocation, nodeID: String, interval: Duration, timeout: Duration, logger: Logger) {
+    /// - Parameter sweepers: What removes a dead node's state, in the transaction that removes its row.
+    init(
+        location: PostgresLocation, nodeID: String, interval: Duration, timeout: Duration,
+        sweepers: [any DeadNodeSweeper] = [], logger: Logger
+    ) {
         self.location = location
         self.nodeID = nodeID
+        self.sweepers = sweepers
         self.interval = interval
         self.timeout = timeout
         self.logger = logger
@@ -47,16 +53,36 @@ final class NodeHeartbeat: Service, Sendable {
         }
     }
 
-    /// Deletes the rows of nodes that have not refreshed their heartbeat for ``timeout``.
+    /// Deletes the rows of nodes that have not refreshed their heartbeat for ``timeout``, and with them, in the same
+    /// transaction, what the ``DeadNodeSweeper``s remove of theirs.
+    ///
+    /// Two live nodes may try at once: the second waits for the first's row locks and then finds nothing to delete,
+    /// so each dead node is swept exactly once.
     private func removeDeadNodes(on connection: PostgresConnection) async throws {
         let seconds = Double(self.timeout.components.seconds) + Double(self.timeout.components.attoseconds) / 1e18
-        let rows = try await connection.query(
-            """
-            DELETE FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds)) RETURNING id
-            """, logger: self.logger)
-        for try await id in rows.decode(String.self) {
-            self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
+        try await connection.query("BEGIN", logger: self.logger)
+        var afterCommit: [@Sendable () -> Void] = []
+        do {
+            let rows = try await connection.query(
+                """
+                DELETE FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds)) RETURNING id
+                """, logger: self.logger)
+            var dead: [String] = []
+            for try await id in rows.decode(String.self) { dead.append(id) }
+            if !dead.isEmpty {
+                for sweeper in self.sweepers {
+                    afterCommit.append(try await sweeper.sweep(deadNodes: dead, on: connection, logger: self.logger))
+                }
+            }
+            try await connection.query("COMMIT", logger: self.logger)
+            for id in dead {
+                self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
+            }
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: self.logger)
+            throw error
         }
+        for action in afterCommit { action() }
     }
 
     /// Refreshes the row every interval until cancelled; returns the open connection.
@@ -104,4 +130,15 @@ final class NodeHeartbeat: Service, Sendable {
         }
         return connection
     }
+}
+
+/// Removes what a dead node left in the shared database (its sessions, its presence), inside the transaction that
+/// deletes the node's `sb_node` row, so exactly one live node sweeps each dead node.
+protocol DeadNodeSweeper: Sendable {
+    /// Deletes the state of `deadNodes` on `connection` (in a transaction) and appends the change feed rows that tell
+    /// the other nodes.
+    ///
+    /// - Returns: What to do once the transaction committed (this node's own events for what was swept).
+    func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
+        -> @Sendable () -> Void
 }

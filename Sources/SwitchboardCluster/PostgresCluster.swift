@@ -66,11 +66,9 @@ public struct PostgresCluster: ClusterEngine {
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
                 logger: logger),
             ChangeFeed(
-                location: self.location, nodeID: self.nodeID, store: store, startingAfter: self.startingCursor.value,
-                pollInterval: self.pollInterval, logger: logger
-            ) { change in
-                publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
-            }
+                location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
+                pollInterval: self.pollInterval, logger: logger,
+                consumers: [.metadata: MetadataFeedConsumer(store: store, publisher: publisher)]),
         ]
     }
 }
