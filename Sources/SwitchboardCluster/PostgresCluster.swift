@@ -38,11 +38,11 @@ public struct PostgresCluster: ClusterEngine {
         return (0..<4).map { _ in String(generator.next() as UInt32, radix: 16) }.joined()
     }
 
-    /// Creates the cluster's tables if needed, notes where the change feed ends and loads every set.
+    /// Creates the cluster's tables if needed and notes where the change feed ends.
     ///
-    /// The feed's end is read before the sets, so a change committed in between is both loaded and read again from
-    /// the feed (applying it twice changes nothing), never missed.
-    public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
+    /// The feed's end is read before any state is loaded, so a change committed in between is both loaded and read
+    /// again from the feed (applying it twice changes nothing), never missed.
+    public func join(logger: Logger) async throws {
         let connection = try await PostgresConnection.connect(
             configuration: self.location.configuration, id: 0, logger: logger)
         do {
@@ -53,22 +53,29 @@ public struct PostgresCluster: ClusterEngine {
             try? await connection.close()
             throw error
         }
-        let backend = PostgresMetadataBackend(location: self.location, nodeID: self.nodeID, logger: logger)
         logger.info("cluster node starting", metadata: ["node": "\(self.nodeID)", "database": "\(self.location)"])
+    }
+
+    /// Loads every metadata set (after ``join(logger:)``).
+    public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
+        let backend = PostgresMetadataBackend(location: self.location, nodeID: self.nodeID, logger: logger)
         return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
     }
 
-    /// The node's heartbeat and the change feed reader, which publishes other nodes' storage events through
-    /// `publisher`.
-    public func makeServices(store: MetadataStore, publisher: PushPublisher, logger: Logger) -> [any Service] {
-        [
+    /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
+    /// publishes their events through its publisher.
+    public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
+        var consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer] = [:]
+        if let store = services.metadataStore {
+            consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
+        }
+        return [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
                 logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
-                pollInterval: self.pollInterval, logger: logger,
-                consumers: [.metadata: MetadataFeedConsumer(store: store, publisher: publisher)]),
+                pollInterval: self.pollInterval, logger: logger, consumers: consumers),
         ]
     }
 }

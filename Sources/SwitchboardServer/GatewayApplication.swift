@@ -223,8 +223,12 @@ public struct GatewayApplication: Service {
             }
             let metricsAddress = boundAddress
             var clusterStore: MetadataStore?
-            if let cluster = self.configuration.cluster, self.configuration.areas.contains(.storage) {
-                clusterStore = try await cluster.openMetadataStore(configuration: self.configuration.store, logger: self.logger)
+            if let cluster = self.configuration.cluster {
+                try await cluster.join(logger: self.logger)
+                if self.configuration.areas.contains(.storage) {
+                    clusterStore = try await cluster.openMetadataStore(
+                        configuration: self.configuration.store, logger: self.logger)
+                }
             }
             let services = try self.makeServices(
                 eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, metricsFactory: metricsFactory)
@@ -247,8 +251,8 @@ public struct GatewayApplication: Service {
             // answers /health with 503 meanwhile), then the endpoint closes, then the stores flush and close.
             var group: [any Service] = []
             if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
-            if let cluster = self.configuration.cluster, let store = clusterStore {
-                group += cluster.makeServices(store: store, publisher: services.publisher, logger: self.logger)
+            if let cluster = self.configuration.cluster {
+                group += cluster.makeServices(for: services, logger: self.logger)
             }
             if let store = services.eventStore { group.append(WriteBehindFlushService(store: store)) }
             if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }

@@ -7,13 +7,22 @@ import SwitchboardStore
 ///
 /// The node's metadata store is opened on the engine (reads from memory, writes decided in the engine's
 /// transactions), and the engine's services bring what other nodes commit to this node's copy and subscribers.
+///
+/// A gateway calls ``join(logger:)`` first, then opens its stores (``openMetadataStore(configuration:logger:)``),
+/// builds its areas, and runs ``makeServices(for:logger:)`` beside them.
 public protocol ClusterEngine: Sendable {
+    /// Prepares the shared database (creates what is missing) and notes where the change feed ends, before any state
+    /// is loaded: a change committed while the node loads is then both loaded and read again from the feed, never
+    /// missed.
+    func join(logger: Logger) async throws
+
     /// Opens the metadata store this node serves, loaded from the shared database.
     func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore
 
-    /// The services that run beside the gateway: they apply other nodes' changes to `store` and publish their events
-    /// through `publisher`. They start before the gateway and stop after it.
-    func makeServices(store: MetadataStore, publisher: PushPublisher, logger: Logger) -> [any Service]
+    /// The services that run beside the gateway: the node's heartbeat, and what applies other nodes' changes to
+    /// `services`' stores and publishes their events through its publisher. They start before the gateway and stop
+    /// after it.
+    func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service]
 }
 
 extension Audience {
