@@ -162,6 +162,10 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
             return revisions
         }
 
+        func readLocks(_ channels: [MetadataScope]) async throws -> [StoredChannelLocks] {
+            try await PostgresLockBackend.readLocks(channels, on: self.connection, logger: self.logger)
+        }
+
         func readSets(_ scopes: [MetadataScope]) async throws -> [StoredSet] {
             try await PostgresMetadataBackend.readSets(scopes, on: self.connection, logger: self.logger)
         }

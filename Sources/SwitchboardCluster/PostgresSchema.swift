@@ -8,6 +8,9 @@ import PostgresNIO
 ///   is removed (a tombstone keeps its revision, as on a single gateway). Writers lock these rows, so a write is
 ///   decided against the committed set.
 /// - `sb_metadata_item`: one row per live item; `position` restores insertion order.
+/// - `sb_lock`: one lease row per channel lock: its holder, TTL, when the holder's last session ended (the lease runs
+///   out `ttl_seconds` later), the waiting requests (encoded, each named by its node). The channel's
+///   `sb_metadata_set.lock_revision` counts its lock changes; lock operations lock that row.
 /// - `sb_node`: one row per running node, its heartbeat refreshed every second (``NodeHeartbeat``).
 /// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
 ///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
@@ -46,6 +49,21 @@ enum PostgresSchema {
             author bytea NOT NULL,
             position bigint NOT NULL,
             PRIMARY KEY (storage_type, channel_type, name, key)
+        )
+        """,
+        "ALTER TABLE sb_metadata_set ADD COLUMN IF NOT EXISTS lock_revision bigint NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE IF NOT EXISTS sb_lock (
+            storage_type smallint NOT NULL,
+            channel_type smallint NOT NULL,
+            channel bytea NOT NULL,
+            name bytea NOT NULL,
+            position integer NOT NULL,
+            ttl_seconds bigint NOT NULL,
+            holder bytea NOT NULL,
+            holder_offline_since_ms bigint,
+            waiters bytea NOT NULL,
+            PRIMARY KEY (storage_type, channel_type, channel, name)
         )
         """,
         """

@@ -25,7 +25,7 @@ public final class MetadataStore: Sendable {
         case memoryOnly
         case acknowledgeAfterCommit
         case acknowledgeBeforeCommit
-        /// Writes are decided in the transactions of a shared database (``open(shared:configuration:logger:)``).
+        /// Writes are decided in the transactions of a shared database (``open(shared:locks:configuration:logger:)``).
         case coordinated
     }
 
@@ -38,6 +38,8 @@ public final class MetadataStore: Sendable {
     private let writeBack: WriteBackQueue?
     /// The write path of a store on a shared database.
     let coordinator: CoordinatedWriter?
+    /// The lock path of a store whose locks a shared database holds.
+    let sharedLocks: SharedLocks?
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
@@ -82,7 +84,8 @@ public final class MetadataStore: Sendable {
 
     init(
         configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?,
-        coordinator: CoordinatedWriter?, logger: Logger, metricsFactory: (any MetricsFactory)?
+        coordinator: CoordinatedWriter?, sharedLocks: SharedLocks? = nil, logger: Logger,
+        metricsFactory: (any MetricsFactory)?
     ) {
         let shardCount = max(configuration.shardCount, 1)
         var states = [ShardState](repeating: ShardState(), count: shardCount)
@@ -98,6 +101,11 @@ public final class MetadataStore: Sendable {
         self.clock = configuration.clock
         self.commitDriver = configuration.commitDriver
         self.coordinator = coordinator
+        self.sharedLocks = sharedLocks
+        if sharedLocks != nil {
+            // Other gateways' locks arrive without this store counting them: never skip the lock shards.
+            self.lockCount.store(Int.max / 2, ordering: .relaxed)
+        }
         if coordinator != nil {
             self.mode = .coordinated
             self.writeBack = nil

@@ -88,9 +88,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
                 context.session.releaseSubscriptions()
                 return .response(.unsubscribeUserMetadata(EmptyBody()))
             case .setLock(let lock):
-                try self.store.setLock(
-                    channel: lock.channel, channelType: lock.channelType, name: lock.lockName, ttlSeconds: lock.ttlSeconds)
-                return .response(.setLock(EmptyBody()))
+                return self.changeLock(lock.channel, lock.channelType, lock.lockName, .set(ttlSeconds: lock.ttlSeconds), context) {
+                    .setLock(EmptyBody())
+                }
             case .acquireLock(let lock):
                 let responder = context.responder
                 self.store.acquireLock(
@@ -104,15 +104,17 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
                 }
                 return .deferred
             case .releaseLock(let lock):
-                try self.store.releaseLock(channel: lock.channel, channelType: lock.channelType, name: lock.lockName, userID: caller)
-                return .response(.releaseLock(EmptyBody()))
+                return self.changeLock(lock.channel, lock.channelType, lock.lockName, .release(userID: caller), context) {
+                    .releaseLock(EmptyBody())
+                }
             case .removeLock(let lock):
-                try self.store.removeLock(channel: lock.channel, channelType: lock.channelType, name: lock.lockName)
-                return .response(.removeLock(EmptyBody()))
+                return self.changeLock(lock.channel, lock.channelType, lock.lockName, .remove, context) {
+                    .removeLock(EmptyBody())
+                }
             case .revokeLock(let lock):
-                try self.store.revokeLock(
-                    channel: lock.channel, channelType: lock.channelType, name: lock.lockName, owner: lock.owner)
-                return .response(.revokeLock(EmptyBody()))
+                return self.changeLock(lock.channel, lock.channelType, lock.lockName, .revoke(owner: lock.owner), context) {
+                    .revokeLock(EmptyBody())
+                }
             case .getLocks(let get):
                 let locks = try self.store.getLocks(channel: get.channel, channelType: get.channelType)
                 return .response(.getLocks(GetLocksResponse(locks: locks)))
@@ -122,6 +124,22 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         } catch {
             return .failure(error.body)
         }
+    }
+
+    /// A lock change, answered when the store has decided it (at once on a single gateway; after the shared
+    /// database committed it in a cluster).
+    private func changeLock(
+        _ channel: String, _ channelType: ChannelType, _ name: String, _ change: LockChange, _ context: RequestContext,
+        _ response: @escaping @Sendable () -> Response
+    ) -> RequestOutcome {
+        let responder = context.responder
+        self.store.changeLock(channel: channel, channelType: channelType, name: name, change) { result in
+            switch result {
+            case .success: responder.succeed(response())
+            case .failure(let error): responder.fail(error.body)
+            }
+        }
+        return .deferred
     }
 
     private func writeChannel(

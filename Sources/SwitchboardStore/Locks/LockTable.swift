@@ -8,6 +8,9 @@ struct LockWaiter: Sendable {
     var session: String
     /// Answers the request.
     var completion: LockCompletion
+    /// The gateway whose session waits, for a lock shared by several gateways: empty for this gateway's own sessions
+    /// (whose ``completion`` answers them); another gateway's waiters have a completion that does nothing.
+    var node: String = ""
 }
 
 /// One named lock of a channel.
@@ -68,6 +71,8 @@ struct LockTable: Sendable {
     private var waitingSessions: [UTF8Key: Set<LockKey>] = [:]
     /// Held locks whose holder is offline: the candidates for expiry.
     private var offlineHeld: Set<LockKey> = []
+    /// Each channel's lock revision as last committed, for locks shared by several gateways.
+    private var revisions: [MetadataScope: UInt64] = [:]
 
     /// Every lock of `channel`, in creation order.
     func details(of channel: MetadataScope) -> [LockDetail] {
@@ -307,5 +312,143 @@ struct LockTable: Sendable {
     {
         LockEvent(
             channel: channel.name, channelType: channel.channelType, eventType: type, locks: [detail], timestampMs: now)
+    }
+}
+
+// MARK: - Locks shared by several gateways
+
+extension LockTable {
+    /// The committed revision of `channel`'s locks (0 for none).
+    func revision(of channel: MetadataScope) -> UInt64 {
+        self.revisions[channel] ?? 0
+    }
+
+    /// The channels with a waiting request of `session`.
+    func channelsWaited(by session: String) -> [MetadataScope] {
+        Array(Set((self.waitingSessions[UTF8Key(session)] ?? []).map(\.channel)))
+    }
+
+    /// The channels with a lock held by `userID`.
+    func channelsHeld(by userID: String) -> [MetadataScope] {
+        Array(Set((self.heldBy[UTF8Key(userID)] ?? []).map(\.channel)))
+    }
+
+    /// The channels with a lock whose offline holder's lease has run out at `now`.
+    func channelsWithExpiredLeases(now: UInt64) -> [MetadataScope] {
+        var channels = Set<MetadataScope>()
+        for key in self.offlineHeld where !channels.contains(key.channel) {
+            guard let lock = self.channels[key.channel]?.first(where: { $0.name.hasSameUTF8(as: key.name) }),
+                let since = lock.holderOfflineSinceMs
+            else { continue }
+            if now >= lock.expiresAtMs(offlineSince: since) { channels.insert(key.channel) }
+        }
+        return Array(channels)
+    }
+
+    /// A table holding only `channel`'s locks (with their waiters' completions): the scratch copy an operation on a
+    /// shared lock is decided on before it commits.
+    func extract(_ channel: MetadataScope) -> LockTable {
+        var table = LockTable()
+        table.setChannel(channel, self.channels[channel] ?? [])
+        table.revisions[channel] = self.revisions[channel]
+        return table
+    }
+
+    /// `channel`'s locks as stored, this gateway's waiters named `node`.
+    func stored(_ channel: MetadataScope, node: String) -> [StoredLock] {
+        (self.channels[channel] ?? []).map { lock in
+            StoredLock(
+                name: lock.name, ttlSeconds: lock.ttlSeconds, holder: lock.holder,
+                holderOfflineSinceMs: lock.holder.isEmpty ? nil : lock.holderOfflineSinceMs,
+                waiters: lock.waiters.map {
+                    StoredLockWaiter(node: $0.node.isEmpty ? node : $0.node, session: $0.session, userID: $0.userID)
+                })
+        }
+    }
+
+    /// Takes `channel`'s locks from `decided` (the scratch table of an operation that committed them at
+    /// `revision`).
+    mutating func adopt(_ channel: MetadataScope, from decided: LockTable, revision: UInt64) {
+        self.setChannel(channel, decided.channels[channel] ?? [])
+        self.revisions[channel] = revision
+    }
+
+    /// Replaces `channel`'s locks with what was committed (by any gateway), unless the table already holds that
+    /// revision or a later one.
+    ///
+    /// This gateway's waiters (`node`) keep their completions; those no longer waiting are answered through `out`:
+    /// success when their user now holds the lock, `6003 lockWaitCancelled` otherwise (the lock was removed).
+    mutating func installCommitted(_ committed: StoredChannelLocks, node: String, out: inout [Delivery]) {
+        let channel = committed.channel
+        guard committed.revision > self.revision(of: channel) else { return }
+        var ownWaiters: [String: [LockWaiter]] = [:]  // by lock name, in order
+        for lock in self.channels[channel] ?? [] {
+            let own = lock.waiters.filter { $0.node.isEmpty }
+            if !own.isEmpty { ownWaiters[lock.name] = own }
+        }
+        var locks: [ChannelLock] = []
+        for stored in committed.locks {
+            var lock = ChannelLock(name: stored.name, ttlSeconds: stored.ttlSeconds)
+            lock.holder = stored.holder
+            lock.holderOfflineSinceMs = stored.holder.isEmpty ? nil : stored.holderOfflineSinceMs
+            for waiter in stored.waiters {
+                if waiter.node == node {
+                    var candidates = ownWaiters[stored.name] ?? []
+                    if let index = candidates.firstIndex(where: {
+                        $0.session.hasSameUTF8(as: waiter.session) && $0.userID.hasSameUTF8(as: waiter.userID)
+                    }) {
+                        lock.waiters.append(candidates.remove(at: index))
+                        ownWaiters[stored.name] = candidates
+                        continue
+                    }
+                }
+                lock.waiters.append(
+                    LockWaiter(
+                        userID: waiter.userID, session: waiter.session, completion: { _ in },
+                        node: waiter.node == node ? "" : waiter.node))
+            }
+            locks.append(lock)
+        }
+        // This gateway's requests that no longer wait were granted or cancelled by another gateway.
+        for (name, waiters) in ownWaiters {
+            let holder = locks.first(where: { $0.name.hasSameUTF8(as: name) })?.holder
+            for waiter in waiters {
+                if let holder, holder.hasSameUTF8(as: waiter.userID) {
+                    out.append(.lock(waiter.completion, .success(())))
+                } else {
+                    let reason = holder == nil ? "the lock was removed" : "the wait was cancelled"
+                    out.append(
+                        .lock(waiter.completion, .failure(SwitchboardStoreError(.lockWaitCancelled, reason, key: name))))
+                }
+            }
+        }
+        self.setChannel(channel, locks)
+        self.revisions[channel] = committed.revision
+    }
+
+    /// Replaces `channel`'s locks, keeping the indexes (holders, waiting sessions, offline holders) in step.
+    private mutating func setChannel(_ channel: MetadataScope, _ locks: [ChannelLock]) {
+        for lock in self.channels[channel] ?? [] {
+            let key = LockKey(channel: channel, name: lock.name)
+            if !lock.holder.isEmpty { self.forgetHolder(lock.holder, of: key) }
+            self.offlineHeld.remove(key)
+            for waiter in lock.waiters where waiter.node.isEmpty {
+                self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
+                if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true {
+                    self.waitingSessions[UTF8Key(waiter.session)] = nil
+                }
+            }
+        }
+        self.channels[channel] = locks.isEmpty ? nil : locks
+        for lock in locks {
+            let key = LockKey(channel: channel, name: lock.name)
+            if !lock.holder.isEmpty {
+                self.heldBy[UTF8Key(lock.holder), default: []].insert(key)
+                if lock.holderOfflineSinceMs != nil { self.offlineHeld.insert(key) }
+            }
+            for waiter in lock.waiters where waiter.node.isEmpty {
+                self.waitingSessions[UTF8Key(waiter.session), default: []].insert(key)
+            }
+        }
     }
 }

@@ -32,6 +32,10 @@ extension MetadataStore {
         }
         let now = self.clock.nowMs()
         let maxLocks = self.limits.maxLocksPerChannel
+        if self.sharedLocks != nil {
+            self.changeLock(channel: channel, channelType: channelType, name: name, .set(ttlSeconds: ttlSeconds)) { _ in }
+            return
+        }
         self.lockCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
         let error = self.shard(for: scope).perform(
             { state in
@@ -65,7 +69,7 @@ extension MetadataStore {
         completion: @escaping LockCompletion
     ) {
         let scope: MetadataScope
-        do {
+        do throws(SwitchboardStoreError) {
             scope = try self.lockScope(channel, channelType, lockName: name)
             try self.checkIdentifier(userID, "user id")
         } catch {
@@ -73,6 +77,17 @@ extension MetadataStore {
             return
         }
         let now = self.clock.nowMs()
+        if let shared = self.sharedLocks {
+            // The operation answers through its deliveries (at once, or when it is granted later); the completion
+            // given here is only for a transaction that fails.
+            shared.perform({ table, out in
+                table.acquire(
+                    channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
+                    now: now, out: &out)
+                return nil
+            }, on: scope, store: self, completion: { result in if case .failure = result { completion(result) } })
+            return
+        }
         self.shard(for: scope).perform(
             { state in
                 state.locks.acquire(
@@ -106,6 +121,10 @@ extension MetadataStore {
     ) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
         let now = self.clock.nowMs()
+        if self.sharedLocks != nil {
+            self.changeLock(channel: channel, channelType: channelType, name: name, .release(userID: userID)) { _ in }
+            return
+        }
         let error = self.shard(for: scope).perform(
             { state in
                 state.locks.release(channel: scope, name: name, userID: userID, now: now, out: &state.outbox)
@@ -119,6 +138,10 @@ extension MetadataStore {
     public func removeLock(channel: String, channelType: ChannelType, name: String) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
         let now = self.clock.nowMs()
+        if self.sharedLocks != nil {
+            self.changeLock(channel: channel, channelType: channelType, name: name, .remove) { _ in }
+            return
+        }
         let error = self.shard(for: scope).perform(
             { state in
                 state.locks.remove(channel: scope, name: name, now: now, out: &state.outbox)
@@ -135,11 +158,72 @@ extension MetadataStore {
     ) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
         let now = self.clock.nowMs()
+        if self.sharedLocks != nil {
+            self.changeLock(channel: channel, channelType: channelType, name: name, .revoke(owner: owner)) { _ in }
+            return
+        }
         let error = self.shard(for: scope).perform(
             { state in
                 state.locks.revoke(channel: scope, name: name, owner: owner, now: now, out: &state.outbox)
             }, deliver: self.deliver)
         if let error { throw error }
+    }
+
+    /// `setLock`, `releaseLock`, `removeLock` or `revokeLock`, answered through `completion`: at once on a single
+    /// gateway, after the shared database committed the change when the locks are shared by several gateways (the
+    /// synchronous methods only queue the change then).
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name.
+    ///   - channelType: The channel's type.
+    ///   - name: The lock's name.
+    ///   - change: What to do.
+    ///   - completion: Receives the outcome (the errors of the synchronous method, or `8001 storageFailure`) exactly
+    ///     once, possibly before this method returns.
+    public func changeLock(
+        channel: String, channelType: ChannelType, name: String, _ change: LockChange,
+        completion: @escaping LockCompletion
+    ) {
+        guard let shared = self.sharedLocks else {
+            do throws(SwitchboardStoreError) {
+                switch change {
+                case .set(let ttl): try self.setLock(channel: channel, channelType: channelType, name: name, ttlSeconds: ttl)
+                case .release(let user): try self.releaseLock(channel: channel, channelType: channelType, name: name, userID: user)
+                case .remove: try self.removeLock(channel: channel, channelType: channelType, name: name)
+                case .revoke(let owner): try self.revokeLock(channel: channel, channelType: channelType, name: name, owner: owner)
+                }
+                completion(.success(()))
+            } catch {
+                completion(.failure(error))
+            }
+            return
+        }
+        let scope: MetadataScope
+        do throws(SwitchboardStoreError) {
+            scope = try self.lockScope(channel, channelType, lockName: name)
+            if case .set(let ttlSeconds) = change, !self.limits.lockTtlSeconds.contains(ttlSeconds) {
+                let range = self.limits.lockTtlSeconds
+                throw SwitchboardStoreError(
+                    .invalidLockTtl, "the TTL must be \(range.lowerBound)-\(range.upperBound) s", key: name)
+            }
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        let now = self.clock.nowMs()
+        let maxLocks = self.limits.maxLocksPerChannel
+        shared.perform({ table, out in
+            switch change {
+            case .set(let ttlSeconds):
+                table.set(channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &out)
+            case .release(let userID):
+                table.release(channel: scope, name: name, userID: userID, now: now, out: &out)
+            case .remove:
+                table.remove(channel: scope, name: name, now: now, out: &out)
+            case .revoke(let owner):
+                table.revoke(channel: scope, name: name, owner: owner, now: now, out: &out)
+            }
+        }, on: scope, store: self, completion: completion)
     }
 
     /// `getLocks`: every lock of a channel with its holder (empty when free) and TTL, in creation order.
@@ -164,6 +248,17 @@ extension MetadataStore {
     /// `6003 lockWaitCancelled`.
     public func cancelWaits(session: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
+        if let shared = self.sharedLocks {
+            for shard in self.shards {
+                for channel in shard.state.withLock({ $0.locks.channelsWaited(by: session) }) {
+                    shared.perform({ table, out in
+                        table.cancelWaits(session: session, out: &out)
+                        return nil
+                    }, on: channel, store: self)
+                }
+            }
+            return
+        }
         for shard in self.shards {
             shard.perform(
                 { state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
@@ -174,6 +269,17 @@ extension MetadataStore {
     public func userWentOffline(_ userID: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         let now = self.clock.nowMs()
+        if let shared = self.sharedLocks {
+            for shard in self.shards {
+                for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
+                    shared.perform({ table, _ in
+                        table.holderWentOffline(userID, now: now)
+                        return nil
+                    }, on: channel, store: self)
+                }
+            }
+            return
+        }
         for shard in self.shards {
             shard.state.withLock { $0.locks.holderWentOffline(userID, now: now) }
         }
@@ -182,6 +288,17 @@ extension MetadataStore {
     /// A session of `userID` started: the user keeps every lock that has not expired.
     public func userCameOnline(_ userID: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
+        if let shared = self.sharedLocks {
+            for shard in self.shards {
+                for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
+                    shared.perform({ table, _ in
+                        table.holderCameOnline(userID)
+                        return nil
+                    }, on: channel, store: self)
+                }
+            }
+            return
+        }
         for shard in self.shards {
             shard.state.withLock { $0.locks.holderCameOnline(userID) }
         }
@@ -191,6 +308,14 @@ extension MetadataStore {
     /// waiter takes the lock).
     /// - Parameter now: The time in ms since the Unix epoch.
     public func tick(now: UInt64) {
+        if let shared = self.sharedLocks {
+            for shard in self.shards {
+                for channel in shard.state.withLock({ $0.locks.channelsWithExpiredLeases(now: now) }) {
+                    shared.expire(channel, now: now, store: self)
+                }
+            }
+            return
+        }
         for shard in self.shards {
             shard.perform({ state in state.locks.expire(now: now, out: &state.outbox) }, deliver: self.deliver)
         }
@@ -217,4 +342,16 @@ extension MetadataStore {
             throw SwitchboardStoreError(.identifierTooLong, "\(what) must be 1-\(self.limits.maxIdentifierBytes) bytes")
         }
     }
+}
+
+/// A change of one lock (``MetadataStore/changeLock(channel:channelType:name:_:completion:)``).
+public enum LockChange: Sendable, Hashable {
+    /// `setLock` with the lock's TTL in seconds.
+    case set(ttlSeconds: UInt64)
+    /// `releaseLock` by `userID`.
+    case release(userID: String)
+    /// `removeLock`.
+    case remove
+    /// `revokeLock` from `owner`.
+    case revoke(owner: String)
 }

@@ -126,6 +126,14 @@ final class CoordinatedWriter: Sendable {
         do {
             try await self.backend.withTransaction { transaction in
                 let stored = try await transaction.lockSets(scopes)
+                if store.sharedLocks != nil {
+                    // The channel rows locked above also hold their locks still: decide guarded writes against them.
+                    var guarded = Set<MetadataScope>()
+                    for write in batch where write.request.scope.isChannel && !write.request.lock.isEmpty {
+                        guarded.insert(write.request.scope)
+                    }
+                    if !guarded.isEmpty { store.installCommittedLocks(try await transaction.readLocks(Array(guarded))) }
+                }
                 let stale = scopes.filter { store.storedRevision(of: $0) != stored[$0] ?? 0 }
                 if !stale.isEmpty {
                     let current = try await transaction.readSets(stale)

@@ -12,19 +12,26 @@ extension MetadataStore {
     /// ``applyCommitted(_:)``, fed from the database's change feed.
     ///
     /// - Throws: What ``SharedMetadataBackend/loadAll()`` throws.
+    /// - Parameter locks: Where the channel locks are shared (nil: each gateway keeps its own locks).
     public static func open(
-        shared backend: any SharedMetadataBackend, configuration: StoreConfiguration = StoreConfiguration(),
-        logger: Logger
+        shared backend: any SharedMetadataBackend, locks: (any SharedLockBackend)? = nil,
+        configuration: StoreConfiguration = StoreConfiguration(), logger: Logger
     ) async throws -> MetadataStore {
         let sets = try await backend.loadAll()
         let store = MetadataStore(
             configuration: configuration, sets: sets, backend: nil,
-            coordinator: CoordinatedWriter(backend: backend, logger: logger), logger: logger, metricsFactory: nil)
+            coordinator: CoordinatedWriter(backend: backend, logger: logger),
+            sharedLocks: locks.map { SharedLocks(backend: $0, logger: logger) }, logger: logger, metricsFactory: nil)
+        if let locks {
+            let channels = try await locks.loadAllLocks()
+            store.installCommittedLocks(channels)
+            logger.info("channel locks loaded from the shared database", metadata: ["store.lockChannels": "\(channels.count)"])
+        }
         logger.info("metadata store loaded from the shared database", metadata: ["store.sets": "\(sets.count)"])
         return store
     }
 
-    /// Runs the batches of a store opened with ``open(shared:configuration:logger:)`` until ``close()``; returns at
+    /// Runs the batches of a store opened with ``open(shared:locks:configuration:logger:)`` until ``close()``; returns at
     /// once for any other store. ``MetadataStoreService`` runs it.
     public func runSharedWrites() async {
         await self.coordinator?.run(store: self)

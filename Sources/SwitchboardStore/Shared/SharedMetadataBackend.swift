@@ -3,7 +3,7 @@ import SwitchboardWire
 /// A database that several gateways share for their metadata sets (PostgreSQL in cluster mode).
 ///
 /// A ``MetadataBackend`` belongs to one store, which decides every write in memory. A shared database is written by
-/// other gateways too, so a store on it (``MetadataStore/open(shared:configuration:logger:)``) decides its writes
+/// other gateways too, so a store on it (``MetadataStore/open(shared:locks:configuration:logger:)``) decides its writes
 /// only inside a transaction that holds the written sets' rows locked, against the sets as stored, and every write
 /// it commits goes out in a change feed that the other gateways read (``MetadataChange``).
 public protocol SharedMetadataBackend: Sendable {
@@ -30,6 +30,12 @@ public protocol SharedMetadataTransaction {
     ///
     /// - Returns: The sets that exist, tombstones included; sets never written are left out.
     func readSets(_ scopes: [MetadataScope]) async throws -> [StoredSet]
+
+    /// Reads the committed locks of `channels` (after ``lockSets(_:)``, which also keeps their locks from changing),
+    /// so a lock-guarded write is decided against the locks as every gateway sees them.
+    ///
+    /// - Returns: One entry per channel that ever had a lock.
+    func readLocks(_ channels: [MetadataScope]) async throws -> [StoredChannelLocks]
 
     /// Writes the net changes `batch` (as ``MetadataBackend/apply(_:)`` would) and appends `changes` to the change
     /// feed, in order.

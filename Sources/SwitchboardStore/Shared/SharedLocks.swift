@@ -1,0 +1,174 @@
+import Logging
+import SwitchboardWire
+import Synchronization
+
+/// The lock path of a store whose locks are shared by several gateways (``SharedLockBackend``).
+///
+/// Each operation on a channel's locks runs in one transaction that holds the channel locked in the database: the
+/// channel's committed locks replace the copy in memory, the operation is decided on a scratch copy with the same
+/// state machine as on a single gateway (``LockTable``), the result is stored and fed to the other gateways, and only
+/// after the commit does the copy in memory take it and the caller get its answer (with `8001 storageFailure` and
+/// nothing changed when the transaction fails). Operations run one at a time, in the order they were asked.
+final class SharedLocks: Sendable {
+    /// A lock operation decided on a channel's scratch table: appends its answers and events to the deliveries and
+    /// returns the error to answer with, if any.
+    typealias Operation = @Sendable (inout LockTable, inout [Delivery]) -> SwitchboardStoreError?
+
+    let backend: any SharedLockBackend
+    private let queue = SerialJobQueue()
+    private let expiring = Mutex<Set<MetadataScope>>([])
+    private let logger: Logger
+
+    init(backend: any SharedLockBackend, logger: Logger) {
+        self.backend = backend
+        self.logger = logger
+    }
+
+    /// Queues `operation` on `channel`; `completion` (if any) gets its outcome once committed.
+    func perform(
+        _ operation: @escaping Operation, on channel: MetadataScope, store: MetadataStore,
+        completion: LockCompletion? = nil
+    ) {
+        self.queue.enqueue {
+            await self.decide(operation, on: channel, store: store, completion: completion)
+        }
+    }
+
+    /// Queues the expiry of `channel`'s run-out leases, unless one is queued already.
+    func expire(_ channel: MetadataScope, now: UInt64, store: MetadataStore) {
+        guard self.expiring.withLock({ $0.insert(channel).inserted }) else { return }
+        self.queue.enqueue {
+            self.expiring.withLock { _ = $0.remove(channel) }
+            await self.decide({ table, out in
+                table.expire(now: now, out: &out)
+                return nil
+            }, on: channel, store: store, completion: nil)
+        }
+    }
+
+    private func decide(
+        _ operation: Operation, on channel: MetadataScope, store: MetadataStore, completion: LockCompletion?
+    ) async {
+        let node = self.backend.nodeID
+        let shard = store.shard(for: channel)
+        do {
+            let decided = try await self.backend.withChannelLocked(channel) {
+                committed -> (commit: LockCommit?, result: DecidedLockOperation) in
+                // The copy in memory takes what is committed now (other gateways' changes the feed has not brought yet).
+                shard.perform(
+                    { state in state.locks.installCommitted(committed, node: node, out: &state.outbox) },
+                    deliver: store.deliver)
+                var scratch = shard.state.withLock { $0.locks.extract(channel) }
+                var out: [Delivery] = []
+                let error = operation(&scratch, &out)
+                let locks = scratch.stored(channel, node: node)
+                let decided = DecidedLockOperation(table: scratch, deliveries: out, error: error)
+                guard error == nil, locks != committed.locks else { return (nil, decided) }
+                let events = out.compactMap { delivery -> LockEvent? in
+                    if case .lockEvent(let event) = delivery { return event }
+                    return nil
+                }
+                let commit = LockCommit(
+                    locks: StoredChannelLocks(channel: channel, revision: committed.revision &+ 1, locks: locks),
+                    events: events)
+                return (commit, decided.committing(at: commit.locks.revision))
+            }
+            shard.perform(
+                { state in
+                    if let revision = decided.revision {
+                        state.locks.adopt(channel, from: decided.table, revision: revision)
+                    }
+                    state.outbox.append(contentsOf: decided.deliveries)
+                }, deliver: store.deliver)
+            if let completion {
+                if let error = decided.error {
+                    completion(.failure(error))
+                } else {
+                    completion(.success(()))
+                }
+            }
+        } catch {
+            self.logger.error(
+                "shared lock transaction failed; nothing changed",
+                metadata: ["channel": "\(channel.name)", "error": "\(String(reflecting: error))"])
+            let failure = SwitchboardStoreError(.storageFailure, "the lock change could not be committed")
+            completion?(.failure(failure))
+        }
+    }
+}
+
+/// What an operation decided on its scratch table, handed out of the transaction.
+private struct DecidedLockOperation: @unchecked Sendable {
+    // The table holds completions (Sendable closures); it is only moved between the deciding task's steps.
+    var table: LockTable
+    var deliveries: [Delivery]
+    var error: SwitchboardStoreError?
+    /// The committed revision when the operation changed the channel's locks.
+    var revision: UInt64?
+
+    func committing(at revision: UInt64) -> DecidedLockOperation {
+        var copy = self
+        copy.revision = revision
+        return copy
+    }
+}
+
+/// Runs queued async jobs one at a time, in the order they were queued.
+final class SerialJobQueue: Sendable {
+    private struct State {
+        var jobs: [@Sendable () async -> Void] = []
+        var running = false
+    }
+
+    private let state = Mutex(State())
+
+    func enqueue(_ job: @escaping @Sendable () async -> Void) {
+        let start = self.state.withLock { state -> Bool in
+            state.jobs.append(job)
+            guard !state.running else { return false }
+            state.running = true
+            return true
+        }
+        guard start else { return }
+        Task {
+            while let next = self.next() { await next() }
+        }
+    }
+
+    private func next() -> (@Sendable () async -> Void)? {
+        self.state.withLock { state in
+            guard !state.jobs.isEmpty else {
+                state.running = false
+                return nil
+            }
+            return state.jobs.removeFirst()
+        }
+    }
+}
+
+extension MetadataStore {
+    /// Brings the copy of a channel's locks up to date with what another gateway committed, answers this gateway's
+    /// waiting requests that were granted or cancelled there, and reports `events` (that gateway's lock events) to
+    /// the lock event handler.
+    public func applyCommittedLocks(_ committed: StoredChannelLocks, events: [LockEvent]) {
+        guard let shared = self.sharedLocks else { return }
+        let node = shared.backend.nodeID
+        self.shard(for: committed.channel).perform(
+            { state in
+                state.locks.installCommitted(committed, node: node, out: &state.outbox)
+                state.outbox.append(contentsOf: events.map { .lockEvent($0) })
+            }, deliver: self.deliver)
+    }
+
+    /// Replaces the copies of channels' locks with what the shared database holds (at start-up, and inside a
+    /// metadata write's transaction before a lock-guarded write is decided).
+    func installCommittedLocks(_ channels: [StoredChannelLocks]) {
+        guard let shared = self.sharedLocks else { return }
+        let node = shared.backend.nodeID
+        for committed in channels {
+            self.shard(for: committed.channel).perform(
+                { state in state.locks.installCommitted(committed, node: node, out: &state.outbox) },
+                deliver: self.deliver)
+        }
+    }
+}
