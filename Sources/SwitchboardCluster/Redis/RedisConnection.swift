@@ -1,0 +1,200 @@
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A connection to a Redis server speaking RESP2: commands are written as they come and their replies matched to
+/// them in order, so any number of callers may pipeline on one connection.
+///
+/// A connection made with a message handler is a subscriber: after ``subscribe(_:)`` the server pushes
+/// `message` arrays, which go to the handler in the order they arrive, and only `(P|S)SUBSCRIBE`-family commands and
+/// `PING` may be sent.
+public final class RedisConnection: Sendable {
+    /// A message published to a channel this connection subscribed to.
+    public struct Message: Sendable, Hashable {
+        /// The channel.
+        public var channel: String
+        /// What was published.
+        public var payload: ByteBuffer
+    }
+
+    /// The server answered a command with an error reply (`-ERR ...`); the connection stays usable.
+    public struct ErrorReply: Error, Hashable, CustomStringConvertible {
+        /// The server's message, its error kind first (`ERR`, `WRONGTYPE`, ...).
+        public var message: String
+        public var description: String { "Redis error: \(self.message)" }
+    }
+
+    /// The connection closed before the reply arrived.
+    public struct Closed: Error, CustomStringConvertible {
+        public var description: String { "the Redis connection closed" }
+    }
+
+    private let channel: any Channel
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Connects to `host:port`.
+    ///
+    /// - Parameters:
+    ///   - onMessage: Makes the connection a subscriber: receives every published message, on the connection's
+    ///     event loop (it must not block).
+    ///   - connectTimeout: How long connecting may take.
+    public static func connect(
+        host: String, port: Int, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        connectTimeout: TimeAmount = .seconds(2), onMessage: (@Sendable (Message) -> Void)? = nil
+    ) async throws -> RedisConnection {
+        let channel = try await ClientBootstrap(group: eventLoopGroup)
+            .connectTimeout(connectTimeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(RedisReplyHandler(onMessage: onMessage))
+                }
+            }
+            .connect(host: host, port: port).get()
+        return RedisConnection(channel: channel)
+    }
+
+    /// Whether the connection is closed.
+    public var isClosed: Bool { !self.channel.isActive }
+
+    /// Completes when the connection closes.
+    public var closeFuture: EventLoopFuture<Void> { self.channel.closeFuture }
+
+    /// Sends one command and returns its reply, error replies included.
+    ///
+    /// - Throws: ``Closed`` when the connection closed first.
+    public func send(_ arguments: [RESPArgument]) async throws -> RESPValue {
+        try await self.pipeline([arguments])[0]
+    }
+
+    /// Sends one command; an error reply is thrown.
+    ///
+    /// - Throws: ``ErrorReply``, or ``Closed``.
+    @discardableResult
+    public func command(_ arguments: RESPArgument...) async throws -> RESPValue {
+        let reply = try await self.send(arguments)
+        if case .error(let message) = reply { throw ErrorReply(message: message) }
+        return reply
+    }
+
+    /// Sends `commands` in one write and returns their replies in order (error replies included).
+    ///
+    /// - Throws: ``Closed`` when the connection closed before every reply arrived.
+    public func pipeline(_ commands: [[RESPArgument]]) async throws -> [RESPValue] {
+        guard !commands.isEmpty else { return [] }
+        var bytes = self.channel.allocator.buffer(capacity: 64 * commands.count)
+        for command in commands { RESPParser.writeCommand(command, into: &bytes) }
+        let promises = commands.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
+        self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        var replies: [RESPValue] = []
+        replies.reserveCapacity(promises.count)
+        for promise in promises { replies.append(try await promise.futureResult.get()) }
+        return replies
+    }
+
+    /// Subscribes to `channels` (a subscriber connection); returns once the server confirmed each.
+    public func subscribe(_ channels: [String]) async throws {
+        try await self.subscription("SUBSCRIBE", channels)
+    }
+
+    /// Unsubscribes from `channels`; returns once the server confirmed each.
+    public func unsubscribe(_ channels: [String]) async throws {
+        try await self.subscription("UNSUBSCRIBE", channels)
+    }
+
+    private func subscription(_ verb: String, _ channels: [String]) async throws {
+        guard !channels.isEmpty else { return }
+        var bytes = self.channel.allocator.buffer(capacity: 64)
+        RESPParser.writeCommand([.string(verb)] + channels.map { .string($0) }, into: &bytes)
+        // One confirmation per channel.
+        let promises = channels.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
+        self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        for promise in promises {
+            if case .error(let message) = try await promise.futureResult.get() { throw ErrorReply(message: message) }
+        }
+    }
+
+    /// Closes the connection; waiting commands fail with ``Closed``.
+    public func close() async {
+        try? await self.channel.close()
+    }
+}
+
+/// Commands on their way out, with the promises of their replies.
+struct RedisRequest {
+    var bytes: ByteBuffer
+    var replies: [EventLoopPromise<RESPValue>]
+}
+
+/// Writes commands and matches replies to them in order; on a subscriber connection, hands pushed messages to the
+/// message handler instead.
+final class RedisReplyHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = RedisRequest
+    typealias OutboundOut = ByteBuffer
+
+    private var received: ByteBuffer?
+    private var waiting = CircularBuffer<EventLoopPromise<RESPValue>>()
+    private let onMessage: (@Sendable (RedisConnection.Message) -> Void)?
+
+    init(onMessage: (@Sendable (RedisConnection.Message) -> Void)?) {
+        self.onMessage = onMessage
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let request = self.unwrapOutboundIn(data)
+        guard context.channel.isActive else {
+            for reply in request.replies { reply.fail(RedisConnection.Closed()) }
+            promise?.fail(RedisConnection.Closed())
+            return
+        }
+        self.waiting.append(contentsOf: request.replies)
+        context.write(self.wrapOutboundOut(request.bytes), promise: promise)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = self.unwrapInboundIn(data)
+        if var received = self.received {
+            received.writeBuffer(&bytes)
+            self.received = received
+        } else {
+            self.received = bytes
+        }
+        do {
+            while var buffer = self.received, let value = try RESPParser.read(from: &buffer) {
+                self.received = buffer.readableBytes > 0 ? buffer : nil
+                self.dispatch(value)
+            }
+        } catch {
+            self.failAll(error)
+            context.close(promise: nil)
+        }
+    }
+
+    private func dispatch(_ value: RESPValue) {
+        if let onMessage = self.onMessage, let elements = value.array, elements.count == 3,
+            elements[0].string == "message", let channel = elements[1].string, let payload = elements[2].bytes
+        {
+            onMessage(RedisConnection.Message(channel: channel, payload: payload))
+            return
+        }
+        self.waiting.popFirst()?.succeed(value)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.failAll(RedisConnection.Closed())
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.failAll(error)
+        context.close(promise: nil)
+    }
+
+    private func failAll(_ error: any Error) {
+        while let promise = self.waiting.popFirst() { promise.fail(error) }
+    }
+}
