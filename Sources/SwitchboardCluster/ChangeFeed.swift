@@ -20,6 +20,10 @@ final class ChangeFeed: Service, Sendable {
     private let location: PostgresLocation
     private let nodeID: String
     private let consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
+    /// Where rows are relayed through Redis (nil: `NOTIFY` wakes the reader).
+    private let relay: RedisLocation?
+    /// Relayed rows not applied yet.
+    private let relayed = RelayedRows()
     private let logger: Logger
     private let cursor: Atomic<Int64>
     private let wakeup = Wakeup()
@@ -28,11 +32,14 @@ final class ChangeFeed: Service, Sendable {
     /// - Parameters:
     ///   - startingAfter: The last row the node's loaded state already holds.
     ///   - consumers: What to do with each kind of row other nodes write; rows of other kinds are skipped.
+    ///   - relay: The Redis server writers relay their rows through (``RedisFeedRelay``); nil: `NOTIFY` wakes the
+    ///     reader.
     init(
         location: PostgresLocation, nodeID: String, startingAfter cursor: Int64,
-        pollInterval: Duration = .milliseconds(100), logger: Logger,
+        pollInterval: Duration = .milliseconds(100), relay: RedisLocation? = nil, logger: Logger,
         consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
     ) {
+        self.relay = relay
         self.location = location
         self.nodeID = nodeID
         self.cursor = Atomic(cursor)
@@ -44,24 +51,64 @@ final class ChangeFeed: Service, Sendable {
     /// The id of the last row read.
     var position: Int64 { self.cursor.load(ordering: .relaxed) }
 
-    /// Reads the feed until graceful shutdown or cancellation, connecting again after failures.
+    /// Reads the feed (and, with a relay, listens to it) until graceful shutdown or cancellation, connecting again
+    /// after failures.
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
-            var backoff = Duration.milliseconds(50)
-            while !Task.isCancelled {
-                do {
-                    try await self.readWhileConnected()
-                    backoff = .milliseconds(50)
-                } catch is CancellationError {
-                    return
-                } catch {
-                    if Task.isCancelled { return }
-                    self.logger.warning(
-                        "change feed connection lost; connecting again", metadata: ["error": "\(String(reflecting: error))"])
-                    try await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(2))
-                    continue
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                if let relay = self.relay { group.addTask { await self.listen(to: relay) } }
+                group.addTask { try await self.readFeed() }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// Keeps a subscription to the relay's channel, connecting again after failures; relayed rows wake the reader.
+    private func listen(to relay: RedisLocation) async {
+        var backoff = Duration.milliseconds(50)
+        while !Task.isCancelled {
+            do {
+                let connection = try await RedisConnection.connect(host: relay.host, port: relay.port) {
+                    [relayed, wakeup, logger] message in
+                    guard let entries = RedisFeedRelay.decode(message.payload) else {
+                        logger.error("malformed change feed relay message skipped")
+                        return
+                    }
+                    relayed.rows.withLock { $0.append(contentsOf: entries) }
+                    wakeup.signal()
                 }
+                try await withTaskCancellationHandler {
+                    try await connection.subscribe([RedisFeedRelay.channel])
+                    backoff = .milliseconds(50)
+                    // Rows committed while no subscription was up are read from PostgreSQL by the poll.
+                    try await connection.closeFuture.get()
+                } onCancel: {
+                    Task { await connection.close() }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                self.logger.warning("change feed relay subscription lost", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: backoff)
+            backoff = min(backoff * 2, .seconds(2))
+        }
+    }
+
+    private func readFeed() async throws {
+        var backoff = Duration.milliseconds(50)
+        while !Task.isCancelled {
+            do {
+                try await self.readWhileConnected()
+                backoff = .milliseconds(50)
+            } catch is CancellationError {
+                return
+            } catch {
+                if Task.isCancelled { return }
+                self.logger.warning(
+                    "change feed connection lost; connecting again", metadata: ["error": "\(String(reflecting: error))"])
+                try await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(2))
             }
         }
     }
@@ -91,9 +138,15 @@ final class ChangeFeed: Service, Sendable {
             }
             group.addTask {
                 var lastPrune = ContinuousClock.now
+                var lastRead: ContinuousClock.Instant?
                 while !Task.isCancelled {
-                    // Catch up first (this also covers whatever was committed while the connection was down).
-                    while try await self.readPage(on: connection) {}
+                    // Relayed rows first; PostgreSQL when they leave a gap, without a relay, and every poll interval
+                    // (this also catches up whatever was committed while a connection was down).
+                    let gap = try await self.applyRelayed(on: connection)
+                    if gap || self.relay == nil || lastRead.map({ ContinuousClock.now - $0 >= self.pollInterval }) ?? true {
+                        while try await self.readPage(on: connection) {}
+                        lastRead = ContinuousClock.now
+                    }
                     if ContinuousClock.now - lastPrune > .seconds(60) {
                         try await ChangeFeedRows.prune(olderThanSeconds: 600, on: connection, logger: self.logger)
                         lastPrune = ContinuousClock.now
@@ -106,26 +159,43 @@ final class ChangeFeed: Service, Sendable {
         }
     }
 
+    /// Applies the relayed rows that follow the cursor without a gap; true when one does not (PostgreSQL must be
+    /// read: the rows between were lost on the way, or are still on theirs).
+    private func applyRelayed(on connection: PostgresConnection) async throws -> Bool {
+        let entries = self.relayed.rows.withLock { relayed -> [ChangeFeedRows.Entry] in
+            defer { relayed = [] }
+            return relayed
+        }
+        for entry in entries.sorted(by: { $0.id < $1.id }) where entry.id > self.position {
+            guard entry.id == self.position + 1 else { return true }
+            try await self.apply(entry, on: connection)
+        }
+        return false
+    }
+
     /// Reads and applies one page of rows; true when the page was full (more may follow at once).
     private func readPage(on connection: PostgresConnection) async throws -> Bool {
         let limit = 1_000
         let entries = try await ChangeFeedRows.read(after: self.position, limit: limit, on: connection, logger: self.logger)
-        for entry in entries {
-            if entry.node != self.nodeID, let kind = ChangeFeedRows.Kind(rawValue: entry.kind),
-                let consumer = self.consumers[kind]
-            {
-                do {
-                    try await consumer.consume(entry.payload, on: connection, logger: self.logger)
-                } catch let error as PSQLError {
-                    throw error  // read the row again on a new connection
-                } catch {
-                    self.logger.error(
-                        "unreadable change feed row skipped", metadata: ["row": "\(entry.id)", "error": "\(error)"])
-                }
-            }
-            self.cursor.store(entry.id, ordering: .relaxed)
-        }
+        for entry in entries { try await self.apply(entry, on: connection) }
         return entries.count == limit
+    }
+
+    /// Hands a row another node wrote to its kind's consumer, and moves the cursor past it.
+    private func apply(_ entry: ChangeFeedRows.Entry, on connection: PostgresConnection) async throws {
+        if entry.node != self.nodeID, let kind = ChangeFeedRows.Kind(rawValue: entry.kind),
+            let consumer = self.consumers[kind]
+        {
+            do {
+                try await consumer.consume(entry.payload, on: connection, logger: self.logger)
+            } catch let error as PSQLError {
+                throw error  // read the row again on a new connection
+            } catch {
+                self.logger.error(
+                    "unreadable change feed row skipped", metadata: ["row": "\(entry.id)", "error": "\(error)"])
+            }
+        }
+        self.cursor.store(entry.id, ordering: .relaxed)
     }
 }
 
@@ -156,6 +226,11 @@ struct MetadataFeedConsumer: ChangeFeedConsumer {
     }
 }
 
+/// Rows relayed through Redis, waiting for the reader.
+final class RelayedRows: Sendable {
+    let rows = Mutex<[ChangeFeedRows.Entry]>([])
+}
+
 /// The change feed's notifications ended: its connection is gone.
 struct FeedConnectionClosed: Error {}
 
@@ -181,8 +256,16 @@ final class Wakeup: Sendable {
         waiter?.resume()
     }
 
-    /// Returns after a signal, or after `timeout`.
+    /// Returns after a signal, after `timeout`, or when the task is cancelled.
     func wait(timeout: Duration) async {
+        await withTaskCancellationHandler {
+            await self.waitForSignal(timeout: timeout)
+        } onCancel: {
+            self.signal()
+        }
+    }
+
+    private func waitForSignal(timeout: Duration) async {
         let generation = self.state.withLock { state -> Int? in
             if state.signalled {
                 state.signalled = false

@@ -35,21 +35,34 @@ enum ChangeFeedRows {
         var payload: ByteBuffer
     }
 
-    /// Appends `rows` in order, under the feed's advisory lock, and wakes the readers when the transaction commits.
+    /// Appends `rows` in order, under the feed's advisory lock, and (with `notify`) wakes the readers when the
+    /// transaction commits.
     ///
     /// The lock is held until the transaction ends, so rows get their ids and commit in the same order: a reader
     /// that has seen id n never later finds a committed row below n.
-    static func append(_ rows: [Row], node: String, on connection: PostgresConnection, logger: Logger) async throws {
-        guard !rows.isEmpty else { return }
+    ///
+    /// - Parameter notify: `NOTIFY` the readers at commit; false when a ``RedisFeedRelay`` carries the rows after
+    ///   the commit instead.
+    /// - Returns: The rows as they will be read, for the relay.
+    @discardableResult
+    static func append(_ rows: [Row], node: String, notify: Bool = true, on connection: PostgresConnection, logger: Logger)
+        async throws -> [Entry]
+    {
+        guard !rows.isEmpty else { return [] }
         try await connection.query("SELECT pg_advisory_xact_lock(\(PostgresSchema.outboxLockKey))", logger: logger)
-        try await connection.query(
+        let inserted = try await connection.query(
             """
             INSERT INTO sb_outbox (node, kind, payload)
             SELECT \(node), r.kind, r.payload
             FROM unnest(\(rows.map(\.kind.rawValue))::int2[], \(rows.map(\.payload))::bytea[]) WITH ORDINALITY AS r(kind, payload, n)
             ORDER BY r.n
+            RETURNING id
             """, logger: logger)
-        try await connection.query("SELECT pg_notify(\(PostgresSchema.notifyChannel), '')", logger: logger)
+        var ids: [Int64] = []
+        for try await id in inserted.decode(Int64.self) { ids.append(id) }
+        if notify { try await connection.query("SELECT pg_notify(\(PostgresSchema.notifyChannel), '')", logger: logger) }
+        // Ids are drawn in insertion order (ORDER BY n), under the lock: the smallest is the first row's.
+        return zip(ids.sorted(), rows).map { Entry(id: $0, node: node, kind: $1.kind.rawValue, payload: $1.payload) }
     }
 
     /// The newest row's id (0 for an empty feed): where a starting node's cursor begins.

@@ -9,7 +9,7 @@ import Synchronization
 /// A cluster of gateways sharing one PostgreSQL database: the ``ClusterEngine`` of `switchboard --cluster URL`.
 ///
 /// Every node keeps all metadata sets in memory and serves reads from there. A write is decided in a PostgreSQL
-/// transaction that holds the set's row locked, against the set as committed (``MetadataStore/open(shared:configuration:logger:)``),
+/// transaction that holds the set's row locked, against the set as committed (``MetadataStore/open(shared:locks:configuration:logger:)``),
 /// and is answered after the commit; the same transaction appends the change to the feed (`sb_outbox`), from
 /// which every other node brings its copy up to date and sends the storage event to its own subscribers
 /// (``ChangeFeed``).
@@ -24,12 +24,18 @@ public struct PostgresCluster: ClusterEngine {
     public var heartbeatInterval: Duration = .seconds(1)
     /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
     public var nodeTimeout: Duration = .seconds(10)
+    /// The Redis server that carries committed changes to the other nodes at once (nil: PostgreSQL alone, with
+    /// `NOTIFY` and polling).
+    public let redis: RedisLocation?
     private let startingCursor = StartingCursor()
+    private let relay: RedisFeedRelay?
 
-    /// A node of the cluster whose database is at `location`.
-    public init(location: PostgresLocation, nodeID: String = PostgresCluster.makeNodeID()) {
+    /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
+    public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
         self.location = location
+        self.redis = redis
         self.nodeID = nodeID
+        self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
     }
 
     /// A fresh random node id.
@@ -53,29 +59,36 @@ public struct PostgresCluster: ClusterEngine {
             try? await connection.close()
             throw error
         }
-        logger.info("cluster node starting", metadata: ["node": "\(self.nodeID)", "database": "\(self.location)"])
+        var metadata: Logger.Metadata = ["node": "\(self.nodeID)", "database": "\(self.location)"]
+        if let redis = self.redis { metadata["redis"] = "\(redis)" }
+        logger.info("cluster node starting", metadata: metadata)
     }
 
     /// Loads every metadata set (after ``join(logger:)``).
     public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
-        let backend = PostgresMetadataBackend(location: self.location, nodeID: self.nodeID, logger: logger)
-        return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
+        let backend = PostgresMetadataBackend(
+            location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
+        let locks = PostgresLockBackend(location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
+        return try await MetadataStore.open(shared: backend, locks: locks, configuration: configuration, logger: logger)
     }
 
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
         var consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer] = [:]
+        var sweepers: [any DeadNodeSweeper] = []
         if let store = services.metadataStore {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
+            consumers[.lock] = LockFeedConsumer(store: store)
+            sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
         }
         return [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
-                logger: logger),
+                sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
-                pollInterval: self.pollInterval, logger: logger, consumers: consumers),
+                pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers),
         ]
     }
 }

@@ -15,13 +15,16 @@ import Synchronization
 final class PostgresLockBackend: SharedLockBackend {
     let nodeID: String
     private let location: PostgresLocation
+    private let relay: RedisFeedRelay?
     private let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
     private let connectionIDs = Atomic<Int>(3_000)
 
-    init(location: PostgresLocation, nodeID: String, logger: Logger) {
+    /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
+    init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
         self.location = location
         self.nodeID = nodeID
+        self.relay = relay
         self.logger = logger
     }
 
@@ -38,10 +41,13 @@ final class PostgresLockBackend: SharedLockBackend {
             do {
                 let committed = try await Self.lockChannel(channel, on: connection, logger: self.logger)
                 let (commit, result) = try decide(committed)
+                var appended: [ChangeFeedRows.Entry] = []
                 if let commit {
-                    try await Self.store(commit, node: self.nodeID, on: connection, logger: self.logger)
+                    appended = try await Self.store(
+                        commit, node: self.nodeID, notify: self.relay == nil, on: connection, logger: self.logger)
                 }
                 try await connection.query("COMMIT", logger: self.logger)
+                self.relay?.publish(appended)
                 return result
             } catch {
                 _ = try? await connection.query("ROLLBACK", logger: self.logger)
@@ -88,9 +94,11 @@ final class PostgresLockBackend: SharedLockBackend {
     }
 
     /// Writes a channel's locks and revision and appends the change to the feed.
-    static func store(_ commit: LockCommit, node: String, on connection: PostgresConnection, logger: Logger)
-        async throws
-    {
+    ///
+    /// - Returns: The feed rows appended, for the relay.
+    static func store(
+        _ commit: LockCommit, node: String, notify: Bool, on connection: PostgresConnection, logger: Logger
+    ) async throws -> [ChangeFeedRows.Entry] {
         let channel = commit.locks.channel
         let key = ScopeColumns([channel])
         let (storageType, channelType, name) = (key.storageTypes[0], key.channelTypes[0], key.names[0])
@@ -119,8 +127,9 @@ final class PostgresLockBackend: SharedLockBackend {
             UPDATE sb_metadata_set SET lock_revision = \(Int64(bitPattern: commit.locks.revision))
             WHERE storage_type = \(storageType) AND channel_type = \(channelType) AND name = \(name)
             """, logger: logger)
-        try await ChangeFeedRows.append(
-            [ChangeFeedRows.Row(kind: .lock, payload: LockCoding.encode(commit))], node: node, on: connection, logger: logger)
+        return try await ChangeFeedRows.append(
+            [ChangeFeedRows.Row(kind: .lock, payload: LockCoding.encode(commit))], node: node, notify: notify,
+            on: connection, logger: logger)
     }
 
     /// The committed locks of `channels` (of every channel that ever had a lock when nil).
@@ -198,6 +207,7 @@ struct LockFeedConsumer: ChangeFeedConsumer {
 struct LockWaiterSweeper: DeadNodeSweeper {
     let store: MetadataStore
     let nodeID: String
+    let relay: RedisFeedRelay?
 
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
         -> @Sendable () -> Void
@@ -216,19 +226,24 @@ struct LockWaiterSweeper: DeadNodeSweeper {
         })
         let dead = Set(deadNodes)
         var committed: [StoredChannelLocks] = []
+        var appended: [ChangeFeedRows.Entry] = []
         for channel in channels {
             var locks = try await PostgresLockBackend.lockChannel(channel, on: connection, logger: logger)
             let before = locks.locks
             for index in locks.locks.indices { locks.locks[index].waiters.removeAll { dead.contains($0.node) } }
             guard locks.locks != before else { continue }
             locks.revision &+= 1
-            try await PostgresLockBackend.store(
-                LockCommit(locks: locks, events: []), node: self.nodeID, on: connection, logger: logger)
+            appended += try await PostgresLockBackend.store(
+                LockCommit(locks: locks, events: []), node: self.nodeID, notify: self.relay == nil, on: connection,
+                logger: logger)
             committed.append(locks)
         }
-        let store = self.store
-        let swept = committed
-        return { for locks in swept { store.applyCommittedLocks(locks, events: []) } }
+        let (store, relay) = (self.store, self.relay)
+        let (swept, relayedRows) = (committed, appended)
+        return {
+            relay?.publish(relayedRows)
+            for locks in swept { store.applyCommittedLocks(locks, events: []) }
+        }
     }
 }
 

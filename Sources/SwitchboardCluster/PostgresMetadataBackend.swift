@@ -14,13 +14,16 @@ import Synchronization
 final class PostgresMetadataBackend: SharedMetadataBackend {
     private let location: PostgresLocation
     private let nodeID: String
+    private let relay: RedisFeedRelay?
     private let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
     private let connectionIDs = Atomic<Int>(1)
 
-    init(location: PostgresLocation, nodeID: String, logger: Logger) {
+    /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
+    init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
         self.location = location
         self.nodeID = nodeID
+        self.relay = relay
         self.logger = logger
     }
 
@@ -36,13 +39,18 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         do {
             try await connection.query("BEGIN", logger: self.logger)
             let result: Result
+            let appended = AppendedRows()
             do {
-                result = try await body(Transaction(connection: connection, nodeID: self.nodeID, logger: self.logger))
+                result = try await body(
+                    Transaction(
+                        connection: connection, nodeID: self.nodeID, notify: self.relay == nil, appended: appended,
+                        logger: self.logger))
             } catch {
                 _ = try? await connection.query("ROLLBACK", logger: self.logger)
                 throw error
             }
             try await connection.query("COMMIT", logger: self.logger)
+            self.relay?.publish(appended.entries)
             return result
         } catch {
             if connection.isClosed { self.connection.withLock { if $0 === connection { $0 = nil } } }
@@ -135,6 +143,8 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
     private struct Transaction: SharedMetadataTransaction {
         let connection: PostgresConnection
         let nodeID: String
+        let notify: Bool
+        let appended: AppendedRows
         let logger: Logger
 
         func lockSets(_ scopes: [MetadataScope]) async throws -> [MetadataScope: UInt64] {
@@ -231,11 +241,17 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
                     ON CONFLICT (storage_type, channel_type, name, key) DO UPDATE SET \(unescaped: onConflict)
                     """, logger: self.logger)
             }
-            try await ChangeFeedRows.append(
+            self.appended.entries += try await ChangeFeedRows.append(
                 changes.map { ChangeFeedRows.Row(kind: .metadata, payload: MetadataChangeCoding.encode($0)) },
-                node: self.nodeID, on: self.connection, logger: self.logger)
+                node: self.nodeID, notify: self.notify, on: self.connection, logger: self.logger)
         }
     }
+}
+
+/// The feed rows one transaction appended, relayed once it committed.
+final class AppendedRows: @unchecked Sendable {
+    // Filled and read by the one task running the transaction.
+    var entries: [ChangeFeedRows.Entry] = []
 }
 
 /// The key columns of a list of scopes, as arrays for `unnest`.

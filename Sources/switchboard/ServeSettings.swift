@@ -53,6 +53,8 @@ struct ServeSettings: Equatable, Sendable {
     var logLevel = "info"
     /// The PostgreSQL URL of the cluster this gateway is a node of (nil: a single gateway).
     var cluster: String?
+    /// The Redis server (`HOST:PORT`) of the cluster, with ``cluster`` (nil: PostgreSQL alone).
+    var redis: String?
     /// TLS for the TCP listener: the certificate chain and its key (PEM files), both or neither.
     var tlsCert: String?
     var tlsKey: String?
@@ -123,6 +125,7 @@ struct ServeSettings: Equatable, Sendable {
         .string("metrics-host", \.metricsHost),
         .string("log-level", \.logLevel),
         .optionalSecretString("cluster", \.cluster),
+        .optionalString("redis", \.redis),
     ]
 
     /// The environment variable that holds `key`: `SWITCHBOARD_` and the key in upper case, dashes as underscores.

@@ -145,6 +145,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Run as a node of a cluster whose metadata lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares the metadata sets and their storage events; --database then holds only the node's event and profile files. Keep a password out of the process list: put it in the --config file or SWITCHBOARD_CLUSTER.")
     var cluster: String?
 
+    @Option(help: "With --cluster: the Redis server (HOST:PORT) that carries each node's committed changes to the others at once (pub/sub), instead of PostgreSQL NOTIFY. PostgreSQL stays the record: a change Redis loses is read from it by the next poll.")
+    var redis: String?
+
     /// The options given on the command line, by key (``ServeSettings/keys``); `--config` is not a setting.
     var commandLineValues: [String: ConfigContent] {
         var values: [String: ConfigContent] = [:]
@@ -189,6 +192,7 @@ struct Serve: AsyncParsableCommand {
         put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
         put("cluster", self.cluster)
+        put("redis", self.redis)
         return values
     }
 
@@ -336,11 +340,23 @@ extension ServeSettings {
         applicationConfiguration.unawaitedWriteDelayMs = self.unawaitedWriteDelayMs
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         if let url = self.cluster {
+            let location: PostgresLocation
             do {
-                applicationConfiguration.cluster = PostgresCluster(location: try PostgresLocation(url: url))
+                location = try PostgresLocation(url: url)
             } catch {
                 throw ValidationError("--cluster: \(error.description)")
             }
+            var redis: RedisLocation?
+            if let address = self.redis {
+                do {
+                    redis = try RedisLocation(address: address)
+                } catch {
+                    throw ValidationError("--redis: \(error.description)")
+                }
+            }
+            applicationConfiguration.cluster = PostgresCluster(location: location, redis: redis)
+        } else if self.redis != nil {
+            throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }
         let application = GatewayApplication(
             configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,

@@ -29,9 +29,13 @@ struct ClusterNode: Sendable {
 /// Runs `body` against `count` gateways sharing one PostgreSQL server of the test's own, then stops them gracefully
 /// and removes the server.
 ///
-/// - Parameter postgres: The server to use (the caller's to stop); nil starts one for the call.
+/// - Parameters:
+///   - postgres: The server to use (the caller's to stop); nil starts one for the call.
+///   - redis: The Redis server the nodes relay their changes through (nil: PostgreSQL alone).
+///   - pollInterval: How often each node reads the change feed when nothing wakes it.
 func withCluster<T: Sendable>(
-    nodes count: Int, postgres given: TestPostgres? = nil, _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
+    nodes count: Int, postgres given: TestPostgres? = nil, redis: TestRedis? = nil,
+    pollInterval: Duration = .milliseconds(100), _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
 ) async throws -> T {
     let postgres: TestPostgres
     if let given {
@@ -55,8 +59,9 @@ func withCluster<T: Sendable>(
         server.shutdownGracePeriod = .seconds(5)
         server.databasePath = directory.path + "/node\(index).sqlite"
         var configuration = GatewayApplication.Configuration(server: server)
-        var engine = PostgresCluster(location: location)
-        engine.pollInterval = .milliseconds(100)
+        var engine = PostgresCluster(
+            location: location, redis: redis.map { RedisLocation(host: "127.0.0.1", port: $0.port) })
+        engine.pollInterval = pollInterval
         configuration.cluster = engine
         engines.append(engine)
         applications.append(

@@ -114,7 +114,7 @@ private struct DecidedLockOperation: @unchecked Sendable {
 }
 
 /// Runs queued async jobs one at a time, in the order they were queued.
-final class SerialJobQueue: Sendable {
+package final class SerialJobQueue: Sendable {
     private struct State {
         var jobs: [@Sendable () async -> Void] = []
         var running = false
@@ -122,7 +122,10 @@ final class SerialJobQueue: Sendable {
 
     private let state = Mutex(State())
 
-    func enqueue(_ job: @escaping @Sendable () async -> Void) {
+    package init() {}
+
+    /// Queues `job`; it runs after every job queued before it has finished.
+    package func enqueue(_ job: @escaping @Sendable () async -> Void) {
         let start = self.state.withLock { state -> Bool in
             state.jobs.append(job)
             guard !state.running else { return false }
