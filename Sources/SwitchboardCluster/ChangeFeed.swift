@@ -133,7 +133,10 @@ final class ChangeFeed: Service, Sendable {
     private func read(on connection: PostgresConnection, wokenBy notifications: PostgresNotificationSequence) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { [wakeup] in
-                for try await _ in notifications { wakeup.signal() }
+                for try await _ in notifications {
+                    self.relayed.notified.store(true, ordering: .relaxed)
+                    wakeup.signal()
+                }
                 throw FeedConnectionClosed()
             }
             group.addTask {
@@ -143,7 +146,10 @@ final class ChangeFeed: Service, Sendable {
                     // Relayed rows first; PostgreSQL when they leave a gap, without a relay, and every poll interval
                     // (this also catches up whatever was committed while a connection was down).
                     let gap = try await self.applyRelayed(on: connection)
-                    if gap || self.relay == nil || lastRead.map({ ContinuousClock.now - $0 >= self.pollInterval }) ?? true {
+                    let notified = self.relayed.notified.exchange(false, ordering: .relaxed)
+                    if gap || notified || self.relay == nil
+                        || lastRead.map({ ContinuousClock.now - $0 >= self.pollInterval }) ?? true
+                    {
                         while try await self.readPage(on: connection) {}
                         lastRead = ContinuousClock.now
                     }
@@ -226,9 +232,11 @@ struct MetadataFeedConsumer: ChangeFeedConsumer {
     }
 }
 
-/// Rows relayed through Redis, waiting for the reader.
+/// Rows relayed through Redis, waiting for the reader, and whether a `NOTIFY` came (from a writer that does not
+/// relay) since the reader last looked.
 final class RelayedRows: Sendable {
     let rows = Mutex<[ChangeFeedRows.Entry]>([])
+    let notified = Atomic<Bool>(false)
 }
 
 /// The change feed's notifications ended: its connection is gone.

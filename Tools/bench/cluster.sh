@@ -5,7 +5,8 @@
 #     (sbbench storage-fanout --writer-tcp), one event at a time;
 #   - durable write throughput: one sbbench requests --op set per node at once, summed (every write is committed in
 #     PostgreSQL before it is answered).
-# Usage: Tools/bench/cluster.sh [writes-per-node] [subscribers] [events]
+# With REDIS=1 the nodes also share a redis-server of the script's own (--redis), which relays committed changes.
+# Usage: [REDIS=1] Tools/bench/cluster.sh [writes-per-node] [subscribers] [events]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 writes="${1:-100000}"
@@ -25,10 +26,18 @@ as_postgres "$bin_dir/postgres" -D "$work/data" -p "$pg_port" -k "$work" -c list
   -c max_connections=200 -c shared_buffers=256MB >"$work/pg.log" 2>&1 &
 for _ in $(seq 100); do pg_isready -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.1; done
 url="postgres://switchboard@127.0.0.1:$pg_port/postgres"
+redis_args=()
+if [ "${REDIS:-0}" = 1 ]; then
+  redis_port=$((pg_port + 1))
+  redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no --logfile "$work/redis.log" &
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis_args=(--redis "127.0.0.1:$redis_port")
+  echo "with Redis at 127.0.0.1:$redis_port"
+fi
 ports=(17411 17412 17413)
 pids=()
 for n in 0 1 2; do
-  $bin/switchboard --cluster "$url" --tcp "127.0.0.1:${ports[$n]}" --unix-socket off --database "$work/node$n.sqlite" \
+  $bin/switchboard --cluster "$url" "${redis_args[@]}" --tcp "127.0.0.1:${ports[$n]}" --unix-socket off --database "$work/node$n.sqlite" \
     --rate-limit 0 --log-level error &
   pids+=($!)
 done
