@@ -25,12 +25,17 @@ public struct PostgresCluster: ClusterEngine {
     /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
     public var nodeTimeout: Duration = .seconds(10)
     private let startingCursor = StartingCursor()
+    private let presence: PostgresPresence
 
     /// A node of the cluster whose database is at `location`.
     public init(location: PostgresLocation, nodeID: String = PostgresCluster.makeNodeID()) {
         self.location = location
         self.nodeID = nodeID
+        self.presence = PostgresPresence(nodeID: nodeID)
     }
+
+    /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
+    public var presenceReplication: (any PresenceReplication)? { self.presence }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {
@@ -48,6 +53,7 @@ public struct PostgresCluster: ClusterEngine {
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
+            try await self.presence.load(on: connection, logger: logger)
             try await connection.close()
         } catch {
             try? await connection.close()
@@ -69,14 +75,28 @@ public struct PostgresCluster: ClusterEngine {
         if let store = services.metadataStore {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
         }
-        return [
+        var sweepers: [any DeadNodeSweeper] = []
+        var presenceWriter: PresenceWriter?
+        if let area = services.presence {
+            // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
+            let mirror = PresenceMirror(domain: area.domain)
+            mirror.apply(self.presence.takeLoaded())
+            consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
+            sweepers.append(PresenceSweeper(nodeID: self.nodeID, mirror: mirror, nodeTimeout: self.nodeTimeout))
+            presenceWriter = PresenceWriter(presence: self.presence, location: self.location, logger: logger)
+        }
+        // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the
+        // feed stops, then the node leaves sb_node.
+        var built: [any Service] = [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
-                logger: logger),
+                sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, logger: logger, consumers: consumers),
         ]
+        if let presenceWriter { built.append(presenceWriter) }
+        return built
     }
 }
 

@@ -48,6 +48,8 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     private let membershipObservers: [any ChannelMembershipObserver]
     private let bookmarks: PageBookmarks
     private let publisher: PushPublisher
+    /// Where a cluster node reports its sessions' presence (nil on a single gateway).
+    private let replication: (any PresenceReplication)?
 
     /// The operations this area serves.
     public var operations: [Opcode] {
@@ -63,15 +65,18 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
     ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
     ///     ``GatewayApplication`` gives it). Timer work takes a channel lock briefly and never blocks.
+    ///   - replication: where a cluster node reports its sessions' joins, leaves and states (nil on a single gateway).
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
         publisher: PushPublisher,
         membershipObservers: [any ChannelMembershipObserver] = [],
         timerLoop: any EventLoop,
+        replication: (any PresenceReplication)? = nil,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
+        self.replication = replication
         self.subscriptions = publisher.subscriptions
         self.publisher = publisher
         self.membershipObservers = membershipObservers
@@ -130,8 +135,11 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     private func leaveChannels(of session: SessionHandle, exit: PresenceExit) {
         let subscriptions = self.subscriptions
-        self.domain.leaveAll(ObjectIdentifier(session), userID: session.info.userID, exit: exit) { key in
+        let replication = self.replication
+        let info = session.info
+        self.domain.leaveAll(ObjectIdentifier(session), userID: info.userID, exit: exit) { key in
             _ = subscriptions.leave(session, channel: key)
+            replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: exit)
         }
     }
 
@@ -160,8 +168,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let subscriptions = self.subscriptions
         let maxChannels = self.configuration.maxChannelsPerUser
         let publisher = self.publisher
+        let info = session.info
         _ = self.domain.subscribe(
-            id, userID: session.info.userID, to: key, quiet: options.beQuiet, now: context.nowMillis,
+            id, userID: info.userID, to: key, quiet: options.beQuiet, now: context.nowMillis,
             admit: {
                 joined = subscriptions.join(session, channel: key, options: options, maxChannelsPerUser: maxChannels)
                 if case .tooManyChannels = joined { return false }
@@ -169,7 +178,13 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             },
             snapshotTo: options.withPresence
                 ? { pushes in publisher.publish(Self.encoded(pushes, publisher), to: .sessions([session]), delivery: .queued) }
-                : nil)
+                : nil,
+            attached: self.replication.map { replication in
+                { state in
+                    replication.sessionJoined(
+                        info.connectionID, userID: info.userID, channel: key, quiet: options.beQuiet, state: state)
+                }
+            })
         switch joined {
         case .tooManyChannels(let limit):
             if !alreadyIn { session.releaseSubscriptions() }
@@ -189,9 +204,12 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let key = try Self.channelKey(request.channel, request.channelType)
         let session = context.session
         let subscriptions = self.subscriptions
+        let replication = self.replication
+        let info = session.info
         do throws(SwitchboardStoreError) {
-            try self.domain.unsubscribe(ObjectIdentifier(session), userID: session.info.userID, from: key, now: context.nowMillis) {
+            try self.domain.unsubscribe(ObjectIdentifier(session), userID: info.userID, from: key, now: context.nowMillis) {
                 _ = subscriptions.leave(session, channel: key)
+                replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: .left)
             }
         } catch {
             throw RequestRejection(error.body)
@@ -253,7 +271,8 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let session = context.session
         do throws(SwitchboardStoreError) {
             try self.domain.setState(
-                request.items, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis)
+                request.items, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis,
+                changed: self.stateReporter(session.info.userID, key))
         } catch {
             throw RequestRejection(error.body)
         }
@@ -265,11 +284,18 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let session = context.session
         do throws(SwitchboardStoreError) {
             try self.domain.removeState(
-                request.keys, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis)
+                request.keys, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis,
+                changed: self.stateReporter(session.info.userID, key))
         } catch {
             throw RequestRejection(error.body)
         }
         return .removeState(EmptyBody())
+    }
+
+    /// What tells the cluster a user's new state (nil on a single gateway).
+    private func stateReporter(_ userID: String, _ key: ChannelKey) -> ((PresenceState) -> Void)? {
+        guard let replication = self.replication else { return nil }
+        return { state in replication.stateChanged(userID: userID, channel: key, state: state) }
     }
 
     private func getState(_ request: GetStateRequest, context: RequestContext) throws(RequestRejection) -> Response {
