@@ -1,3 +1,4 @@
+import Foundation
 import SwitchboardClient
 import SwitchboardCluster
 import SwitchboardTestSupport
@@ -23,23 +24,23 @@ struct ClusterPresenceTests {
             let expected = (0..<6).map { UserState(userId: "u\($0)", states: [StateItem(key: "seat", value: "s\($0)")]) }
             for node in nodes {
                 let reader = try await node.client("Reader")
-                #expect(
-                    try await eventually {
-                        let page = try await reader.whoNow(channel: "room", includeState: true)
-                        return page.totalOccupancy == 6 && page.users == expected && page.nextPage.isEmpty
-                    }, "node \(node.port) does not list every member with its state")
+                let listed = try await eventually {
+                    let page = try await reader.whoNow(channel: "room", includeState: true)
+                    return page.totalOccupancy == 6 && page.users == expected && page.nextPage.isEmpty
+                }
+                #expect(listed, "node \(node.port) does not list every member with its state")
                 let count = try await reader.whoNow(channel: "room", includeUserIDs: false)
                 #expect(count.totalOccupancy == 6 && count.users.isEmpty)
                 let ids = try await reader.whoNow(channel: "room")
                 #expect(ids.users.map(\.userId) == expected.map(\.userId) && ids.users.allSatisfy(\.states.isEmpty))
-                #expect(
-                    try await eventually {
-                        let channels = try await reader.whereNow(userID: "u4")
-                        return channels.totalChannel == 2
-                            && channels.channels == [
-                                ChannelRef(channel: "room", channelType: .message), ChannelRef(channel: "side", channelType: .stream),
-                            ]
-                    }, "node \(node.port) does not know where u4 is")
+                let located = try await eventually {
+                    let channels = try await reader.whereNow(userID: "u4")
+                    return channels.totalChannel == 2
+                        && channels.channels == [
+                            ChannelRef(channel: "room", channelType: .message), ChannelRef(channel: "side", channelType: .stream),
+                        ]
+                }
+                #expect(located, "node \(node.port) does not know where u4 is")
                 let state = try await reader.getState(channel: "room", userID: "u2")
                 #expect(state.userId == "u2" && state.items == [StateItem(key: "seat", value: "s2")])
                 await reader.close()
@@ -68,7 +69,10 @@ struct ClusterPresenceTests {
             let stayers = Set((0..<count).map { "m\(1_000 + $0)" })
             for (round, node) in nodes.enumerated() {
                 let reader = try await node.client("Reader")
-                #expect(try await eventually(seconds: 10) { try await reader.whoNow(channel: "hall", includeUserIDs: false).totalOccupancy == UInt64(count) })
+                let everyone = try await eventually(seconds: 10) {
+                    try await reader.whoNow(channel: "hall", includeUserIDs: false).totalOccupancy == UInt64(count)
+                }
+                #expect(everyone)
                 var seen: [String] = []
                 var page = ""
                 var pages = 0
@@ -143,9 +147,10 @@ struct ClusterPresenceTests {
             let second = try await nodes[1].client("Tony")
             try await second.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
             // Nodes tell each other in the background: the second session is committed before the first leaves.
-            #expect(try await eventually {
+            let bothWritten = try await eventually {
                 try await postgres.psql("SELECT count(*) FROM sb_presence WHERE user_id = 'Tony'::bytea") == "2"
-            })
+            }
+            #expect(bothWritten)
             try await first.unsubscribeChannel(channel: "room")
             // A marker joining after the first session left comes next: nothing was said about Tony meanwhile.
             let marker = try await nodes[0].client("Marker")
@@ -169,13 +174,13 @@ struct ClusterPresenceTests {
             try await tony.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
             try await tony.setState(channel: "room", items: [StateItem(key: "seat", value: "7")])
             // The rows are written in the background: wait until they are in the table.
-            #expect(
-                try await eventually {
-                    let sessions = try await postgres.psql("SELECT count(*) FROM sb_presence")
-                    let states = try await postgres.psql(
-                        "SELECT count(*) FROM sb_presence_state WHERE position('seat'::bytea IN state) > 0")
-                    return sessions == "1" && states == "1"
-                })
+            let written = try await eventually {
+                let sessions = try await postgres.psql("SELECT count(*) FROM sb_presence")
+                let states = try await postgres.psql(
+                    "SELECT count(*) FROM sb_presence_state WHERE position('seat'::bytea IN state) > 0")
+                return sessions == "1" && states == "1"
+            }
+            #expect(written)
             try await withCluster(nodes: 1, postgres: postgres) { _, later in
                 let watcher = try await later[0].client("Watcher")
                 let page = try await watcher.whoNow(channel: "room", includeState: true)
@@ -220,6 +225,82 @@ final class PresenceEventIterator: Sendable {
             if let event = self.received.events.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return event }
             if ContinuousClock.now >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}
+
+/// Presence when a real `switchboard --cluster` process dies.
+@Suite("Cluster presence processes", .serialized, .timeLimit(.minutes(3)))
+struct ClusterPresenceProcessTests {
+    @Test("the members of a node killed with kill -9 time out on the survivors: gone from whoNow and whereNow, one remoteTimeout each per subscriber")
+    func membersOfAKilledNodeTimeOutOnceOnTheSurvivors() async throws {
+        // A presence timeout shorter than the node timeout (10 s): the members go as soon as the node is seen dead.
+        try await ClusterProcessTests.withNodes(3, arguments: ["--presence-timeout", "5"]) { postgres, nodes in
+            var watchers: [SwitchboardClient] = []
+            var events: [PresenceEventIterator] = []
+            for node in nodes.dropFirst() {
+                let watcher = try await node.client("Watcher\(node.port)")
+                let iterator = PresenceEventIterator(watcher.presenceEvents)
+                try await watcher.subscribeChannel(channel: "room")
+                watchers.append(watcher)
+                events.append(iterator)
+            }
+            let doomedUsers = (0..<5).map { "v\($0)" }
+            var doomed: [SwitchboardClient] = []
+            for user in doomedUsers {
+                let client = try await nodes[0].client(user)
+                try await client.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+                try await client.subscribeChannel(channel: "other", options: ChannelSubscriptionOptions(withPresence: false))
+                doomed.append(client)
+            }
+            for watcher in watchers {
+                let joined = try await eventually(seconds: 10) {
+                    try await watcher.whoNow(channel: "room").totalOccupancy == 7
+                }
+                #expect(joined)
+            }
+            let written = try await eventually(seconds: 10) {
+                try await postgres.psql("SELECT count(*) FROM sb_presence") == "12"
+            }
+            #expect(written)
+
+            let killedAt = ContinuousClock.now
+            nodes[0].process.signal(SIGKILL)
+            _ = await nodes[0].process.waitForExit()
+            for watcher in watchers {
+                let gone = try await eventually(seconds: 25) {
+                    try await watcher.whoNow(channel: "room").users.map(\.userId).allSatisfy { $0.hasPrefix("Watcher") }
+                }
+                let after = ContinuousClock.now - killedAt
+                #expect(gone && after < .seconds(20), "the killed node's members were still listed after \(after)")
+                for user in doomedUsers {
+                    let channels = try await watcher.whereNow(userID: user)
+                    #expect(channels.totalChannel == 0, "\(user) is still in \(channels.channels)")
+                }
+            }
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_presence") == "2")
+
+            // A marker joining afterwards is seen after everything the sweep caused; count what came before it.
+            let marker = try await nodes[1].client("Marker")
+            try await marker.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            for (index, iterator) in events.enumerated() {
+                var timeouts: [String: Int] = [:]
+                var leaves = 0
+                var sawMarker = false
+                while let event = await iterator.next(seconds: 10) {
+                    if event.eventType == .remoteJoin && event.publisher == "Marker" {
+                        sawMarker = true
+                        break
+                    }
+                    if event.eventType == .remoteTimeout { timeouts[event.publisher, default: 0] += 1 }
+                    if event.eventType == .remoteLeave { leaves += 1 }
+                    for user in event.timedOut { timeouts[user, default: 0] += 1 }
+                }
+                #expect(sawMarker, "watcher \(index) never saw the marker join")
+                #expect(timeouts == Dictionary(uniqueKeysWithValues: doomedUsers.map { ($0, 1) }), "watcher \(index): \(timeouts)")
+                #expect(leaves == 0)
+            }
+            for client in watchers + doomed + [marker] { await client.close() }
         }
     }
 }
