@@ -303,4 +303,74 @@ struct ClusterPresenceProcessTests {
             for client in watchers + doomed + [marker] { await client.close() }
         }
     }
+    @Test("a user of a killed node who comes back on another node within the presence timeout causes no event at all")
+    func aUserWhoComesBackInTimeCausesNoEvent() async throws {
+        // The default presence timeout (30 s) outlasts the node timeout (10 s): the sweep leaves 20 s to come back.
+        try await ClusterProcessTests.withNodes(3) { postgres, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let events = PresenceEventIterator(watcher.presenceEvents)
+            try await watcher.subscribeChannel(channel: "room")
+            _ = try #require(await events.next(seconds: 10))
+            let first = try await nodes[0].client("Tony")
+            try await first.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let join = try #require(await events.next(seconds: 10))
+            #expect(join.eventType == .remoteJoin && join.publisher == "Tony")
+
+            nodes[0].process.signal(SIGKILL)
+            _ = await nodes[0].process.waitForExit()
+            let swept = try await eventually(seconds: 25) {
+                try await postgres.psql("SELECT count(*) FROM sb_presence WHERE user_id = 'Tony'::bytea") == "0"
+            }
+            #expect(swept, "the killed node's presence rows were not swept")
+            #expect(try await watcher.whoNow(channel: "room").users.map(\.userId) == ["Tony", "Watcher"])
+
+            let again = try await nodes[2].client("Tony")
+            try await again.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let marker = try await nodes[2].client("Marker")
+            try await marker.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let next = try #require(await events.next(seconds: 10))
+            #expect(next.eventType == .remoteJoin && next.publisher == "Marker", "\(next.eventType) about \(next.publisher)")
+            #expect(try await watcher.whoNow(channel: "room").users.map(\.userId) == ["Marker", "Tony", "Watcher"])
+            for client in [watcher, first, again, marker] { await client.close() }
+        }
+    }
+
+    @Test("a node stopped gracefully removes its presence rows; its users time out once on the others")
+    func aNodeStoppedGracefullyLeavesNoPresenceBehind() async throws {
+        try await ClusterProcessTests.withNodes(2, arguments: ["--presence-timeout", "5"]) { postgres, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let events = PresenceEventIterator(watcher.presenceEvents)
+            try await watcher.subscribeChannel(channel: "room")
+            _ = try #require(await events.next(seconds: 10))
+            var leaving: [SwitchboardClient] = []
+            for user in ["v0", "v1"] {
+                let client = try await nodes[0].client(user)
+                try await client.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+                leaving.append(client)
+            }
+            for _ in 0..<2 {
+                let join = try #require(await events.next(seconds: 10))
+                #expect(join.eventType == .remoteJoin)
+            }
+            nodes[0].process.signal(SIGTERM)
+            for client in leaving { await client.close() }
+            #expect(await nodes[0].process.waitForExit(seconds: 30) == 0)
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_presence") == "1")
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_presence_state WHERE user_id <> 'Watcher'::bytea") == "0")
+            var timedOut: [String] = []
+            for _ in 0..<2 {
+                let event = try #require(await events.next(seconds: 15))
+                #expect(event.eventType == .remoteTimeout)
+                timedOut.append(event.publisher)
+            }
+            #expect(timedOut.sorted() == ["v0", "v1"])
+            #expect(try await watcher.whoNow(channel: "room").users.map(\.userId) == ["Watcher"])
+            let marker = try await nodes[1].client("Marker")
+            try await marker.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let next = try #require(await events.next(seconds: 10))
+            #expect(next.eventType == .remoteJoin && next.publisher == "Marker")
+            await marker.close()
+            await watcher.close()
+        }
+    }
 }
