@@ -27,6 +27,10 @@ final class PostgresPresence: PresenceReplication {
     private let queue = Mutex<[PresenceChange]>([])
     let wakeup = Wakeup()
     private let loaded = Mutex<[PresenceChange]>([])
+    private let sharedBookmarkKey = Mutex<[UInt8]?>(nil)
+
+    /// The cluster's `whoNow` bookmark key (``load(on:logger:)`` reads it).
+    var bookmarkKey: [UInt8]? { self.sharedBookmarkKey.withLock { $0 } }
 
     init(nodeID: String) {
         self.nodeID = nodeID
@@ -76,6 +80,17 @@ final class PostgresPresence: PresenceReplication {
     /// Reads the sessions and states of the live nodes (after the feed's cursor was taken) for
     /// ``takeLoaded()``.
     func load(on connection: PostgresConnection, logger: Logger) async throws {
+        // The first node to start chooses the bookmark key; every node signs and checks with it.
+        let candidate = ByteBuffer(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) })
+        try await connection.query(
+            "INSERT INTO sb_cluster_key (name, value) VALUES ('whoNow-bookmark', \(candidate)) ON CONFLICT DO NOTHING",
+            logger: logger)
+        let keyRows = try await connection.query(
+            "SELECT value FROM sb_cluster_key WHERE name = 'whoNow-bookmark'", logger: logger)
+        for try await value in keyRows.decode(ByteBuffer.self) {
+            let key = Array(value.readableBytesView)
+            self.sharedBookmarkKey.withLock { $0 = key }
+        }
         var states: [StateKey: [StateItem]] = [:]
         let stateRows = try await connection.query(
             """

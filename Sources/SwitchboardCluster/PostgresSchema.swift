@@ -14,6 +14,7 @@ import PostgresNIO
 ///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
 /// - `sb_presence` (UNLOGGED): one row per session of a node in a channel (``PostgresPresence``); `join_seq` orders
 ///   them as they joined. `sb_presence_state` (UNLOGGED): a user's temporary state in a channel, per node.
+/// - `sb_cluster_key`: keys every node shares (the one that signs `whoNow` bookmarks), chosen by the first node.
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -86,6 +87,12 @@ enum PostgresSchema {
             channel bytea NOT NULL,
             state bytea NOT NULL,
             PRIMARY KEY (node, user_id, channel_type, channel)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_cluster_key (
+            name text PRIMARY KEY,
+            value bytea NOT NULL
         )
         """,
     ]

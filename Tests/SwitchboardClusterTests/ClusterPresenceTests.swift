@@ -101,6 +101,32 @@ struct ClusterPresenceTests {
         }
     }
 
+    @Test("a whoNow bookmark issued by one node gives the next page on another")
+    func aBookmarkOfOneNodeWorksOnAnother() async throws {
+        try await withCluster(nodes: 2) { _, nodes in
+            var members: [SwitchboardClient] = []
+            for index in 0..<120 {
+                let client = try await nodes[index % 2].client("b\(String(1_000 + index))")
+                try await client.subscribeChannel(channel: "hall", options: ChannelSubscriptionOptions(withPresence: false))
+                members.append(client)
+            }
+            let first = try await nodes[0].client("Reader")
+            let second = try await nodes[1].client("Reader")
+            let everyone = try await eventually {
+                let onFirst = try await first.whoNow(channel: "hall", includeUserIDs: false).totalOccupancy
+                let onSecond = try await second.whoNow(channel: "hall", includeUserIDs: false).totalOccupancy
+                return onFirst == 120 && onSecond == 120
+            }
+            #expect(everyone)
+            let page = try await first.whoNow(channel: "hall")
+            #expect(page.users.count == 100 && !page.nextPage.isEmpty)
+            let rest = try await second.whoNow(channel: "hall", page: page.nextPage)
+            #expect(rest.nextPage.isEmpty)
+            #expect((page.users + rest.users).map(\.userId) == (0..<120).map { "b\(1_000 + $0)" })
+            for client in members + [first, second] { await client.close() }
+        }
+    }
+
     @Test("join, state and leave events of a member on one node reach a member on another in order")
     func eventsOfOneNodeReachMembersOfAnotherInOrder() async throws {
         try await withCluster(nodes: 3) { _, nodes in

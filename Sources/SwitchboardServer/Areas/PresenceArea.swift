@@ -80,7 +80,11 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         self.subscriptions = publisher.subscriptions
         self.publisher = publisher
         self.membershipObservers = membershipObservers
-        self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
+        if let key = replication?.bookmarkKey {
+            self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime, keyBytes: key)
+        } else {
+            self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
+        }
         self.domain = PresenceRegistry(
             limits: configuration.limits, nowMillis: nowMillis,
             schedule: { delay, work in

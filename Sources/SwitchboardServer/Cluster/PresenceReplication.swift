@@ -20,4 +20,8 @@ public protocol PresenceReplication: Sendable {
 
     /// The state of `userID` in `channel` changed to `state`.
     func stateChanged(userID: String, channel: ChannelKey, state: SwitchboardStore.PresenceState)
+
+    /// The key that signs `whoNow` bookmarks, the same on every node, so a client may ask for the next page on
+    /// another node; nil leaves the node a random key of its own.
+    var bookmarkKey: [UInt8]? { get }
 }
