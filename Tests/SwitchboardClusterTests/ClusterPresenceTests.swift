@@ -158,6 +158,40 @@ struct ClusterPresenceTests {
         }
     }
 
+    @Test("a channel with more members than the interval threshold, spread over nodes, sends interval events with the other nodes' changes")
+    func intervalModeCountsTheMembersOfEveryNode() async throws {
+        try await withCluster(nodes: 3) { _, nodes in
+            let watcher = try await nodes[0].client("Watcher")
+            let events = PresenceEventIterator(watcher.presenceEvents)
+            try await watcher.subscribeChannel(channel: "crowd")
+            _ = try #require(await events.next(seconds: 5))
+            // 60 members on the other two nodes: more than the default threshold of 50.
+            var members: [SwitchboardClient] = []
+            for index in 0..<60 {
+                let client = try await nodes[1 + index % 2].client("c\(String(1_000 + index))")
+                try await client.subscribeChannel(channel: "crowd", options: ChannelSubscriptionOptions(withPresence: false))
+                members.append(client)
+            }
+            var joined = Set<String>()
+            var sawInterval = false
+            while joined.count < 60, let event = await events.next(seconds: 10) {
+                switch event.eventType {
+                case .remoteJoin: joined.insert(event.publisher)
+                case .interval:
+                    sawInterval = true
+                    joined.formUnion(event.joined)
+                default: Issue.record("unexpected \(event.eventType)")
+                }
+            }
+            #expect(joined == Set((0..<60).map { "c\(1_000 + $0)" }))
+            #expect(sawInterval)
+            try await members[7].unsubscribeChannel(channel: "crowd")
+            let left = try #require(await events.next(seconds: 10))
+            #expect(left.eventType == .interval && left.left == ["c1007"] && left.totalOccupancy == 60)
+            for client in members + [watcher] { await client.close() }
+        }
+    }
+
     @Test("a user with sessions on two nodes is one member: one join, and one leave when the last session leaves")
     func aUserOnTwoNodesIsOneMember() async throws {
         try await withCluster(nodes: 3) { postgres, nodes in
