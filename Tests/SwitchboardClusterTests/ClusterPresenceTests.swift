@@ -192,6 +192,32 @@ struct ClusterPresenceTests {
         }
     }
 
+    @Test("a quiet member on another node is neither listed nor announced, but whereNow shows the user their own channel")
+    func aQuietMemberOfAnotherNodeStaysQuiet() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let events = PresenceEventIterator(watcher.presenceEvents)
+            try await watcher.subscribeChannel(channel: "room")
+            _ = try #require(await events.next(seconds: 5))
+            let shy = try await nodes[0].client("Shy")
+            try await shy.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false, beQuiet: true))
+            let written = try await eventually {
+                try await postgres.psql("SELECT count(*) FROM sb_presence WHERE quiet") == "1"
+            }
+            #expect(written)
+            let marker = try await nodes[0].client("Marker")
+            try await marker.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let next = try #require(await events.next(seconds: 5))
+            #expect(next.eventType == .remoteJoin && next.publisher == "Marker")
+            #expect(try await watcher.whoNow(channel: "room").users.map(\.userId) == ["Marker", "Watcher"])
+            #expect(try await watcher.whereNow(userID: "Shy").totalChannel == 0)
+            // The user themself, on the watcher's node, sees the quiet channel.
+            let shyElsewhere = try await nodes[1].client("Shy")
+            #expect(try await shyElsewhere.whereNow().channels == [ChannelRef(channel: "room", channelType: .message)])
+            for client in [watcher, shy, marker, shyElsewhere] { await client.close() }
+        }
+    }
+
     @Test("a user with sessions on two nodes is one member: one join, and one leave when the last session leaves")
     func aUserOnTwoNodesIsOneMember() async throws {
         try await withCluster(nodes: 3) { postgres, nodes in
