@@ -13,6 +13,9 @@ import Synchronization
 /// and is answered after the commit; the same transaction appends the change to the feed (`sb_outbox`), from
 /// which every other node brings its copy up to date and sends the storage event to its own subscribers
 /// (``ChangeFeed``).
+///
+/// Presence: each node decides for its own sessions and mirrors them to the others through `sb_presence` and the
+/// feed (``PostgresPresence``); a dead node's sessions are swept by the node that sees it dead.
 public struct PostgresCluster: ClusterEngine {
     /// The database.
     public let location: PostgresLocation
