@@ -85,7 +85,8 @@ public struct PostgresCluster: ClusterEngine {
             let mirror = PresenceMirror(domain: area.domain)
             mirror.apply(self.presence.takeLoaded())
             consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
-            sweepers.append(PresenceSweeper(nodeID: self.nodeID, mirror: mirror, nodeTimeout: self.nodeTimeout))
+            sweepers.append(
+                PresenceSweeper(nodeID: self.nodeID, mirror: mirror, deadFor: self.nodeTimeout + self.heartbeatInterval))
             presenceWriter = PresenceWriter(presence: self.presence, location: self.location, logger: logger)
         }
         // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the

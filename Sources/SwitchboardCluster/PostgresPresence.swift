@@ -386,11 +386,12 @@ struct PresenceFeedConsumer: ChangeFeedConsumer {
 }
 
 /// Deletes a dead node's presence rows and tells every node, this one included, that its sessions ended abnormally
-/// `nodeTimeout` ago.
+/// `deadFor` ago.
 struct PresenceSweeper: DeadNodeSweeper {
     let nodeID: String
     let mirror: PresenceMirror
-    let nodeTimeout: Duration
+    /// How long a node swept has been dead: the node timeout and the heartbeat interval in which it is seen.
+    let deadFor: Duration
 
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
         -> @Sendable () -> Void
@@ -401,7 +402,7 @@ struct PresenceSweeper: DeadNodeSweeper {
             RETURNING node, session, user_id, channel_type, channel, join_seq
             """, logger: logger)
         var swept: [(order: Int64, change: PresenceChange)] = []
-        let elapsedMs = max(1, Int64(self.nodeTimeout / .milliseconds(1)))
+        let elapsedMs = max(1, Int64(self.deadFor / .milliseconds(1)))
         for try await (node, session, user, channelType, channel, sequence) in rows.decode(
             (String, Int64, ByteBuffer, Int16, ByteBuffer, Int64).self)
         {

@@ -337,7 +337,12 @@ extension ServeSettings {
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         if let url = self.cluster {
             do {
-                applicationConfiguration.cluster = PostgresCluster(location: try PostgresLocation(url: url))
+                var engine = PostgresCluster(location: try PostgresLocation(url: url))
+                // A dead node's members must be gone from the others within the presence timeout: a node is seen dead
+                // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
+                let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
+                engine.nodeTimeout = min(engine.nodeTimeout, presenceBound)
+                applicationConfiguration.cluster = engine
             } catch {
                 throw ValidationError("--cluster: \(error.description)")
             }
