@@ -244,6 +244,10 @@ final class PresenceWriter: Service, Sendable {
                 do {
                     while try await self.writeBatch(&connection) {}
                     backoff = .milliseconds(50)
+                } catch is NodeNotRegistered {
+                    // Not registered yet (starting) or no more (swept, so fencing itself): wait.
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(1))
                 } catch {
                     self.logger.warning(
                         "presence write failed; trying again", metadata: ["error": "\(String(reflecting: error))"])
@@ -327,6 +331,14 @@ final class PresenceWriter: Service, Sendable {
         let node = self.presence.nodeID
         try await connection.query("BEGIN", logger: self.logger)
         do {
+            // Only while the node is registered: a node already swept as dead (its heartbeat failed while this
+            // connection worked) must not add rows nobody would sweep again. The shared row lock orders this batch
+            // before or after a sweep of the node, never beside it.
+            let registered = try await connection.query(
+                "SELECT 1 FROM sb_node WHERE id = \(node) FOR SHARE", logger: self.logger)
+            var isRegistered = false
+            for try await _ in registered.decode(Int32.self) { isRegistered = true }
+            guard isRegistered else { throw NodeNotRegistered() }
             if !removed.users.isEmpty {
                 try await connection.query(
                     """
@@ -374,6 +386,9 @@ final class PresenceWriter: Service, Sendable {
         var userID: String
         var channel: ChannelKey
     }
+
+    /// The node has no `sb_node` row.
+    private struct NodeNotRegistered: Error {}
 }
 
 /// `.presence` change feed rows: applied to this node's registry.
