@@ -37,6 +37,10 @@ import Synchronization
 ///   ``PresenceConfiguration/maxUsersPerPush`` users; the rest follow at once in further pushes of the same type,
 ///   each carrying `totalOccupancy`; every part but the last has `more` set (SB-13.3-12).
 /// - `setState` and `removeState` that change nothing send no event.
+///
+/// On a cluster node (given a ``PresenceReplication``) the area reports every join, leave and state change of its own
+/// sessions, under the channel's lock, and the engine adds the other nodes' sessions to ``domain``; everything above
+/// then holds across the nodes. A single gateway has none and pays nothing for it.
 public final class PresenceArea: RequestHandler, SessionObserver {
     /// The settings in use.
     public let configuration: PresenceConfiguration
