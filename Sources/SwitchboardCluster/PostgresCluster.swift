@@ -13,6 +13,9 @@ import Synchronization
 /// and is answered after the commit; the same transaction appends the change to the feed (`sb_outbox`), from
 /// which every other node brings its copy up to date and sends the storage event to its own subscribers
 /// (``ChangeFeed``).
+///
+/// Presence: each node decides for its own sessions and mirrors them to the others through `sb_presence` and the
+/// feed (``PostgresPresence``); a dead node's sessions are swept by the node that sees it dead.
 public struct PostgresCluster: ClusterEngine {
     /// The database.
     public let location: PostgresLocation
@@ -29,6 +32,7 @@ public struct PostgresCluster: ClusterEngine {
     public let redis: RedisLocation?
     private let startingCursor = StartingCursor()
     private let relay: RedisFeedRelay?
+    private let presence: PostgresPresence
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -36,7 +40,11 @@ public struct PostgresCluster: ClusterEngine {
         self.redis = redis
         self.nodeID = nodeID
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
+        self.presence = PostgresPresence(nodeID: nodeID)
     }
+
+    /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
+    public var presenceReplication: (any PresenceReplication)? { self.presence }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {
@@ -54,6 +62,7 @@ public struct PostgresCluster: ClusterEngine {
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
+            try await self.presence.load(on: connection, logger: logger)
             try await connection.close()
         } catch {
             try? await connection.close()
@@ -82,7 +91,19 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.lock] = LockFeedConsumer(store: store)
             sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
         }
-        return [
+        var presenceWriter: PresenceWriter?
+        if let area = services.presence {
+            // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
+            let mirror = PresenceMirror(domain: area.domain)
+            mirror.apply(self.presence.takeLoaded())
+            consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
+            sweepers.append(
+                PresenceSweeper(nodeID: self.nodeID, mirror: mirror, deadFor: self.nodeTimeout + self.heartbeatInterval))
+            presenceWriter = PresenceWriter(presence: self.presence, location: self.location, logger: logger)
+        }
+        // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the
+        // feed stops, then the node leaves sb_node.
+        var built: [any Service] = [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
                 sweepers: sweepers, logger: logger),
@@ -90,6 +111,8 @@ public struct PostgresCluster: ClusterEngine {
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers),
         ]
+        if let presenceWriter { built.append(presenceWriter) }
+        return built
     }
 }
 

@@ -15,6 +15,9 @@ import PostgresNIO
 /// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
 ///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
 ///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
+/// - `sb_presence` (UNLOGGED): one row per session of a node in a channel (``PostgresPresence``); `join_seq` orders
+///   them as they joined. `sb_presence_state` (UNLOGGED): a user's temporary state in a channel, per node.
+/// - `sb_cluster_key`: keys every node shares (the one that signs `whoNow` bookmarks), chosen by the first node.
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -80,6 +83,34 @@ enum PostgresSchema {
             kind smallint NOT NULL,
             payload bytea NOT NULL,
             created_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        """
+        CREATE UNLOGGED TABLE IF NOT EXISTS sb_presence (
+            node text NOT NULL,
+            session bigint NOT NULL,
+            user_id bytea NOT NULL,
+            channel_type smallint NOT NULL,
+            channel bytea NOT NULL,
+            quiet boolean NOT NULL,
+            join_seq bigserial NOT NULL,
+            PRIMARY KEY (node, session, channel_type, channel)
+        )
+        """,
+        """
+        CREATE UNLOGGED TABLE IF NOT EXISTS sb_presence_state (
+            node text NOT NULL,
+            user_id bytea NOT NULL,
+            channel_type smallint NOT NULL,
+            channel bytea NOT NULL,
+            state bytea NOT NULL,
+            PRIMARY KEY (node, user_id, channel_type, channel)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_cluster_key (
+            name text PRIMARY KEY,
+            value bytea NOT NULL
         )
         """,
     ]

@@ -331,7 +331,8 @@ public struct GatewayApplication: Service {
             presence = PresenceArea(
                 configuration: configuration.presence, publisher: publisher,
                 membershipObservers: (storage.map { [$0] } ?? []) + self.membershipObservers,
-                timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
+                timerLoop: eventLoopGroup.next(), replication: configuration.cluster?.presenceReplication,
+                nowMillis: nowMillis)
         }
         // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
         var eventStore: EventStore?

@@ -354,7 +354,12 @@ extension ServeSettings {
                     throw ValidationError("--redis: \(error.description)")
                 }
             }
-            applicationConfiguration.cluster = PostgresCluster(location: location, redis: redis)
+            var engine = PostgresCluster(location: location, redis: redis)
+            // A dead node's members must be gone from the others within the presence timeout: a node is seen dead
+            // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
+            let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
+            engine.nodeTimeout = min(engine.nodeTimeout, presenceBound)
+            applicationConfiguration.cluster = engine
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }

@@ -100,7 +100,8 @@ struct ClusterLockTests {
             try await holder.releaseLock(channel: "queue", name: "turn")
             #expect(await waiting.value == nil, "the waiting acquire on another node was not granted")
             // The watcher's node reads its copy, which the change feed brings up to date within moments.
-            #expect(try await eventually { try await watcher.getLocks(channel: "queue").locks.map(\.owner) == ["Ana"] })
+            let settled = try await eventually { try await watcher.getLocks(channel: "queue").locks.map(\.owner) == ["Ana"] }
+            #expect(settled)
 
             var seen: [(LockEventType, String)] = []
             while seen.count < 4, let event = await events.next(seconds: 5) {

@@ -27,11 +27,11 @@ struct ClusterMetadataTests {
             #expect(event.items.map(\.value) == ["launch"] && event.items.first?.authorUserId == "Tony")
 
             let reader = try await nodes[2].client("Ana")
-            #expect(
-                try await eventually {
-                    let read = try await reader.getChannelMetadata(channel: "room")
-                    return read.majorRevision == written.majorRevision && read.items.first?.value == "launch"
-                })
+            let settled = try await eventually {
+                let read = try await reader.getChannelMetadata(channel: "room")
+                return read.majorRevision == written.majorRevision && read.items.first?.value == "launch"
+            }
+            #expect(settled)
             for client in [watcher, writer, reader] { await client.close() }
         }
     }
@@ -120,14 +120,16 @@ struct ClusterMetadataTests {
             let writer = try await nodes[0].client("Tony")
             try await writer.setUserMetadata(items: [MetadataItem(key: "a", value: "1"), MetadataItem(key: "b", value: "2")])
             let reader = try await nodes[1].client("Ana")
-            #expect(
-                try await eventually {
-                    try await reader.getUserMetadata(userID: "Tony").items.map(\.key) == ["a", "b"]
-                })
+            let settled2 = try await eventually {
+                try await reader.getUserMetadata(userID: "Tony").items.map(\.key) == ["a", "b"]
+            }
+            #expect(settled2)
             try await writer.removeUserMetadata(items: [MetadataItem(key: "a")])
-            #expect(try await eventually { try await reader.getUserMetadata(userID: "Tony").items.map(\.key) == ["b"] })
+            let settled3 = try await eventually { try await reader.getUserMetadata(userID: "Tony").items.map(\.key) == ["b"] }
+            #expect(settled3)
             try await writer.removeUserMetadata(items: [])
-            #expect(try await eventually { try await reader.getUserMetadata(userID: "Tony").majorRevision == 0 })
+            let settled4 = try await eventually { try await reader.getUserMetadata(userID: "Tony").majorRevision == 0 }
+            #expect(settled4)
             await writer.close()
             await reader.close()
         }

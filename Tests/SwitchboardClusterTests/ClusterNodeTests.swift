@@ -15,7 +15,8 @@ struct ClusterNodeTests {
     func aNodeHeartbeatsWhileItRunsAndLeavesWhenItStops() async throws {
         let postgres = try await TestPostgres.start()
         try await withCluster(nodes: 2, postgres: postgres) { postgres, nodes in
-            #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_node") == "2" })
+            let settled = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_node") == "2" }
+            #expect(settled)
             // Refreshed since: each row's heartbeat moves on past its start.
             let refreshed = try await eventually(seconds: 10) {
                 try await postgres.psql(

@@ -36,7 +36,9 @@ struct ClusterProcessTests {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard").path
     }
 
-    static func withNodes<T>(_ count: Int, _ body: (TestPostgres, [Node]) async throws -> T) async throws -> T {
+    static func withNodes<T>(
+        _ count: Int, arguments extra: [String] = [], _ body: (TestPostgres, [Node]) async throws -> T
+    ) async throws -> T {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the switchboard product first")
         let postgres = try await TestPostgres.start()
         let directory = try TemporaryPath.directory("sbnodes")
@@ -51,7 +53,7 @@ struct ClusterProcessTests {
                 arguments: [
                     "--cluster", postgres.url, "--tcp", "127.0.0.1:\(port)", "--unix-socket", "off",
                     "--database", directory.path + "/node\(index).sqlite", "--log-level", "error",
-                ], stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
+                ] + extra, stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
             nodes.append(Node(process: process, port: port))
         }
         let result = try await body(postgres, nodes)

@@ -29,10 +29,10 @@ struct ClusterRedisRelayTests {
             // Locks travel the same way.
             try await writer.setLock(channel: "room", name: "pen")
             try await writer.acquireLock(channel: "room", name: "pen")
-            #expect(
-                try await eventually(seconds: 2) {
-                    try await watcher.getLocks(channel: "room").locks.map(\.owner) == ["Tony"]
-                })
+            let settled = try await eventually(seconds: 2) {
+                try await watcher.getLocks(channel: "room").locks.map(\.owner) == ["Tony"]
+            }
+            #expect(settled)
             for client in [watcher, writer] { await client.close() }
         }
     }

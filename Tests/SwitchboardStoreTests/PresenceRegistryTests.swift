@@ -187,3 +187,74 @@ private func join(_ registry: PresenceRegistry, _ session: PresenceTestSession, 
         #expect(registry.whereNow("bob", asSelf: true).isEmpty)
     }
 }
+
+/// Sessions another node of a cluster holds, as the cluster's mirror hands them to the registry.
+@Suite struct PresenceRemoteSessionTests {
+    @Test func aRemoteSessionJoinsWithItsStateOnceAndLeavesAtOnce() throws {
+        let recorder = PresenceRecorder()
+        let registry = recorder.make()
+        let remote = PresenceTestSession("Tony")
+        registry.attachRemote(remote.id, userID: "Tony", to: hall, quiet: false, state: [StateItem(key: "k", value: "v")], now: 5_000)
+        registry.attachRemote(remote.id, userID: "Tony", to: hall, quiet: false, state: [], now: 5_000)  // applied twice
+        let joins = recorder.takeSent()
+        #expect(joins.count == 1)
+        #expect(joins.first?.events.first?.eventType == .remoteJoin)
+        #expect(joins.first?.events.first?.states == [StateItem(key: "k", value: "v")])
+        #expect(registry.whoNow(hall, after: nil, includeUserID: true, includeState: true).users
+            == [UserState(userId: "Tony", states: [StateItem(key: "k", value: "v")])])
+        #expect(registry.whereNow("Tony", asSelf: false) == [hall])
+
+        registry.replaceState(of: "Tony", in: hall, with: [StateItem(key: "k", value: "w")], now: 5_000)
+        registry.replaceState(of: "Tony", in: hall, with: [StateItem(key: "k", value: "w")], now: 5_000)  // no change
+        #expect(recorder.takeSent().map { $0.events.first?.eventType } == [.remoteStateChanged])
+
+        registry.detachRemote(remote.id, userID: "Tony", from: hall, exit: .left, delayNanos: nil, now: 5_000)
+        registry.detachRemote(remote.id, userID: "Tony", from: hall, exit: .left, delayNanos: nil, now: 5_000)
+        #expect(recorder.takeSent().map { $0.events.first?.eventType } == [.remoteLeave])
+        #expect(registry.whoNow(hall, after: nil, includeUserID: true, includeState: false).total == 0)
+        #expect(registry.whereNow("Tony", asSelf: true).isEmpty)
+    }
+
+    @Test func aUserWithALocalAndARemoteSessionIsOneMember() throws {
+        let recorder = PresenceRecorder()
+        let registry = recorder.make()
+        let local = PresenceTestSession("Tony")
+        let remote = PresenceTestSession("Tony")
+        join(registry, local)
+        registry.attachRemote(remote.id, userID: "Tony", to: hall, quiet: false, state: [], now: 5_000)
+        #expect(recorder.takeSent().map { $0.events.first?.eventType } == [.remoteJoin])
+        registry.detachRemote(remote.id, userID: "Tony", from: hall, exit: .timedOut, delayNanos: 0, now: 5_000)
+        #expect(recorder.takeSent().isEmpty)
+        #expect(registry.whoNow(hall, after: nil, includeUserID: true, includeState: false).total == 1)
+    }
+
+    @Test func aRemoteSessionThatEndedTimesOutAfterTheGivenDelayUnlessTheUserComesBack() throws {
+        let recorder = PresenceRecorder()
+        let registry = recorder.make()
+        let remote = PresenceTestSession("Tony")
+        registry.attachRemote(remote.id, userID: "Tony", to: hall, quiet: false, state: [], now: 5_000)
+        _ = recorder.takeSent()
+        registry.detachRemote(remote.id, userID: "Tony", from: hall, exit: .timedOut, delayNanos: 1_000, now: 5_000)
+        #expect(recorder.takeSent().isEmpty)
+        #expect(registry.whoNow(hall, after: nil, includeUserID: true, includeState: false).total == 1)
+        recorder.fireTimers()
+        #expect(recorder.takeSent().map { $0.events.first?.eventType } == [.remoteTimeout])
+
+        // Came back (on any node) before the timer: nothing at all.
+        registry.attachRemote(remote.id, userID: "Tony", to: hall, quiet: false, state: [], now: 5_000)
+        _ = recorder.takeSent()
+        registry.detachRemote(remote.id, userID: "Tony", from: hall, exit: .timedOut, delayNanos: 1_000, now: 5_000)
+        let back = PresenceTestSession("Tony")
+        join(registry, back)
+        recorder.fireTimers()
+        #expect(recorder.takeSent().isEmpty)
+
+        // A delay of zero (the node was seen dead after the presence timeout): at once.
+        let other = PresenceTestSession("Ana")
+        registry.attachRemote(other.id, userID: "Ana", to: hall, quiet: false, state: [], now: 5_000)
+        _ = recorder.takeSent()
+        registry.detachRemote(other.id, userID: "Ana", from: hall, exit: .timedOut, delayNanos: 0, now: 5_000)
+        let sent = recorder.takeSent()
+        #expect(sent.map { $0.events.first?.eventType } == [.remoteTimeout] && sent.first?.aboutUser == "Ana")
+    }
+}

@@ -37,6 +37,10 @@ import Synchronization
 ///   ``PresenceConfiguration/maxUsersPerPush`` users; the rest follow at once in further pushes of the same type,
 ///   each carrying `totalOccupancy`; every part but the last has `more` set (SB-13.3-12).
 /// - `setState` and `removeState` that change nothing send no event.
+///
+/// On a cluster node (given a ``PresenceReplication``) the area reports every join, leave and state change of its own
+/// sessions, under the channel's lock, and the engine adds the other nodes' sessions to ``domain``; everything above
+/// then holds across the nodes. A single gateway has none and pays nothing for it.
 public final class PresenceArea: RequestHandler, SessionObserver {
     /// The settings in use.
     public let configuration: PresenceConfiguration
@@ -48,6 +52,8 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     private let membershipObservers: [any ChannelMembershipObserver]
     private let bookmarks: PageBookmarks
     private let publisher: PushPublisher
+    /// Where a cluster node reports its sessions' presence (nil on a single gateway).
+    private let replication: (any PresenceReplication)?
 
     /// The operations this area serves.
     public var operations: [Opcode] {
@@ -63,19 +69,26 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
     ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
     ///     ``GatewayApplication`` gives it). Timer work takes a channel lock briefly and never blocks.
+    ///   - replication: where a cluster node reports its sessions' joins, leaves and states (nil on a single gateway).
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
         publisher: PushPublisher,
         membershipObservers: [any ChannelMembershipObserver] = [],
         timerLoop: any EventLoop,
+        replication: (any PresenceReplication)? = nil,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
+        self.replication = replication
         self.subscriptions = publisher.subscriptions
         self.publisher = publisher
         self.membershipObservers = membershipObservers
-        self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
+        if let key = replication?.bookmarkKey {
+            self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime, keyBytes: key)
+        } else {
+            self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
+        }
         self.domain = PresenceRegistry(
             limits: configuration.limits, nowMillis: nowMillis,
             schedule: { delay, work in
@@ -130,8 +143,11 @@ public final class PresenceArea: RequestHandler, SessionObserver {
 
     private func leaveChannels(of session: SessionHandle, exit: PresenceExit) {
         let subscriptions = self.subscriptions
-        self.domain.leaveAll(ObjectIdentifier(session), userID: session.info.userID, exit: exit) { key in
+        let replication = self.replication
+        let info = session.info
+        self.domain.leaveAll(ObjectIdentifier(session), userID: info.userID, exit: exit) { key in
             _ = subscriptions.leave(session, channel: key)
+            replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: exit)
         }
     }
 
@@ -160,8 +176,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let subscriptions = self.subscriptions
         let maxChannels = self.configuration.maxChannelsPerUser
         let publisher = self.publisher
+        let info = session.info
         _ = self.domain.subscribe(
-            id, userID: session.info.userID, to: key, quiet: options.beQuiet, now: context.nowMillis,
+            id, userID: info.userID, to: key, quiet: options.beQuiet, now: context.nowMillis,
             admit: {
                 joined = subscriptions.join(session, channel: key, options: options, maxChannelsPerUser: maxChannels)
                 if case .tooManyChannels = joined { return false }
@@ -169,7 +186,13 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             },
             snapshotTo: options.withPresence
                 ? { pushes in publisher.publish(Self.encoded(pushes, publisher), to: .sessions([session]), delivery: .queued) }
-                : nil)
+                : nil,
+            attached: self.replication.map { replication in
+                { state in
+                    replication.sessionJoined(
+                        info.connectionID, userID: info.userID, channel: key, quiet: options.beQuiet, state: state)
+                }
+            })
         switch joined {
         case .tooManyChannels(let limit):
             if !alreadyIn { session.releaseSubscriptions() }
@@ -189,9 +212,12 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let key = try Self.channelKey(request.channel, request.channelType)
         let session = context.session
         let subscriptions = self.subscriptions
+        let replication = self.replication
+        let info = session.info
         do throws(SwitchboardStoreError) {
-            try self.domain.unsubscribe(ObjectIdentifier(session), userID: session.info.userID, from: key, now: context.nowMillis) {
+            try self.domain.unsubscribe(ObjectIdentifier(session), userID: info.userID, from: key, now: context.nowMillis) {
                 _ = subscriptions.leave(session, channel: key)
+                replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: .left)
             }
         } catch {
             throw RequestRejection(error.body)
@@ -253,7 +279,8 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let session = context.session
         do throws(SwitchboardStoreError) {
             try self.domain.setState(
-                request.items, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis)
+                request.items, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis,
+                changed: self.stateReporter(session.info.userID, key))
         } catch {
             throw RequestRejection(error.body)
         }
@@ -265,11 +292,18 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let session = context.session
         do throws(SwitchboardStoreError) {
             try self.domain.removeState(
-                request.keys, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis)
+                request.keys, of: ObjectIdentifier(session), userID: session.info.userID, in: key, now: context.nowMillis,
+                changed: self.stateReporter(session.info.userID, key))
         } catch {
             throw RequestRejection(error.body)
         }
         return .removeState(EmptyBody())
+    }
+
+    /// What tells the cluster a user's new state (nil on a single gateway).
+    private func stateReporter(_ userID: String, _ key: ChannelKey) -> ((PresenceState) -> Void)? {
+        guard let replication = self.replication else { return nil }
+        return { state in replication.stateChanged(userID: userID, channel: key, state: state) }
     }
 
     private func getState(_ request: GetStateRequest, context: RequestContext) throws(RequestRejection) -> Response {

@@ -23,6 +23,15 @@ public protocol ClusterEngine: Sendable {
     /// `services`' stores and publishes their events through its publisher. They start before the gateway and stop
     /// after it.
     func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service]
+
+    /// Where the presence area reports its sessions' memberships and states, or nil when presence is per node. The
+    /// same object on every call.
+    var presenceReplication: (any PresenceReplication)? { get }
+}
+
+extension ClusterEngine {
+    /// Presence stays per node.
+    public var presenceReplication: (any PresenceReplication)? { nil }
 }
 
 extension Audience {

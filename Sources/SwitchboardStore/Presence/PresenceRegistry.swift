@@ -185,7 +185,8 @@ public final class PresenceRegistry: Sendable {
     /// - Returns: whether the session was admitted.
     public func subscribe(
         _ session: PresenceSessionID, userID: String, to key: ChannelKey, quiet: Bool, now: Int64,
-        admit: () -> Bool, snapshotTo deliverSnapshot: ((PresencePushes) -> Void)?
+        admit: () -> Bool, snapshotTo deliverSnapshot: ((PresencePushes) -> Void)?,
+        attached: ((PresenceState) -> Void)? = nil
     ) -> Bool {
         let admitted: Bool = self.shard(key).state.withLock { shard in
             guard admit() else { return false }
@@ -197,6 +198,7 @@ public final class PresenceRegistry: Sendable {
                 shard.channels[key] = channel
             }
             self.attach(session, userID: userID, quiet: quiet, to: channel, now: now)
+            if let attached, let member = channel.members[userID] { attached(member.state) }
             if let deliverSnapshot { deliverSnapshot(self.snapshot(of: channel, now: now)) }
             return true
         }
@@ -238,9 +240,66 @@ public final class PresenceRegistry: Sendable {
         }
     }
 
-    private func attach(_ session: PresenceSessionID, userID: String, quiet: Bool, to channel: PresenceChannel, now: Int64) {
+    // MARK: sessions of other nodes
+
+    /// Adds a session another node of a cluster holds (`session` is an id the caller keeps for it) to `key`, as
+    /// ``subscribe(_:userID:to:quiet:now:admit:snapshotTo:attached:)`` would on that node: a user not yet a member
+    /// joins with `state`. Adding a session that is already there changes nothing. Such sessions are not listed
+    /// per session (``leaveAll(_:userID:exit:release:)`` does not know them): they leave through
+    /// ``detachRemote(_:userID:from:exit:delayNanos:now:)``.
+    public func attachRemote(
+        _ session: PresenceSessionID, userID: String, to key: ChannelKey, quiet: Bool, state: [StateItem], now: Int64
+    ) {
+        self.shard(key).state.withLock { shard in
+            let channel: PresenceChannel
+            if let existing = shard.channels[key] {
+                channel = existing
+            } else {
+                channel = PresenceChannel(key: key)
+                shard.channels[key] = channel
+            }
+            if channel.members[userID]?.sessions[session] == quiet { return }
+            self.attach(
+                session, userID: userID, quiet: quiet, to: channel, now: now,
+                initialState: PresenceState().setting(state))
+        }
+    }
+
+    /// Removes a session of another node from `key`: at once (`exit` `.left`, or a `delayNanos` of 0 or less), or
+    /// after `delayNanos` (the configured presence timeout when nil) unless the user comes back.
+    public func detachRemote(
+        _ session: PresenceSessionID, userID: String, from key: ChannelKey, exit: PresenceExit, delayNanos: Int64?,
+        now: Int64
+    ) {
+        self.shard(key).state.withLock { shard in
+            guard let channel = shard.channels[key] else { return }
+            self.detach(session, userID: userID, from: channel, exit: exit, now: now, delayNanos: delayNanos)
+            if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
+        }
+    }
+
+    /// Sets the whole state of `userID` in `key` as another node decided it (nothing when the user is not a member
+    /// here, or the state is the same).
+    public func replaceState(of userID: String, in key: ChannelKey, with items: [StateItem], now: Int64) {
+        self.shard(key).state.withLock { shard in
+            guard let channel = shard.channels[key], var member = channel.members[userID] else { return }
+            let updated = PresenceState().setting(items)
+            guard updated != member.state else { return }
+            member.state = updated
+            channel.members[member.userID] = member
+            if member.visible {
+                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now)
+            }
+        }
+    }
+
+    private func attach(
+        _ session: PresenceSessionID, userID: String, quiet: Bool, to channel: PresenceChannel, now: Int64,
+        initialState: PresenceState? = nil
+    ) {
         let existed = channel.members[userID] != nil
         var member = channel.members[userID] ?? PresenceMember(userID: userID)
+        if !existed, let initialState { member.state = initialState }
         let wasVisible = existed && member.visible
         // Came back within the presence timeout: nothing happened. The timer fires later and finds no pending exit
         // of its generation (cancelling timers one by one would cost a reconnect storm dearly).
@@ -256,10 +315,13 @@ public final class PresenceRegistry: Sendable {
         self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now)
     }
 
-    private func detach(_ session: PresenceSessionID, userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64) {
+    private func detach(
+        _ session: PresenceSessionID, userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64,
+        delayNanos: Int64? = nil
+    ) {
         guard var member = channel.members[userID], member.sessions.removeValue(forKey: session) != nil else { return }
         if member.sessions.isEmpty {
-            let delay = self.limits.presenceTimeoutNanos
+            let delay = delayNanos ?? self.limits.presenceTimeoutNanos
             if exit == .left || delay <= 0 {
                 channel.members[member.userID] = member
                 self.removeMember(member.userID, from: channel, exit: exit, now: now)
@@ -502,7 +564,10 @@ public final class PresenceRegistry: Sendable {
     // MARK: state
 
     /// Sets `items` in the state of `session`'s user in `key`.
-    public func setState(_ items: [StateItem], of session: PresenceSessionID, userID: String, in key: ChannelKey, now: Int64)
+    public func setState(
+        _ items: [StateItem], of session: PresenceSessionID, userID: String, in key: ChannelKey, now: Int64,
+        changed: ((PresenceState) -> Void)? = nil
+    )
         throws(SwitchboardStoreError)
     {
         guard !items.isEmpty else { throw SwitchboardStoreError(.invalidArgument, "setState needs at least one item") }
@@ -523,7 +588,7 @@ public final class PresenceRegistry: Sendable {
         let tooLarge = SwitchboardStoreError(
             .stateTooLarge, "a user's state in a channel is at most \(limits.pairs) pairs and \(limits.bytes) bytes")
         guard items.count <= limits.pairs, callBytes <= limits.bytes else { throw tooLarge }
-        try self.updateState(of: session, userID: userID, in: key, now: now) { state throws(SwitchboardStoreError) in
+        try self.updateState(of: session, userID: userID, in: key, now: now, changed: changed) { state throws(SwitchboardStoreError) in
             let updated = state.setting(items)
             guard updated.items.count <= limits.pairs, updated.byteCount <= limits.bytes else { throw tooLarge }
             return updated
@@ -531,16 +596,20 @@ public final class PresenceRegistry: Sendable {
     }
 
     /// Removes `keys` (all when empty) from the state of `session`'s user in `key`.
-    public func removeState(_ keys: [String], of session: PresenceSessionID, userID: String, in key: ChannelKey, now: Int64)
+    public func removeState(
+        _ keys: [String], of session: PresenceSessionID, userID: String, in key: ChannelKey, now: Int64,
+        changed: ((PresenceState) -> Void)? = nil
+    )
         throws(SwitchboardStoreError)
     {
-        try self.updateState(of: session, userID: userID, in: key, now: now) { state throws(SwitchboardStoreError) in
+        try self.updateState(of: session, userID: userID, in: key, now: now, changed: changed) { state throws(SwitchboardStoreError) in
             state.removing(keys)
         }
     }
 
     private func updateState(
         of session: PresenceSessionID, userID: String, in key: ChannelKey, now: Int64,
+        changed: ((PresenceState) -> Void)?,
         _ transform: (PresenceState) throws(SwitchboardStoreError) -> PresenceState
     ) throws(SwitchboardStoreError) {
         let error: SwitchboardStoreError? = self.shard(key).state.withLock { shard in
@@ -555,6 +624,7 @@ public final class PresenceRegistry: Sendable {
             guard updated != member.state else { return nil }
             member.state = updated
             channel.members[member.userID] = member
+            changed?(updated)
             if member.visible {
                 self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now)
             }
