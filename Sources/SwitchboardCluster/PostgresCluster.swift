@@ -25,6 +25,7 @@ public struct PostgresCluster: ClusterEngine {
     /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
     public var nodeTimeout: Duration = .seconds(10)
     private let startingCursor = StartingCursor()
+    private let profileBackend = OpenedProfileBackend()
 
     /// A node of the cluster whose database is at `location`.
     public init(location: PostgresLocation, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -62,21 +63,40 @@ public struct PostgresCluster: ClusterEngine {
         return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
     }
 
+    /// Loads the profile directory and who provides each kind (after ``join(logger:)``).
+    public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? {
+        let backend = try await PostgresProfileBackend.open(location: self.location, nodeID: self.nodeID, logger: logger)
+        self.profileBackend.value = backend
+        return backend
+    }
+
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
         var consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer] = [:]
+        var sweepers: [any DeadNodeSweeper] = []
+        var writers: [any Service] = []
         if let store = services.metadataStore {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
         }
+        if let profiles = services.profiles, let backend = self.profileBackend.value {
+            // Providers registered on other nodes before this one started.
+            profiles.directory.applyReplicated(.providers(backend.remoteProviderKinds, present: true)) { _ in true }
+            consumers[.profile] = ProfileFeedConsumer(
+                backend: backend, directory: profiles.directory,
+                providerTimeout: .nanoseconds(profiles.providerTimeout.nanoseconds))
+            sweepers.append(ProfileProviderSweeper(backend: backend, directory: profiles.directory))
+            writers.append(backend)
+        }
+        // Services stop in reverse order: the writers commit what the drained sessions left before the feed stops.
         return [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
-                logger: logger),
+                sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, logger: logger, consumers: consumers),
-        ]
+        ] + writers
     }
 }
 
@@ -87,5 +107,15 @@ private final class StartingCursor: Sendable {
     var value: Int64 {
         get { self.cursor.load(ordering: .relaxed) }
         set { self.cursor.store(newValue, ordering: .relaxed) }
+    }
+}
+
+/// The profile backend ``PostgresCluster/openProfileBackend(logger:)`` opened, for the services that serve it.
+private final class OpenedProfileBackend: Sendable {
+    private let backend = Mutex<PostgresProfileBackend?>(nil)
+
+    var value: PostgresProfileBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
     }
 }

@@ -12,6 +12,12 @@ import PostgresNIO
 /// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
 ///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
 ///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
+/// - `sb_profile_user`, `sb_profile_group`, `sb_profile_member`, `sb_profile_member_list`,
+///   `sb_profile_member_entry`: the profile directory (``PostgresProfileBackend``), as a single gateway keeps it in
+///   its `.profiles` file.
+/// - `sb_profile_provider`: which node's session is the provider of each profile kind (the latest registration
+///   wins); removed when the session ends or by the sweep of its dead node.
+/// - `sb_profile_version`: orders the profile directory's commits (taken under the feed's lock, so in commit order).
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -64,6 +70,49 @@ enum PostgresSchema {
             created_at timestamptz NOT NULL DEFAULT now()
         )
         """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_user (
+            user_id bytea PRIMARY KEY,
+            name bytea NOT NULL,
+            portrait_uri bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_group (
+            group_id bytea PRIMARY KEY,
+            name bytea NOT NULL,
+            portrait_uri bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_member (
+            group_id bytea NOT NULL,
+            user_id bytea NOT NULL,
+            nickname bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL,
+            PRIMARY KEY (group_id, user_id)
+        )
+        """,
+        "CREATE TABLE IF NOT EXISTS sb_profile_member_list (group_id bytea PRIMARY KEY)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_member_entry (
+            group_id bytea NOT NULL,
+            user_id bytea NOT NULL,
+            PRIMARY KEY (group_id, user_id)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_provider (
+            kind smallint PRIMARY KEY,
+            node text NOT NULL
+        )
+        """,
+        "CREATE SEQUENCE IF NOT EXISTS sb_profile_version",
     ]
 
     /// Creates the tables that do not exist yet.

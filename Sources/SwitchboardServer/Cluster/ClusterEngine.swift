@@ -19,10 +19,19 @@ public protocol ClusterEngine: Sendable {
     /// Opens the metadata store this node serves, loaded from the shared database.
     func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore
 
+    /// The backend of the profile directory this node serves, loaded from the shared database, and through which the
+    /// directory reaches providers on other nodes (``ProfileBackend/providerRelay``); nil: the node's own SQLite file.
+    func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)?
+
     /// The services that run beside the gateway: the node's heartbeat, and what applies other nodes' changes to
     /// `services`' stores and publishes their events through its publisher. They start before the gateway and stop
     /// after it.
     func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service]
+}
+
+extension ClusterEngine {
+    /// Profiles stay in the node's own SQLite file.
+    public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? { nil }
 }
 
 extension Audience {

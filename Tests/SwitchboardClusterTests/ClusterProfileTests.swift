@@ -1,0 +1,220 @@
+import NIOCore
+import SwitchboardClient
+@testable import SwitchboardCluster
+import SwitchboardTestSupport
+import SwitchboardWire
+import Synchronization
+import Testing
+
+/// The profile directory and its providers across the nodes of a cluster sharing one PostgreSQL database, over real
+/// sockets: whichever node a client is on, it reads what any node wrote, gets the changes it subscribed to, and a
+/// provider connected to one node answers the misses of every node (`Protocol/SPEC.md` §13.5).
+@Suite("Cluster profiles", .serialized, .timeLimit(.minutes(3)))
+struct ClusterProfileTests {
+    @Test("a profile written on one node is read on the others, and its changes reach a subscriber on another node")
+    func aProfileWrittenOnOneNodeIsReadAndPushedOnTheOthers() async throws {
+        try await withCluster(nodes: 3) { _, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let changes = Received(watcher.makeProfileChangeStream())
+            try await watcher.subscribeProfiles(userIDs: ["Tony"], groupIDs: ["crew"])
+
+            let tony = try await nodes[0].client("Tony")
+            try await tony.setUserInfo(UserInfo(userId: "Tony", name: "Tony S", extra: "pilot"))
+            let set = try #require(await changes.next(seconds: 5), "no profile change on the other node")
+            #expect(set.kind == .user && set.id == "Tony" && !set.removed && set.user?.name == "Tony S")
+
+            let ana = try await nodes[2].client("Ana")
+            #expect(
+                try await eventually {
+                    let read = try await ana.getUserInfo(userIDs: ["Tony"])
+                    return read.users.map(\.name) == ["Tony S"] && read.users.first?.updatedAtMs == set.user?.updatedAtMs
+                })
+
+            let listed = try await tony.updateGroupMembers(groupID: "crew", add: ["Tony", "Ana", "Bob"])
+            #expect(listed.memberCount == 3)
+            let list = try #require(await changes.next(seconds: 5), "no member list change on the other node")
+            #expect(list.kind == .memberList && list.id == "crew" && list.memberCount == 3)
+            _ = try await ana.updateGroupMembers(groupID: "crew", remove: ["Bob"])
+            let shrunk = try #require(await changes.next(seconds: 5))
+            #expect(shrunk.kind == .memberList && shrunk.memberCount == 2)
+            #expect(
+                try await eventually {
+                    let page = try await tony.getGroupMembers(groupID: "crew")
+                    return page.userIds == ["Ana", "Tony"] && page.totalMembers == 2
+                })
+
+            // Cleared on the third node: gone on the first, and the subscriber on the second is told.
+            #expect(try await ana.clearProfile(kind: .user, id: "Tony").removed == 1)
+            let cleared = try #require(await changes.next(seconds: 5), "no removal on the other node")
+            #expect(cleared.kind == .user && cleared.id == "Tony" && cleared.removed)
+            #expect(try await eventually { try await tony.getUserInfo(userIDs: ["Tony"]).missing == ["Tony"] })
+            for client in [watcher, tony, ana] { await client.close() }
+        }
+    }
+
+    @Test("a provider connected to one node answers a miss asked on another, and the answer is stored for every node")
+    func aProviderOnOneNodeAnswersAMissOnAnother() async throws {
+        try await withCluster(nodes: 3) { _, nodes in
+            let provider = try await nodes[0].client("Directory")
+            let requests = Received(provider.makeProviderRequestStream())
+            let answering = Task {
+                while let request = await requests.next(seconds: 60) {
+                    switch request.kind {
+                    case .user:
+                        try await provider.answerProvider(
+                            request, with: .user(UserInfo(userId: request.id, name: "provided \(request.id)")))
+                    case .memberList:
+                        try await provider.answerProvider(request, with: .memberList(["m1", "m2", "m3"]))
+                    default:
+                        try await provider.answerProvider(request, with: .notFound)
+                    }
+                }
+            }
+            defer { answering.cancel() }
+            try await provider.registerProvider(kinds: [.user, .memberList])
+
+            // The third node watches the record, to know when the provided record reached it.
+            let watcher = try await nodes[2].client("Watcher")
+            let changes = Received(watcher.makeProfileChangeStream())
+            try await watcher.subscribeProfiles(userIDs: ["Ghost"], groupIDs: ["ghosts"])
+
+            let asker = try await nodes[1].client("Asker")
+            // Until the registration reached the second node it answers the miss itself (no provider known).
+            #expect(
+                try await eventually {
+                    try await asker.getUserInfo(userIDs: ["Ghost"]).users.map(\.name) == ["provided Ghost"]
+                })
+            let page = try await asker.getGroupMembers(groupID: "ghosts")
+            #expect(page.userIds == ["m1", "m2", "m3"] && page.totalMembers == 3)
+            #expect(requests.taken == 2, "the provider was asked \(requests.taken) times")
+
+            // Stored: the third node has the record and the list, and reads them without asking again.
+            let stored = try #require(await changes.next(seconds: 5), "the provided record did not reach the third node")
+            #expect(stored.kind == .user && stored.user?.name == "provided Ghost")
+            let storedList = try #require(await changes.next(seconds: 5))
+            #expect(storedList.kind == .memberList && storedList.memberCount == 3)
+            #expect(try await watcher.getUserInfo(userIDs: ["Ghost"]).users.map(\.name) == ["provided Ghost"])
+            #expect(try await watcher.getGroupMembers(groupID: "ghosts").totalMembers == 3)
+            #expect(requests.taken == 2, "the provider was asked \(requests.taken) times")
+            for client in [provider, watcher, asker] { await client.close() }
+        }
+    }
+
+    @Test("with no provider on any node a miss is answered at once, and a provider whose session ended is not waited for")
+    func withNoProviderAMissIsAnsweredAtOnce() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            let asker = try await nodes[1].client("Asker")
+            let clock = ContinuousClock()
+            let started = clock.now
+            #expect(try await asker.getUserInfo(userIDs: ["Nobody"]).missing == ["Nobody"])
+            #expect(clock.now - started < .seconds(2))
+            do {
+                let page = try await asker.getGroupMembers(groupID: "nowhere")
+                Issue.record("a member list nobody holds was read: \(page)")
+            } catch let error as SwitchboardClientError {
+                #expect(error.code == .profileNotFound, "\(error)")
+            }
+
+            // A provider on the first node answers, then goes away: reads on the second node are answered at once
+            // again, not after the provider timeout.
+            let provider = try await nodes[0].client("Directory")
+            let requests = Received(provider.makeProviderRequestStream())
+            try await provider.registerProvider(kinds: [.user])
+            let answering = Task {
+                while let request = await requests.next(seconds: 60) {
+                    try await provider.answerProvider(request, with: .notFound)
+                }
+            }
+            #expect(
+                try await eventually {
+                    let missing = try await asker.getUserInfo(userIDs: ["Unknown\(requests.taken)"]).missing
+                    return requests.taken > 0 && missing.count == 1
+                })
+            answering.cancel()
+            await provider.close()
+            #expect(
+                try await eventually {
+                    let started = clock.now
+                    return try await asker.getUserInfo(userIDs: ["Later"]).missing == ["Later"]
+                        && clock.now - started < .seconds(1)
+                })
+            #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0" })
+            await asker.close()
+        }
+    }
+
+    @Test("a provider on a node that stopped heart-beating is no longer asked once the node is swept")
+    func aProviderOnADeadNodeIsNoLongerAsked() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            // A node that provides user records and then dies: its heartbeat stops now.
+            let registration = ProfileFeedCoding.encode(.providers(node: "ghost", kinds: [.user], present: true), version: 0)
+            let hex = registration.readableBytesView.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+            _ = try await postgres.psql(
+                """
+                INSERT INTO sb_node (id, started_at, heartbeat_at) VALUES ('ghost', now(), now());
+                INSERT INTO sb_profile_provider (kind, node) VALUES (1, 'ghost')
+                    ON CONFLICT (kind) DO UPDATE SET node = EXCLUDED.node;
+                INSERT INTO sb_outbox (node, kind, payload) VALUES ('ghost', 5, decode('\(hex)', 'hex'));
+                NOTIFY sb_outbox;
+                """)
+            let asker = try await nodes[1].client("Asker")
+            let clock = ContinuousClock()
+            // While the node is registered, a miss is asked of it and waits for the provider timeout.
+            let asked = Atomic<Int>(0)
+            #expect(
+                try await eventually(seconds: 15) {
+                    let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
+                    let started = clock.now
+                    let missing = try await asker.getUserInfo(userIDs: [id]).missing
+                    return missing == [id] && clock.now - started >= .seconds(4)
+                })
+            // Once a live node swept it (its heartbeat is older than the node timeout), misses are answered at once.
+            #expect(
+                try await eventually(seconds: 20) {
+                    let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
+                    let started = clock.now
+                    let missing = try await asker.getUserInfo(userIDs: [id]).missing
+                    return missing == [id] && clock.now - started < .seconds(1)
+                })
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider WHERE node = 'ghost'") == "0")
+            await asker.close()
+        }
+    }
+}
+
+/// What a client's push stream delivered, taken one at a time with a timeout from any task.
+private final class Received<Element: Sendable>: Sendable {
+    private final class Storage: Sendable {
+        let elements = Mutex<[Element]>([])
+        let taken = Atomic<Int>(0)
+    }
+
+    private let storage = Storage()
+    private let task: Task<Void, Never>
+
+    init(_ stream: AsyncStream<Element>) {
+        let storage = self.storage
+        self.task = Task {
+            for await element in stream { storage.elements.withLock { $0.append(element) } }
+        }
+    }
+
+    deinit { self.task.cancel() }
+
+    /// How many elements were taken.
+    var taken: Int { self.storage.taken.load(ordering: .relaxed) }
+
+    /// The oldest element not taken yet, waiting up to `seconds` for one.
+    func next(seconds: Double) async -> Element? {
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        while !Task.isCancelled {
+            if let element = self.storage.elements.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
+                self.storage.taken.add(1, ordering: .relaxed)
+                return element
+            }
+            if ContinuousClock.now >= deadline { return nil }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return nil
+    }
+}
