@@ -180,6 +180,93 @@ struct ClusterProfileTests {
             await asker.close()
         }
     }
+
+    @Test("the latest provider registration of a kind wins across nodes: the node whose provider it replaced asks the new one")
+    func theLatestRegistrationWinsAcrossNodes() async throws {
+        try await withCluster(nodes: 3) { postgres, nodes in
+            let first = try await nodes[0].client("First")
+            let second = try await nodes[1].client("Second")
+            let answering = [(first, "first"), (second, "second")].map { provider, name in
+                let requests = Received(provider.makeProviderRequestStream())
+                return Task {
+                    while let request = await requests.next(seconds: 60) {
+                        try await provider.answerProvider(request, with: .user(UserInfo(userId: request.id, name: "\(name) \(request.id)")))
+                    }
+                }
+            }
+            defer { for task in answering { task.cancel() } }
+            let asker = try await nodes[2].client("Asker")
+            let onFirst = try await nodes[0].client("Reader")
+            let ids = Atomic<Int>(0)
+            @Sendable func provided(by client: SwitchboardClient) async throws -> String? {
+                let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
+                return try await client.getUserInfo(userIDs: [id]).users.first?.name.split(separator: " ").first.map(String.init)
+            }
+            try await first.registerProvider(kinds: [.user])
+            #expect(try await eventually { try await provided(by: asker) == "first" })
+            try await second.registerProvider(kinds: [.user])
+            #expect(try await eventually { try await provided(by: asker) == "second" })
+            #expect(try await eventually { try await provided(by: onFirst) == "second" })
+            #expect(try await postgres.psql("SELECT node FROM sb_profile_provider WHERE kind = 1") == nodes[1].engine.nodeID)
+            for client in [first, second, asker, onFirst] { await client.close() }
+        }
+    }
+
+    @Test("concurrent writes of one record through two nodes leave every node with the record as committed")
+    func concurrentWritesOfOneRecordConverge() async throws {
+        try await withCluster(nodes: 3) { postgres, nodes in
+            let writers = [try await nodes[0].client("Tony"), try await nodes[1].client("Tony")]
+            for round in 0..<20 {
+                await withTaskGroup(of: Void.self) { group in
+                    for (index, writer) in writers.enumerated() {
+                        group.addTask { try? await writer.setUserInfo(UserInfo(userId: "Tony", name: "r\(round)-\(index)")) }
+                    }
+                }
+            }
+            let committed = try await postgres.psql(
+                "SELECT convert_from(name, 'UTF8') FROM sb_profile_user WHERE user_id = convert_to('Tony', 'UTF8')")
+            #expect(committed.hasPrefix("r19-"))
+            let readers = [writers[0], writers[1], try await nodes[2].client("Ana")]
+            for (index, reader) in readers.enumerated() {
+                #expect(
+                    try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.first?.name == committed },
+                    "node \(index) does not hold the committed record")
+            }
+            for client in readers { await client.close() }
+        }
+    }
+
+    @Test("a node started later loads the directory, and a node that stops removes its provider registration")
+    func aNodeStartedLaterLoadsTheDirectory() async throws {
+        let postgres = try await TestPostgres.start()
+        do {
+            try await withCluster(nodes: 1, postgres: postgres) { postgres, nodes in
+                let admin = try await nodes[0].client("Admin")
+                try await admin.setUserInfo(UserInfo(userId: "Tony", name: "Tony S"))
+                try await admin.setGroupInfo(GroupInfo(groupId: "crew", name: "Crew"))
+                try await admin.setGroupMemberInfo(GroupMemberInfo(groupId: "crew", userId: "Tony", nickname: "T"))
+                try await admin.updateGroupMembers(groupID: "crew", add: ["Tony", "Ana"])
+                try await admin.registerProvider(kinds: [.group])
+                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" })
+            }
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0")
+            try await withCluster(nodes: 2, postgres: postgres) { _, nodes in
+                let reader = try await nodes[1].client("Reader")
+                #expect(try await reader.getUserInfo(userIDs: ["Tony"]).users.map(\.name) == ["Tony S"])
+                #expect(try await reader.getGroupInfo(groupIDs: ["crew"]).groups.map(\.name) == ["Crew"])
+                #expect(
+                    try await reader.getGroupMemberInfo(groupID: "crew", userIDs: ["Tony"]).members.map(\.nickname) == ["T"])
+                #expect(try await reader.getGroupMembers(groupID: "crew").userIds == ["Ana", "Tony"])
+                // No provider registration survived: a miss is answered at once.
+                #expect(try await reader.getGroupInfo(groupIDs: ["other"]).missing == ["other"])
+                await reader.close()
+            }
+        } catch {
+            await postgres.stop()
+            throw error
+        }
+        await postgres.stop()
+    }
 }
 
 /// What a client's push stream delivered, taken one at a time with a timeout from any task.

@@ -815,18 +815,19 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     /// (so no write of this gateway comes in between): false leaves the record as this gateway holds it (its own
     /// write of the record is newer).
     public func applyReplicated(_ change: ProfileReplicatedChange, accept: (ProfileRecordKey) -> Bool) {
-        self.state.withLock { state in
+        let done: [UInt64] = self.state.withLock { state in
+            var done: [UInt64] = []
             switch change {
             case .user(let info):
-                guard accept(.user(info.userId)) else { return }
+                guard accept(.user(info.userId)) else { return done }
                 state.users[info.userId] = info
                 self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
             case .group(let info):
-                guard accept(.group(info.groupId)) else { return }
+                guard accept(.group(info.groupId)) else { return done }
                 state.groups[info.groupId] = info
                 self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
             case .member(let info):
-                guard accept(.member(group: info.groupId, user: info.userId)) else { return }
+                guard accept(.member(group: info.groupId, user: info.userId)) else { return done }
                 state.members[info.groupId, default: [:]][info.userId] = info
                 self.notifyGroup(
                     info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
@@ -851,7 +852,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
                         group, ProfileChanged(kind: .groupMember, member: old, removed: true, id: group), in: state)
                 }
             case .memberList(let group, let members):
-                guard accept(.memberList(group)) else { return }
+                guard accept(.memberList(group)) else { return done }
                 let list = MemberList(Set(members))
                 state.lists[group] = list
                 self.notifyGroup(
@@ -869,10 +870,18 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
                         state.remoteProviders |= State.bit(kind)
                     } else {
                         state.remoteProviders &= ~State.bit(kind)
+                        // As when a provider's session ends: what it was asked counts as unknown.
+                        for (askID, ask) in state.asks where ask.provider == nil && ask.kind == kind {
+                            state.asks[askID] = nil
+                            state.reads[ask.readID]?.outstanding.remove(askID)
+                            if state.reads[ask.readID]?.outstanding.isEmpty == true { done.append(ask.readID) }
+                        }
                     }
                 }
             }
+            return done
         }
+        for readID in Set(done) { self.finish(readID: readID, timedOut: false) }
     }
 
     /// Another gateway (`node`) forwarded its ask `askID` here: asks this gateway's provider of `request.kind`.
