@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import SwitchboardClient
 @testable import SwitchboardCluster
@@ -266,6 +267,39 @@ struct ClusterProfileTests {
             throw error
         }
         await postgres.stop()
+    }
+
+    @Test("a provider on a node killed with kill -9 is no longer asked once the other nodes see the node dead")
+    func aProviderOnAKilledNodeIsNoLongerAsked() async throws {
+        try await ClusterProcessTests.withNodes(3) { postgres, nodes in
+            let provider = try await nodes[0].client("Directory")
+            let requests = Received(provider.makeProviderRequestStream())
+            let answering = Task {
+                while let request = await requests.next(seconds: 60) {
+                    try? await provider.answerProvider(request, with: .user(UserInfo(userId: request.id, name: "provided")))
+                }
+            }
+            defer { answering.cancel() }
+            try await provider.registerProvider(kinds: [.user])
+            let asker = try await nodes[2].client("Asker")
+            let ids = Atomic<Int>(0)
+            #expect(
+                try await eventually(seconds: 20) {
+                    let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
+                    return try await asker.getUserInfo(userIDs: [id]).users.map(\.name) == ["provided"]
+                })
+            nodes[0].process.signal(SIGKILL)
+            _ = await nodes[0].process.waitForExit()
+            let clock = ContinuousClock()
+            #expect(
+                try await eventually(seconds: 30) {
+                    let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
+                    let started = clock.now
+                    return try await asker.getUserInfo(userIDs: [id]).missing == [id] && clock.now - started < .seconds(1)
+                })
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0")
+            await asker.close()
+        }
     }
 }
 
