@@ -270,7 +270,39 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         do {
             var messages: [ProfileFeedMessage] = []
             messages.reserveCapacity(writes.count)
-            for write in writes { messages.append(try await self.apply(write, on: connection)) }
+            var index = 0
+            while index < writes.count {
+                // A run of record upserts of one kind is one statement; any other write is applied on its own.
+                switch writes[index] {
+                case .change(.user):
+                    var run: [UserInfo] = []
+                    while index < writes.count, case .change(.user(let info)) = writes[index] {
+                        run.append(info)
+                        index += 1
+                    }
+                    try await self.upsertUsers(run, on: connection)
+                    messages += run.map { .change(.user($0)) }
+                case .change(.group):
+                    var run: [GroupInfo] = []
+                    while index < writes.count, case .change(.group(let info)) = writes[index] {
+                        run.append(info)
+                        index += 1
+                    }
+                    try await self.upsertGroups(run, on: connection)
+                    messages += run.map { .change(.group($0)) }
+                case .change(.member):
+                    var run: [GroupMemberInfo] = []
+                    while index < writes.count, case .change(.member(let info)) = writes[index] {
+                        run.append(info)
+                        index += 1
+                    }
+                    try await self.upsertMembers(run, on: connection)
+                    messages += run.map { .change(.member($0)) }
+                default:
+                    messages.append(try await self.apply(writes[index], on: connection))
+                    index += 1
+                }
+            }
             // The version is taken under the feed's lock, held until the commit: versions follow commit order.
             try await connection.query("SELECT pg_advisory_xact_lock(\(PostgresSchema.outboxLockKey))", logger: self.logger)
             var version: Int64 = 0
@@ -297,33 +329,9 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         switch write {
         case .change(let change):
             switch change {
-            case .user(let info):
-                try await connection.query(
-                    """
-                    INSERT INTO sb_profile_user (user_id, name, portrait_uri, extra, updated_at)
-                    VALUES (\(Self.bytes(info.userId)), \(Self.bytes(info.name)), \(Self.bytes(info.portraitUri)),
-                        \(Self.bytes(info.extra)), \(Self.time(info.updatedAtMs)))
-                    ON CONFLICT (user_id) DO UPDATE SET name = EXCLUDED.name, portrait_uri = EXCLUDED.portrait_uri,
-                        extra = EXCLUDED.extra, updated_at = EXCLUDED.updated_at
-                    """, logger: logger)
-            case .group(let info):
-                try await connection.query(
-                    """
-                    INSERT INTO sb_profile_group (group_id, name, portrait_uri, extra, updated_at)
-                    VALUES (\(Self.bytes(info.groupId)), \(Self.bytes(info.name)), \(Self.bytes(info.portraitUri)),
-                        \(Self.bytes(info.extra)), \(Self.time(info.updatedAtMs)))
-                    ON CONFLICT (group_id) DO UPDATE SET name = EXCLUDED.name, portrait_uri = EXCLUDED.portrait_uri,
-                        extra = EXCLUDED.extra, updated_at = EXCLUDED.updated_at
-                    """, logger: logger)
-            case .member(let info):
-                try await connection.query(
-                    """
-                    INSERT INTO sb_profile_member (group_id, user_id, nickname, extra, updated_at)
-                    VALUES (\(Self.bytes(info.groupId)), \(Self.bytes(info.userId)), \(Self.bytes(info.nickname)),
-                        \(Self.bytes(info.extra)), \(Self.time(info.updatedAtMs)))
-                    ON CONFLICT (group_id, user_id) DO UPDATE SET nickname = EXCLUDED.nickname, extra = EXCLUDED.extra,
-                        updated_at = EXCLUDED.updated_at
-                    """, logger: logger)
+            case .user(let info): try await self.upsertUsers([info], on: connection)
+            case .group(let info): try await self.upsertGroups([info], on: connection)
+            case .member(let info): try await self.upsertMembers([info], on: connection)
             case .removeUsers(let ids):
                 if let ids {
                     try await connection.query(
@@ -414,6 +422,56 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         case .answered(let node, let askID):
             return .answered(to: node, askID: askID)
         }
+    }
+
+    /// Inserts or replaces user records (the last of one id wins).
+    private func upsertUsers(_ records: [UserInfo], on connection: PostgresConnection) async throws {
+        let records = Self.lastOfEach(records, by: \.userId)
+        try await connection.query(
+            """
+            INSERT INTO sb_profile_user (user_id, name, portrait_uri, extra, updated_at)
+            SELECT * FROM unnest(\(records.map { Self.bytes($0.userId) })::bytea[], \(records.map { Self.bytes($0.name) })::bytea[],
+                \(records.map { Self.bytes($0.portraitUri) })::bytea[], \(records.map { Self.bytes($0.extra) })::bytea[],
+                \(records.map { Self.time($0.updatedAtMs) })::int8[])
+            ON CONFLICT (user_id) DO UPDATE SET name = EXCLUDED.name, portrait_uri = EXCLUDED.portrait_uri,
+                extra = EXCLUDED.extra, updated_at = EXCLUDED.updated_at
+            """, logger: self.logger)
+    }
+
+    /// Inserts or replaces group records (the last of one id wins).
+    private func upsertGroups(_ records: [GroupInfo], on connection: PostgresConnection) async throws {
+        let records = Self.lastOfEach(records, by: \.groupId)
+        try await connection.query(
+            """
+            INSERT INTO sb_profile_group (group_id, name, portrait_uri, extra, updated_at)
+            SELECT * FROM unnest(\(records.map { Self.bytes($0.groupId) })::bytea[], \(records.map { Self.bytes($0.name) })::bytea[],
+                \(records.map { Self.bytes($0.portraitUri) })::bytea[], \(records.map { Self.bytes($0.extra) })::bytea[],
+                \(records.map { Self.time($0.updatedAtMs) })::int8[])
+            ON CONFLICT (group_id) DO UPDATE SET name = EXCLUDED.name, portrait_uri = EXCLUDED.portrait_uri,
+                extra = EXCLUDED.extra, updated_at = EXCLUDED.updated_at
+            """, logger: self.logger)
+    }
+
+    /// Inserts or replaces group member records (the last of one group and user wins).
+    private func upsertMembers(_ records: [GroupMemberInfo], on connection: PostgresConnection) async throws {
+        let records = Self.lastOfEach(records) { $0.groupId + "\u{0}" + $0.userId }
+        try await connection.query(
+            """
+            INSERT INTO sb_profile_member (group_id, user_id, nickname, extra, updated_at)
+            SELECT * FROM unnest(\(records.map { Self.bytes($0.groupId) })::bytea[], \(records.map { Self.bytes($0.userId) })::bytea[],
+                \(records.map { Self.bytes($0.nickname) })::bytea[], \(records.map { Self.bytes($0.extra) })::bytea[],
+                \(records.map { Self.time($0.updatedAtMs) })::int8[])
+            ON CONFLICT (group_id, user_id) DO UPDATE SET nickname = EXCLUDED.nickname, extra = EXCLUDED.extra,
+                updated_at = EXCLUDED.updated_at
+            """, logger: self.logger)
+    }
+
+    /// `records` with only the last of each key (one statement may not write a row twice).
+    private static func lastOfEach<Record>(_ records: [Record], by key: (Record) -> String) -> [Record] {
+        guard records.count > 1 else { return records }
+        var last: [String: Int] = [:]
+        for (index, record) in records.enumerated() { last[key(record)] = index }
+        return records.indices.filter { last[key(records[$0])] == $0 }.map { records[$0] }
     }
 
     private static func bytes(_ text: String) -> ByteBuffer { ByteBuffer(string: text) }

@@ -237,6 +237,48 @@ struct ClusterProfileTests {
         }
     }
 
+    @Test("a burst of writes through one node, several of them of one record, is committed and read alike on every node")
+    func aBurstOfWritesIsReadAlikeOnEveryNode() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            var writers: [SwitchboardClient] = []
+            for index in 0..<8 { writers.append(try await nodes[0].client("admin\(index)")) }
+            let clients = writers
+            // Every writer sets ten users and the same member record, all at once: the node batches them.
+            let failures = await withTaskGroup(of: Int.self) { group in
+                for (index, writer) in clients.enumerated() {
+                    group.addTask {
+                        var failed = 0
+                        for user in 0..<10 {
+                            do {
+                                try await writer.setUserInfo(UserInfo(userId: "u\(user)", name: "w\(index)"))
+                                try await writer.setGroupMemberInfo(GroupMemberInfo(groupId: "g", userId: "shared", nickname: "w\(index)"))
+                            } catch {
+                                failed += 1
+                            }
+                        }
+                        return failed
+                    }
+                }
+                return await group.reduce(0, +)
+            }
+            #expect(failures == 0)
+            let reader = try await nodes[1].client("Reader")
+            let ids = (0..<10).map { "u\($0)" }
+            let committed = try await postgres.psql(
+                "SELECT string_agg(convert_from(name, 'UTF8'), ',' ORDER BY user_id) FROM sb_profile_user")
+            let nickname = try await postgres.psql("SELECT convert_from(nickname, 'UTF8') FROM sb_profile_member")
+            for client in [clients[0], reader] {
+                #expect(
+                    try await eventually {
+                        let users = try await client.getUserInfo(userIDs: ids).users.sorted { $0.userId < $1.userId }
+                        let member = try await client.getGroupMemberInfo(groupID: "g", userIDs: ["shared"]).members
+                        return users.map(\.name).joined(separator: ",") == committed && member.map(\.nickname) == [nickname]
+                    })
+            }
+            for client in clients + [reader] { await client.close() }
+        }
+    }
+
     @Test("a node started later loads the directory, and a node that stops removes its provider registration")
     func aNodeStartedLaterLoadsTheDirectory() async throws {
         let postgres = try await TestPostgres.start()
