@@ -33,6 +33,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private let tracker = Mutex(OwnWrites())
     /// The node whose session provides each kind, as far as this node knows (its own kinds aside).
     private let remoteNodes: Mutex<[ProfileKind: String]>
+    private let listInstaller = Mutex<(@Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void)?>(nil)
     /// The most writes committed in one transaction.
     private let batchLimit = 256
 
@@ -179,7 +180,13 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     /// node has a write of it pending (it commits later, so it is newer) or committed a newer one. Called under the
     /// directory's lock.
     func accepts(_ key: ProfileRecordKey, version: Int64) -> Bool {
-        self.tracker.withLock { $0.accepts(key, version: version) }
+        self.tracker.withLock { $0.admit(key, version: version) }
+    }
+
+    /// Where this node's committed member lists go (``ProfileDirectory/applyReplicated(_:accept:)`` of the node's
+    /// directory), set once the directory exists.
+    func installCommittedLists(with apply: @escaping @Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void) {
+        self.listInstaller.withLock { $0 = apply }
     }
 
     /// Notes that another node's change at `version` was read: this node's writes older than it can no longer meet
@@ -251,8 +258,9 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                         configuration: self.location.configuration, id: connectionID, logger: self.logger)
                     connection = open
                 }
-                let version = try await self.commit(batch.map(\.write), on: open)
+                let (version, messages) = try await self.commit(batch.map(\.write), on: open)
                 self.tracker.withLock { $0.end(keys, committedAt: version) }
+                self.install(messages, committedAt: version)
                 for (_, completion) in batch { completion?(.success(())) }
             } catch {
                 self.logger.error(
@@ -264,8 +272,21 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         if let connection { try? await connection.close() }
     }
 
+    /// Puts the member lists this node changed, as committed, in its directory: a list changed on another node while
+    /// this node's change was pending holds both changes in the database, but this node computed its own on the list
+    /// it held. Not when a newer change of the list was applied or is pending here.
+    private func install(_ messages: [ProfileFeedMessage], committedAt version: Int64) {
+        guard let apply = self.listInstaller.withLock({ $0 }) else { return }
+        for case .change(let change) in messages {
+            guard case .memberList = change else { continue }
+            apply(change) { key in self.tracker.withLock { $0.admitOwn(key, version: version) } }
+        }
+    }
+
     /// Applies `writes` in one transaction with their feed rows. - Returns: The transaction's version.
-    private func commit(_ writes: [ProfileWrite], on connection: PostgresConnection) async throws -> Int64 {
+    private func commit(_ writes: [ProfileWrite], on connection: PostgresConnection) async throws
+        -> (version: Int64, messages: [ProfileFeedMessage])
+    {
         try await connection.query("BEGIN", logger: self.logger)
         do {
             var messages: [ProfileFeedMessage] = []
@@ -316,7 +337,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             }
             try await ChangeFeedRows.append(rows, node: self.nodeID, on: connection, logger: self.logger)
             try await connection.query("COMMIT", logger: self.logger)
-            return version
+            return (version, messages)
         } catch {
             _ = try? await connection.query("ROLLBACK", logger: self.logger)
             throw error
@@ -525,6 +546,8 @@ private struct OwnWrites {
 
     private var pending: [Key: Int] = [:]
     private var committed: [Key: Int64] = [:]
+    /// The version of the member lists last applied from another node.
+    private var applied: [Key: Int64] = [:]
 
     mutating func begin(_ keys: [Key]) {
         for key in keys { self.pending[key, default: 0] += 1 }
@@ -538,7 +561,25 @@ private struct OwnWrites {
         }
     }
 
-    func accepts(_ record: ProfileRecordKey, version: Int64) -> Bool {
+    /// Whether another node's change of `record` at `version` may be applied (noted when it is a member list).
+    mutating func admit(_ record: ProfileRecordKey, version: Int64) -> Bool {
+        guard self.accepts(record, version: version) else { return false }
+        if case .memberList = record { self.applied[.record(record), default: 0] = max(self.applied[.record(record)] ?? 0, version) }
+        return true
+    }
+
+    /// Whether this node's own change of `record`, committed at `version`, may be installed as committed: not when
+    /// another of its writes of the record is pending or committed later, or another node's later change was applied.
+    func admitOwn(_ record: ProfileRecordKey, version: Int64) -> Bool {
+        let key = Key.record(record)
+        guard self.pending[key] == nil, (self.committed[key] ?? 0) <= version, (self.applied[key] ?? 0) < version else {
+            return false
+        }
+        if case .memberList = record, self.pending[.all(.memberList)] != nil { return false }
+        return true
+    }
+
+    private func accepts(_ record: ProfileRecordKey, version: Int64) -> Bool {
         guard !self.pending.isEmpty || !self.committed.isEmpty else { return true }
         var keys: [Key] = [.record(record)]
         switch record {
@@ -557,7 +598,7 @@ private struct OwnWrites {
 
     /// Another node's change at `version` was read: every later one is newer than this node's commits before it.
     mutating func forget(olderThan version: Int64) {
-        guard self.committed.count > 1_024 else { return }
-        self.committed = self.committed.filter { $0.value > version }
+        if self.committed.count > 1_024 { self.committed = self.committed.filter { $0.value > version } }
+        if self.applied.count > 1_024 { self.applied = self.applied.filter { $0.value > version } }
     }
 }

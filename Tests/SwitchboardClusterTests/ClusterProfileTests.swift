@@ -237,6 +237,30 @@ struct ClusterProfileTests {
         }
     }
 
+    @Test("concurrent member list changes through two nodes are all applied, and every node holds the list as committed")
+    func concurrentMemberListChangesConverge() async throws {
+        try await withCluster(nodes: 3) { postgres, nodes in
+            let writers = [try await nodes[0].client("Admin0"), try await nodes[1].client("Admin1")]
+            for round in 0..<20 {
+                await withTaskGroup(of: Void.self) { group in
+                    for (index, writer) in writers.enumerated() {
+                        group.addTask { _ = try? await writer.updateGroupMembers(groupID: "crew", add: ["n\(index)-\(round)"]) }
+                    }
+                }
+            }
+            let committed = try await postgres.psql(
+                "SELECT count(*) FROM sb_profile_member_entry WHERE group_id = convert_to('crew', 'UTF8')")
+            #expect(committed == "40")
+            let readers = writers + [try await nodes[2].client("Ana")]
+            for (index, reader) in readers.enumerated() {
+                #expect(
+                    try await eventually { try await reader.getGroupMembers(groupID: "crew", limit: 500).totalMembers == 40 },
+                    "node \(index) does not hold the committed list")
+            }
+            for client in readers { await client.close() }
+        }
+    }
+
     @Test("a burst of writes through one node, several of them of one record, is committed and read alike on every node")
     func aBurstOfWritesIsReadAlikeOnEveryNode() async throws {
         try await withCluster(nodes: 2) { postgres, nodes in

@@ -854,6 +854,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             case .memberList(let group, let members):
                 guard accept(.memberList(group)) else { return done }
                 let list = MemberList(Set(members))
+                if state.lists[group]?.members == list.members { return done }  // nothing changed: nobody to tell
                 state.lists[group] = list
                 self.notifyGroup(
                     group, ProfileChanged(kind: .memberList, id: group, memberCount: UInt64(list.members.count)), in: state)
