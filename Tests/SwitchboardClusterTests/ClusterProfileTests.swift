@@ -335,6 +335,37 @@ struct ClusterProfileTests {
         await postgres.stop()
     }
 
+    @Test("a node that starts while a provider is registered on another node asks that provider from its first read")
+    func aNodeStartedLaterAsksAProviderRegisteredBefore() async throws {
+        let postgres = try await TestPostgres.start()
+        do {
+            try await withCluster(nodes: 1, postgres: postgres) { postgres, nodes in
+                let provider = try await nodes[0].client("Directory")
+                let requests = Received(provider.makeProviderRequestStream())
+                let answering = Task {
+                    while let request = await requests.next(seconds: 60) {
+                        try await provider.answerProvider(request, with: .memberList(["a", "b"]))
+                    }
+                }
+                defer { answering.cancel() }
+                try await provider.registerProvider(kinds: [.memberList])
+                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" })
+                // A second node joins the running one.
+                try await withCluster(nodes: 1, postgres: postgres) { _, later in
+                    let reader = try await later[0].client("Reader")
+                    #expect(try await reader.getGroupMembers(groupID: "crew").userIds == ["a", "b"])
+                    #expect(requests.taken == 1)
+                    await reader.close()
+                }
+                await provider.close()
+            }
+        } catch {
+            await postgres.stop()
+            throw error
+        }
+        await postgres.stop()
+    }
+
     @Test("a provider on a node killed with kill -9 is no longer asked once the other nodes see the node dead")
     func aProviderOnAKilledNodeIsNoLongerAsked() async throws {
         try await ClusterProcessTests.withNodes(3) { postgres, nodes in
