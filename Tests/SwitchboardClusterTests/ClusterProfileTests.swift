@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SwitchboardClient
 @testable import SwitchboardCluster
+import SwitchboardStore
 import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
@@ -12,6 +13,31 @@ import Testing
 /// provider connected to one node answers the misses of every node (`Protocol/SPEC.md` §13.5).
 @Suite("Cluster profiles", .serialized, .timeLimit(.minutes(3)))
 struct ClusterProfileTests {
+    @Test("every profile feed row decodes to what was encoded, and a cut one is refused")
+    func profileFeedRowsRoundTrip() throws {
+        let messages: [ProfileFeedMessage] = [
+            .change(.user(UserInfo(userId: "u", name: "N\u{0}é", portraitUri: "p", extra: "x", updatedAtMs: .max))),
+            .change(.group(GroupInfo(groupId: "g", name: "G", updatedAtMs: 1))),
+            .change(.member(GroupMemberInfo(groupId: "g", userId: "u", nickname: "n", extra: "e", updatedAtMs: 2))),
+            .change(.removeUsers(["a", "b"])), .change(.removeUsers(nil)), .change(.removeGroups([])),
+            .change(.removeMembers([(group: "g", user: "u"), (group: "h", user: "v")])), .change(.removeMembers(nil)),
+            .change(.memberList(group: "g", members: ["a", "", "c"])), .change(.removeMemberLists(nil)),
+            .providers(node: "n1", kinds: [.user, .memberList], present: true),
+            .providers(node: "n1", kinds: [.group], present: false),
+            .request(to: "n2", from: "n1", ProviderRequest(providerRequestId: 42, kind: .groupMember, id: "g", memberUserId: "u")),
+            .answered(to: "n1", askID: .max),
+        ]
+        for (index, message) in messages.enumerated() {
+            let encoded = ProfileFeedCoding.encode(message, version: Int64(index) + 1)
+            let (version, decoded) = try ProfileFeedCoding.decode(encoded)
+            #expect(version == Int64(index) + 1)
+            #expect(ProfileFeedCoding.encode(decoded, version: version) == encoded, "message \(index)")
+            if encoded.readableBytes > 10 {
+                #expect(throws: (any Error).self) { try ProfileFeedCoding.decode(encoded.getSlice(at: 0, length: encoded.readableBytes - 1)!) }
+            }
+        }
+    }
+
     @Test("a profile written on one node is read on the others, and its changes reach a subscriber on another node")
     func aProfileWrittenOnOneNodeIsReadAndPushedOnTheOthers() async throws {
         try await withCluster(nodes: 3) { _, nodes in
