@@ -60,7 +60,13 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         do {
             let snapshot = try await Self.readSnapshot(on: connection, logger: logger)
             var providers: [ProfileKind: String] = [:]
-            let rows = try await connection.query("SELECT kind, node FROM sb_profile_provider", logger: logger)
+            // A registration left by a node that is gone without being swept (it left while its last write failed)
+            // is not taken: nobody would answer it.
+            let rows = try await connection.query(
+                """
+                SELECT p.kind, p.node FROM sb_profile_provider p
+                WHERE EXISTS (SELECT 1 FROM sb_node n WHERE n.id = p.node)
+                """, logger: logger)
             for try await (kind, node) in rows.decode((Int16, String).self) where node != nodeID {
                 providers[ProfileKind(rawValue: UInt32(UInt16(bitPattern: kind)))] = node
             }

@@ -376,6 +376,7 @@ struct ClusterProfileTests {
                 defer { answering.cancel() }
                 try await provider.registerProvider(kinds: [.memberList])
                 #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" })
+                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_node") == "1" })
                 // A second node joins the running one.
                 try await withCluster(nodes: 1, postgres: postgres) { _, later in
                     let reader = try await later[0].client("Reader")
@@ -384,6 +385,28 @@ struct ClusterProfileTests {
                     await reader.close()
                 }
                 await provider.close()
+            }
+        } catch {
+            await postgres.stop()
+            throw error
+        }
+        await postgres.stop()
+    }
+
+    @Test("a node that starts ignores a provider registration left by a node that is gone")
+    func aRegistrationOfAGoneNodeIsIgnoredAtStart() async throws {
+        let postgres = try await TestPostgres.start()
+        do {
+            try await withCluster(nodes: 1, postgres: postgres) { postgres, _ in
+                _ = try await postgres.psql("INSERT INTO sb_profile_provider (kind, node) VALUES (1, 'left')")
+                try await withCluster(nodes: 1, postgres: postgres) { _, later in
+                    let reader = try await later[0].client("Reader")
+                    let clock = ContinuousClock()
+                    let started = clock.now
+                    #expect(try await reader.getUserInfo(userIDs: ["x"]).missing == ["x"])
+                    #expect(clock.now - started < .seconds(2), "the read waited for a provider nobody runs")
+                    await reader.close()
+                }
             }
         } catch {
             await postgres.stop()
