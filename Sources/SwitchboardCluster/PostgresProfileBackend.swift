@@ -254,25 +254,41 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                 continue
             }
             let keys = batch.flatMap(\.write.keys)
-            do {
-                let open: PostgresConnection
-                if let current = connection, !current.isClosed {
-                    open = current
-                } else {
-                    connectionID += 1
-                    open = try await PostgresConnection.connect(
-                        configuration: self.location.configuration, id: connectionID, logger: self.logger)
-                    connection = open
+            // A connection that was lost (closed by the server while idle, say) is replaced and the batch tried once
+            // more: every write of a batch may be applied twice (upserts, removals and member list changes
+            // are idempotent, and a feed row read twice changes nothing more).
+            var retried = false
+            while true {
+                do {
+                    let open: PostgresConnection
+                    if let current = connection, !current.isClosed {
+                        open = current
+                    } else {
+                        connectionID += 1
+                        var configuration = self.location.configuration
+                        configuration.options.additionalStartupParameters = [
+                            ("application_name", "switchboard-profiles-\(self.nodeID)")
+                        ]
+                        open = try await PostgresConnection.connect(
+                            configuration: configuration, id: connectionID, logger: self.logger)
+                        connection = open
+                    }
+                    let (version, messages) = try await self.commit(batch.map(\.write), on: open)
+                    self.tracker.withLock { $0.end(keys, committedAt: version) }
+                    self.install(messages, committedAt: version)
+                    for (_, completion) in batch { completion?(.success(())) }
+                } catch {
+                    if !retried, let lost = connection, lost.isClosed {
+                        retried = true
+                        connection = nil
+                        continue
+                    }
+                    self.logger.error(
+                        "profile directory write failed", metadata: ["error": "\(String(reflecting: error))"])
+                    self.tracker.withLock { $0.end(keys, committedAt: nil) }
+                    for (_, completion) in batch { completion?(.failure(error)) }
                 }
-                let (version, messages) = try await self.commit(batch.map(\.write), on: open)
-                self.tracker.withLock { $0.end(keys, committedAt: version) }
-                self.install(messages, committedAt: version)
-                for (_, completion) in batch { completion?(.success(())) }
-            } catch {
-                self.logger.error(
-                    "profile directory write failed", metadata: ["error": "\(String(reflecting: error))"])
-                self.tracker.withLock { $0.end(keys, committedAt: nil) }
-                for (_, completion) in batch { completion?(.failure(error)) }
+                break
             }
         }
         if let connection { try? await connection.close() }

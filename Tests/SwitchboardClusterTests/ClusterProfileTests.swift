@@ -287,6 +287,49 @@ struct ClusterProfileTests {
         }
     }
 
+    @Test("a profile write after the database closed the node's writing connection is committed, not refused")
+    func aWriteAfterTheWriterConnectionWasClosedIsCommitted() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            let tony = try await nodes[0].client("Tony")
+            try await tony.setUserInfo(UserInfo(userId: "Tony", name: "first"))
+            let killed = try await postgres.psql(
+                """
+                SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                WHERE application_name = 'switchboard-profiles-\(nodes[0].engine.nodeID)'
+                """)
+            #expect(killed == "1")
+            try await tony.setUserInfo(UserInfo(userId: "Tony", name: "second"))
+            let reader = try await nodes[1].client("Reader")
+            #expect(try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.map(\.name) == ["second"] })
+            for client in [tony, reader] { await client.close() }
+        }
+    }
+
+    @Test("a profile write whose connection is lost within its transaction is tried again on a new one and committed")
+    func aWriteWhoseConnectionIsLostIsTriedAgain() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            // The first transaction that writes the user "doomed" loses its connection (a sequence is not rolled back).
+            _ = try await postgres.psql(
+                """
+                CREATE SEQUENCE doomed_once;
+                CREATE FUNCTION doom() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.user_id = convert_to('doomed', 'UTF8') AND nextval('doomed_once') = 1 THEN
+                        PERFORM pg_terminate_backend(pg_backend_pid());
+                    END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER doom BEFORE INSERT ON sb_profile_user FOR EACH ROW EXECUTE FUNCTION doom();
+                """)
+            let writer = try await nodes[0].client("doomed")
+            try await writer.setUserInfo(UserInfo(userId: "doomed", name: "still here"))
+            #expect(try await postgres.psql("SELECT last_value FROM doomed_once") == "2")
+            let reader = try await nodes[1].client("Reader")
+            #expect(try await eventually { try await reader.getUserInfo(userIDs: ["doomed"]).users.map(\.name) == ["still here"] })
+            for client in [writer, reader] { await client.close() }
+        }
+    }
+
     @Test("a burst of writes through one node, several of them of one record, is committed and read alike on every node")
     func aBurstOfWritesIsReadAlikeOnEveryNode() async throws {
         try await withCluster(nodes: 2) { postgres, nodes in
