@@ -8,8 +8,8 @@ import SwitchboardStore
 /// The node's metadata store is opened on the engine (reads from memory, writes decided in the engine's
 /// transactions), and the engine's services bring what other nodes commit to this node's copy and subscribers.
 ///
-/// A gateway calls ``join(logger:)`` first, then opens its stores (``openMetadataStore(configuration:logger:)``),
-/// builds its areas, and runs ``makeServices(for:logger:)`` beside them.
+/// A gateway calls ``join(logger:)`` first, then opens its stores (``openMetadataStore(configuration:logger:)``,
+/// ``openProfileBackend(logger:)``), builds its areas, and runs ``makeServices(for:logger:)`` beside them.
 public protocol ClusterEngine: Sendable {
     /// Prepares the shared database (creates what is missing) and notes where the change feed ends, before any state
     /// is loaded: a change committed while the node loads is then both loaded and read again from the feed, never
