@@ -87,7 +87,7 @@ public struct PostgresCluster: ClusterEngine {
                 providerTimeout: .nanoseconds(profiles.providerTimeout.nanoseconds))
             sweepers.append(ProfileProviderSweeper(backend: backend, directory: profiles.directory))
             let directory = profiles.directory
-            backend.installCommittedLists { change, accept in directory.applyReplicated(change, accept: accept) }
+            backend.installCommitted { change, accept in directory.applyReplicated(change, accept: accept) }
             writers.append(backend)
         }
         // Services stop in reverse order: the writers commit what the drained sessions left before the feed stops.

@@ -33,7 +33,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private let tracker = Mutex(OwnWrites())
     /// The node whose session provides each kind, as far as this node knows (its own kinds aside).
     private let remoteNodes: Mutex<[ProfileKind: String]>
-    private let listInstaller = Mutex<(@Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void)?>(nil)
+    private let installer = Mutex<(@Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void)?>(nil)
     /// The most writes committed in one transaction.
     private let batchLimit = 256
 
@@ -189,10 +189,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         self.tracker.withLock { $0.admit(key, version: version) }
     }
 
-    /// Where this node's committed member lists go (``ProfileDirectory/applyReplicated(_:accept:)`` of the node's
-    /// directory), set once the directory exists.
-    func installCommittedLists(with apply: @escaping @Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void) {
-        self.listInstaller.withLock { $0 = apply }
+    /// Where this node's committed member lists and the records it reads again after a failed write go
+    /// (``ProfileDirectory/applyReplicated(_:accept:)`` of the node's directory), set once the directory exists.
+    func installCommitted(with apply: @escaping @Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void) {
+        self.installer.withLock { $0 = apply }
     }
 
     /// Notes that another node's change at `version` was read: this node's writes older than it can no longer meet
@@ -241,7 +241,27 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private func writeUntilStopped() async {
         var connection: PostgresConnection?
         var connectionID = 3_001
+        /// Records of failed writes, to read again as committed once the database answers.
+        var stale = Set<ProfileRecordKey>()
+        func open() async throws -> PostgresConnection {
+            if let current = connection, !current.isClosed { return current }
+            connectionID += 1
+            var configuration = self.location.configuration
+            configuration.options.additionalStartupParameters = [("application_name", "switchboard-profiles-\(self.nodeID)")]
+            let opened = try await PostgresConnection.connect(configuration: configuration, id: connectionID, logger: self.logger)
+            connection = opened
+            return opened
+        }
         while true {
+            if !stale.isEmpty {
+                do {
+                    try await self.reread(Array(stale), on: try await open())
+                    stale = []
+                } catch {
+                    self.logger.warning(
+                        "profile records could not be read again", metadata: ["error": "\(String(reflecting: error))"])
+                }
+            }
             let (batch, stopping) = self.queue.withLock { queue in
                 let count = min(queue.writes.count, self.batchLimit)
                 let batch = Array(queue.writes.prefix(count))
@@ -258,22 +278,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             // more: every write of a batch may be applied twice (upserts, removals and member list changes
             // are idempotent, and a feed row read twice changes nothing more).
             var retried = false
+            self.tracker.withLock { $0.writing = true }
             while true {
                 do {
-                    let open: PostgresConnection
-                    if let current = connection, !current.isClosed {
-                        open = current
-                    } else {
-                        connectionID += 1
-                        var configuration = self.location.configuration
-                        configuration.options.additionalStartupParameters = [
-                            ("application_name", "switchboard-profiles-\(self.nodeID)")
-                        ]
-                        open = try await PostgresConnection.connect(
-                            configuration: configuration, id: connectionID, logger: self.logger)
-                        connection = open
-                    }
-                    let (version, messages) = try await self.commit(batch.map(\.write), on: open)
+                    let (version, messages) = try await self.commit(batch.map(\.write), on: try await open())
                     self.tracker.withLock { $0.end(keys, committedAt: version) }
                     self.install(messages, committedAt: version)
                     for (_, completion) in batch { completion?(.success(())) }
@@ -286,19 +294,126 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                     self.logger.error(
                         "profile directory write failed", metadata: ["error": "\(String(reflecting: error))"])
                     self.tracker.withLock { $0.end(keys, committedAt: nil) }
+                    // Undone in memory to what this node held; another node may have committed a change of the same
+                    // records meanwhile (not applied here while this write was pending): read them again.
                     for (_, completion) in batch { completion?(.failure(error)) }
+                    for case .record(let record) in keys where Self.rereadable(record) { stale.insert(record) }
                 }
                 break
             }
+            self.tracker.withLock { $0.writing = false }
         }
         if let connection { try? await connection.close() }
+    }
+
+    private static func rereadable(_ record: ProfileRecordKey) -> Bool {
+        if case .provider = record { return false }
+        return true
+    }
+
+    /// Reads `records` as committed and puts them in the directory, unless a newer change of one is there or pending.
+    private func reread(_ records: [ProfileRecordKey], on connection: PostgresConnection) async throws {
+        guard let apply = self.installer.withLock({ $0 }) else { return }
+        var users: [String] = []
+        var groups: [String] = []
+        var members: [(group: String, user: String)] = []
+        var lists: [String] = []
+        for record in records {
+            switch record {
+            case .user(let id): users.append(id)
+            case .group(let id): groups.append(id)
+            case .member(let group, let user): members.append((group, user))
+            case .memberList(let group): lists.append(group)
+            case .provider: break
+            }
+        }
+        let logger = self.logger
+        var foundUsers: [String: UserInfo] = [:]
+        var foundGroups: [String: GroupInfo] = [:]
+        var foundMembers: [String: GroupMemberInfo] = [:]
+        var foundLists: [String: [String]] = [:]
+        var version: Int64 = 0
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            // Under the feed's lock every commit up to the version read is visible, and none after it.
+            try await connection.query("SELECT pg_advisory_xact_lock(\(PostgresSchema.outboxLockKey))", logger: logger)
+            let versions = try await connection.query(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM sb_profile_version", logger: logger)
+            for try await value in versions.decode(Int64.self) { version = value }
+            let userRows = try await connection.query(
+                """
+                SELECT user_id, name, portrait_uri, extra, updated_at FROM sb_profile_user
+                WHERE user_id = ANY(\(users.map(Self.bytes))::bytea[])
+                """, logger: logger)
+            for try await (id, name, portrait, extra, updated) in userRows.decode(
+                (ByteBuffer, ByteBuffer, ByteBuffer, ByteBuffer, Int64).self)
+            {
+                let info = UserInfo(
+                    userId: String(buffer: id), name: String(buffer: name), portraitUri: String(buffer: portrait),
+                    extra: String(buffer: extra), updatedAtMs: UInt64(max(updated, 0)))
+                foundUsers[info.userId] = info
+            }
+            let groupRows = try await connection.query(
+                """
+                SELECT group_id, name, portrait_uri, extra, updated_at FROM sb_profile_group
+                WHERE group_id = ANY(\(groups.map(Self.bytes))::bytea[])
+                """, logger: logger)
+            for try await (id, name, portrait, extra, updated) in groupRows.decode(
+                (ByteBuffer, ByteBuffer, ByteBuffer, ByteBuffer, Int64).self)
+            {
+                let info = GroupInfo(
+                    groupId: String(buffer: id), name: String(buffer: name), portraitUri: String(buffer: portrait),
+                    extra: String(buffer: extra), updatedAtMs: UInt64(max(updated, 0)))
+                foundGroups[info.groupId] = info
+            }
+            let memberRows = try await connection.query(
+                """
+                SELECT m.group_id, m.user_id, m.nickname, m.extra, m.updated_at FROM sb_profile_member m
+                JOIN unnest(\(members.map { Self.bytes($0.group) })::bytea[], \(members.map { Self.bytes($0.user) })::bytea[]) AS k(g, u)
+                  ON m.group_id = k.g AND m.user_id = k.u
+                """, logger: logger)
+            for try await (group, user, nickname, extra, updated) in memberRows.decode(
+                (ByteBuffer, ByteBuffer, ByteBuffer, ByteBuffer, Int64).self)
+            {
+                let info = GroupMemberInfo(
+                    groupId: String(buffer: group), userId: String(buffer: user), nickname: String(buffer: nickname),
+                    extra: String(buffer: extra), updatedAtMs: UInt64(max(updated, 0)))
+                foundMembers[info.groupId + "\u{0}" + info.userId] = info
+            }
+            let listRows = try await connection.query(
+                "SELECT group_id FROM sb_profile_member_list WHERE group_id = ANY(\(lists.map(Self.bytes))::bytea[])",
+                logger: logger)
+            for try await group in listRows.decode(ByteBuffer.self) { foundLists[String(buffer: group)] = [] }
+            let entryRows = try await connection.query(
+                """
+                SELECT group_id, user_id FROM sb_profile_member_entry
+                WHERE group_id = ANY(\(lists.map(Self.bytes))::bytea[])
+                """, logger: logger)
+            for try await (group, user) in entryRows.decode((ByteBuffer, ByteBuffer).self) {
+                foundLists[String(buffer: group), default: []].append(String(buffer: user))
+            }
+            try await connection.query("COMMIT", logger: logger)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+        func put(_ change: ProfileReplicatedChange) {
+            apply(change) { key in self.tracker.withLock { $0.admitOwn(key, version: version) } }
+        }
+        for id in users { put(foundUsers[id].map { .user($0) } ?? .removeUsers([id])) }
+        for id in groups { put(foundGroups[id].map { .group($0) } ?? .removeGroups([id])) }
+        for (group, user) in members {
+            put(foundMembers[group + "\u{0}" + user].map { .member($0) } ?? .removeMembers([(group, user)]))
+        }
+        for group in lists { put(foundLists[group].map { .memberList(group: group, members: $0) } ?? .removeMemberLists([group])) }
+        self.tracker.withLock { $0.reread(records, at: version) }
     }
 
     /// Puts the member lists this node changed, as committed, in its directory: a list changed on another node while
     /// this node's change was pending holds both changes in the database, but this node computed its own on the list
     /// it held. Not when a newer change of the list was applied or is pending here.
     private func install(_ messages: [ProfileFeedMessage], committedAt version: Int64) {
-        guard let apply = self.listInstaller.withLock({ $0 }) else { return }
+        guard let apply = self.installer.withLock({ $0 }) else { return }
         for case .change(let change) in messages {
             guard case .memberList = change else { continue }
             apply(change) { key in self.tracker.withLock { $0.admitOwn(key, version: version) } }
@@ -568,8 +683,11 @@ private struct OwnWrites {
 
     private var pending: [Key: Int] = [:]
     private var committed: [Key: Int64] = [:]
-    /// The version of the member lists last applied from another node.
+    /// The version of each record's change last applied from another node.
     private var applied: [Key: Int64] = [:]
+    /// A batch is being written: its version, still unknown, is newer than every change read so far, so `applied`
+    /// is kept whole until its records are installed.
+    var writing = false
 
     mutating func begin(_ keys: [Key]) {
         for key in keys { self.pending[key, default: 0] += 1 }
@@ -583,34 +701,44 @@ private struct OwnWrites {
         }
     }
 
-    /// Whether another node's change of `record` at `version` may be applied (noted when it is a member list).
+    /// Whether another node's change of `record` at `version` may be applied (and notes it).
     mutating func admit(_ record: ProfileRecordKey, version: Int64) -> Bool {
         guard self.accepts(record, version: version) else { return false }
-        if case .memberList = record { self.applied[.record(record), default: 0] = max(self.applied[.record(record)] ?? 0, version) }
+        if case .provider = record { return true }
+        self.applied[.record(record)] = max(self.applied[.record(record)] ?? 0, version)
         return true
     }
 
-    /// Whether this node's own change of `record`, committed at `version`, may be installed as committed: not when
-    /// another of its writes of the record is pending or committed later, or another node's later change was applied.
+    /// Whether `record` as committed at `version` (this node's own change, or what it read again after a failed
+    /// write) may be installed: not when another write of it is pending here or committed later, or another node's
+    /// later change of it was applied.
     func admitOwn(_ record: ProfileRecordKey, version: Int64) -> Bool {
         let key = Key.record(record)
-        guard self.pending[key] == nil, (self.committed[key] ?? 0) <= version, (self.applied[key] ?? 0) < version else {
-            return false
-        }
-        if case .memberList = record, self.pending[.all(.memberList)] != nil { return false }
+        guard self.pending[key] == nil, (self.committed[key] ?? 0) <= version, (self.applied[key] ?? 0) <= version,
+            Self.kind(of: record).map({ self.pending[.all($0)] == nil }) ?? true
+        else { return false }
         return true
+    }
+
+    /// `records` were read as committed at `version`: changes of them up to that version are older than this copy.
+    mutating func reread(_ records: [ProfileRecordKey], at version: Int64) {
+        for record in records { self.committed[.record(record)] = max(self.committed[.record(record)] ?? 0, version) }
+    }
+
+    private static func kind(of record: ProfileRecordKey) -> ProfileKind? {
+        switch record {
+        case .user: .user
+        case .group: .group
+        case .member: .groupMember
+        case .memberList: .memberList
+        case .provider: nil
+        }
     }
 
     private func accepts(_ record: ProfileRecordKey, version: Int64) -> Bool {
         guard !self.pending.isEmpty || !self.committed.isEmpty else { return true }
         var keys: [Key] = [.record(record)]
-        switch record {
-        case .user: keys.append(.all(.user))
-        case .group: keys.append(.all(.group))
-        case .member: keys.append(.all(.groupMember))
-        case .memberList: keys.append(.all(.memberList))
-        case .provider: break
-        }
+        if let kind = Self.kind(of: record) { keys.append(.all(kind)) }
         for key in keys {
             if self.pending[key] != nil { return false }
             if let own = self.committed[key], own > version { return false }
@@ -621,6 +749,6 @@ private struct OwnWrites {
     /// Another node's change at `version` was read: every later one is newer than this node's commits before it.
     mutating func forget(olderThan version: Int64) {
         if self.committed.count > 1_024 { self.committed = self.committed.filter { $0.value > version } }
-        if self.applied.count > 1_024 { self.applied = self.applied.filter { $0.value > version } }
+        if !self.writing, self.applied.count > 1_024 { self.applied = self.applied.filter { $0.value > version } }
     }
 }

@@ -330,6 +330,46 @@ struct ClusterProfileTests {
         }
     }
 
+    @Test("a refused write is undone, and the node then holds what another node committed of the record meanwhile")
+    func aRefusedWriteLeavesTheNodeWithTheCommittedRecord() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            let first = try await nodes[0].client("Tony")
+            let second = try await nodes[1].client("Tony")
+            try await first.setUserInfo(UserInfo(userId: "Tony", name: "original"))
+            #expect(try await eventually { try await second.getUserInfo(userIDs: ["Tony"]).users.first?.name == "original" })
+            // The database refuses the name "refused", after a pause in which the other node's write commits.
+            _ = try await postgres.psql(
+                """
+                CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.name = convert_to('refused', 'UTF8') THEN
+                        PERFORM pg_sleep(1.5);
+                        RAISE EXCEPTION 'refused';
+                    END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER refuse BEFORE INSERT ON sb_profile_user FOR EACH ROW EXECUTE FUNCTION refuse();
+                """)
+            let refused = Task { () -> ErrorCode? in
+                do {
+                    try await first.setUserInfo(UserInfo(userId: "Tony", name: "refused"))
+                    return nil
+                } catch let error as SwitchboardClientError {
+                    return error.code
+                }
+            }
+            #expect(
+                try await eventually {
+                    try await postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1"
+                })
+            try await second.setUserInfo(UserInfo(userId: "Tony", name: "meanwhile"))
+            #expect(try await refused.value == .storageFailure)
+            #expect(try await eventually { try await first.getUserInfo(userIDs: ["Tony"]).users.first?.name == "meanwhile" })
+            #expect(try await second.getUserInfo(userIDs: ["Tony"]).users.first?.name == "meanwhile")
+            for client in [first, second] { await client.close() }
+        }
+    }
+
     @Test("a burst of writes through one node, several of them of one record, is committed and read alike on every node")
     func aBurstOfWritesIsReadAlikeOnEveryNode() async throws {
         try await withCluster(nodes: 2) { postgres, nodes in

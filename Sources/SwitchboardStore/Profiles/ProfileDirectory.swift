@@ -819,15 +819,17 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             var done: [UInt64] = []
             switch change {
             case .user(let info):
-                guard accept(.user(info.userId)) else { return done }
+                guard accept(.user(info.userId)), state.users[info.userId] != info else { return done }
                 state.users[info.userId] = info
                 self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
             case .group(let info):
-                guard accept(.group(info.groupId)) else { return done }
+                guard accept(.group(info.groupId)), state.groups[info.groupId] != info else { return done }
                 state.groups[info.groupId] = info
                 self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
             case .member(let info):
-                guard accept(.member(group: info.groupId, user: info.userId)) else { return done }
+                guard accept(.member(group: info.groupId, user: info.userId)),
+                    state.members[info.groupId]?[info.userId] != info
+                else { return done }
                 state.members[info.groupId, default: [:]][info.userId] = info
                 self.notifyGroup(
                     info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
