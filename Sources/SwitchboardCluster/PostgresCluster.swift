@@ -33,6 +33,7 @@ public struct PostgresCluster: ClusterEngine {
     private let startingCursor = StartingCursor()
     private let relay: RedisFeedRelay?
     private let presence: PostgresPresence
+    private let profileBackend = OpenedProfileBackend()
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -81,17 +82,24 @@ public struct PostgresCluster: ClusterEngine {
         return try await MetadataStore.open(shared: backend, locks: locks, configuration: configuration, logger: logger)
     }
 
+    /// Loads the profile directory and who provides each kind (after ``join(logger:)``).
+    public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? {
+        let backend = try await PostgresProfileBackend.open(location: self.location, nodeID: self.nodeID, logger: logger)
+        self.profileBackend.value = backend
+        return backend
+    }
+
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
         var consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer] = [:]
         var sweepers: [any DeadNodeSweeper] = []
+        var writers: [any Service] = []
         if let store = services.metadataStore {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
             consumers[.lock] = LockFeedConsumer(store: store)
             sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
         }
-        var presenceWriter: PresenceWriter?
         if let area = services.presence {
             // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
             let mirror = PresenceMirror(domain: area.domain)
@@ -99,20 +107,29 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
             sweepers.append(
                 PresenceSweeper(nodeID: self.nodeID, mirror: mirror, deadFor: self.nodeTimeout + self.heartbeatInterval))
-            presenceWriter = PresenceWriter(presence: self.presence, location: self.location, logger: logger)
+            writers.append(PresenceWriter(presence: self.presence, location: self.location, logger: logger))
         }
-        // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the
-        // feed stops, then the node leaves sb_node.
-        var built: [any Service] = [
+        if let profiles = services.profiles, let backend = self.profileBackend.value {
+            // Providers registered on other nodes before this one started.
+            profiles.directory.applyReplicated(.providers(backend.remoteProviderKinds, present: true)) { _ in true }
+            consumers[.profile] = ProfileFeedConsumer(
+                backend: backend, directory: profiles.directory,
+                providerTimeout: .nanoseconds(profiles.providerTimeout.nanoseconds))
+            sweepers.append(ProfileProviderSweeper(backend: backend, directory: profiles.directory))
+            let directory = profiles.directory
+            backend.installCommitted { change, accept in directory.applyReplicated(change, accept: accept) }
+            writers.append(backend)
+        }
+        // Services stop in reverse order: the writers commit what the drained sessions left (the presence writer the
+        // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
+        return [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
                 sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers),
-        ]
-        if let presenceWriter { built.append(presenceWriter) }
-        return built
+        ] + writers
     }
 }
 
@@ -123,5 +140,15 @@ private final class StartingCursor: Sendable {
     var value: Int64 {
         get { self.cursor.load(ordering: .relaxed) }
         set { self.cursor.store(newValue, ordering: .relaxed) }
+    }
+}
+
+/// The profile backend ``PostgresCluster/openProfileBackend(logger:)`` opened, for the services that serve it.
+private final class OpenedProfileBackend: Sendable {
+    private let backend = Mutex<PostgresProfileBackend?>(nil)
+
+    var value: PostgresProfileBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
     }
 }

@@ -263,11 +263,18 @@ final class PresenceWriter: Service, Sendable {
         }
         do {
             while try await self.writeBatch(&connection) {}
-            if let connection {
-                try await connection.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)", logger: self.logger)
-                try await connection.query(
-                    "DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)", logger: self.logger)
+            // The node's rows go whether or not a write left a connection open.
+            let current: PostgresConnection
+            if let open = connection, !open.isClosed {
+                current = open
+            } else {
+                current = try await PostgresConnection.connect(
+                    configuration: self.location.configuration, id: 3_000, logger: self.logger)
+                connection = current
             }
+            try await current.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)", logger: self.logger)
+            try await current.query(
+                "DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)", logger: self.logger)
         } catch {
             self.logger.warning("presence rows not removed at shutdown", metadata: ["error": "\(error)"])
         }

@@ -18,6 +18,12 @@ import PostgresNIO
 /// - `sb_presence` (UNLOGGED): one row per session of a node in a channel (``PostgresPresence``); `join_seq` orders
 ///   them as they joined. `sb_presence_state` (UNLOGGED): a user's temporary state in a channel, per node.
 /// - `sb_cluster_key`: keys every node shares (the one that signs `whoNow` bookmarks), chosen by the first node.
+/// - `sb_profile_user`, `sb_profile_group`, `sb_profile_member`, `sb_profile_member_list`,
+///   `sb_profile_member_entry`: the profile directory (``PostgresProfileBackend``), as a single gateway keeps it in
+///   its `.profiles` file.
+/// - `sb_profile_provider`: which node's session is the provider of each profile kind (the latest registration
+///   wins); removed when the session ends or by the sweep of its dead node.
+/// - `sb_profile_version`: orders the profile directory's commits (taken under the feed's lock, so in commit order).
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -113,6 +119,49 @@ enum PostgresSchema {
             value bytea NOT NULL
         )
         """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_user (
+            user_id bytea PRIMARY KEY,
+            name bytea NOT NULL,
+            portrait_uri bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_group (
+            group_id bytea PRIMARY KEY,
+            name bytea NOT NULL,
+            portrait_uri bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_member (
+            group_id bytea NOT NULL,
+            user_id bytea NOT NULL,
+            nickname bytea NOT NULL,
+            extra bytea NOT NULL,
+            updated_at bigint NOT NULL,
+            PRIMARY KEY (group_id, user_id)
+        )
+        """,
+        "CREATE TABLE IF NOT EXISTS sb_profile_member_list (group_id bytea PRIMARY KEY)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_member_entry (
+            group_id bytea NOT NULL,
+            user_id bytea NOT NULL,
+            PRIMARY KEY (group_id, user_id)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_profile_provider (
+            kind smallint PRIMARY KEY,
+            node text NOT NULL
+        )
+        """,
+        "CREATE SEQUENCE IF NOT EXISTS sb_profile_version",
     ]
 
     /// Creates the tables that do not exist yet.

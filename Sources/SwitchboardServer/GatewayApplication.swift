@@ -114,7 +114,7 @@ public struct GatewayApplication: Service {
         public let metadataStore: MetadataStore?
         /// The event store, with ``Areas/events``.
         public let eventStore: EventStore?
-        /// The profile store, with ``Areas/profiles``.
+        /// The profile store, with ``Areas/profiles`` (nil in a cluster, whose directory is in the shared database).
         public let profileStore: ProfileStore?
         /// The storage and lock area.
         public let storage: StorageArea?
@@ -223,15 +223,20 @@ public struct GatewayApplication: Service {
             }
             let metricsAddress = boundAddress
             var clusterStore: MetadataStore?
+            var clusterProfiles: (any ProfileBackend)?
             if let cluster = self.configuration.cluster {
                 try await cluster.join(logger: self.logger)
                 if self.configuration.areas.contains(.storage) {
                     clusterStore = try await cluster.openMetadataStore(
                         configuration: self.configuration.store, logger: self.logger)
                 }
+                if self.configuration.areas.contains(.profiles) {
+                    clusterProfiles = try await cluster.openProfileBackend(logger: self.logger)
+                }
             }
             let services = try self.makeServices(
-                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, metricsFactory: metricsFactory)
+                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, profileBackend: clusterProfiles,
+                metricsFactory: metricsFactory)
             health.sessions = services.sessions
             let gatewayBox = GatewayBox()
             let onServerRunning = self.onServerRunning
@@ -295,10 +300,11 @@ public struct GatewayApplication: Service {
     ///
     /// - Parameters:
     ///   - metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
+    ///   - profileBackend: Where the profile directory persists (a cluster's); nil opens the configured SQLite file.
     ///   - metricsFactory: where the metadata store's metrics go (nil: the global `MetricsSystem`).
     package func makeServices(
         eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
-        metricsFactory: (any MetricsFactory)? = nil
+        profileBackend: (any ProfileBackend)? = nil, metricsFactory: (any MetricsFactory)? = nil
     ) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
@@ -346,15 +352,21 @@ public struct GatewayApplication: Service {
                 timerLoop: eventLoopGroup.next(),
                 nowMillis: nowMillis)
         }
-        // The profile directory persists in its own SQLite file as well.
+        // The profile directory persists in its own SQLite file as well (a cluster's in the shared database).
         var profileStore: ProfileStore?
         var profiles: ProfileArea?
         if areas.contains(.profiles) {
-            let store = try ProfileStore(
-                path: configuration.profileDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
-            profileStore = store
+            let backend: any ProfileBackend
+            if let profileBackend {
+                backend = profileBackend
+            } else {
+                let store = try ProfileStore(
+                    path: configuration.profileDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
+                profileStore = store
+                backend = store
+            }
             profiles = try ProfileArea(
-                store: store, providerTimeout: configuration.providerTimeout, publisher: publisher,
+                store: backend, providerTimeout: configuration.providerTimeout, publisher: publisher,
                 logger: self.logger)
         }
         var built: [any RequestHandler & SessionObserver] = []

@@ -26,10 +26,16 @@ import Testing
 
         let snapshot: ProfileSnapshot
         let refusing = Atomic(false)
+        let relay: TestRelay?
         private let pending = Mutex<[Pending]>([])
         private let committed = Mutex<[String]>([])
 
-        init(_ snapshot: ProfileSnapshot = ProfileSnapshot()) { self.snapshot = snapshot }
+        init(_ snapshot: ProfileSnapshot = ProfileSnapshot(), relay: TestRelay? = nil) {
+            self.snapshot = snapshot
+            self.relay = relay
+        }
+
+        var providerRelay: (any ProfileProviderRelay)? { self.relay }
 
         func load() throws -> ProfileSnapshot { self.snapshot }
         func upsert(_ info: UserInfo, completion: StoreWriteCompletion?) { self.add("user \(info.userId)", completion) }
@@ -69,6 +75,18 @@ import Testing
         var stored: [String] { self.committed.withLock { $0 } }
     }
 
+    /// Records what a directory shared with other gateways sends them.
+    final class TestRelay: ProfileProviderRelay {
+        let forwarded = Mutex<[ProviderRequest]>([])
+        let answers = Mutex<[String]>([])
+        let registrations = Mutex<[String]>([])
+
+        func forward(_ request: ProviderRequest) { self.forwarded.withLock { $0.append(request) } }
+        func answered(askID: UInt64, node: String) { self.answers.withLock { $0.append("\(node)#\(askID)") } }
+        func providersRegistered(_ kinds: [ProfileKind]) { self.registrations.withLock { $0.append("+\(kinds)") } }
+        func providersEnded(_ kinds: [ProfileKind]) { self.registrations.withLock { $0.append("-\(kinds)") } }
+    }
+
     /// What one write's commit callback was given.
     final class Answers<Value: Sendable>: Sendable {
         private let results = Mutex<[Result<Value, ProfileError>]>([])
@@ -91,8 +109,8 @@ import Testing
         let wire: Wire
         let directory: ProfileDirectory<Peer>
 
-        init(_ snapshot: ProfileSnapshot = ProfileSnapshot()) throws {
-            let backend = TestBackend(snapshot)
+        init(_ snapshot: ProfileSnapshot = ProfileSnapshot(), relay: TestRelay? = nil) throws {
+            let backend = TestBackend(snapshot, relay: relay)
             let wire = Wire()
             self.wire = wire
             self.backend = backend
@@ -304,6 +322,97 @@ import Testing
         guard case .failure(let error) = results.last else { throw ProfileError(.internal, "not a failure") }
         #expect(error.code == Self.raw(.providerTimeout))
         #expect(Self.code { try fixture.directory.answer(AnswerProviderRequest(providerRequestId: 99), from: provider, now: 5) }
+            == Self.raw(.notFound))
+    }
+
+    // MARK: A directory shared with other gateways
+
+    @Test func aChangeFromAnotherGatewayIsAppliedAndPushedUnlessItsRecordIsRefused() throws {
+        let fixture = try Fixture()
+        let watcher = Peer("watcher")
+        try fixture.directory.subscribe(SubscribeProfilesRequest(userIds: ["u", "v"], groupIds: ["g"]), session: watcher) { _ in true }
+        fixture.directory.applyReplicated(.user(UserInfo(userId: "u", name: "U", updatedAtMs: 3))) { _ in true }
+        fixture.directory.applyReplicated(.user(UserInfo(userId: "v", name: "V"))) { $0 != .user("v") }
+        #expect(try fixture.users(["u", "v"]).users.map(\.name) == ["U"])
+        fixture.directory.applyReplicated(.memberList(group: "g", members: ["b", "a"])) { _ in true }
+        fixture.directory.applyReplicated(.memberList(group: "g", members: ["a", "b"])) { _ in true }  // unchanged
+        #expect(try fixture.page("g", limit: 10).userIds == ["a", "b"])
+        fixture.directory.applyReplicated(.removeUsers(nil)) { _ in true }
+        #expect(try fixture.users(["u"]).missing == ["u"])
+        let changes = fixture.wire.changes.withLock { $0 }
+        #expect(changes.map(\.0.kind) == [.user, .memberList, .user])
+        #expect(changes.map(\.0.removed) == [false, false, true])
+        #expect(changes.allSatisfy { $0.1 == ["watcher"] })
+        #expect(fixture.backend.stored.isEmpty)  // another gateway's changes are stored already
+        fixture.backend.settle()
+        #expect(fixture.backend.stored.isEmpty)
+    }
+
+    @Test func aReadForwardsToAnotherGatewaysProviderAndIsAnsweredWhenThatGatewayAnswers() throws {
+        let relay = TestRelay()
+        let fixture = try Fixture(relay: relay)
+        fixture.directory.applyReplicated(.providers([.user], present: true)) { _ in true }
+        let answered = Mutex<[ProfileReadResult]>([])
+        let start = try fixture.directory.getUsers(GetUserInfoRequest(userIds: ["x", "y"])) { result in
+            answered.withLock { $0.append(result) }
+        }
+        guard case .waiting = start else { throw ProfileError(.internal, "answered without asking") }
+        let forwarded = relay.forwarded.withLock { $0 }
+        #expect(forwarded.map(\.id) == ["x", "y"] && fixture.wire.asks.withLock { $0.isEmpty })
+        // The other gateway stored what its provider found, then answered both asks.
+        fixture.directory.applyReplicated(.user(UserInfo(userId: "x", name: "X"))) { _ in true }
+        fixture.directory.answerForwarded(askID: forwarded[0].providerRequestId)
+        #expect(answered.withLock { $0.isEmpty })
+        fixture.directory.answerForwarded(askID: forwarded[1].providerRequestId)
+        guard case .records(let body) = answered.withLock({ $0.first }) else { throw ProfileError(.internal, "no records") }
+        let response = try GetUserInfoResponse(decoding: body)
+        #expect(response.users.map(\.name) == ["X"] && response.missing == ["y"])
+
+        // The other gateway's provider goes away while a read waits for it: the read is answered at once.
+        let waiting = try fixture.directory.getUsers(GetUserInfoRequest(userIds: ["z"])) { result in
+            answered.withLock { $0.append(result) }
+        }
+        guard case .waiting = waiting else { throw ProfileError(.internal, "answered without asking") }
+        fixture.directory.applyReplicated(.providers([.user], present: false)) { _ in true }
+        #expect(answered.withLock { $0.count } == 2)
+        #expect(try fixture.users(["z"]).missing == ["z"])  // nobody to ask any more
+
+        // A provider registered here is asked instead, and the other gateways are told.
+        fixture.directory.applyReplicated(.providers([.user], present: true)) { _ in true }
+        try fixture.directory.register(RegisterProviderRequest(kinds: [.user]), session: Peer("local"), by: Self.admin)
+        _ = try fixture.directory.getUsers(GetUserInfoRequest(userIds: ["w"])) { _ in }
+        #expect(fixture.wire.asks.withLock { $0.map(\.0) } == ["local"])
+        #expect(relay.forwarded.withLock { $0.count } == 3)
+        #expect(relay.registrations.withLock { $0 } == ["+[user]"])
+    }
+
+    @Test func anAskForwardedHereGoesToTheProviderHereAndItsAnswerGoesBack() throws {
+        let relay = TestRelay()
+        let fixture = try Fixture(relay: relay)
+        #expect(fixture.directory.askForwarded(ProviderRequest(providerRequestId: 7, kind: .user, id: "x"), from: "B", askID: 7) == nil)
+        let provider = Peer("provider")
+        try fixture.directory.register(RegisterProviderRequest(kinds: [.user]), session: provider, by: Self.admin)
+        let first = try #require(
+            fixture.directory.askForwarded(ProviderRequest(providerRequestId: 7, kind: .user, id: "x"), from: "B", askID: 7))
+        let second = try #require(
+            fixture.directory.askForwarded(ProviderRequest(providerRequestId: 9, kind: .user, id: "y"), from: "C", askID: 9))
+        #expect(fixture.wire.asks.withLock { $0.map(\.1.providerRequestId) } == [first, second])
+        try fixture.directory.answer(
+            AnswerProviderRequest(providerRequestId: first, found: true, user: UserInfo(name: "X")), from: provider, now: 4)
+        #expect(relay.answers.withLock { $0 } == ["B#7"])
+        fixture.backend.settle()
+        #expect(fixture.backend.stored == ["user x"])
+        // The provider's session ends: the other pending ask is answered (nothing found), and the others are told.
+        fixture.directory.sessionEnded(provider)
+        #expect(relay.answers.withLock { $0 } == ["B#7", "C#9"])
+        #expect(relay.registrations.withLock { $0 } == ["+[user]", "-[user]"])
+        // An ask whose time passed is not answered.
+        let provider2 = Peer("provider2")
+        try fixture.directory.register(RegisterProviderRequest(kinds: [.user]), session: provider2, by: Self.admin)
+        let third = try #require(
+            fixture.directory.askForwarded(ProviderRequest(providerRequestId: 11, kind: .user, id: "z"), from: "B", askID: 11))
+        fixture.directory.dropForwardedAsk(third)
+        #expect(Self.code { try fixture.directory.answer(AnswerProviderRequest(providerRequestId: third), from: provider2, now: 5) }
             == Self.raw(.notFound))
     }
 }

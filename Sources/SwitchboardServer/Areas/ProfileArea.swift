@@ -14,7 +14,8 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
     /// The profile domain this area serves.
     public let directory: ProfileDirectory<SessionHandle>
-    private let providerTimeout: TimeAmount
+    /// How long a read waits for a provider's answer.
+    public let providerTimeout: TimeAmount
     private let logger: Logger
 
     /// Creates the area from what `store` holds.

@@ -8,8 +8,8 @@ import SwitchboardStore
 /// The node's metadata store is opened on the engine (reads from memory, writes decided in the engine's
 /// transactions), and the engine's services bring what other nodes commit to this node's copy and subscribers.
 ///
-/// A gateway calls ``join(logger:)`` first, then opens its stores (``openMetadataStore(configuration:logger:)``),
-/// builds its areas, and runs ``makeServices(for:logger:)`` beside them.
+/// A gateway calls ``join(logger:)`` first, then opens its stores (``openMetadataStore(configuration:logger:)``,
+/// ``openProfileBackend(logger:)``), builds its areas, and runs ``makeServices(for:logger:)`` beside them.
 public protocol ClusterEngine: Sendable {
     /// Prepares the shared database (creates what is missing) and notes where the change feed ends, before any state
     /// is loaded: a change committed while the node loads is then both loaded and read again from the feed, never
@@ -18,6 +18,10 @@ public protocol ClusterEngine: Sendable {
 
     /// Opens the metadata store this node serves, loaded from the shared database.
     func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore
+
+    /// The backend of the profile directory this node serves, loaded from the shared database, and through which the
+    /// directory reaches providers on other nodes (``ProfileBackend/providerRelay``); nil: the node's own SQLite file.
+    func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)?
 
     /// The services that run beside the gateway: the node's heartbeat, and what applies other nodes' changes to
     /// `services`' stores and publishes their events through its publisher. They start before the gateway and stop
@@ -32,6 +36,11 @@ public protocol ClusterEngine: Sendable {
 extension ClusterEngine {
     /// Presence stays per node.
     public var presenceReplication: (any PresenceReplication)? { nil }
+}
+
+extension ClusterEngine {
+    /// Profiles stay in the node's own SQLite file.
+    public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? { nil }
 }
 
 extension Audience {

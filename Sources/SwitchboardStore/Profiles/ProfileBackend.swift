@@ -29,6 +29,9 @@ public protocol ProfileBackend: Sendable {
     func updateMembers(group: String, add: [String], remove: [String], replace: Bool, completion: StoreWriteCompletion?)
     /// Removes member lists (`nil`: all of them).
     func removeMemberLists(_ groups: [String]?, completion: StoreWriteCompletion?)
+
+    /// Where the directory reaches providers on the other gateways that share this backend (nil, the default: none).
+    var providerRelay: (any ProfileProviderRelay)? { get }
 }
 
 /// What a ``ProfileBackend`` held at start.
@@ -44,3 +47,56 @@ public struct ProfileSnapshot: Sendable {
 }
 
 extension ProfileStore: ProfileBackend {}
+
+extension ProfileBackend {
+    /// No other gateway shares the directory: providers are this gateway's sessions only.
+    public var providerRelay: (any ProfileProviderRelay)? { nil }
+}
+
+/// Where a ``ProfileDirectory`` shared by several gateways (the nodes of a cluster) sends what concerns providers on
+/// the other gateways: asks for a provider another gateway holds, the answers to asks another gateway forwarded here,
+/// and this gateway's provider registrations. Every call is made under the directory's lock, in the order of the
+/// directory's writes, so an implementation only queues what it is given (never calling back into the directory).
+public protocol ProfileProviderRelay: Sendable {
+    /// Sends `request` to the gateway whose provider serves `request.kind`; that gateway's answer comes back through
+    /// ``ProfileDirectory/answerForwarded(askID:)`` with `request.providerRequestId`.
+    func forward(_ request: ProviderRequest)
+    /// Tells gateway `node` that its forwarded ask `askID` is answered: what the provider found was written before
+    /// (through the backend), or nothing was found.
+    func answered(askID: UInt64, node: String)
+    /// A session of this gateway became the provider of `kinds` (the latest registration of a kind wins, whichever
+    /// gateway it is on).
+    func providersRegistered(_ kinds: [ProfileKind])
+    /// This gateway's provider of `kinds` went away.
+    func providersEnded(_ kinds: [ProfileKind])
+}
+
+/// A record of the profile directory, as a change another gateway made is checked against this gateway's own
+/// writes (``ProfileDirectory/applyReplicated(_:accept:)``).
+public enum ProfileRecordKey: Hashable, Sendable {
+    case user(String)
+    case group(String)
+    case member(group: String, user: String)
+    case memberList(String)
+    /// Which gateway serves a kind's provider requests.
+    case provider(ProfileKind)
+}
+
+/// A change another gateway sharing the directory committed, to apply to this gateway's copy.
+public enum ProfileReplicatedChange: Sendable {
+    case user(UserInfo)
+    case group(GroupInfo)
+    case member(GroupMemberInfo)
+    /// Removed user records (nil: all of them).
+    case removeUsers([String]?)
+    /// Removed group records (nil: all of them).
+    case removeGroups([String]?)
+    /// Removed group member records (nil: all of them).
+    case removeMembers([(group: String, user: String)]?)
+    /// A group's member list as committed.
+    case memberList(group: String, members: [String])
+    /// Removed member lists (nil: all of them).
+    case removeMemberLists([String]?)
+    /// Another gateway's session became the provider of these kinds (`present`), or that provider went away.
+    case providers([ProfileKind], present: Bool)
+}

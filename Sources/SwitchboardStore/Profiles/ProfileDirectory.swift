@@ -65,6 +65,11 @@ public typealias ProfileCommit<Value: Sendable> = @Sendable (Result<Value, Profi
 /// goes away, or the caller's deadline passes (``expire(readID:)``). What a provider answers is stored like any other
 /// record, member lists included (§13.5-6).
 ///
+/// Gateways that share one directory (the nodes of a cluster) each hold a copy: another gateway's committed changes
+/// come in through ``applyReplicated(_:accept:)``, and a read that needs a provider another gateway holds is forwarded
+/// through the backend's ``ProfileProviderRelay`` (``askForwarded(_:from:askID:)`` and ``answerForwarded(askID:)``
+/// on the two sides).
+///
 /// `Session` is whoever subscribes and provides (the server's session handle; anything with identity in tests).
 public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: Sendable {
     public typealias Limits = ProfileLimits
@@ -102,7 +107,10 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         var kind: ProfileKind
         var id: String
         var memberUserID: String
-        var provider: Session
+        /// The local provider asked; nil: forwarded to another gateway's provider (``ProfileProviderRelay``).
+        var provider: Session?
+        /// Set when another gateway forwarded the ask (then `readID` is 0): where the answer goes.
+        var replyTo: (node: String, askID: UInt64)?
     }
 
     private struct State {
@@ -116,16 +124,27 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         var sessionUsers: [Session: Set<String>] = [:]
         var sessionGroups: [Session: Set<String>] = [:]
         var providers: [ProfileKind: Session] = [:]
+        /// Kinds (bit `1 << rawValue`) whose provider is on another gateway sharing the directory.
+        var remoteProviders: UInt8 = 0
         var nextAskID: UInt64 = 1
         var nextReadID: UInt64 = 1
         var asks: [UInt64: PendingAsk] = [:]
         var reads: [UInt64: PendingRead] = [:]
+
+        static func bit(_ kind: ProfileKind) -> UInt8 {
+            kind.rawValue < 8 ? 1 << UInt8(kind.rawValue) : 0
+        }
+
+        func hasRemoteProvider(_ kind: ProfileKind) -> Bool {
+            self.remoteProviders != 0 && self.remoteProviders & Self.bit(kind) != 0
+        }
     }
 
     private let state = Mutex(State())
     private let backend: any ProfileBackend
     private let publish: Publish
     private let ask: Ask
+    private let relay: (any ProfileProviderRelay)?
 
     /// Creates the directory from what `backend` holds.
     /// - Throws: What the backend's ``ProfileBackend/load()`` throws.
@@ -133,6 +152,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         self.backend = backend
         self.publish = publish
         self.ask = ask
+        self.relay = backend.providerRelay
         let snapshot = try backend.load()
         self.state.withLock { state in
             for user in snapshot.users { state.users[user.userId] = user }
@@ -325,7 +345,7 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         return withoutActuallyEscaping(writeBody) { writeBody in
             var output = ProfileAnswerSink(forward: writeBody)
             return self.state.withLock { state -> Bool in
-                guard state.providers[kind] == nil else { return false }
+                guard state.providers[kind] == nil, !state.hasRemoteProvider(kind) else { return false }
                 let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
                     let maxIDs = Limits.idsPerBatch
                     let maxBytes = Limits.maxIDBytes
@@ -349,7 +369,10 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     ) -> ProfileReadStart {
         self.state.withLock { state in
             // Without a provider of this kind there is no one to ask: answer at once (no pass over the ids first).
-            guard let provider = state.providers[kind] else { return .answered(Self.result(query, in: state, timedOut: false)) }
+            let provider = state.providers[kind]
+            guard provider != nil || state.hasRemoteProvider(kind) else {
+                return .answered(Self.result(query, in: state, timedOut: false))
+            }
             var asked = Set<String>()
             let wanted = unknown(state).filter { asked.insert($0.id + "\u{0}" + $0.member).inserted }
             guard !wanted.isEmpty else { return .answered(Self.result(query, in: state, timedOut: false)) }
@@ -361,7 +384,12 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
                 state.nextAskID += 1
                 outstanding.insert(askID)
                 state.asks[askID] = PendingAsk(readID: readID, kind: kind, id: id, memberUserID: member, provider: provider)
-                self.ask(provider, ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member))
+                let request = ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member)
+                if let provider {
+                    self.ask(provider, request)
+                } else {
+                    self.relay?.forward(request)
+                }
             }
             state.reads[readID] = PendingRead(answer: answer, query: query, outstanding: outstanding)
             return .waiting(readID: readID)
@@ -679,7 +707,11 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         }
         guard caller.isAdmin else { throw ProfileError(.permissionDenied, "registerProvider is admin only") }
         self.state.withLock { state in
-            for kind in request.kinds { state.providers[kind] = session }
+            for kind in request.kinds {
+                state.providers[kind] = session
+                state.remoteProviders &= ~State.bit(kind)
+            }
+            self.relay?.providersRegistered(request.kinds)
         }
     }
 
@@ -690,11 +722,12 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
             guard let ask = state.asks[request.providerRequestId] else {
                 throw ProfileError(.notFound, "unknown or expired providerRequestId")
             }
-            guard ask.provider === session else {
+            guard let provider = ask.provider, provider === session else {
                 throw ProfileError(.permissionDenied, "this provider request was sent to another session")
             }
             if request.found { try self.storeAnswer(request, for: ask, now: now, in: &state) }
             state.asks[request.providerRequestId] = nil
+            if let replyTo = ask.replyTo { self.relay?.answered(askID: replyTo.askID, node: replyTo.node) }
             state.reads[ask.readID]?.outstanding.remove(request.providerRequestId)
             return state.reads[ask.readID]?.outstanding.isEmpty == true ? ask.readID : 0
         }
@@ -760,16 +793,136 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
                 if state.groupSubscribers[group]?.isEmpty == true { state.groupSubscribers[group] = nil }
             }
             guard state.providers.values.contains(where: { $0 === session }) else { return [] }
+            let ended = state.providers.filter { $0.value === session }.map(\.key)
             state.providers = state.providers.filter { $0.value !== session }
+            self.relay?.providersEnded(ended)
             var done: [UInt64] = []
             for (askID, ask) in state.asks where ask.provider === session {
                 state.asks[askID] = nil
+                if let replyTo = ask.replyTo { self.relay?.answered(askID: replyTo.askID, node: replyTo.node) }
                 state.reads[ask.readID]?.outstanding.remove(askID)
                 if state.reads[ask.readID]?.outstanding.isEmpty == true { done.append(ask.readID) }
             }
             return done
         }
         for readID in Set(done) { self.finish(readID: readID, timedOut: false) }
+    }
+
+    // MARK: Sharing the directory with other gateways
+
+    /// Applies a change another gateway sharing the directory committed, and tells this gateway's subscribers as
+    /// that gateway told its own. `accept` is asked once per record the change touches, under the directory's lock
+    /// (so no write of this gateway comes in between): false leaves the record as this gateway holds it (its own
+    /// write of the record is newer).
+    public func applyReplicated(_ change: ProfileReplicatedChange, accept: (ProfileRecordKey) -> Bool) {
+        let done: [UInt64] = self.state.withLock { state in
+            var done: [UInt64] = []
+            switch change {
+            case .user(let info):
+                guard accept(.user(info.userId)), state.users[info.userId] != info else { return done }
+                state.users[info.userId] = info
+                self.notifyUser(info.userId, ProfileChanged(kind: .user, user: info, id: info.userId), in: state)
+            case .group(let info):
+                guard accept(.group(info.groupId)), state.groups[info.groupId] != info else { return done }
+                state.groups[info.groupId] = info
+                self.notifyGroup(info.groupId, ProfileChanged(kind: .group, group: info, id: info.groupId), in: state)
+            case .member(let info):
+                guard accept(.member(group: info.groupId, user: info.userId)),
+                    state.members[info.groupId]?[info.userId] != info
+                else { return done }
+                state.members[info.groupId, default: [:]][info.userId] = info
+                self.notifyGroup(
+                    info.groupId, ProfileChanged(kind: .groupMember, member: info, id: info.groupId), in: state)
+            case .removeUsers(let ids):
+                for id in ids ?? Array(state.users.keys) where state.users[id] != nil && accept(.user(id)) {
+                    state.users[id] = nil
+                    self.notifyUser(id, ProfileChanged(kind: .user, removed: true, id: id), in: state)
+                }
+            case .removeGroups(let ids):
+                for id in ids ?? Array(state.groups.keys) where state.groups[id] != nil && accept(.group(id)) {
+                    state.groups[id] = nil
+                    self.notifyGroup(id, ProfileChanged(kind: .group, removed: true, id: id), in: state)
+                }
+            case .removeMembers(let keys):
+                let keys = keys ?? state.members.flatMap { group, records in records.keys.map { (group: group, user: $0) } }
+                for (group, user) in keys {
+                    guard state.members[group]?[user] != nil, accept(.member(group: group, user: user)),
+                        let old = state.members[group]?.removeValue(forKey: user)
+                    else { continue }
+                    if state.members[group]?.isEmpty == true { state.members[group] = nil }
+                    self.notifyGroup(
+                        group, ProfileChanged(kind: .groupMember, member: old, removed: true, id: group), in: state)
+                }
+            case .memberList(let group, let members):
+                guard accept(.memberList(group)) else { return done }
+                let list = MemberList(Set(members))
+                if state.lists[group]?.members == list.members { return done }  // nothing changed: nobody to tell
+                state.lists[group] = list
+                self.notifyGroup(
+                    group, ProfileChanged(kind: .memberList, id: group, memberCount: UInt64(list.members.count)), in: state)
+            case .removeMemberLists(let groups):
+                for group in groups ?? Array(state.lists.keys) where state.lists[group] != nil && accept(.memberList(group)) {
+                    state.lists[group] = nil
+                    self.notifyGroup(group, ProfileChanged(kind: .memberList, removed: true, id: group), in: state)
+                }
+            case .providers(let kinds, let present):
+                for kind in kinds where accept(.provider(kind)) {
+                    if present {
+                        // The latest registration wins: this gateway's provider of the kind is no longer asked.
+                        state.providers[kind] = nil
+                        state.remoteProviders |= State.bit(kind)
+                    } else {
+                        state.remoteProviders &= ~State.bit(kind)
+                        // As when a provider's session ends: what it was asked counts as unknown.
+                        for (askID, ask) in state.asks where ask.provider == nil && ask.kind == kind {
+                            state.asks[askID] = nil
+                            state.reads[ask.readID]?.outstanding.remove(askID)
+                            if state.reads[ask.readID]?.outstanding.isEmpty == true { done.append(ask.readID) }
+                        }
+                    }
+                }
+            }
+            return done
+        }
+        for readID in Set(done) { self.finish(readID: readID, timedOut: false) }
+    }
+
+    /// Another gateway (`node`) forwarded its ask `askID` here: asks this gateway's provider of `request.kind`.
+    ///
+    /// - Returns: The id of the ask made here (for ``dropForwardedAsk(_:)`` when the provider timeout passes), or
+    ///   nil when this gateway has no provider of the kind (the caller then answers `node` that nothing was found).
+    public func askForwarded(_ request: ProviderRequest, from node: String, askID: UInt64) -> UInt64? {
+        self.state.withLock { state -> UInt64? in
+            guard let provider = state.providers[request.kind] else { return nil }
+            let localID = state.nextAskID
+            state.nextAskID += 1
+            state.asks[localID] = PendingAsk(
+                readID: 0, kind: request.kind, id: request.id, memberUserID: request.memberUserId, provider: provider,
+                replyTo: (node, askID))
+            var asked = request
+            asked.providerRequestId = localID
+            self.ask(provider, asked)
+            return localID
+        }
+    }
+
+    /// The provider timeout of a forwarded ask passed: its answer is no longer taken.
+    public func dropForwardedAsk(_ askID: UInt64) {
+        self.state.withLock { state in
+            if state.asks[askID]?.replyTo != nil { state.asks[askID] = nil }
+        }
+    }
+
+    /// The gateway an ask of this one was forwarded to answered it (what its provider found is applied already):
+    /// the read answers once every ask of it is answered.
+    public func answerForwarded(askID: UInt64) {
+        let readID: UInt64? = self.state.withLock { state in
+            guard let ask = state.asks[askID], ask.provider == nil else { return nil }
+            state.asks[askID] = nil
+            state.reads[ask.readID]?.outstanding.remove(askID)
+            return state.reads[ask.readID]?.outstanding.isEmpty == true ? ask.readID : nil
+        }
+        if let readID { self.finish(readID: readID, timedOut: false) }
     }
 
     // MARK: Validation
