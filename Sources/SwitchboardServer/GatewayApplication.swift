@@ -283,7 +283,10 @@ public struct GatewayApplication: Service {
             files.append(configuration.server.databasePath)
         }
         if configuration.areas.contains(.events), let path = configuration.eventDatabasePath { files.append(path) }
-        if configuration.areas.contains(.profiles), let path = configuration.profileDatabasePath { files.append(path) }
+        // A cluster keeps the profile directory in its engine: no `.profiles` file to own.
+        if configuration.areas.contains(.profiles), configuration.cluster == nil, let path = configuration.profileDatabasePath {
+            files.append(path)
+        }
         guard !files.isEmpty else { return nil }
         do {
             return try DatabaseLock(paths: files)
