@@ -22,6 +22,7 @@ final class ChangeFeed: Service, Sendable {
     private let consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
     private let logger: Logger
     private let cursor: Atomic<Int64>
+    private let progress: FeedProgress?
     private let wakeup = Wakeup()
     private let connectionIDs = Atomic<Int>(1_000)
 
@@ -31,8 +32,10 @@ final class ChangeFeed: Service, Sendable {
     init(
         location: PostgresLocation, nodeID: String, startingAfter cursor: Int64,
         pollInterval: Duration = .milliseconds(100), logger: Logger,
-        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
+        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer], progress: FeedProgress? = nil
     ) {
+        self.progress = progress
+        progress?.advance(to: cursor)
         self.location = location
         self.nodeID = nodeID
         self.cursor = Atomic(cursor)
@@ -124,6 +127,7 @@ final class ChangeFeed: Service, Sendable {
                 }
             }
             self.cursor.store(entry.id, ordering: .relaxed)
+            self.progress?.advance(to: entry.id)
         }
         return entries.count == limit
     }

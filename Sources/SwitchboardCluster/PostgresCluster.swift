@@ -25,6 +25,10 @@ public struct PostgresCluster: ClusterEngine {
     /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
     public var nodeTimeout: Duration = .seconds(10)
     private let startingCursor = StartingCursor()
+    /// How far the change feed reader got (the login sync of the event area waits for it).
+    private let feedProgress = FeedProgress()
+    /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
+    private let eventBackend = EventBackendBox()
 
     /// A node of the cluster whose database is at `location`.
     public init(location: PostgresLocation, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -48,6 +52,7 @@ public struct PostgresCluster: ClusterEngine {
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
+            self.feedProgress.advance(to: self.startingCursor.value)
             try await connection.close()
         } catch {
             try? await connection.close()
@@ -62,6 +67,16 @@ public struct PostgresCluster: ClusterEngine {
         return try await MetadataStore.open(shared: backend, configuration: configuration, logger: logger)
     }
 
+    /// Loads the event area's subscriptions, kept events and online states (after ``join(logger:)``); its changes go
+    /// through the shared database and the change feed.
+    public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? {
+        let backend = try await PostgresEventBackend.open(
+            location: self.location, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
+            nowMillis: systemNowMillis, logger: logger)
+        self.eventBackend.value = backend
+        return backend
+    }
+
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
@@ -69,14 +84,32 @@ public struct PostgresCluster: ClusterEngine {
         if let store = services.metadataStore {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
         }
+        var sweepers: [any DeadNodeSweeper] = []
+        var areaServices: [any Service] = []
+        if services.events != nil, let events = self.eventBackend.value {
+            consumers[.event] = EventFeedConsumer(backend: events)
+            sweepers.append(events)
+            areaServices.append(EventSessionsService(backend: events))
+        }
+        // Stopped in reverse order: the areas' services first (while the node still heart-beats), the heartbeat last.
         return [
             NodeHeartbeat(
                 location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
-                logger: logger),
+                sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
-                pollInterval: self.pollInterval, logger: logger, consumers: consumers),
-        ]
+                pollInterval: self.pollInterval, logger: logger, consumers: consumers, progress: self.feedProgress),
+        ] + areaServices
+    }
+}
+
+/// The event store a node opened.
+private final class EventBackendBox: Sendable {
+    private let backend = Mutex<PostgresEventBackend?>(nil)
+
+    var value: PostgresEventBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
     }
 }
 

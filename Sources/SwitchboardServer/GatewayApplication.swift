@@ -112,7 +112,7 @@ public struct GatewayApplication: Service {
         public let publisher: PushPublisher
         /// The metadata store, with ``Areas/storage``.
         public let metadataStore: MetadataStore?
-        /// The event store, with ``Areas/events``.
+        /// The event store, with ``Areas/events`` (nil when a cluster engine holds the events).
         public let eventStore: EventStore?
         /// The profile store, with ``Areas/profiles``.
         public let profileStore: ProfileStore?
@@ -223,15 +223,21 @@ public struct GatewayApplication: Service {
             }
             let metricsAddress = boundAddress
             var clusterStore: MetadataStore?
+            var clusterEvents: (any EventBackend)?
             if let cluster = self.configuration.cluster {
                 try await cluster.join(logger: self.logger)
                 if self.configuration.areas.contains(.storage) {
                     clusterStore = try await cluster.openMetadataStore(
                         configuration: self.configuration.store, logger: self.logger)
                 }
+                if self.configuration.areas.contains(.events) {
+                    clusterEvents = try await cluster.openEventBackend(
+                        gracePeriod: .nanoseconds(self.configuration.eventGracePeriod.nanoseconds), logger: self.logger)
+                }
             }
             let services = try self.makeServices(
-                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, metricsFactory: metricsFactory)
+                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, eventBackend: clusterEvents,
+                metricsFactory: metricsFactory)
             health.sessions = services.sessions
             let gatewayBox = GatewayBox()
             let onServerRunning = self.onServerRunning
@@ -295,10 +301,11 @@ public struct GatewayApplication: Service {
     ///
     /// - Parameters:
     ///   - metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
+    ///   - eventBackend: The store to serve the event area from (a cluster's); nil opens the configured SQLite file.
     ///   - metricsFactory: where the metadata store's metrics go (nil: the global `MetricsSystem`).
     package func makeServices(
         eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
-        metricsFactory: (any MetricsFactory)? = nil
+        eventBackend sharedEvents: (any EventBackend)? = nil, metricsFactory: (any MetricsFactory)? = nil
     ) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
@@ -333,13 +340,20 @@ public struct GatewayApplication: Service {
                 membershipObservers: (storage.map { [$0] } ?? []) + self.membershipObservers,
                 timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
         }
-        // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
+        // Event subscriptions and online state persist in their own SQLite file next to the metadata database (in
+        // the shared database in a cluster).
         var eventStore: EventStore?
         var events: EventArea?
         if areas.contains(.events) {
-            let store = try EventStore(
-                path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
-            eventStore = store
+            let store: any EventBackend
+            if let sharedEvents {
+                store = sharedEvents
+            } else {
+                let file = try EventStore(
+                    path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
+                eventStore = file
+                store = file
+            }
             events = try EventArea(
                 store: store, gracePeriod: configuration.eventGracePeriod, publisher: publisher,
                 timerLoop: eventLoopGroup.next(),

@@ -23,6 +23,17 @@ public protocol ClusterEngine: Sendable {
     /// `services`' stores and publishes their events through its publisher. They start before the gateway and stop
     /// after it.
     func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service]
+
+    /// The event store this node serves the event area from, loaded from the shared database (after
+    /// ``join(logger:)``); nil: the node's own `.events` SQLite file.
+    ///
+    /// - Parameter gracePeriod: How long an abnormally ended session may take to come back, on any node, before
+    ///   subscribers see value 3.
+    func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)?
+}
+
+extension ClusterEngine {
+    public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? { nil }
 }
 
 extension Audience {
