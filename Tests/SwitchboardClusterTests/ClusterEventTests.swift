@@ -151,6 +151,40 @@ struct ClusterEventTests {
     }
 }
 
+extension ClusterEventTests {
+    @Test("subscriptions, kept events and online states are in PostgreSQL: a cluster started again on it serves them")
+    func subscriptionsAndKeptEventsOutliveTheNodes() async throws {
+        let postgres = try await TestPostgres.start()
+        let outcome = await Result {
+            try await withCluster(nodes: 2, postgres: postgres) { _, nodes in
+                let ann = try await nodes[0].client("Ann")
+                try await ann.subscribeEvent(publishers: ["Bob"], expirySeconds: 600)
+                try await ann.logout()
+                let bob = try await nodes[1].client("Bob", clientType: .ios)
+                let kept = try await bob.publishEvent(value: 10_300, onlineOnly: false, ext: "while you were away")
+                try await bob.logout()
+                return kept.eventId
+            }
+        }
+        let restarted = await Result {
+            try await withCluster(nodes: 2, postgres: postgres) { _, nodes in
+                let ann = try await nodes[1].client("Ann")
+                let events = SubscribedEventIterator(ann.subscribedEvents)
+                let synced = await events.take(2, seconds: 10)
+                let found = try await ann.queryEventSubscriptions(publishers: ["Bob"]).subscriptions
+                await ann.close()
+                return (synced, found)
+            }
+        }
+        await postgres.stop()
+        let keptID = try outcome.get()
+        let (synced, found) = try restarted.get()
+        #expect(found.map(\.publisher) == ["Bob"])
+        #expect(synced.map(\.value) == [2, 10_300] && synced.first?.onlineClientTypes == [])
+        #expect(synced.last?.eventId == keptID && synced.last?.ext == "while you were away")
+    }
+}
+
 /// Online state when a node dies, with real `switchboard --cluster` processes.
 @Suite("Cluster events across processes", .serialized, .timeLimit(.minutes(3)))
 struct ClusterEventProcessTests {

@@ -58,7 +58,7 @@ extension EventBackend {
 }
 
 /// A change of the event domain that a node applies to its copy and delivers to its own sessions
-/// (``EventSubscriptions/applyShared(_:)``): one another node of a cluster committed, or an online state this node's
+/// (``EventSubscriptions/applyShared(_:at:)``): one another node of a cluster committed, or an online state this node's
 /// cluster backend decided.
 public enum SharedEventChange: Sendable {
     /// Subscriptions were made or renewed.

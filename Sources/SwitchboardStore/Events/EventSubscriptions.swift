@@ -56,6 +56,12 @@ extension EventSession {
 /// Events go out through `fanOut` and `send`, called with the lock held (so the events of one publisher reach each session
 /// in order) and only with events and sessions to send to; the same list of sessions is handed out again until
 /// something it depends on changes, so a fan-out to thousands of subscribers walks one array.
+///
+/// In a cluster (a backend with a ``EventBackend/shared`` side) the domain holds this node's sessions only: the
+/// cluster decides online states (values 1, 2 and 3 over every node's sessions) and whether a session is its user's
+/// first anywhere (only that one gets the login sync), and hands them, with what other nodes change, to
+/// ``applyShared(_:at:)``. Until the cluster recorded a session's start, other nodes' events for it are held back:
+/// those committed before the start and published before the login are left out (the login sync has the kept ones).
 public final class EventSubscriptions<Session: EventSession>: Sendable {
     /// Fixed limits of §11.
     public typealias Limits = EventLimits
@@ -583,7 +589,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     // MARK: Cluster
 
     /// A session started in a cluster: it is online on this node at once; the cluster decides whether its user
-    /// came online (value 1, which comes back through ``applyShared(_:)``) and whether it is the user's first
+    /// came online (value 1, which comes back through ``applyShared(_:at:)``) and whether it is the user's first
     /// session anywhere, which gets the login sync.
     private func sharedSessionStarted(_ session: Session, on shared: any SharedEventBackend) {
         let user = session.eventUserID
