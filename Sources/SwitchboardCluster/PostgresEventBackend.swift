@@ -232,16 +232,17 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 try await self.commit(batch)
             } catch {
                 let connectionLost = self.connection.withLock { $0?.isClosed ?? true }
+                let retrying = connectionLost || Self.isTransient(error)
                 self.logger.error(
                     "cluster event write failed",
-                    metadata: ["error": "\(String(reflecting: error))", "retrying sessions": "\(connectionLost)"])
+                    metadata: ["error": "\(String(reflecting: error))", "retrying sessions": "\(retrying)"])
                 var retry: [Operation] = []
                 for operation in batch {
                     switch operation {
                     case .upsert(_, let completion), .unsubscribe(_, _, let completion), .publish(_, _, _, let completion):
                         completion?(.failure(error))
                     case .started, .ended, .sweepDrops:
-                        if connectionLost { retry.append(operation) }
+                        if retrying { retry.append(operation) }
                     case .purge:
                         break
                     }
@@ -254,6 +255,12 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 }
             }
         }
+    }
+
+    /// A deadlock or serialization failure: the same transaction may well succeed when tried again.
+    private static func isTransient(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40P01" || state == "40001"
     }
 
     /// Waits until every change queued so far is written (or failed).
@@ -539,8 +546,10 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         var latest: [String: SubscribedEvent] = [:]
         for case .onlineState(let event, _) in changes { latest[event.publisher] = event }
         guard !latest.isEmpty else { return [:] }
-        let publishers = latest.keys.map { ByteBuffer(string: $0) }
-        let bodies = latest.values.map { event -> ByteBuffer in
+        // In byte order, so two nodes storing overlapping publishers lock their rows in the same order.
+        let ordered = latest.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        let publishers = ordered.map { ByteBuffer(string: $0.key) }
+        let bodies = ordered.map(\.value).map { event -> ByteBuffer in
             var buffer = ByteBuffer()
             event.encode(into: &buffer)
             return buffer
