@@ -67,8 +67,9 @@ public struct GatewayApplication: Service {
         /// metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
         public var metricsPort: Int?
         /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
-        /// metadata sets then live in the engine, and ``ServerConfiguration/databasePath`` holds only the node's
-        /// event and profile databases.
+        /// metadata sets then live in the engine, and the event area's state too when the engine holds it
+        /// (``ClusterEngine/openEventBackend(gracePeriod:logger:)``); ``ServerConfiguration/databasePath`` holds the
+        /// node's other databases.
         public var cluster: (any ClusterEngine)?
         /// The address the metrics endpoint binds (with ``metricsPort``): loopback by default.
         public var metricsHost = "127.0.0.1"
