@@ -225,6 +225,49 @@ struct ClusterEventProcessTests {
     }
 }
 
+extension ClusterEventProcessTests {
+    @Test("a node stopped with SIGTERM: its user's subscribers get value 3 once the grace period passed, once")
+    func aStoppedNodesUserGoesOfflineOnce() async throws {
+        try await ClusterProcessTests.withNodes(2) { postgres, nodes in
+            let ann = try await nodes[0].client("Ann")
+            let events = SubscribedEventIterator(ann.subscribedEvents)
+            try await ann.subscribeEvent(publishers: ["Bob"], expirySeconds: 600)
+            let bob = try await nodes[1].client("Bob", clientType: .android)
+            #expect(await events.next(seconds: 20)?.value == 1)
+            nodes[1].process.signal(SIGTERM)
+            #expect(await nodes[1].process.waitForExit(seconds: 30) == 0)
+            let event = try #require(await events.next(seconds: 10), "no value 3 for the stopped node's session")
+            #expect(event.value == 3 && event.publisher == "Bob" && event.onlineClientTypes == [])
+            // Nothing of the node is left for the others to sweep.
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_session") == "1")  // Ann's
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_event_drop") == "0")
+            let marker = try await nodes[0].client("Bob")
+            #expect(await events.next(seconds: 10)?.value == 1)
+            #expect(events.all.filter { $0.value == 3 }.count == 1)
+            for client in [ann, bob, marker] { await client.close() }
+        }
+    }
+}
+
+extension ClusterEventTests {
+    @Test("sb_session holds every node's live sessions: a user is online while any node has one of theirs")
+    func theSessionTableFollowsSessionsOnEveryNode() async throws {
+        try await withCluster(nodes: 2) { postgres, nodes in
+            let count = "SELECT count(*) FROM sb_session WHERE user_id = convert_to('Bob', 'UTF8')"
+            let onA = try await nodes[0].client("Bob", clientType: .ios)
+            let onB = try await nodes[1].client("Bob", clientType: .web)
+            #expect(try await eventually { try await postgres.psql(count) == "2" })
+            try await onA.logout()
+            #expect(try await eventually { try await postgres.psql(count) == "1" })
+            await onB.close()
+            #expect(try await eventually { try await postgres.psql(count) == "0" })
+            // The abnormal end waits for its grace period; the logout left the user's offline time.
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_event_drop") == "1")
+            #expect(try await postgres.psql("SELECT count(*) FROM sb_event_offline") == "1")
+        }
+    }
+}
+
 extension ClusterProcessTests.Node {
     /// A connected client of this process with a client type.
     func client(_ user: String, clientType: ClientType) async throws -> SwitchboardClient {
