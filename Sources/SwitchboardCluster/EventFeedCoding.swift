@@ -10,7 +10,8 @@ import SwitchboardWire
 ///   subscribed-at and expires-at (Int64, server ms);
 /// - 2 unsubscribed: subscriber, then 0 (all) or 1 and a count and the publishers;
 /// - 3 published: flags (1 kept, 2 multi-device sync), then the event's wire body (`SubscribedEvent`);
-/// - 4 online state: its version (Int64), then the event's wire body.
+/// - 4 online state: its version (Int64), then the event's wire body;
+/// - 5 login sync: node, user (strings), session (UInt64), since (Int64, server ms).
 ///
 /// Strings are a UInt32 byte count and their UTF-8 bytes; integers big-endian.
 enum EventFeedCoding {
@@ -45,6 +46,12 @@ enum EventFeedCoding {
             buffer.writeInteger(UInt8(4))
             buffer.writeInteger(version)
             event.encode(into: &buffer)
+        case .loginSync(let node, let user, let session, let since):
+            buffer.writeInteger(UInt8(5))
+            Self.write(node, to: &buffer)
+            Self.write(user, to: &buffer)
+            buffer.writeInteger(session)
+            buffer.writeInteger(since)
         }
         return buffer
     }
@@ -84,6 +91,13 @@ enum EventFeedCoding {
         case 4:
             guard let version = buffer.readInteger(as: Int64.self) else { throw Self.malformed }
             return .onlineState(try SubscribedEvent(decoding: buffer), version: version)
+        case 5:
+            let node = try Self.readString(&buffer)
+            let user = try Self.readString(&buffer)
+            guard let session = buffer.readInteger(as: UInt64.self), let since = buffer.readInteger(as: Int64.self) else {
+                throw Self.malformed
+            }
+            return .loginSync(node: node, user: user, session: session, sinceMs: since)
         default:
             throw Self.malformed
         }

@@ -198,6 +198,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     /// A change another node committed, read from the feed after the row at `position`.
     func applyFromFeed(_ change: SharedEventChange) {
+        if case .loginSync(let node, _, _, _) = change, node != self.nodeID { return }
         self.apply.withLock { $0 }?(change, self.progress.value)
     }
 
@@ -232,22 +233,30 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 try await self.commit(batch)
             } catch {
                 let connectionLost = self.connection.withLock { $0?.isClosed ?? true }
+                let stopping = self.queue.withLock { $0.stopping }
                 let retrying = connectionLost || Self.isTransient(error)
                 self.logger.error(
                     "cluster event write failed",
-                    metadata: ["error": "\(String(reflecting: error))", "retrying sessions": "\(retrying)"])
+                    metadata: ["error": "\(String(reflecting: error))", "retrying": "\(retrying)"])
                 var retry: [Operation] = []
                 for operation in batch {
                     switch operation {
                     case .upsert(_, let completion), .unsubscribe(_, _, let completion), .publish(_, _, _, let completion):
                         completion?(.failure(error))
-                    case .started, .ended, .sweepDrops:
-                        if retrying { retry.append(operation) }
+                    case .started(_, let completion):
+                        if retrying, !stopping {
+                            retry.append(operation)
+                        } else {
+                            // Not recorded: the session gets what comes from now on, without a login sync.
+                            completion(SharedSessionStart(firstSession: false, lastOfflineMs: nil, position: Int64.min))
+                        }
+                    case .ended, .sweepDrops:
+                        if retrying, !stopping { retry.append(operation) }
                     case .purge:
                         break
                     }
                 }
-                if !retry.isEmpty, !self.queue.withLock({ $0.stopping }) {
+                if !retry.isEmpty {
                     // Session changes must reach the database (a recorded session would stay online forever): try
                     // them again, first, once the database answers.
                     try? await Task.sleep(for: .milliseconds(200))
@@ -308,6 +317,8 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         // The online states decided here, for this node's sessions after the commit.
         var decided: [SharedEventChange] = []
         var starts: [(@Sendable (SharedSessionStart) -> Void, SharedSessionStart)] = []
+        // Login syncs of this node's sessions (those of other nodes' sessions go through the feed).
+        var loginSyncs: [SharedEventChange] = []
         var drops = 0
         try await connection.query("BEGIN", logger: logger)
         do {
@@ -353,11 +364,19 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                     if let event { feed.append(.onlineState(event, version: 0)) }
                     starts.append((completion, start))
                 case .ended(let key, let normal, let atMs):
-                    if let event = try await self.ended(key, normal: normal, atMs: atMs, on: connection) {
+                    let (event, loginSync) = try await self.ended(key, normal: normal, atMs: atMs, on: connection)
+                    if let event {
                         decided.append(.onlineState(event, version: 0))
                         feed.append(.onlineState(event, version: 0))
                     } else if !normal {
                         drops += 1
+                    }
+                    if let loginSync {
+                        if case .loginSync(self.nodeID, _, _, _) = loginSync {
+                            loginSyncs.append(loginSync)
+                        } else {
+                            feed.append(loginSync)
+                        }
                     }
                 case .sweepDrops(let all):
                     for event in try await self.sweepDrops(all: all, on: connection) {
@@ -374,7 +393,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 feed.map { ChangeFeedRows.Row(kind: .event, payload: EventFeedCoding.encode($0)) },
                 node: self.nodeID, on: connection, logger: logger)
             var head: Int64 = 0
-            if !decided.isEmpty || !starts.isEmpty {
+            if !decided.isEmpty || !starts.isEmpty || !loginSyncs.isEmpty {
                 head = try await Self.feedHead(on: connection, logger: logger)
             }
             try await connection.query("COMMIT", logger: logger)
@@ -386,6 +405,13 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 // At once: a state of another node that arrives later with an older version is ignored.
                 let apply = self.apply.withLock { $0 }
                 for change in decided { apply?(change, self.progress.value) }
+            }
+            if !loginSyncs.isEmpty {
+                // Once this node holds every kept event committed before.
+                let apply = self.apply.withLock { $0 }
+                let changes = loginSyncs
+                let progress = self.progress
+                self.progress.whenReached(head) { for change in changes { apply?(change, progress.value) } }
             }
             for operation in batch {
                 switch operation {
@@ -459,20 +485,39 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     /// Records a session end (under its user's lock): value 2 at once for a normal end, a drop to sweep after the
     /// grace period otherwise (nil then).
+    ///
+    /// - Returns: The online state to publish, and the login sync of a session that logged in after this one ended
+    ///   but before its end was recorded (it was not its user's first session then, and is now).
     private func ended(_ key: SharedSessionKey, normal: Bool, atMs: Int64, on connection: PostgresConnection) async throws
-        -> SubscribedEvent?
+        -> (SubscribedEvent?, SharedEventChange?)
     {
         let (removed, remaining) = try await ClusterSessions.remove(self.session(key), on: connection, logger: self.logger)
-        guard removed else { return nil }
+        guard removed else { return (nil, nil) }
         let user = ByteBuffer(string: key.user)
-        if remaining.isEmpty {
+        var loginSync: SharedEventChange?
+        if !remaining.isEmpty {
+            // The user's other sessions all logged in after this one ended: the user was offline meanwhile, and the
+            // earliest of them is their first session.
+            let rows = try await connection.query(
+                """
+                SELECT node, session, (extract(epoch FROM started_at) * 1000)::int8 FROM sb_session
+                WHERE user_id = \(user) ORDER BY started_at
+                """, logger: self.logger)
+            var others: [(node: String, session: Int64, startedAtMs: Int64)] = []
+            for try await row in rows.decode((String, Int64, Int64).self) { others.append(row) }
+            if let first = others.first, others.allSatisfy({ $0.startedAtMs > atMs }) {
+                loginSync = .loginSync(
+                    node: first.node, user: key.user, session: UInt64(bitPattern: first.session), sinceMs: atMs)
+            }
+        }
+        if remaining.isEmpty || loginSync != nil {
             try await connection.query(
                 """
                 INSERT INTO sb_event_offline (user_id, offline_at) VALUES (\(user), \(atMs))
                 ON CONFLICT (user_id) DO UPDATE SET offline_at = greatest(sb_event_offline.offline_at, excluded.offline_at)
                 """, logger: self.logger)
         }
-        if normal { return self.onlineState(of: key.user, value: 2, types: remaining) }
+        if normal { return (self.onlineState(of: key.user, value: 2, types: remaining), loginSync) }
         let seconds = Double(self.gracePeriod.components.seconds) + Double(self.gracePeriod.components.attoseconds) / 1e18
         try await connection.query(
             """
@@ -481,7 +526,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 clock_timestamp() + make_interval(secs => \(seconds)))
             ON CONFLICT (user_id, client_type) DO UPDATE SET node = excluded.node, deadline = excluded.deadline
             """, logger: self.logger)
-        return nil
+        return (nil, loginSync)
     }
 
     /// Value 3 for this node's drops whose grace period passed (a drop another node's session start cancelled is
@@ -604,14 +649,17 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     /// The node stops: once its drops' grace periods passed, value 3 for them and for every session it still has.
     func leave() async {
+        self.logger.debug("cluster events: leaving")
         self.queue.withLock { $0.stopping = true }
         await self.drain()
         let last = self.dropDeadlines.withLock { $0.last }
         if let last, last > .now { try? await Task.sleep(for: last - .now) }
         self.dropDeadlines.withLock { $0 = [] }
+        self.logger.debug("cluster events: sweeping what the node leaves")
         self.enqueue(.sweepDrops(all: true))
         await self.drain()
         await self.close()
+        self.logger.debug("cluster events: left")
     }
 
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws

@@ -70,6 +70,10 @@ public enum SharedEventChange: Sendable {
     /// A publisher's online state changed (value 1, 2 or 3). Versions of one publisher's states increase in the
     /// order they were decided: an older one that arrives late is ignored.
     case onlineState(SubscribedEvent, version: Int64)
+    /// Session `session` of `node` (``SharedSessionKey/id``) logged in while the user's last other session was
+    /// ending (its end was recorded after the login, at `sinceMs`): it is the user's first session after all and
+    /// gets the login sync for the kept events published from `sinceMs` until it logged in.
+    case loginSync(node: String, user: String, session: UInt64, sinceMs: Int64)
 }
 
 /// A session as the cluster's online state sees it.

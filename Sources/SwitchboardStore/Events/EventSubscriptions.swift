@@ -560,11 +560,13 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     /// while the user was offline.
     ///
     /// - Parameters:
+    ///   - until: In a cluster, when the session logged in (later kept events reached it live).
     ///   - pending: In a cluster, what the session got or subscribed to since it started.
     /// - Returns: The ids of the events sent.
     @discardableResult
     private func syncAtLogin(
-        _ session: Session, since: Int64, pending: PendingSync? = nil, in state: inout State, now: Int64
+        _ session: Session, since: Int64, until: Int64 = Int64.max, pending: PendingSync? = nil, in state: inout State,
+        now: Int64
     ) -> Set<String> {
         let user = session.eventUserID
         guard let mine = state.subscriptions[user] else { return [] }
@@ -574,7 +576,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         where subscription.expiresAtMs > now && pending?.newPublishers.contains(publisher) != true {
             if let online = state.onlineState[publisher] { events.append(online) }
             for event in state.kept[publisher] ?? []
-            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since
+            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since && Int64(event.timestampMs) < until
                 && pending?.delivered.contains(event.eventId) != true
             {
                 kept.append(event)
@@ -660,6 +662,12 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     }
                 }
                 self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
+            case .loginSync(_, let user, let id, let since):
+                guard let session = state.online[user]?.first(where: { $0.eventSessionID == id }) else { return }
+                let pending = state.pendingSync[ObjectIdentifier(session)]
+                self.syncAtLogin(
+                    session, since: since, until: pending?.startedAtMs ?? session.eventStartedAtMs, pending: pending,
+                    in: &state, now: now)
             case .onlineState(let event, let version):
                 // An older state that arrives late (this node's own decisions are applied at once).
                 guard version >= state.onlineVersions[event.publisher] ?? Int64.min else { return }
