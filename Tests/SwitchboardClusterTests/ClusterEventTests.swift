@@ -143,9 +143,9 @@ struct ClusterEventTests {
             let cyEvents = SubscribedEventIterator(cy.subscribedEvents)
             try await cy.subscribeEvent(publishers: ["Bob"], expirySeconds: 600, syncEnabled: true)
             let synced = await cyEvents.take(2, seconds: 10)
-            #expect(synced.map(\.value) == [3, 10_100])
-            print("DEBUG ann", events.all.map { "\($0.value) \($0.onlineClientTypes) \($0.eventId) \($0.timestampMs)" })
-            print("DEBUG cy", synced.map { "\($0.value) \($0.onlineClientTypes) \($0.eventId) \($0.timestampMs)" })
+            #expect(
+                synced.map(\.value) == [3, 10_100],
+                "synced \(synced.map { "\($0.value) \($0.eventId)" }), Ann got \(events.all.map { "\($0.value) \($0.eventId)" })")
             for client in [ann, cy] { await client.close() }
         }
     }
