@@ -396,15 +396,17 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             if !decided.isEmpty || !starts.isEmpty || !loginSyncs.isEmpty {
                 head = try await Self.feedHead(on: connection, logger: logger)
             }
+            if !decided.isEmpty {
+                // Before the commit, so that whoever sees a state this node decided (another node reads it from the
+                // feed once committed) finds it here too; like a published event, it is live before it is durable
+                // (a failed transaction's session changes are decided again).
+                let apply = self.apply.withLock { $0 }
+                for change in decided { apply?(change, self.progress.value) }
+            }
             try await connection.query("COMMIT", logger: logger)
             if drops > 0 {
                 let deadline = ContinuousClock.now + self.gracePeriod
                 self.dropDeadlines.withLock { $0 += Array(repeating: deadline, count: drops) }
-            }
-            if !decided.isEmpty {
-                // At once: a state of another node that arrives later with an older version is ignored.
-                let apply = self.apply.withLock { $0 }
-                for change in decided { apply?(change, self.progress.value) }
             }
             if !loginSyncs.isEmpty {
                 // Once this node holds every kept event committed before.
