@@ -26,6 +26,7 @@ final class ChangeFeed: Service, Sendable {
     private let relayed = RelayedRows()
     private let logger: Logger
     private let cursor: Atomic<Int64>
+    private let progress: FeedProgress?
     private let wakeup = Wakeup()
     private let connectionIDs = Atomic<Int>(1_000)
 
@@ -37,9 +38,11 @@ final class ChangeFeed: Service, Sendable {
     init(
         location: PostgresLocation, nodeID: String, startingAfter cursor: Int64,
         pollInterval: Duration = .milliseconds(100), relay: RedisLocation? = nil, logger: Logger,
-        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer]
+        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer], progress: FeedProgress? = nil
     ) {
         self.relay = relay
+        self.progress = progress
+        progress?.advance(to: cursor)
         self.location = location
         self.nodeID = nodeID
         self.cursor = Atomic(cursor)
@@ -202,6 +205,7 @@ final class ChangeFeed: Service, Sendable {
             }
         }
         self.cursor.store(entry.id, ordering: .relaxed)
+        self.progress?.advance(to: entry.id)
     }
 }
 

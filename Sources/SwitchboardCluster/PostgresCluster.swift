@@ -34,6 +34,10 @@ public struct PostgresCluster: ClusterEngine {
     private let relay: RedisFeedRelay?
     private let presence: PostgresPresence
     private let profileBackend = OpenedProfileBackend()
+    /// How far the change feed reader got (the login sync of the event area waits for it).
+    private let feedProgress = FeedProgress()
+    /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
+    private let eventBackend = EventBackendBox()
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -64,6 +68,7 @@ public struct PostgresCluster: ClusterEngine {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
             try await self.presence.load(on: connection, logger: logger)
+            self.feedProgress.advance(to: self.startingCursor.value)
             try await connection.close()
         } catch {
             try? await connection.close()
@@ -89,6 +94,16 @@ public struct PostgresCluster: ClusterEngine {
         return backend
     }
 
+    /// Loads the event area's subscriptions, kept events and online states (after ``join(logger:)``); its changes go
+    /// through the shared database and the change feed.
+    public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? {
+        let backend = try await PostgresEventBackend.open(
+            location: self.location, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
+            nowMillis: systemNowMillis, logger: logger)
+        self.eventBackend.value = backend
+        return backend
+    }
+
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
@@ -99,6 +114,11 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
             consumers[.lock] = LockFeedConsumer(store: store)
             sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
+        }
+        if services.events != nil, let events = self.eventBackend.value {
+            consumers[.event] = EventFeedConsumer(backend: events)
+            sweepers.append(events)
+            writers.append(EventSessionsService(backend: events))
         }
         if let area = services.presence {
             // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
@@ -128,8 +148,19 @@ public struct PostgresCluster: ClusterEngine {
                 sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
-                pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers),
+                pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers,
+                progress: self.feedProgress),
         ] + writers
+    }
+}
+
+/// The event store a node opened.
+private final class EventBackendBox: Sendable {
+    private let backend = Mutex<PostgresEventBackend?>(nil)
+
+    var value: PostgresEventBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
     }
 }
 

@@ -24,6 +24,10 @@ import PostgresNIO
 /// - `sb_profile_provider`: which node's session is the provider of each profile kind (the latest registration
 ///   wins); removed when the session ends or by the sweep of its dead node.
 /// - `sb_profile_version`: orders the profile directory's commits (taken under the feed's lock, so in commit order).
+/// - `sb_session`: one row per live session of every node (``ClusterSessions``): a user is online while they have one.
+/// - `sb_event_subscription`, `sb_event_kept`, `sb_event_online`, `sb_event_offline`, `sb_event_drop`: the event area
+///   (``PostgresEventBackend``): subscriptions, kept events (the latest 100 per publisher), each publisher's current
+///   online state (its wire body), when each user's last session ended, and abnormal ends in their grace period.
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -162,6 +166,57 @@ enum PostgresSchema {
         )
         """,
         "CREATE SEQUENCE IF NOT EXISTS sb_profile_version",
+        """
+        CREATE TABLE IF NOT EXISTS sb_session (
+            node text NOT NULL,
+            session bigint NOT NULL,
+            user_id bytea NOT NULL,
+            client_type int4 NOT NULL,
+            started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (node, session)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS sb_session_user ON sb_session (user_id)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_event_subscription (
+            subscriber bytea NOT NULL,
+            event_type bigint NOT NULL,
+            publisher bytea NOT NULL,
+            subscribed_at bigint NOT NULL,
+            expires_at bigint NOT NULL,
+            PRIMARY KEY (subscriber, event_type, publisher)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS sb_event_kept (
+            seq bigserial PRIMARY KEY,
+            event_id bytea NOT NULL,
+            publisher bytea NOT NULL,
+            event_type bigint NOT NULL,
+            value bigint NOT NULL,
+            timestamp_ms bigint NOT NULL,
+            expires_at bigint NOT NULL,
+            ext bytea NOT NULL
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS sb_event_kept_publisher ON sb_event_kept (publisher, seq)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_event_online (
+            publisher bytea PRIMARY KEY,
+            event bytea NOT NULL,
+            version bigint NOT NULL
+        )
+        """,
+        "CREATE TABLE IF NOT EXISTS sb_event_offline (user_id bytea PRIMARY KEY, offline_at bigint NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_event_drop (
+            user_id bytea NOT NULL,
+            client_type int4 NOT NULL,
+            node text NOT NULL,
+            deadline timestamptz NOT NULL,
+            PRIMARY KEY (user_id, client_type)
+        )
+        """,
     ]
 
     /// Creates the tables that do not exist yet.

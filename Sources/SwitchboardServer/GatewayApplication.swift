@@ -67,8 +67,9 @@ public struct GatewayApplication: Service {
         /// metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
         public var metricsPort: Int?
         /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
-        /// metadata sets then live in the engine, and ``ServerConfiguration/databasePath`` holds only the node's
-        /// event and profile databases.
+        /// metadata sets then live in the engine, and the event area's state too when the engine holds it
+        /// (``ClusterEngine/openEventBackend(gracePeriod:logger:)``); ``ServerConfiguration/databasePath`` holds the
+        /// node's other databases.
         public var cluster: (any ClusterEngine)?
         /// The address the metrics endpoint binds (with ``metricsPort``): loopback by default.
         public var metricsHost = "127.0.0.1"
@@ -112,7 +113,7 @@ public struct GatewayApplication: Service {
         public let publisher: PushPublisher
         /// The metadata store, with ``Areas/storage``.
         public let metadataStore: MetadataStore?
-        /// The event store, with ``Areas/events``.
+        /// The event store, with ``Areas/events`` (nil when a cluster engine holds the events).
         public let eventStore: EventStore?
         /// The profile store, with ``Areas/profiles`` (nil in a cluster, whose directory is in the shared database).
         public let profileStore: ProfileStore?
@@ -224,6 +225,7 @@ public struct GatewayApplication: Service {
             let metricsAddress = boundAddress
             var clusterStore: MetadataStore?
             var clusterProfiles: (any ProfileBackend)?
+            var clusterEvents: (any EventBackend)?
             if let cluster = self.configuration.cluster {
                 try await cluster.join(logger: self.logger)
                 if self.configuration.areas.contains(.storage) {
@@ -233,9 +235,14 @@ public struct GatewayApplication: Service {
                 if self.configuration.areas.contains(.profiles) {
                     clusterProfiles = try await cluster.openProfileBackend(logger: self.logger)
                 }
+                if self.configuration.areas.contains(.events) {
+                    clusterEvents = try await cluster.openEventBackend(
+                        gracePeriod: .nanoseconds(self.configuration.eventGracePeriod.nanoseconds), logger: self.logger)
+                }
             }
             let services = try self.makeServices(
-                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, profileBackend: clusterProfiles,
+                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, eventBackend: clusterEvents,
+                profileBackend: clusterProfiles,
                 metricsFactory: metricsFactory)
             health.sessions = services.sessions
             let gatewayBox = GatewayBox()
@@ -282,8 +289,10 @@ public struct GatewayApplication: Service {
         if configuration.areas.contains(.storage), configuration.cluster == nil {
             files.append(configuration.server.databasePath)
         }
-        if configuration.areas.contains(.events), let path = configuration.eventDatabasePath { files.append(path) }
-        // A cluster keeps the profile directory in its engine: no `.profiles` file to own.
+        // A cluster keeps events and the profile directory in its engine: no `.events` or `.profiles` file to own.
+        if configuration.areas.contains(.events), configuration.cluster == nil, let path = configuration.eventDatabasePath {
+            files.append(path)
+        }
         if configuration.areas.contains(.profiles), configuration.cluster == nil, let path = configuration.profileDatabasePath {
             files.append(path)
         }
@@ -303,11 +312,13 @@ public struct GatewayApplication: Service {
     ///
     /// - Parameters:
     ///   - metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
+    ///   - eventBackend: The store to serve the event area from (a cluster's); nil opens the configured SQLite file.
     ///   - profileBackend: Where the profile directory persists (a cluster's); nil opens the configured SQLite file.
     ///   - metricsFactory: where the metadata store's metrics go (nil: the global `MetricsSystem`).
     package func makeServices(
         eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
-        profileBackend: (any ProfileBackend)? = nil, metricsFactory: (any MetricsFactory)? = nil
+        eventBackend sharedEvents: (any EventBackend)? = nil, profileBackend: (any ProfileBackend)? = nil,
+        metricsFactory: (any MetricsFactory)? = nil
     ) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
@@ -343,13 +354,20 @@ public struct GatewayApplication: Service {
                 timerLoop: eventLoopGroup.next(), replication: configuration.cluster?.presenceReplication,
                 nowMillis: nowMillis)
         }
-        // Event subscriptions and online state persist in their own SQLite file next to the metadata database.
+        // Event subscriptions and online state persist in their own SQLite file next to the metadata database (in
+        // the shared database in a cluster).
         var eventStore: EventStore?
         var events: EventArea?
         if areas.contains(.events) {
-            let store = try EventStore(
-                path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
-            eventStore = store
+            let store: any EventBackend
+            if let sharedEvents {
+                store = sharedEvents
+            } else {
+                let file = try EventStore(
+                    path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
+                eventStore = file
+                store = file
+            }
             events = try EventArea(
                 store: store, gracePeriod: configuration.eventGracePeriod, publisher: publisher,
                 timerLoop: eventLoopGroup.next(),

@@ -9,7 +9,7 @@ import SwitchboardWire
 import Synchronization
 
 /// One gateway of a test cluster: a ``GatewayApplication`` in this process with a ``PostgresCluster`` engine, on a
-/// free loopback TCP port, its event and profile files in a directory of its own.
+/// free loopback TCP port, its per-node files in a directory of its own.
 struct ClusterNode: Sendable {
     var running: GatewayApplication.Running
     var engine: PostgresCluster

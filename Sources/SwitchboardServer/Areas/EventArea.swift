@@ -120,4 +120,6 @@ public final class EventArea: RequestHandler, SessionObserver {
 extension SessionHandle: EventSession {
     public var eventUserID: String { self.info.userID }
     public var eventClientType: ClientType { self.info.clientType }
+    public var eventSessionID: UInt64 { self.info.connectionID }
+    public var eventStartedAtMs: Int64 { self.info.startedAtMs }
 }

@@ -31,14 +31,22 @@ public protocol ClusterEngine: Sendable {
     /// Where the presence area reports its sessions' memberships and states, or nil when presence is per node. The
     /// same object on every call.
     var presenceReplication: (any PresenceReplication)? { get }
+
+    /// The event store this node serves the event area from, loaded from the shared database (after
+    /// ``join(logger:)``); nil: the node's own `.events` SQLite file.
+    ///
+    /// - Parameter gracePeriod: How long an abnormally ended session may take to come back, on any node, before
+    ///   subscribers see value 3.
+    func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)?
 }
 
 extension ClusterEngine {
     /// Presence stays per node.
     public var presenceReplication: (any PresenceReplication)? { nil }
-}
 
-extension ClusterEngine {
+    /// Events stay in the node's own SQLite file.
+    public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? { nil }
+
     /// Profiles stay in the node's own SQLite file.
     public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? { nil }
 }

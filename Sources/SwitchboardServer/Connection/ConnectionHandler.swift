@@ -494,7 +494,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let info = SessionInfo(
             sessionID: "\(configuration.serverName.split(separator: "/").first ?? "sb")-\(self.connectionID)-\(UInt32.random(in: 0...UInt32.max))",
             connectionID: self.connectionID, userID: userID, role: role, clientType: hello.clientType,
-            deviceID: hello.deviceId, features: features)
+            deviceID: hello.deviceId, features: features, startedAtMs: now)
         let session = SessionHandle(
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)

@@ -18,6 +18,8 @@ public struct SessionInfo: Sendable, Hashable {
     public var deviceID: String
     /// Negotiated features.
     public var features: [String]
+    /// When the handshake was accepted (server ms), just before WELCOME was sent.
+    public var startedAtMs: Int64 = 0
 
     /// Whether the session may act for other users.
     public var isAdmin: Bool { self.role == .admin }

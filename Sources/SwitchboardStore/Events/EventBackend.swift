@@ -9,6 +9,8 @@ public struct EventSnapshot: Sendable {
     public var onlineStates: [SubscribedEvent] = []
     /// When each user's last session ended (server ms).
     public var lastOffline: [String: Int64] = [:]
+    /// In a cluster: the version of each publisher's online state (``SharedEventChange/onlineState(_:version:)``).
+    public var onlineVersions: [String: Int64] = [:]
 
     public init(
         subscriptions: [StoredEventSubscription] = [], keptEvents: [SubscribedEvent] = [],
@@ -44,6 +46,85 @@ public protocol EventBackend: Sendable {
     func purgeExpired(nowMillis: Int64)
     /// Waits until every write issued so far is in the database.
     func flush()
+    /// The cluster side of the domain (nil for a gateway on its own, the default).
+    var shared: (any SharedEventBackend)? { get }
 }
 
 extension EventStore: EventBackend {}
+
+extension EventBackend {
+    /// The cluster side of the domain; nil (the default) for a gateway on its own.
+    public var shared: (any SharedEventBackend)? { nil }
+}
+
+/// A change of the event domain that a node applies to its copy and delivers to its own sessions
+/// (``EventSubscriptions/applyShared(_:at:)``): one another node of a cluster committed, or an online state this node's
+/// cluster backend decided.
+public enum SharedEventChange: Sendable {
+    /// Subscriptions were made or renewed.
+    case subscribed([StoredEventSubscription])
+    /// `subscriber`'s subscriptions to `publishers` ended (all of them when nil).
+    case unsubscribed(subscriber: String, publishers: [String]?)
+    /// An application event was published (and, with `kept`, kept for offline delivery).
+    case published(SubscribedEvent, kept: Bool, multiDeviceSync: Bool)
+    /// A publisher's online state changed (value 1, 2 or 3). Versions of one publisher's states increase in the
+    /// order they were decided: an older one that arrives late is ignored.
+    case onlineState(SubscribedEvent, version: Int64)
+    /// Session `session` of `node` (``SharedSessionKey/id``) logged in while the user's last other session was
+    /// ending (its end was recorded after the login, at `sinceMs`): it is the user's first session after all and
+    /// gets the login sync for the kept events published from `sinceMs` until it logged in.
+    case loginSync(node: String, user: String, session: UInt64, sinceMs: Int64)
+}
+
+/// A session as the cluster's online state sees it.
+public struct SharedSessionKey: Sendable, Hashable {
+    /// Unique among the node's sessions while it lives.
+    public var id: UInt64
+    public var user: String
+    public var clientType: ClientType
+
+    public init(id: UInt64, user: String, clientType: ClientType) {
+        self.id = id
+        self.user = user
+        self.clientType = clientType
+    }
+}
+
+/// What the cluster decided about a session that started.
+public struct SharedSessionStart: Sendable {
+    /// It is the user's only session in the whole cluster: it gets the login sync.
+    public var firstSession: Bool
+    /// When the user's last session in the cluster ended (server ms), for the kept events of the login sync.
+    public var lastOfflineMs: Int64?
+    /// Where the cluster's changes stood when the start was recorded: a change applied at a position before it was
+    /// committed before the start.
+    public var position: Int64
+
+    public init(firstSession: Bool, lastOfflineMs: Int64?, position: Int64) {
+        self.firstSession = firstSession
+        self.lastOfflineMs = lastOfflineMs
+        self.position = position
+    }
+}
+
+/// The event domain's side in a cluster of gateways (``EventBackend/shared``): whether a user is online is decided
+/// across every node, and every change reaches every node.
+///
+/// With it, ``EventSubscriptions`` keeps only its own sessions in memory. Online states (values 1, 2 and 3, the
+/// grace period of an abnormal end included) are decided by the backend, which hands each to the domain through
+/// the `apply` function it was attached with, as it does with what other nodes change; published events go to the
+/// other nodes through ``publish(_:kept:multiDeviceSync:completion:)``.
+public protocol SharedEventBackend: Sendable {
+    /// Called once by the domain: where changes go (decided online states, other nodes' changes), each with the
+    /// position of the cluster's changes it was applied at (``SharedSessionStart/position``).
+    func attach(_ apply: @escaping @Sendable (SharedEventChange, _ position: Int64) -> Void)
+    /// An event was published on this node (and already delivered to its own sessions): store it when `kept`
+    /// (`completion` runs after the commit) and deliver it on the other nodes.
+    func publish(_ event: SubscribedEvent, kept: Bool, multiDeviceSync: Bool, completion: StoreWriteCompletion?)
+    /// A session of this node started: `completion` runs once the cluster recorded it and this node holds every
+    /// change committed before (so the login sync it may do is complete).
+    func sessionStarted(_ session: SharedSessionKey, completion: @escaping @Sendable (SharedSessionStart) -> Void)
+    /// A session of this node ended at `atMs` (server ms), `normal`ly (logout, kicked) or not (value 3 after the
+    /// grace period, unless a session of the same user and client type starts anywhere meanwhile).
+    func sessionEnded(_ session: SharedSessionKey, normal: Bool, atMs: Int64)
+}

@@ -32,6 +32,15 @@ public protocol EventSession: AnyObject, Sendable {
     var eventUserID: String { get }
     /// The session's kind of client.
     var eventClientType: ClientType { get }
+    /// Unique among the gateway's sessions while the session lives (a cluster's online state keys sessions by it).
+    var eventSessionID: UInt64 { get }
+    /// When the session's login was accepted (server ms; `Int64.min` when unknown).
+    var eventStartedAtMs: Int64 { get }
+}
+
+extension EventSession {
+    public var eventSessionID: UInt64 { UInt64(UInt(bitPattern: ObjectIdentifier(self).hashValue)) }
+    public var eventStartedAtMs: Int64 { Int64.min }
 }
 
 /// The event subscription domain (`Protocol/SPEC.md` §13.4): who subscribes to whose events, kept events with
@@ -47,6 +56,12 @@ public protocol EventSession: AnyObject, Sendable {
 /// Events go out through `fanOut` and `send`, called with the lock held (so the events of one publisher reach each session
 /// in order) and only with events and sessions to send to; the same list of sessions is handed out again until
 /// something it depends on changes, so a fan-out to thousands of subscribers walks one array.
+///
+/// In a cluster (a backend with a ``EventBackend/shared`` side) the domain holds this node's sessions only: the
+/// cluster decides online states (values 1, 2 and 3 over every node's sessions) and whether a session is its user's
+/// first anywhere (only that one gets the login sync), and hands them, with what other nodes change, to
+/// ``applyShared(_:at:)``. Until the cluster recorded a session's start, other nodes' events for it are held back:
+/// those committed before the start and published before the login are left out (the login sync has the kept ones).
 public final class EventSubscriptions<Session: EventSession>: Sendable {
     /// Fixed limits of §11.
     public typealias Limits = EventLimits
@@ -108,6 +123,24 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var sweeping = false
         /// When expired subscriptions and events were last dropped (server ms).
         var lastPurgeMs: Int64 = 0
+        /// In a cluster: the sessions of this node whose start the cluster has not recorded yet. They get no other
+        /// node's events meanwhile (those were committed before the start: the login sync has the kept ones).
+        var pendingSync: [ObjectIdentifier: PendingSync] = [:]
+        /// In a cluster: the version of each publisher's online state.
+        var onlineVersions: [String: Int64] = [:]
+    }
+
+    /// A session whose start the cluster has not recorded yet.
+    private struct PendingSync {
+        var user: String
+        /// When its login was accepted (server ms).
+        var startedAtMs: Int64
+        /// The publishers its user subscribed to since it started (not part of the login sync).
+        var newPublishers: Set<String> = []
+        /// The kept events it got live since it started (not sent again by the login sync).
+        var delivered: Set<String> = []
+        /// Other nodes' events for it, held until the start is recorded, with the position they came at.
+        var held: [(position: Int64, event: SubscribedEvent)] = []
     }
 
     private struct FanOutList {
@@ -123,6 +156,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
 
     private let state = Mutex(State())
     private let backend: any EventBackend
+    /// The cluster side (nil for a gateway on its own): online state is decided there.
+    private let shared: (any SharedEventBackend)?
     private let nowMillis: @Sendable () -> Int64
     private let monotonicNanos: @Sendable () -> UInt64
     private let gracePeriodNanos: UInt64
@@ -149,6 +184,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send
     ) throws {
         self.backend = backend
+        self.shared = backend.shared
         self.gracePeriodNanos = gracePeriodNanos
         self.nowMillis = nowMillis
         self.monotonicNanos = monotonicNanos
@@ -168,14 +204,17 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             }
             for var event in snapshot.onlineStates {
                 // Nobody is online after a restart: a publisher that was online when the server stopped dropped.
-                if event.value == 1 {
+                // (A cluster's states are the cluster's: its other nodes still serve their sessions.)
+                if event.value == 1, backend.shared == nil {
                     event.value = 3
                     event.onlineClientTypes = []
                 }
                 state.onlineState[event.publisher] = event
             }
             state.lastOffline = snapshot.lastOffline
+            state.onlineVersions = snapshot.onlineVersions
         }
+        self.shared?.attach { [weak self] change, position in self?.applyShared(change, at: position) }
     }
 
     // MARK: Requests
@@ -216,6 +255,11 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     self.backend.setOnlineState(online)
                 }
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
+                if !state.pendingSync.isEmpty, mine[publisher] == nil {
+                    for session in state.online[subscriber] ?? [] {
+                        state.pendingSync[ObjectIdentifier(session)]?.newPublishers.insert(publisher)
+                    }
+                }
                 mine[publisher] = Subscription(subscribedAtMs: now, expiresAtMs: expiresAt)
                 state.subscribers[publisher, default: [:]][subscriber] = expiresAt
                 Self.forgetFanOutList(of: publisher, in: &state)
@@ -329,6 +373,27 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             }
             // Online subscribers get it at once (it is live); the publisher's answer waits for the kept copy.
             self.fanOut([event], to: targets)
+            if !onlineOnly, !state.pendingSync.isEmpty {
+                // In a cluster, sessions whose login sync is to come got it already.
+                for (id, pending) in state.pendingSync
+                where state.subscribers[publisher]?[pending.user] != nil || (multiDeviceSync && pending.user == publisher) {
+                    state.pendingSync[id]?.delivered.insert(event.eventId)
+                }
+            }
+        }
+        if let shared = self.shared {
+            guard !onlineOnly else {
+                shared.publish(event, kept: false, multiDeviceSync: multiDeviceSync, completion: nil)
+                return Published(event: event, awaitsCommit: false)
+            }
+            shared.publish(event, kept: true, multiDeviceSync: multiDeviceSync) { [self] outcome in
+                guard case .success = outcome else {
+                    self.state.withLock { state in state.kept[publisher]?.removeAll { $0.eventId == event.eventId } }
+                    return whenKept(.failure(Self.storageFailure))
+                }
+                whenKept(.success(event))
+            }
+            return Published(event: event, awaitsCommit: true)
         }
         guard !onlineOnly else { return Published(event: event, awaitsCommit: false) }
         self.backend.keep(event, limit: Limits.keptEventsPerPublisher) { [self] outcome in
@@ -369,18 +434,22 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     public func sessionStarted(_ session: Session) {
         let user = session.eventUserID
         let now = self.nowMillis()
-        self.state.withLock { state in
-            let wasOffline = (state.online[user] ?? []).isEmpty
-            state.online[user, default: []].append(session)
-            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-            let key = DropKey(user: user, clientType: session.eventClientType)
-            if state.pendingDrops.removeValue(forKey: key) != nil {
-                // Came back within the grace period: the drop never happened for the subscribers.
-            } else {
-                self.publishOnlineState(of: user, value: 1, in: &state, now: now)
-            }
-            if wasOffline {
-                self.syncAtLogin(session, in: &state, now: now)
+        if let shared = self.shared {
+            self.sharedSessionStarted(session, on: shared)
+        } else {
+            self.state.withLock { state in
+                let wasOffline = (state.online[user] ?? []).isEmpty
+                state.online[user, default: []].append(session)
+                Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
+                let key = DropKey(user: user, clientType: session.eventClientType)
+                if state.pendingDrops.removeValue(forKey: key) != nil {
+                    // Came back within the grace period: the drop never happened for the subscribers.
+                } else {
+                    self.publishOnlineState(of: user, value: 1, in: &state, now: now)
+                }
+                if wasOffline {
+                    self.syncAtLogin(session, since: state.lastOffline[user] ?? Int64.min, in: &state, now: now)
+                }
             }
         }
         // Expired subscriptions and events are skipped lazily everywhere; dropping them is housekeeping, once a minute.
@@ -397,6 +466,18 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     public func sessionEnded(_ session: Session, normal: Bool) {
         let user = session.eventUserID
         let now = self.nowMillis()
+        if let shared = self.shared {
+            self.state.withLock { state in
+                state.pendingSync[ObjectIdentifier(session)] = nil
+                state.online[user]?.removeAll { $0 === session }
+                Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
+                if state.online[user]?.isEmpty == true { state.online[user] = nil }
+            }
+            shared.sessionEnded(
+                SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType),
+                normal: normal, atMs: now)
+            return
+        }
         let storeOffline: Bool = self.state.withLock { state in
             state.online[user]?.removeAll { $0 === session }
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
@@ -477,22 +558,141 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
 
     /// The first session of a user gets each subscribed publisher's online state, then the kept events published
     /// while the user was offline.
-    private func syncAtLogin(_ session: Session, in state: inout State, now: Int64) {
+    ///
+    /// - Parameters:
+    ///   - until: In a cluster, when the session logged in (later kept events reached it live).
+    ///   - pending: In a cluster, what the session got or subscribed to since it started.
+    /// - Returns: The ids of the events sent.
+    @discardableResult
+    private func syncAtLogin(
+        _ session: Session, since: Int64, until: Int64 = Int64.max, pending: PendingSync? = nil, in state: inout State,
+        now: Int64
+    ) -> Set<String> {
         let user = session.eventUserID
-        guard let mine = state.subscriptions[user] else { return }
-        let since = state.lastOffline[user] ?? Int64.min
+        guard let mine = state.subscriptions[user] else { return [] }
         var events: [SubscribedEvent] = []
         var kept: [SubscribedEvent] = []
-        for (publisher, subscription) in mine.sorted(by: { $0.key < $1.key }) where subscription.expiresAtMs > now {
+        for (publisher, subscription) in mine.sorted(by: { $0.key < $1.key })
+        where subscription.expiresAtMs > now && pending?.newPublishers.contains(publisher) != true {
             if let online = state.onlineState[publisher] { events.append(online) }
             for event in state.kept[publisher] ?? []
-            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since {
+            where Int64(event.expiresAtMs) > now && Int64(event.timestampMs) >= since && Int64(event.timestampMs) < until
+                && pending?.delivered.contains(event.eventId) != true
+            {
                 kept.append(event)
             }
         }
         events += kept
-        guard !events.isEmpty else { return }
+        guard !events.isEmpty else { return [] }
         self.send(events, session)
+        return Set(events.map(\.eventId))
+    }
+
+    // MARK: Cluster
+
+    /// A session started in a cluster: it is online on this node at once; the cluster decides whether its user
+    /// came online (value 1, which comes back through ``applyShared(_:at:)``) and whether it is the user's first
+    /// session anywhere, which gets the login sync.
+    private func sharedSessionStarted(_ session: Session, on shared: any SharedEventBackend) {
+        let user = session.eventUserID
+        let id = ObjectIdentifier(session)
+        self.state.withLock { state in
+            state.online[user, default: []].append(session)
+            state.pendingSync[id] = PendingSync(user: user, startedAtMs: session.eventStartedAtMs)
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
+        }
+        let key = SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType)
+        shared.sessionStarted(key) { [weak self] start in
+            guard let self else { return }
+            let now = self.nowMillis()
+            self.state.withLock { state in
+                // Not if the session ended meanwhile.
+                guard let pending = state.pendingSync.removeValue(forKey: id) else { return }
+                var synced = Set<String>()
+                if start.firstSession {
+                    synced = self.syncAtLogin(
+                        session, since: start.lastOfflineMs ?? Int64.min, pending: pending, in: &state, now: now)
+                }
+                // What was committed before the start and published before the login is in the sync (kept events,
+                // online states) or was published while the session did not exist yet: only the rest goes out.
+                let after = pending.held.filter { held in
+                    (held.position >= start.position || Int64(clamping: held.event.timestampMs) >= pending.startedAtMs)
+                        && !synced.contains(held.event.eventId)
+                }
+                if !after.isEmpty { self.send(after.map(\.event), session) }
+            }
+        }
+    }
+
+    /// Applies a change another node of the cluster committed, or an online state the cluster decided, and delivers
+    /// its events to this node's sessions.
+    ///
+    /// - Parameter position: Where the cluster's changes stood when it was applied (``SharedSessionStart/position``).
+    public func applyShared(_ change: SharedEventChange, at position: Int64) {
+        let now = self.nowMillis()
+        self.state.withLock { state in
+            switch change {
+            case .subscribed(let subscriptions):
+                for s in subscriptions where s.eventType == 1 {
+                    Self.setSubscription(
+                        Subscription(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs),
+                        subscriber: s.subscriber, publisher: s.publisher, in: &state)
+                }
+            case .unsubscribed(let subscriber, let publishers):
+                for publisher in publishers ?? Array((state.subscriptions[subscriber] ?? [:]).keys) {
+                    Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
+                }
+            case .published(let event, let kept, let multiDeviceSync):
+                let publisher = event.publisher
+                if kept {
+                    var list = (state.kept[publisher] ?? []).filter { Int64($0.expiresAtMs) > now }
+                    // A node that loaded the event may read it from the feed again.
+                    guard !list.contains(where: { $0.eventId == event.eventId }) else { return }
+                    list.append(event)
+                    if list.count > Limits.keptEventsPerPublisher { list.removeFirst(list.count - Limits.keptEventsPerPublisher) }
+                    state.kept[publisher] = list
+                }
+                state.latestCustom[publisher] = event
+                guard Int64(event.expiresAtMs) > now else { return }
+                var targets = Self.subscriberSessions(of: publisher, in: &state, now: now)
+                if multiDeviceSync, let own = state.online[publisher], !own.isEmpty {
+                    // The publisher's sessions here, unless they are there already (subscribed to itself).
+                    if state.subscribers[publisher]?[publisher] == nil {
+                        targets += own
+                    }
+                }
+                self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
+            case .loginSync(_, let user, let id, let since):
+                guard let session = state.online[user]?.first(where: { $0.eventSessionID == id }) else { return }
+                let pending = state.pendingSync[ObjectIdentifier(session)]
+                self.syncAtLogin(
+                    session, since: since, until: pending?.startedAtMs ?? session.eventStartedAtMs, pending: pending,
+                    in: &state, now: now)
+            case .onlineState(let event, let version):
+                // An older state that arrives late (this node's own decisions are applied at once).
+                guard version >= state.onlineVersions[event.publisher] ?? Int64.min else { return }
+                state.onlineVersions[event.publisher] = version
+                state.onlineState[event.publisher] = event
+                let targets = Self.subscriberSessions(of: event.publisher, in: &state, now: now)
+                self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
+            }
+        }
+    }
+
+    /// The sessions of `targets` whose start the cluster recorded; `event` is held for the others.
+    private static func holdingBack(
+        _ event: SubscribedEvent, at position: Int64, from targets: [Session], in state: inout State
+    ) -> [Session] {
+        guard !state.pendingSync.isEmpty else { return targets }
+        var recorded: [Session] = []
+        for session in targets {
+            if state.pendingSync[ObjectIdentifier(session)] != nil {
+                state.pendingSync[ObjectIdentifier(session)]?.held.append((position, event))
+            } else {
+                recorded.append(session)
+            }
+        }
+        return recorded
     }
 
     // MARK: Helpers
