@@ -15,7 +15,8 @@ import Synchronization
 /// (``ChangeFeed``).
 ///
 /// Presence: each node decides for its own sessions and mirrors them to the others through `sb_presence` and the
-/// feed (``PostgresPresence``); a dead node's sessions are swept by the node that sees it dead.
+/// feed (``PostgresPresence``), or through Redis with `--redis` (``RedisPresenceStore``); a dead node's sessions are
+/// swept by the node that sees it dead.
 public struct PostgresCluster: ClusterEngine {
     /// The database.
     public let location: PostgresLocation
@@ -33,6 +34,7 @@ public struct PostgresCluster: ClusterEngine {
     private let startingCursor = StartingCursor()
     private let relay: RedisFeedRelay?
     private let presence: PostgresPresence
+    private let presenceStore: any PresenceStore
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -40,7 +42,14 @@ public struct PostgresCluster: ClusterEngine {
         self.redis = redis
         self.nodeID = nodeID
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
-        self.presence = PostgresPresence(nodeID: nodeID)
+        let presence = PostgresPresence(nodeID: nodeID)
+        self.presence = presence
+        if let redis {
+            self.presenceStore = RedisPresenceStore(
+                presence: presence, location: redis, logger: Logger(label: "switchboard.cluster.presence"))
+        } else {
+            self.presenceStore = PostgresPresenceStore(presence: presence, location: location)
+        }
     }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
@@ -62,7 +71,8 @@ public struct PostgresCluster: ClusterEngine {
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
-            try await self.presence.load(on: connection, logger: logger)
+            try await self.presence.loadBookmarkKey(on: connection, logger: logger)
+            self.presence.setLoaded(try await self.presenceStore.load(on: connection, logger: logger))
             try await connection.close()
         } catch {
             try? await connection.close()
@@ -91,15 +101,15 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.lock] = LockFeedConsumer(store: store)
             sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
         }
-        var presenceWriter: PresenceWriter?
+        var presenceServices: [any Service] = []
         if let area = services.presence {
-            // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
-            let mirror = PresenceMirror(domain: area.domain)
-            mirror.apply(self.presence.takeLoaded())
-            consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
-            sweepers.append(
-                PresenceSweeper(nodeID: self.nodeID, mirror: mirror, deadFor: self.nodeTimeout + self.heartbeatInterval))
-            presenceWriter = PresenceWriter(presence: self.presence, location: self.location, logger: logger)
+            // The other nodes' sessions as they were when the node joined; the store brings what changed since.
+            let parts = self.presenceStore.makeParts(
+                mirror: PresenceMirror(domain: area.domain), loaded: self.presence.takeLoaded(),
+                deadFor: self.nodeTimeout + self.heartbeatInterval, logger: logger)
+            consumers[.presence] = parts.feedConsumer
+            sweepers.append(parts.sweeper)
+            presenceServices = parts.services
         }
         // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the
         // feed stops, then the node leaves sb_node.
@@ -111,7 +121,7 @@ public struct PostgresCluster: ClusterEngine {
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers),
         ]
-        if let presenceWriter { built.append(presenceWriter) }
+        built.append(contentsOf: presenceServices)
         return built
     }
 }
