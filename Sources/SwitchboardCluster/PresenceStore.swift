@@ -12,7 +12,9 @@ protocol PresenceStore: Sendable {
 
     /// What keeps the node's presence shared once its registry exists: `mirror` already holds what ``load(on:logger:)``
     /// read. `deadFor` is how long a node swept as dead has been dead.
-    func makeParts(mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger) -> PresenceStoreParts
+    func makeParts(
+        mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger
+    ) -> PresenceStoreParts
 }
 
 /// A presence store's services, change feed consumer (if its changes travel on the feed) and dead node sweeper.
@@ -31,7 +33,9 @@ struct PostgresPresenceStore: PresenceStore {
         try await PostgresPresence.loadRows(on: connection, logger: logger)
     }
 
-    func makeParts(mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger) -> PresenceStoreParts {
+    func makeParts(
+        mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger
+    ) -> PresenceStoreParts {
         mirror.apply(loaded)
         return PresenceStoreParts(
             services: [PresenceWriter(presence: self.presence, location: self.location, logger: logger)],

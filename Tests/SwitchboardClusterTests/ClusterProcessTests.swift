@@ -55,7 +55,8 @@ struct ClusterProcessTests {
                 arguments: [
                     "--cluster", postgres.url, "--tcp", "127.0.0.1:\(port)", "--unix-socket", "off",
                     "--database", directory.path + "/node\(index).sqlite", "--log-level", "error",
-                ] + extra + (redis.map { ["--redis", $0.address] } ?? []), stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
+                ] + extra + (redis.map { ["--redis", $0.address] } ?? []),
+                stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
             nodes.append(Node(process: process, port: port))
         }
         let result = try await body(postgres, nodes)

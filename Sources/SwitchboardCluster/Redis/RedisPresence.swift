@@ -49,7 +49,9 @@ final class RedisPresenceStore: PresenceStore {
         }
     }
 
-    func makeParts(mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger) -> PresenceStoreParts {
+    func makeParts(
+        mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger
+    ) -> PresenceStoreParts {
         self.inbox.attach(mirror, snapshot: loaded)
         return PresenceStoreParts(
             services: [RedisPresenceWriter(store: self, expiry: deadFor + .seconds(5), logger: logger)],
@@ -140,9 +142,8 @@ final class RedisPresenceStore: PresenceStore {
             }
             let members = replies[3 * index].array ?? []
             for pair in stride(from: 0, to: members.count - 1, by: 2) {
-                guard let field = members[pair].string, live.contains(field), let record = members[pair + 1].bytes else {
-                    continue
-                }
+                guard let field = members[pair].string, live.contains(field), let record = members[pair + 1].bytes
+                else { continue }
                 let (session, quiet) = try RedisPresenceKeys.readRecord(record)
                 guard session.node != node else { continue }
                 let state = states[RedisPresenceKeys.stateField(node: session.node, userID: session.userID)] ?? []
@@ -169,7 +170,9 @@ enum RedisPresenceKeys {
     static func sessionField(node: String, session: UInt64) -> String { "\(node)/\(session)" }
     static func stateField(node: String, userID: String) -> String { "\(node)/\(userID)" }
     /// A node index member: the channel id's UTF-8 length, `:`, the id, then the field (split by the scripts).
-    static func indexMember(_ channelID: String, _ field: String) -> String { "\(channelID.utf8.count):\(channelID)\(field)" }
+    static func indexMember(_ channelID: String, _ field: String) -> String {
+        "\(channelID.utf8.count):\(channelID)\(field)"
+    }
 
     /// A member record: the session as in a change feed payload, then the quiet flag (the sweep script turns it into
     /// a `left` change).
@@ -466,7 +469,8 @@ final class RedisPresenceWriter: Service, Sendable {
         }
         commands.append([
             "PUBLISH", .string(RedisPresenceKeys.pubSubChannel),
-            .bytes(RedisPresenceMessage.encode(kind: RedisPresenceMessage.changes, origin: self.nodeID, changes: changes)),
+            .bytes(
+                RedisPresenceMessage.encode(kind: RedisPresenceMessage.changes, origin: self.nodeID, changes: changes)),
         ])
         commands.append(["EXEC"])
         try Self.check(try await connection.pipeline(commands))
@@ -506,14 +510,17 @@ final class RedisPresenceWriter: Service, Sendable {
             let id = RedisPresenceKeys.channelID(session.channel)
             let field = RedisPresenceKeys.sessionField(node: node, session: session.session)
             let userChannel = OwnEntries.UserChannel(userID: session.userID, channel: session.channel)
-            if own.sessions.updateValue(quiet, forKey: session) == nil { own.sessionCounts[userChannel, default: 0] += 1 }
+            if own.sessions.updateValue(quiet, forKey: session) == nil {
+                own.sessionCounts[userChannel, default: 0] += 1
+            }
             commands.append([
                 "HSET", .string(RedisPresenceKeys.members(id)), .string(field),
                 .bytes(RedisPresenceKeys.record(session, quiet: quiet)),
             ])
             commands.append(["ZADD", .string(RedisPresenceKeys.expiry(id)), .integer(expiresAt), .string(field)])
             commands.append([
-                "SADD", .string(RedisPresenceKeys.nodeSessions(node)), .string(RedisPresenceKeys.indexMember(id, field)),
+                "SADD", .string(RedisPresenceKeys.nodeSessions(node)),
+                .string(RedisPresenceKeys.indexMember(id, field)),
             ])
             commands.append(["SADD", .string(RedisPresenceKeys.channels), .string(id)])
             self.stateCommands(userChannel, state, own: &own, into: &commands)
@@ -523,7 +530,8 @@ final class RedisPresenceWriter: Service, Sendable {
             commands.append(["HDEL", .string(RedisPresenceKeys.members(id)), .string(field)])
             commands.append(["ZREM", .string(RedisPresenceKeys.expiry(id)), .string(field)])
             commands.append([
-                "SREM", .string(RedisPresenceKeys.nodeSessions(node)), .string(RedisPresenceKeys.indexMember(id, field)),
+                "SREM", .string(RedisPresenceKeys.nodeSessions(node)),
+                .string(RedisPresenceKeys.indexMember(id, field)),
             ])
             let userChannel = OwnEntries.UserChannel(userID: session.userID, channel: session.channel)
             guard own.sessions.removeValue(forKey: session) != nil else { return }
@@ -538,10 +546,12 @@ final class RedisPresenceWriter: Service, Sendable {
             let stateField = RedisPresenceKeys.stateField(node: node, userID: session.userID)
             commands.append(["HDEL", .string(RedisPresenceKeys.states(id)), .string(stateField)])
             commands.append([
-                "SREM", .string(RedisPresenceKeys.nodeStates(node)), .string(RedisPresenceKeys.indexMember(id, stateField)),
+                "SREM", .string(RedisPresenceKeys.nodeStates(node)),
+                .string(RedisPresenceKeys.indexMember(id, stateField)),
             ])
         case .state(_, let userID, let channel, let state):
-            self.stateCommands(OwnEntries.UserChannel(userID: userID, channel: channel), state, own: &own, into: &commands)
+            let userChannel = OwnEntries.UserChannel(userID: userID, channel: channel)
+            self.stateCommands(userChannel, state, own: &own, into: &commands)
         }
     }
 
@@ -556,7 +566,8 @@ final class RedisPresenceWriter: Service, Sendable {
         PresenceChangeCoding.writeItems(state, to: &items)
         commands.append(["HSET", .string(RedisPresenceKeys.states(id)), .string(field), .bytes(items)])
         commands.append([
-            "SADD", .string(RedisPresenceKeys.nodeStates(self.nodeID)), .string(RedisPresenceKeys.indexMember(id, field)),
+            "SADD", .string(RedisPresenceKeys.nodeStates(self.nodeID)),
+            .string(RedisPresenceKeys.indexMember(id, field)),
         ])
     }
 
