@@ -1,7 +1,8 @@
 import Foundation
 import NIOCore
 import SwitchboardClient
-import SwitchboardCluster
+@testable import SwitchboardCluster
+import SwitchboardStore
 import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
@@ -313,6 +314,91 @@ struct ClusterRedisPresenceProcessTests {
                 #expect(leaves == 0)
             }
             for client in watchers + doomed + [marker] { await client.close() }
+        }
+        await redis.stop()
+    }
+}
+
+/// Entries of a node that stopped refreshing them in Redis expire and are swept by a live node.
+@Suite("Cluster Redis presence expiry", .serialized, .timeLimit(.minutes(3)))
+struct ClusterRedisPresenceExpiryTests {
+    @Test("with Redis, the members of a node that stopped refreshing its entries time out once on every node and leave Redis")
+    func entriesOfANodeThatStoppedRefreshingExpire() async throws {
+        let redis = try await TestRedis.start()
+        try await withCluster(nodes: 2, redis: redis) { _, nodes in
+            var watchers: [SwitchboardClient] = []
+            var events: [PresenceEventIterator] = []
+            for node in nodes {
+                let watcher = try await node.client("Watcher\(node.port)")
+                let iterator = PresenceEventIterator(watcher.presenceEvents)
+                try await watcher.subscribeChannel(channel: "room")
+                watchers.append(watcher)
+                events.append(iterator)
+            }
+            // A node no live node knows of in PostgreSQL wrote two members, then stopped refreshing them: they expired
+            // 20 s ago, so their last refresh is older than the presence timeout (30 s) and they time out at once.
+            let ghost = "ghostnode"
+            let channel = ChannelKey(name: "room", type: .message)
+            let id = RedisPresenceKeys.channelID(channel)
+            let inspector = try await RedisConnection.connect(host: "127.0.0.1", port: redis.port)
+            let expiresAt = Int64(Date().timeIntervalSince1970 * 1000) - 20_000
+            var joins: [PresenceChange] = []
+            for (number, user) in ["Ghost1", "Ghost2"].enumerated() {
+                let session = PresenceChange.Session(node: ghost, session: UInt64(number), userID: user, channel: channel)
+                let field = RedisPresenceKeys.sessionField(node: ghost, session: UInt64(number))
+                try await inspector.command(
+                    "HSET", .string(RedisPresenceKeys.members(id)), .string(field),
+                    .bytes(RedisPresenceKeys.record(session, quiet: false)))
+                try await inspector.command(
+                    "ZADD", .string(RedisPresenceKeys.expiry(id)), .integer(expiresAt), .string(field))
+                try await inspector.command(
+                    "SADD", .string(RedisPresenceKeys.nodeSessions(ghost)),
+                    .string(RedisPresenceKeys.indexMember(id, field)))
+                joins.append(.joined(session, quiet: false, state: []))
+            }
+            try await inspector.command(
+                "PUBLISH", .string(RedisPresenceKeys.pubSubChannel),
+                .bytes(RedisPresenceMessage.encode(kind: RedisPresenceMessage.changes, origin: ghost, changes: joins)))
+            // Each watcher gets the join before the node is registered, so before any sweep of it.
+            for iterator in events {
+                var joined: Set<String> = []
+                while joined.count < 2, let event = await iterator.next(seconds: 5) {
+                    if event.eventType == .remoteJoin && event.publisher.hasPrefix("Ghost") { joined.insert(event.publisher) }
+                }
+                #expect(joined == ["Ghost1", "Ghost2"], "the ghost node's members were not mirrored")
+            }
+            try await inspector.command("ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(ghost))
+            // Refreshes run every 2 s: within a few seconds of the expiry a node sweeps the ghost node.
+            for watcher in watchers {
+                let gone = try await eventually(seconds: 10) {
+                    try await watcher.whoNow(channel: "room").users.map(\.userId).allSatisfy { $0.hasPrefix("Watcher") }
+                }
+                #expect(gone, "the expired members are still listed")
+            }
+            let swept = try await eventually {
+                let members = try await inspector.command("HLEN", .string(RedisPresenceKeys.members(id))).integer
+                let registered = try await inspector.command("ZSCORE", .string(RedisPresenceKeys.nodes), .string(ghost))
+                return members == 2 && registered.isNull
+            }
+            #expect(swept, "the expired entries are still in Redis")
+            await inspector.close()
+            let marker = try await nodes[1].client("Marker")
+            try await marker.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            for (index, iterator) in events.enumerated() {
+                var timeouts: [String: Int] = [:]
+                var sawMarker = false
+                while let event = await iterator.next(seconds: 10) {
+                    if event.eventType == .remoteJoin && event.publisher == "Marker" {
+                        sawMarker = true
+                        break
+                    }
+                    if event.eventType == .remoteTimeout { timeouts[event.publisher, default: 0] += 1 }
+                    for user in event.timedOut { timeouts[user, default: 0] += 1 }
+                }
+                #expect(sawMarker, "watcher \(index) never saw the marker join")
+                #expect(timeouts == ["Ghost1": 1, "Ghost2": 1], "watcher \(index): \(timeouts)")
+            }
+            for client in watchers + [marker] { await client.close() }
         }
         await redis.stop()
     }

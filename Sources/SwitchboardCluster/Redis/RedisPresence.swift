@@ -13,14 +13,16 @@ import Synchronization
 /// record: session, user, channel and quiet flag), a ZSET `sb:presence:x:CID` (same field -> expires-at in ms, pushed
 /// forward by the owning node every ``RedisPresenceWriter/refreshInterval``) and a HASH `sb:presence:s:CID` (field
 /// `NODE/USER` -> the user's state there). Per node, the SETs `sb:presence:node:NODE:sessions` and `...:states`
-/// index its entries (`LEN:CID` followed by the field), so a dead node's entries go at once; the SET
-/// `sb:presence:channels` lists the channels for a starting node's load.
+/// index its entries (`LEN:CID` followed by the field), so a dead node's entries go at once; the ZSET
+/// `sb:presence:nodes` holds when each node's entries expire, and the SET `sb:presence:channels` lists the channels
+/// for a starting node's load (which skips expired entries).
 ///
 /// Each batch of a node's changes is one `MULTI`/`EXEC` that updates the keys and publishes the batch on
 /// ``RedisPresenceKeys/pubSubChannel``, so the other nodes get every node's changes in its order and apply them
 /// through their ``PresenceMirror``. A dead node is swept by the live node whose heartbeat transaction removes it
-/// (``RedisPresenceSweeper``): one script removes its entries and publishes their timeouts, atomically, so they are
-/// published once.
+/// (``RedisPresenceSweeper``), or, if its entries expire first (it stopped refreshing them while still in `sb_node`,
+/// or Redis was unreachable for the sweeper), by any node's ``RedisPresenceKeys/reapScript``: either script removes
+/// the entries and publishes their timeouts atomically, so they are published once.
 final class RedisPresenceStore: PresenceStore {
     let presence: PostgresPresence
     let location: RedisLocation
@@ -190,52 +192,86 @@ enum RedisPresenceKeys {
         return (session, quiet != 0)
     }
 
-    private static let splitFunction = """
+    /// The ZSET of nodes with entries: node -> when its entries expire (ms), pushed forward with them.
+    static let nodes = "sb:presence:nodes"
+
+    /// Lua shared by the scripts: `split` (an index member into channel id and field), `be64` (a number as 8
+    /// big-endian bytes) and `sweep` (removes every entry of a node and, when `channel` is given, publishes there one
+    /// message with a `left` (timed out, `elapsed` bytes) per removed session, from no node, so every node applies it).
+    private static let prelude = #"""
         local function split(m)
           local digits = string.match(m, '^(%d+):')
           local start = #digits + 2
           local length = tonumber(digits)
           return string.sub(m, start, start + length - 1), string.sub(m, start + length)
         end
-
-        """
-
-    /// Removes every entry of node `ARGV[1]`; when `ARGV[2]` is `1`, publishes on `ARGV[4]` one message with a
-    /// `left` (timed out, `ARGV[3]` = elapsed ms as 8 big-endian bytes) per removed session, from no node.
-    static let sweepScript = splitFunction + #"""
-        local sessions = 'sb:presence:node:' .. ARGV[1] .. ':sessions'
-        local states = 'sb:presence:node:' .. ARGV[1] .. ':states'
-        local lefts = {}
-        for _, m in ipairs(redis.call('SMEMBERS', sessions)) do
-          local cid, field = split(m)
-          local record = redis.call('HGET', 'sb:presence:m:' .. cid, field)
-          redis.call('HDEL', 'sb:presence:m:' .. cid, field)
-          redis.call('ZREM', 'sb:presence:x:' .. cid, field)
-          if record then
-            lefts[#lefts + 1] = '\2' .. string.sub(record, 1, #record - 1) .. '\2' .. ARGV[3]
+        local function be64(n)
+          local bytes = {}
+          for i = 8, 1, -1 do
+            bytes[i] = string.char(n % 256)
+            n = math.floor(n / 256)
           end
+          return table.concat(bytes)
         end
-        for _, m in ipairs(redis.call('SMEMBERS', states)) do
-          local cid, field = split(m)
-          redis.call('HDEL', 'sb:presence:s:' .. cid, field)
+        local function sweep(node, elapsed, channel)
+          local sessions = 'sb:presence:node:' .. node .. ':sessions'
+          local states = 'sb:presence:node:' .. node .. ':states'
+          local lefts = {}
+          for _, m in ipairs(redis.call('SMEMBERS', sessions)) do
+            local cid, field = split(m)
+            local record = redis.call('HGET', 'sb:presence:m:' .. cid, field)
+            redis.call('HDEL', 'sb:presence:m:' .. cid, field)
+            redis.call('ZREM', 'sb:presence:x:' .. cid, field)
+            if record then
+              lefts[#lefts + 1] = '\2' .. string.sub(record, 1, #record - 1) .. '\2' .. elapsed
+            end
+          end
+          for _, m in ipairs(redis.call('SMEMBERS', states)) do
+            local cid, field = split(m)
+            redis.call('HDEL', 'sb:presence:s:' .. cid, field)
+          end
+          redis.call('DEL', sessions, states)
+          redis.call('ZREM', 'sb:presence:nodes', node)
+          if channel ~= '' and #lefts > 0 then
+            local n = #lefts
+            local count = string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+              math.floor(n / 256) % 256, n % 256)
+            redis.call('PUBLISH', channel, '\1\0\0\1' .. count .. table.concat(lefts))
+          end
+          return #lefts
         end
-        redis.call('DEL', sessions, states)
-        if ARGV[2] == '1' and #lefts > 0 then
-          local n = #lefts
-          local count = string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
-            math.floor(n / 256) % 256, n % 256)
-          redis.call('PUBLISH', ARGV[4], '\1\0\0\1' .. count .. table.concat(lefts))
-        end
-        return #lefts
+
         """#
 
-    /// Moves the expiry of every session of node `ARGV[1]` to `ARGV[2]` (ms).
-    static let refreshScript = splitFunction + #"""
+    /// Removes every entry of node `ARGV[1]`; when `ARGV[3]` (a pub/sub channel) is not empty, publishes their
+    /// timeouts there, `ARGV[2]` (8 big-endian bytes) ms ago.
+    static let sweepScript = prelude + #"""
+        return sweep(ARGV[1], ARGV[2], ARGV[3])
+        """#
+
+    /// Moves the expiry of node `ARGV[1]` and of its sessions to `ARGV[2]` (ms); returns 0 when the node was not
+    /// registered (its entries were reaped or lost: the node writes them again).
+    static let refreshScript = prelude + #"""
+        local registered = redis.call('ZSCORE', 'sb:presence:nodes', ARGV[1])
+        redis.call('ZADD', 'sb:presence:nodes', ARGV[2], ARGV[1])
         for _, m in ipairs(redis.call('SMEMBERS', 'sb:presence:node:' .. ARGV[1] .. ':sessions')) do
           local cid, field = split(m)
           redis.call('ZADD', 'sb:presence:x:' .. cid, 'XX', ARGV[2], field)
         end
+        if registered then return 1 end
         return 0
+        """#
+
+    /// Sweeps every node whose entries expired before `ARGV[1]` (ms), publishing their timeouts on `ARGV[3]` as of
+    /// their last refresh (expiry minus `ARGV[2]` ms); returns how many nodes.
+    static let reapScript = prelude + #"""
+        local now = tonumber(ARGV[1])
+        local expired = redis.call('ZRANGEBYSCORE', 'sb:presence:nodes', '-inf', '(' .. ARGV[1], 'WITHSCORES')
+        for i = 1, #expired, 2 do
+          local refreshed = tonumber(expired[i + 1]) - tonumber(ARGV[2])
+          sweep(expired[i], be64(math.max(1, now - refreshed)), ARGV[3])
+        end
+        return #expired / 2
         """#
 }
 
@@ -408,12 +444,20 @@ final class RedisPresenceWriter: Service, Sendable {
                     }
                     while try await self.writeBatch(&own, on: current) {}
                     if clock.now - lastRefresh >= Self.refreshInterval {
-                        try await Self.check(
-                            current.send([
-                                "EVAL", .string(RedisPresenceKeys.refreshScript), "0", .string(self.nodeID),
-                                .integer(self.expiresAt()),
-                            ]))
+                        let refreshed = try await current.send([
+                            "EVAL", .string(RedisPresenceKeys.refreshScript), "0", .string(self.nodeID),
+                            .integer(self.expiresAt()),
+                        ])
+                        try Self.check(refreshed)
                         lastRefresh = clock.now
+                        // Reaped (the node could not refresh in time) or lost by Redis: write everything again.
+                        if refreshed.integer == 0 { needsRewrite = true }
+                        // Any node sweeps the nodes that stopped refreshing; the script does each once.
+                        try Self.check(
+                            try await current.send([
+                                "EVAL", .string(RedisPresenceKeys.reapScript), "0", .integer(systemNowMillis()),
+                                .integer(Int64(self.expiry / .milliseconds(1))), .string(RedisPresenceKeys.pubSubChannel),
+                            ]))
                     }
                     backoff = .milliseconds(50)
                     await self.store.presence.wakeup.wait(timeout: .milliseconds(500))
@@ -444,7 +488,7 @@ final class RedisPresenceWriter: Service, Sendable {
             while try await self.writeBatch(&own, on: current) {}
             try await Self.check(
                 current.send([
-                    "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(self.nodeID), "0", "", "",
+                    "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(self.nodeID), "", "",
                 ]))
         } catch {
             self.logger.warning("presence entries not removed from Redis at shutdown", metadata: ["error": "\(error)"])
@@ -463,7 +507,9 @@ final class RedisPresenceWriter: Service, Sendable {
         let changes = self.store.presence.take(limit: Self.batchLimit)
         guard !changes.isEmpty else { return false }
         let expiresAt = self.expiresAt()
-        var commands: [[RESPArgument]] = [["MULTI"]]
+        var commands: [[RESPArgument]] = [
+            ["MULTI"], ["ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(self.nodeID)],
+        ]
         for change in changes {
             self.commands(for: change, own: &own, expiresAt: expiresAt, into: &commands)
         }
@@ -483,7 +529,8 @@ final class RedisPresenceWriter: Service, Sendable {
         let expiresAt = self.expiresAt()
         var commands: [[RESPArgument]] = [
             ["MULTI"],
-            ["EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(self.nodeID), "0", "", ""],
+            ["EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(self.nodeID), "", ""],
+            ["ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(self.nodeID)],
         ]
         var joins: [PresenceChange] = []
         var scratch = OwnEntries()
@@ -602,7 +649,7 @@ struct RedisPresenceSweeper: DeadNodeSweeper {
             for node in deadNodes {
                 try RedisPresenceWriter.check(
                     try await redis.send([
-                        "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(node), "1", .bytes(elapsed),
+                        "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(node), .bytes(elapsed),
                         .string(RedisPresenceKeys.pubSubChannel),
                     ]))
             }
