@@ -239,6 +239,47 @@ struct ClusterRedisPresenceTests {
         }
         await redis.stop()
     }
+
+    @Test("with Redis, a node stopped gracefully leaves no entry of its own in Redis; the other node's stay")
+    func aNodeStoppedGracefullyRemovesItsEntries() async throws {
+        let redis = try await TestRedis.start()
+        let postgres = try await TestPostgres.start()
+        let inspector = try await RedisConnection.connect(host: "127.0.0.1", port: redis.port)
+        try await withCluster(nodes: 1, postgres: postgres, redis: redis) { _, first in
+            let pepper = try await first[0].client("Pepper")
+            try await pepper.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let (stoppedNode, tonyStillConnected) = try await withCluster(nodes: 1, postgres: postgres, redis: redis) {
+                _, second in
+                let tony = try await second[0].client("Tony")
+                try await tony.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+                try await tony.setState(channel: "room", items: [StateItem(key: "seat", value: "7")])
+                let written = try await eventually {
+                    let members = try await inspector.command("HLEN", .string(Self.membersKey("room"))).integer
+                    let nodes = try await inspector.command("ZCARD", .string(RedisPresenceKeys.nodes)).integer
+                    return members == 2 && nodes == 2
+                }
+                #expect(written, "the two members are not in Redis")
+                // Tony stays connected: the stopping node ends his session itself.
+                return (second[0].engine.nodeID, tony)
+            }
+            await tonyStillConnected.close()
+            // The stopped node's entries, index sets and registration are gone; Pepper's entry stays.
+            let members = try await inspector.command("HGETALL", .string(Self.membersKey("room"))).array ?? []
+            #expect(members.count == 2 && (members[1].bytes.map { String(buffer: $0) } ?? "").contains("Pepper"))
+            let leftovers = try await inspector.command("KEYS", .string("sb:presence:node:\(stoppedNode):*")).array ?? []
+            #expect(leftovers.isEmpty, "\(leftovers)")
+            let registered = try await inspector.command("ZSCORE", .string(RedisPresenceKeys.nodes), .string(stoppedNode))
+            #expect(registered.isNull)
+            let stateFields = try await inspector.command(
+                "HKEYS", .string("sb:presence:s:\(ChannelType.message.rawValue):room")
+            ).array ?? []
+            #expect(stateFields.compactMap(\.string).allSatisfy { !$0.hasPrefix(stoppedNode) }, "\(stateFields)")
+            await pepper.close()
+        }
+        await inspector.close()
+        await postgres.stop()
+        await redis.stop()
+    }
 }
 
 /// Presence with `--redis` when a real `switchboard --cluster` process dies.

@@ -632,8 +632,10 @@ final class RedisPresenceWriter: Service, Sendable {
 }
 
 /// Removes a dead node's entries from Redis and publishes their timeouts (to every node, this one included), in one
-/// script, inside the heartbeat transaction that removes the node's `sb_node` row: a failure rolls the removal back
-/// and it is tried again, and a second run finds nothing, so each session times out once.
+/// script per node, from the heartbeat transaction that removes the node's `sb_node` row. A second run finds
+/// nothing, so each session times out once. When Redis cannot be reached, the sweep is left to the reap script
+/// (the entries expire, and any node sweeps them once Redis is back), so the other areas' sweeps of the node are
+/// not held up.
 struct RedisPresenceSweeper: DeadNodeSweeper {
     let location: RedisLocation
     /// How long a node swept has been dead.
@@ -642,21 +644,27 @@ struct RedisPresenceSweeper: DeadNodeSweeper {
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
         -> @Sendable () -> Void
     {
-        let redis = try await RedisConnection.connect(host: self.location.host, port: self.location.port)
+        var elapsed = ByteBuffer()
+        elapsed.writeInteger(max(1, Int64(self.deadFor / .milliseconds(1))))
         do {
-            var elapsed = ByteBuffer()
-            elapsed.writeInteger(max(1, Int64(self.deadFor / .milliseconds(1))))
-            for node in deadNodes {
-                try RedisPresenceWriter.check(
-                    try await redis.send([
-                        "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(node), .bytes(elapsed),
-                        .string(RedisPresenceKeys.pubSubChannel),
-                    ]))
+            let redis = try await RedisConnection.connect(host: self.location.host, port: self.location.port)
+            do {
+                for node in deadNodes {
+                    try RedisPresenceWriter.check(
+                        try await redis.send([
+                            "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(node), .bytes(elapsed),
+                            .string(RedisPresenceKeys.pubSubChannel),
+                        ]))
+                }
+                await redis.close()
+            } catch {
+                await redis.close()
+                throw error
             }
-            await redis.close()
         } catch {
-            await redis.close()
-            throw error
+            logger.warning(
+                "dead nodes' presence not swept from Redis; their entries expire instead",
+                metadata: ["nodes": "\(deadNodes)", "error": "\(String(reflecting: error))"])
         }
         return {}
     }
