@@ -7,7 +7,9 @@ import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 
-/// Presence across the nodes of a cluster, in PostgreSQL alone.
+/// Presence across the nodes of a cluster: the queue of this node's presence changes and the shared `whoNow`
+/// bookmark key, whichever ``PresenceStore`` shares them (this file describes the PostgreSQL one; with `--redis`,
+/// ``RedisPresenceStore``).
 ///
 /// Each node stays the authority for its own sessions: its ``PresenceArea`` decides joins, leaves and state changes
 /// as a single gateway does and reports them here (``PresenceReplication``, under the channel's lock, so in the
