@@ -280,6 +280,50 @@ struct ClusterRedisPresenceTests {
         await postgres.stop()
         await redis.stop()
     }
+
+    @Test("with Redis, a node swept as dead while it still runs writes no more presence: its new members reach neither Redis nor the others")
+    func aNodeSweptAsDeadWritesNoMore() async throws {
+        let redis = try await TestRedis.start()
+        try await withCluster(nodes: 2, redis: redis) { _, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let tony = try await nodes[0].client("Tony")
+            try await tony.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            let joined = try await eventually {
+                try await watcher.whoNow(channel: "room").users.map(\.userId) == ["Tony"]
+            }
+            #expect(joined)
+            // What the node that removes node 0 from sb_node does (node 0 keeps running here, as one cut off from
+            // PostgreSQL does until it fences itself): sweep its entries, publish their timeouts, mark it dead.
+            let inspector = try await RedisConnection.connect(host: "127.0.0.1", port: redis.port)
+            var elapsed = ByteBuffer()
+            elapsed.writeInteger(Int64(60_000))
+            try await inspector.command(
+                "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(nodes[0].engine.nodeID), .bytes(elapsed),
+                .string(RedisPresenceKeys.pubSubChannel), .integer(RedisPresenceKeys.deadMarkMillis))
+            let timedOut = try await eventually {
+                try await watcher.whoNow(channel: "room").users.isEmpty
+            }
+            #expect(timedOut, "Tony did not time out on node 1")
+
+            let bruce = try await nodes[0].client("Bruce")
+            try await bruce.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
+            // Absence: Bruce's join must stay out of Redis and node 1 over more than a refresh interval.
+            let deadline = ContinuousClock.now + .seconds(3)
+            var stayedOut = true
+            while ContinuousClock.now < deadline && stayedOut {
+                let members = try await inspector.command("HLEN", .string(Self.membersKey("room"))).integer
+                let registered = try await inspector.command(
+                    "ZSCORE", .string(RedisPresenceKeys.nodes), .string(nodes[0].engine.nodeID))
+                let listed = try await watcher.whoNow(channel: "room").users
+                stayedOut = members == 0 && registered.isNull && listed.isEmpty
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(stayedOut, "the swept node still wrote presence")
+            await inspector.close()
+            for client in [watcher, tony, bruce] { await client.close() }
+        }
+        await redis.stop()
+    }
 }
 
 /// Presence with `--redis` when a real `switchboard --cluster` process dies.

@@ -244,14 +244,24 @@ enum RedisPresenceKeys {
         """#
 
     /// Removes every entry of node `ARGV[1]`; when `ARGV[3]` (a pub/sub channel) is not empty, publishes their
-    /// timeouts there, `ARGV[2]` (8 big-endian bytes) ms ago.
+    /// timeouts there, `ARGV[2]` (8 big-endian bytes) ms ago; when `ARGV[4]` is given, marks the node dead for that
+    /// many ms (``dead(_:)``), so that it writes nothing more.
     static let sweepScript = prelude + #"""
+        if ARGV[4] and ARGV[4] ~= '' then
+          redis.call('SET', 'sb:presence:dead:' .. ARGV[1], '1', 'PX', ARGV[4])
+        end
         return sweep(ARGV[1], ARGV[2], ARGV[3])
         """#
 
+    /// Set when a node was swept as dead (removed from `sb_node`): its writes are refused from then on.
+    static func dead(_ node: String) -> String { "sb:presence:dead:\(node)" }
+    /// How long the mark of a dead node lasts (it fences itself well within it).
+    static let deadMarkMillis = 600_000
+
     /// Moves the expiry of node `ARGV[1]` and of its sessions to `ARGV[2]` (ms); returns 0 when the node was not
-    /// registered (its entries were reaped or lost: the node writes them again).
+    /// registered (its entries were reaped or lost: the node writes them again), -1 when it was swept as dead.
     static let refreshScript = prelude + #"""
+        if redis.call('EXISTS', 'sb:presence:dead:' .. ARGV[1]) == 1 then return -1 end
         local registered = redis.call('ZSCORE', 'sb:presence:nodes', ARGV[1])
         redis.call('ZADD', 'sb:presence:nodes', ARGV[2], ARGV[1])
         for _, m in ipairs(redis.call('SMEMBERS', 'sb:presence:node:' .. ARGV[1] .. ':sessions')) do
@@ -407,6 +417,8 @@ final class RedisPresenceWriter: Service, Sendable {
     private let expiry: Duration
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
+    /// The node was swept as dead: it writes nothing more (it is about to fence itself).
+    private let swept = Atomic<Bool>(false)
 
     init(store: RedisPresenceStore, expiry: Duration, logger: Logger) {
         self.store = store
@@ -452,6 +464,7 @@ final class RedisPresenceWriter: Service, Sendable {
                         lastRefresh = clock.now
                         // Reaped (the node could not refresh in time) or lost by Redis: write everything again.
                         if refreshed.integer == 0 { needsRewrite = true }
+                        if refreshed.integer == -1 { self.noteSwept() }
                         // Any node sweeps the nodes that stopped refreshing; the script does each once.
                         try Self.check(
                             try await current.send([
@@ -506,9 +519,10 @@ final class RedisPresenceWriter: Service, Sendable {
     private func writeBatch(_ own: inout OwnEntries, on connection: RedisConnection) async throws -> Bool {
         let changes = self.store.presence.take(limit: Self.batchLimit)
         guard !changes.isEmpty else { return false }
+        guard !self.swept.load(ordering: .relaxed) else { return true }
         let expiresAt = self.expiresAt()
         var commands: [[RESPArgument]] = [
-            ["MULTI"], ["ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(self.nodeID)],
+            ["ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(self.nodeID)]
         ]
         for change in changes {
             self.commands(for: change, own: &own, expiresAt: expiresAt, into: &commands)
@@ -518,17 +532,38 @@ final class RedisPresenceWriter: Service, Sendable {
             .bytes(
                 RedisPresenceMessage.encode(kind: RedisPresenceMessage.changes, origin: self.nodeID, changes: changes)),
         ])
-        commands.append(["EXEC"])
-        try Self.check(try await connection.pipeline(commands))
+        try await self.execute(commands, on: connection)
         return true
+    }
+
+    /// Runs `commands` in one `MULTI`/`EXEC` unless the node was swept as dead: `WATCH` on its dead mark makes the
+    /// transaction fail if the mark appears between the check and `EXEC`.
+    private func execute(_ commands: [[RESPArgument]], on connection: RedisConnection) async throws {
+        let dead = RedisPresenceKeys.dead(self.nodeID)
+        let checked = try await connection.pipeline([["WATCH", .string(dead)], ["EXISTS", .string(dead)]])
+        try Self.check(checked)
+        guard checked[1].integer == 0 else {
+            _ = try await connection.send(["UNWATCH"])
+            self.noteSwept()
+            return
+        }
+        let replies = try await connection.pipeline([["MULTI"]] + commands + [["EXEC"]])
+        try Self.check(replies)
+        if replies.last?.isNull == true { self.noteSwept() }
+    }
+
+    private func noteSwept() {
+        guard !self.swept.exchange(true, ordering: .relaxed) else { return }
+        self.logger.warning(
+            "this node was swept as dead; its presence is no longer written to Redis", metadata: ["node": "\(self.nodeID)"])
     }
 
     /// Writes the node's whole set again (after its entries may have been lost or half written) and publishes it,
     /// so the other nodes drop the sessions of the node that are not in it.
     private func rewrite(_ own: OwnEntries, on connection: RedisConnection) async throws {
+        guard !self.swept.load(ordering: .relaxed) else { return }
         let expiresAt = self.expiresAt()
         var commands: [[RESPArgument]] = [
-            ["MULTI"],
             ["EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(self.nodeID), "", ""],
             ["ZADD", .string(RedisPresenceKeys.nodes), .integer(expiresAt), .string(self.nodeID)],
         ]
@@ -544,8 +579,7 @@ final class RedisPresenceWriter: Service, Sendable {
             "PUBLISH", .string(RedisPresenceKeys.pubSubChannel),
             .bytes(RedisPresenceMessage.encode(kind: RedisPresenceMessage.resync, origin: self.nodeID, changes: joins)),
         ])
-        commands.append(["EXEC"])
-        try Self.check(try await connection.pipeline(commands))
+        try await self.execute(commands, on: connection)
     }
 
     private func commands(
@@ -653,7 +687,7 @@ struct RedisPresenceSweeper: DeadNodeSweeper {
                     try RedisPresenceWriter.check(
                         try await redis.send([
                             "EVAL", .string(RedisPresenceKeys.sweepScript), "0", .string(node), .bytes(elapsed),
-                            .string(RedisPresenceKeys.pubSubChannel),
+                            .string(RedisPresenceKeys.pubSubChannel), .integer(RedisPresenceKeys.deadMarkMillis),
                         ]))
                 }
                 await redis.close()
