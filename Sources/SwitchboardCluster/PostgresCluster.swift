@@ -110,6 +110,8 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.presence] = parts.feedConsumer
             sweepers.append(parts.sweeper)
             presenceServices = parts.services
+        } else {
+            self.presenceStore.discard()
         }
         // Stopped in reverse order: the presence writer writes the leaves of the sessions the gateway ended, then the
         // feed stops, then the node leaves sb_node.

@@ -15,6 +15,13 @@ protocol PresenceStore: Sendable {
     func makeParts(
         mirror: PresenceMirror, loaded: [PresenceChange], deadFor: Duration, logger: Logger
     ) -> PresenceStoreParts
+
+    /// The node serves no presence (its presence area is off): drop what ``load(on:logger:)`` set up.
+    func discard()
+}
+
+extension PresenceStore {
+    func discard() {}
 }
 
 /// A presence store's services, change feed consumer (if its changes travel on the feed) and dead node sweeper.

@@ -61,6 +61,11 @@ final class RedisPresenceStore: PresenceStore {
             sweeper: RedisPresenceSweeper(location: self.location, deadFor: deadFor))
     }
 
+    func discard() {
+        self.inbox.discard()
+        Task { await self.closeSubscriber() }
+    }
+
     func connect() async throws -> RedisConnection {
         try await RedisConnection.connect(host: self.location.host, port: self.location.port)
     }
@@ -323,6 +328,7 @@ final class RedisPresenceInbox: Sendable {
         var mirror: PresenceMirror?
         var holding = true
         var held: [Inbound] = []
+        var discarded = false
     }
 
     private let nodeID: String
@@ -346,7 +352,9 @@ final class RedisPresenceInbox: Sendable {
             return
         }
         self.state.withLock { state in
-            if state.holding || state.mirror == nil {
+            if state.discarded {
+                return
+            } else if state.holding || state.mirror == nil {
                 state.held.append(inbound)
             } else if let mirror = state.mirror {
                 Self.deliver(inbound, to: mirror)
@@ -359,6 +367,14 @@ final class RedisPresenceInbox: Sendable {
         self.state.withLock { state in
             state.mirror = mirror
             Self.release(&state, snapshot: snapshot)
+        }
+    }
+
+    /// Drops what is held and whatever comes (the node serves no presence).
+    func discard() {
+        self.state.withLock { state in
+            state.discarded = true
+            state.held = []
         }
     }
 
