@@ -15,7 +15,8 @@ import Synchronization
 /// (``ChangeFeed``).
 ///
 /// Presence: each node decides for its own sessions and mirrors them to the others through `sb_presence` and the
-/// feed (``PostgresPresence``); a dead node's sessions are swept by the node that sees it dead.
+/// feed (``PostgresPresence``), or through Redis with `--redis` (``RedisPresenceStore``); a dead node's sessions are
+/// swept by the node that sees it dead.
 public struct PostgresCluster: ClusterEngine {
     /// The database.
     public let location: PostgresLocation
@@ -38,6 +39,7 @@ public struct PostgresCluster: ClusterEngine {
     private let feedProgress = FeedProgress()
     /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
     private let eventBackend = EventBackendBox()
+    private let presenceStore: any PresenceStore
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -45,7 +47,14 @@ public struct PostgresCluster: ClusterEngine {
         self.redis = redis
         self.nodeID = nodeID
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
-        self.presence = PostgresPresence(nodeID: nodeID)
+        let presence = PostgresPresence(nodeID: nodeID)
+        self.presence = presence
+        if let redis {
+            self.presenceStore = RedisPresenceStore(
+                presence: presence, location: redis, logger: Logger(label: "switchboard.cluster.presence"))
+        } else {
+            self.presenceStore = PostgresPresenceStore(presence: presence, location: location)
+        }
     }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
@@ -67,7 +76,8 @@ public struct PostgresCluster: ClusterEngine {
         do {
             try await PostgresSchema.migrate(connection, logger: logger)
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
-            try await self.presence.load(on: connection, logger: logger)
+            try await self.presence.loadBookmarkKey(on: connection, logger: logger)
+            self.presence.setLoaded(try await self.presenceStore.load(on: connection, logger: logger))
             self.feedProgress.advance(to: self.startingCursor.value)
             try await connection.close()
         } catch {
@@ -121,13 +131,15 @@ public struct PostgresCluster: ClusterEngine {
             writers.append(EventSessionsService(backend: events))
         }
         if let area = services.presence {
-            // The other nodes' sessions as they were when the node joined; the feed brings what changed since.
-            let mirror = PresenceMirror(domain: area.domain)
-            mirror.apply(self.presence.takeLoaded())
-            consumers[.presence] = PresenceFeedConsumer(mirror: mirror)
-            sweepers.append(
-                PresenceSweeper(nodeID: self.nodeID, mirror: mirror, deadFor: self.nodeTimeout + self.heartbeatInterval))
-            writers.append(PresenceWriter(presence: self.presence, location: self.location, logger: logger))
+            // The other nodes' sessions as they were when the node joined; the store brings what changed since.
+            let parts = self.presenceStore.makeParts(
+                mirror: PresenceMirror(domain: area.domain), loaded: self.presence.takeLoaded(),
+                deadFor: self.nodeTimeout + self.heartbeatInterval, logger: logger)
+            consumers[.presence] = parts.feedConsumer
+            sweepers.append(parts.sweeper)
+            writers += parts.services
+        } else {
+            self.presenceStore.discard()
         }
         if let profiles = services.profiles, let backend = self.profileBackend.value {
             // Providers registered on other nodes before this one started.

@@ -7,7 +7,9 @@ import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 
-/// Presence across the nodes of a cluster, in PostgreSQL alone.
+/// Presence across the nodes of a cluster: the queue of this node's presence changes and the shared `whoNow`
+/// bookmark key, whichever ``PresenceStore`` shares them (this file describes the PostgreSQL one; with `--redis`,
+/// ``RedisPresenceStore``).
 ///
 /// Each node stays the authority for its own sessions: its ``PresenceArea`` decides joins, leaves and state changes
 /// as a single gateway does and reports them here (``PresenceReplication``, under the channel's lock, so in the
@@ -29,7 +31,7 @@ final class PostgresPresence: PresenceReplication {
     private let loaded = Mutex<[PresenceChange]>([])
     private let sharedBookmarkKey = Mutex<[UInt8]?>(nil)
 
-    /// The cluster's `whoNow` bookmark key (``load(on:logger:)`` reads it).
+    /// The cluster's `whoNow` bookmark key (``loadBookmarkKey(on:logger:)`` reads it).
     var bookmarkKey: [UInt8]? { self.sharedBookmarkKey.withLock { $0 } }
 
     init(nodeID: String) {
@@ -77,9 +79,8 @@ final class PostgresPresence: PresenceReplication {
 
     // MARK: loading
 
-    /// Reads the sessions and states of the live nodes (after the feed's cursor was taken) for
-    /// ``takeLoaded()``.
-    func load(on connection: PostgresConnection, logger: Logger) async throws {
+    /// Reads (choosing it first if no node did) the cluster's `whoNow` bookmark key.
+    func loadBookmarkKey(on connection: PostgresConnection, logger: Logger) async throws {
         // The first node to start chooses the bookmark key; every node signs and checks with it.
         let candidate = ByteBuffer(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) })
         try await connection.query(
@@ -91,6 +92,15 @@ final class PostgresPresence: PresenceReplication {
             let key = Array(value.readableBytesView)
             self.sharedBookmarkKey.withLock { $0 = key }
         }
+    }
+
+    /// Keeps what a ``PresenceStore`` loaded when the node joined, for ``takeLoaded()``.
+    func setLoaded(_ changes: [PresenceChange]) {
+        self.loaded.withLock { $0 = changes }
+    }
+
+    /// Reads the sessions and states of the live nodes from `sb_presence` (after the feed's cursor was taken).
+    static func loadRows(on connection: PostgresConnection, logger: Logger) async throws -> [PresenceChange] {
         var states: [StateKey: [StateItem]] = [:]
         let stateRows = try await connection.query(
             """
@@ -123,10 +133,10 @@ final class PostgresPresence: PresenceReplication {
                     PresenceChange.Session(node: node, session: UInt64(bitPattern: session), userID: userID, channel: key),
                     quiet: quiet, state: states[StateKey(node: node, userID: userID, channel: key)] ?? []))
         }
-        self.loaded.withLock { $0 = changes }
+        return changes
     }
 
-    /// What ``load(on:logger:)`` read, once.
+    /// What ``setLoaded(_:)`` kept, once.
     func takeLoaded() -> [PresenceChange] {
         self.loaded.withLock { loaded in
             defer { loaded = [] }
@@ -172,7 +182,8 @@ final class PresenceMirror: Sendable {
     }
 
     private let domain: PresenceRegistry
-    private let sessions = Mutex<[RemoteKey: (identity: RemoteSession, channels: Set<ChannelKey>)]>([:])
+    /// Each remote session's identity and the channels it is in, with its user.
+    private let sessions = Mutex<[RemoteKey: (identity: RemoteSession, channels: [ChannelKey: String])]>([:])
     private let nowMillis: @Sendable () -> Int64
 
     init(domain: PresenceRegistry, nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis) {
@@ -189,8 +200,8 @@ final class PresenceMirror: Sendable {
                 let key = RemoteKey(node: session.node, session: session.session)
                 let identity = self.sessions.withLock { sessions -> RemoteSession in
                     let identity = sessions[key]?.identity ?? RemoteSession()
-                    var channels = sessions[key]?.channels ?? []
-                    channels.insert(session.channel)
+                    var channels = sessions[key]?.channels ?? [:]
+                    channels[session.channel] = session.userID
                     sessions[key] = (identity, channels)
                     return identity
                 }
@@ -200,7 +211,9 @@ final class PresenceMirror: Sendable {
             case .left(let session, let exit, let elapsedMs):
                 let key = RemoteKey(node: session.node, session: session.session)
                 let identity = self.sessions.withLock { sessions -> RemoteSession? in
-                    guard var entry = sessions[key], entry.channels.remove(session.channel) != nil else { return nil }
+                    guard var entry = sessions[key], entry.channels.removeValue(forKey: session.channel) != nil else {
+                        return nil
+                    }
                     sessions[key] = entry.channels.isEmpty ? nil : entry
                     return entry.identity
                 }
@@ -215,6 +228,25 @@ final class PresenceMirror: Sendable {
                 self.domain.replaceState(of: userID, in: channel, with: state, now: now)
             }
         }
+    }
+
+    /// Makes the remote sessions those of `joins` (a full snapshot): sessions not in it leave (explicitly), then
+    /// `joins` are applied. Only the sessions of nodes for which `covers` holds are compared (the snapshot's).
+    func reconcile(with joins: [PresenceChange], covering covers: (String) -> Bool) {
+        var present = Set<PresenceChange.Session>()
+        for case .joined(let session, _, _) in joins { present.insert(session) }
+        let gone = self.sessions.withLock { sessions -> [PresenceChange] in
+            var gone: [PresenceChange] = []
+            for (key, entry) in sessions where covers(key.node) {
+                for (channel, userID) in entry.channels {
+                    let session = PresenceChange.Session(
+                        node: key.node, session: key.session, userID: userID, channel: channel)
+                    if !present.contains(session) { gone.append(.left(session, exit: .left, elapsedMs: 0)) }
+                }
+            }
+            return gone
+        }
+        self.apply(gone + joins)
     }
 }
 
@@ -550,7 +582,7 @@ enum PresenceChangeCoding {
         return items
     }
 
-    private static var malformed: SwitchboardWireError {
+    static var malformed: SwitchboardWireError {
         SwitchboardWireError(.malformedBody, "malformed presence change feed row")
     }
 
@@ -577,14 +609,14 @@ enum PresenceChangeCoding {
         return ChannelKey(name: try Self.readString(&buffer), type: ChannelType(rawValue: type))
     }
 
-    private static func write(_ session: PresenceChange.Session, to buffer: inout ByteBuffer) {
+    static func write(_ session: PresenceChange.Session, to buffer: inout ByteBuffer) {
         Self.write(session.node, to: &buffer)
         buffer.writeInteger(session.session)
         Self.write(session.userID, to: &buffer)
         Self.write(session.channel, to: &buffer)
     }
 
-    private static func readSession(_ buffer: inout ByteBuffer) throws -> PresenceChange.Session {
+    static func readSession(_ buffer: inout ByteBuffer) throws -> PresenceChange.Session {
         let node = try Self.readString(&buffer)
         guard let session = buffer.readInteger(as: UInt64.self) else { throw Self.malformed }
         let userID = try Self.readString(&buffer)

@@ -36,8 +36,10 @@ struct ClusterProcessTests {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("switchboard").path
     }
 
+    /// Runs `body` against `count` processes; `redis` adds `--redis` (presence and the feed relay in that server).
     static func withNodes<T>(
-        _ count: Int, arguments extra: [String] = [], _ body: (TestPostgres, [Node]) async throws -> T
+        _ count: Int, arguments extra: [String] = [], redis: TestRedis? = nil,
+        _ body: (TestPostgres, [Node]) async throws -> T
     ) async throws -> T {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the switchboard product first")
         let postgres = try await TestPostgres.start()
@@ -45,15 +47,17 @@ struct ClusterProcessTests {
         defer { directory.remove() }
         var nodes: [Node] = []
         defer { for node in nodes { node.process.killAndWait() } }
-        let firstPort = Int.random(in: 20_000..<31_000)
         for index in 0..<count {
-            let port = firstPort + index
+            // A port the kernel hands out (not the 20000-32000 range the test's PostgreSQL and Redis servers draw
+            // from, so a node never collides with another test's server).
+            let port = try BoundLoopbackSocket.freePort()
             let process = try SpawnedProcess(
                 executable: Self.executable,
                 arguments: [
                     "--cluster", postgres.url, "--tcp", "127.0.0.1:\(port)", "--unix-socket", "off",
                     "--database", directory.path + "/node\(index).sqlite", "--log-level", "error",
-                ] + extra, stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
+                ] + extra + (redis.map { ["--redis", $0.address] } ?? []),
+                stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
             nodes.append(Node(process: process, port: port))
         }
         let result = try await body(postgres, nodes)
