@@ -35,6 +35,8 @@ public struct PostgresCluster: ClusterEngine {
     private let relay: RedisFeedRelay?
     private let presence: PostgresPresence
     private let profileBackend = OpenedProfileBackend()
+    /// The lock backend ``openMetadataStore(configuration:logger:)`` opened.
+    private let lockBackend = OpenedLockBackend()
     /// How far the change feed reader got (the login sync of the event area waits for it).
     private let feedProgress = FeedProgress()
     /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
@@ -94,6 +96,7 @@ public struct PostgresCluster: ClusterEngine {
         let backend = PostgresMetadataBackend(
             location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
         let locks = PostgresLockBackend(location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
+        self.lockBackend.value = locks
         return try await MetadataStore.open(shared: backend, locks: locks, configuration: configuration, logger: logger)
     }
 
@@ -129,6 +132,14 @@ public struct PostgresCluster: ClusterEngine {
             consumers[.event] = EventFeedConsumer(backend: events)
             sweepers.append(events)
             writers.append(EventSessionsService(backend: events))
+            // The event area keeps sb_session: lock holders' sessions on every node are known.
+            if let store = services.metadataStore, let locks = self.lockBackend.value {
+                locks.tracksSessions.store(true, ordering: .relaxed)
+                writers.append(
+                    LockHolderWatch(
+                        store: store, sessions: services.sessions, location: self.location, nodeID: self.nodeID,
+                        logger: logger))
+            }
         }
         if let area = services.presence {
             // The other nodes' sessions as they were when the node joined; the store brings what changed since.
@@ -191,6 +202,16 @@ private final class OpenedProfileBackend: Sendable {
     private let backend = Mutex<PostgresProfileBackend?>(nil)
 
     var value: PostgresProfileBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
+    }
+}
+
+/// The lock backend a node opened.
+private final class OpenedLockBackend: Sendable {
+    private let backend = Mutex<PostgresLockBackend?>(nil)
+
+    var value: PostgresLockBackend? {
         get { self.backend.withLock { $0 } }
         set { self.backend.withLock { $0 = newValue } }
     }

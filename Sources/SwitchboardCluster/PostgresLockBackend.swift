@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PostgresNIO
+import ServiceLifecycle
 import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
@@ -19,6 +20,9 @@ final class PostgresLockBackend: SharedLockBackend {
     private let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
     private let connectionIDs = Atomic<Int>(3_000)
+    /// Whether `sb_session` holds every node's sessions (the event area keeps it), so holders' sessions on other
+    /// nodes can be told.
+    let tracksSessions = Atomic<Bool>(false)
 
     /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
     init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
@@ -33,14 +37,21 @@ final class PostgresLockBackend: SharedLockBackend {
     }
 
     func withChannelLocked<Result: Sendable>(
-        _ channel: MetadataScope, _ decide: (StoredChannelLocks) throws -> (commit: LockCommit?, result: Result)
+        _ channel: MetadataScope,
+        _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result {
         let connection = try await self.open()
         do {
             try await connection.query("BEGIN", logger: self.logger)
             do {
                 let committed = try await Self.lockChannel(channel, on: connection, logger: self.logger)
-                let (commit, result) = try decide(committed)
+                var onlineElsewhere: Set<String>?
+                if self.tracksSessions.load(ordering: .relaxed) {
+                    let holders = Set(committed.locks.map(\.holder).filter { !$0.isEmpty })
+                    onlineElsewhere = try await Self.usersWithSessions(
+                        Array(holders), otherThan: self.nodeID, on: connection, logger: self.logger)
+                }
+                let (commit, result) = try decide(committed, onlineElsewhere)
                 var appended: [ChangeFeedRows.Entry] = []
                 if let commit {
                     appended = try await Self.store(
@@ -91,6 +102,21 @@ final class PostgresLockBackend: SharedLockBackend {
         for try await value in rows.decode(Int64.self) { revision = value }
         let locks = try await Self.readLocks([channel], on: connection, logger: logger).first?.locks ?? []
         return StoredChannelLocks(channel: channel, revision: UInt64(revision), locks: locks)
+    }
+
+    /// Which of `users` have a session on a node other than `node` (`sb_session`).
+    static func usersWithSessions(
+        _ users: [String], otherThan node: String, on connection: PostgresConnection, logger: Logger
+    ) async throws -> Set<String> {
+        guard !users.isEmpty else { return [] }
+        let rows = try await connection.query(
+            """
+            SELECT DISTINCT user_id FROM sb_session
+            WHERE user_id = ANY(\(users.map { ByteBuffer(string: $0) })::bytea[]) AND node <> \(node)
+            """, logger: logger)
+        var online = Set<String>()
+        for try await user in rows.decode(ByteBuffer.self) { online.insert(String(buffer: user)) }
+        return online
     }
 
     /// Writes a channel's locks and revision and appends the change to the feed.
@@ -199,6 +225,85 @@ struct LockFeedConsumer: ChangeFeedConsumer {
     func consume(_ payload: ByteBuffer, on connection: PostgresConnection, logger: Logger) async throws {
         let commit = try LockCoding.decode(payload)
         self.store.applyCommittedLocks(commit.locks, events: commit.events)
+    }
+}
+
+/// Starts the leases of lock holders left without a session on any node: every second, the held locks whose holder
+/// is marked online but has no session in `sb_session` on another node nor on this one (their last session ended on a
+/// node that died, or ended while a session elsewhere was still being recorded) are handed to the store, which
+/// decides again under the channel's lock.
+final class LockHolderWatch: Service, Sendable {
+    private let store: MetadataStore
+    private let sessions: SessionRegistry
+    private let location: PostgresLocation
+    private let nodeID: String
+    private let interval: Duration
+    private let logger: Logger
+
+    init(
+        store: MetadataStore, sessions: SessionRegistry, location: PostgresLocation, nodeID: String,
+        interval: Duration = .seconds(1), logger: Logger
+    ) {
+        self.store = store
+        self.sessions = sessions
+        self.location = location
+        self.nodeID = nodeID
+        self.interval = interval
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let connection = HolderWatchConnection()
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: self.interval)
+                do {
+                    let current: PostgresConnection
+                    if let open = connection.value, !open.isClosed {
+                        current = open
+                    } else {
+                        current = try await PostgresConnection.connect(
+                            configuration: self.location.configuration, id: 3_500, logger: self.logger)
+                        connection.value = current
+                    }
+                    for (channel, holder) in try await self.holdersWithoutSessions(on: current)
+                    where self.sessions.sessions(ofUser: holder).isEmpty {
+                        self.store.holderMayBeOffline(holder, in: channel)
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    self.logger.debug("lock holder check failed", metadata: ["error": "\(error)"])
+                    if let open = connection.value { try? await open.close() }
+                    connection.value = nil
+                }
+            }
+        }
+        if let open = connection.value { try? await open.close() }
+    }
+
+    private func holdersWithoutSessions(on connection: PostgresConnection) async throws -> [(MetadataScope, String)] {
+        let rows = try await connection.query(
+            """
+            SELECT l.storage_type, l.channel_type, l.channel, l.holder FROM sb_lock l
+            WHERE octet_length(l.holder) > 0 AND l.holder_offline_since_ms IS NULL
+              AND NOT EXISTS (SELECT 1 FROM sb_session s WHERE s.user_id = l.holder AND s.node <> \(self.nodeID))
+            """, logger: self.logger)
+        var found: [(MetadataScope, String)] = []
+        for try await (storageType, channelType, channel, holder) in rows.decode((Int16, Int16, ByteBuffer, ByteBuffer).self) {
+            found.append((ScopeColumns.scope(storageType, channelType, channel), String(buffer: holder)))
+        }
+        return found
+    }
+}
+
+/// The watch's connection, kept between rounds.
+private final class HolderWatchConnection: Sendable {
+    private let connection = Mutex<PostgresConnection?>(nil)
+
+    var value: PostgresConnection? {
+        get { self.connection.withLock { $0 } }
+        set { self.connection.withLock { $0 = newValue } }
     }
 }
 

@@ -145,6 +145,36 @@ struct ClusterLockTests {
             for client in [waiter, watcher] { await client.close() }
         }
     }
+
+    @Test("a holder's lease starts running out only when their last session on any node ends")
+    func aHolderConnectedToAnotherNodeKeepsTheLock() async throws {
+        try await withCluster(nodes: 2) { _, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let events = LockEventCollector(watcher.lockEvents)
+            try await watcher.subscribeChannel(channel: "desk", options: ChannelSubscriptionOptions(withLock: true))
+            #expect(await events.next(seconds: 5)?.eventType == .snapshot)
+            let onFirst = try await nodes[0].client("Tony")
+            let onSecond = try await nodes[1].client("Tony")
+            try await onFirst.setLock(channel: "desk", name: "pen", ttlSeconds: 10)
+            try await onFirst.acquireLock(channel: "desk", name: "pen")
+            #expect(await events.next(seconds: 5)?.eventType == .set)
+            #expect(await events.next(seconds: 5)?.eventType == .acquired)
+
+            // Tony leaves the first node but is still on the second: the lease does not run.
+            await onFirst.close()
+            #expect(await events.next(seconds: 13) == nil, "the lock changed while its holder was still connected")
+            #expect(try await watcher.getLocks(channel: "desk").locks.map(\.owner) == ["Tony"])
+
+            // His last session ends: the lease runs out TTL seconds later.
+            await onSecond.close()
+            let left = ContinuousClock.now
+            let expired = await events.next(seconds: 20)
+            let elapsed = ContinuousClock.now - left
+            #expect(expired?.eventType == .expired && expired?.locks.first?.lockName == "pen")
+            #expect(elapsed >= .seconds(9) && elapsed < .seconds(15), "expired after \(elapsed)")
+            await watcher.close()
+        }
+    }
 }
 
 /// Collects a client's lock events so they can be awaited with a timeout.

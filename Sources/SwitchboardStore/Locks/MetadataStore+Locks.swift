@@ -80,7 +80,7 @@ extension MetadataStore {
         if let shared = self.sharedLocks {
             // The operation answers through its deliveries (at once, or when it is granted later); the completion
             // given here is only for a transaction that fails.
-            shared.perform({ table, out in
+            shared.perform({ table, out, _ in
                 table.acquire(
                     channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
                     now: now, out: &out)
@@ -212,7 +212,7 @@ extension MetadataStore {
         }
         let now = self.clock.nowMs()
         let maxLocks = self.limits.maxLocksPerChannel
-        shared.perform({ table, out in
+        shared.perform({ table, out, _ in
             switch change {
             case .set(let ttlSeconds):
                 table.set(channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &out)
@@ -251,7 +251,7 @@ extension MetadataStore {
         if let shared = self.sharedLocks {
             for shard in self.shards {
                 for channel in shard.state.withLock({ $0.locks.channelsWaited(by: session) }) {
-                    shared.perform({ table, out in
+                    shared.perform({ table, out, _ in
                         table.cancelWaits(session: session, out: &out)
                         return nil
                     }, on: channel, store: self)
@@ -272,10 +272,7 @@ extension MetadataStore {
         if let shared = self.sharedLocks {
             for shard in self.shards {
                 for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
-                    shared.perform({ table, _ in
-                        table.holderWentOffline(userID, now: now)
-                        return nil
-                    }, on: channel, store: self)
+                    self.holderMayBeOffline(userID, in: channel, since: now, shared: shared)
                 }
             }
             return
@@ -285,13 +282,28 @@ extension MetadataStore {
         }
     }
 
+    /// On a store whose locks are shared by several gateways: `userID`, holder of a lock of `channel`, has no session
+    /// on this gateway any more and may have none on the others (their sessions end, or a gateway died): unless the
+    /// database knows a session of theirs on another gateway, their leases start running out now.
+    public func holderMayBeOffline(_ userID: String, in channel: MetadataScope) {
+        guard let shared = self.sharedLocks else { return }
+        self.holderMayBeOffline(userID, in: channel, since: self.clock.nowMs(), shared: shared)
+    }
+
+    private func holderMayBeOffline(_ userID: String, in channel: MetadataScope, since now: UInt64, shared: SharedLocks) {
+        shared.perform({ table, _, onlineElsewhere in
+            if onlineElsewhere?.contains(userID) != true { table.holderWentOffline(userID, now: now) }
+            return nil
+        }, on: channel, store: self)
+    }
+
     /// A session of `userID` started: the user keeps every lock that has not expired.
     public func userCameOnline(_ userID: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
         if let shared = self.sharedLocks {
             for shard in self.shards {
                 for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
-                    shared.perform({ table, _ in
+                    shared.perform({ table, _, _ in
                         table.holderCameOnline(userID)
                         return nil
                     }, on: channel, store: self)

@@ -90,12 +90,14 @@ public protocol SharedLockBackend: Sendable {
     func loadAllLocks() async throws -> [StoredChannelLocks]
 
     /// Runs `decide` in one transaction holding `channel` locked (the same lock a metadata write of the channel
-    /// takes), with the channel's committed locks; stores the change it returns (if any) and appends it to the
-    /// change feed, then commits.
+    /// takes), with the channel's committed locks and which of their holders have a session on another gateway
+    /// (nil when the database does not know the gateways' sessions); stores the change `decide` returns (if any) and
+    /// appends it to the change feed, then commits.
     ///
     /// - Returns: What `decide` returned, once committed.
     /// - Throws: What `decide` throws, or the database's error (nothing is stored then).
     func withChannelLocked<Result: Sendable>(
-        _ channel: MetadataScope, _ decide: (StoredChannelLocks) throws -> (commit: LockCommit?, result: Result)
+        _ channel: MetadataScope,
+        _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result
 }

@@ -11,8 +11,9 @@ import Synchronization
 /// nothing changed when the transaction fails). Operations run one at a time, in the order they were asked.
 final class SharedLocks: Sendable {
     /// A lock operation decided on a channel's scratch table: appends its answers and events to the deliveries and
-    /// returns the error to answer with, if any.
-    typealias Operation = @Sendable (inout LockTable, inout [Delivery]) -> SwitchboardStoreError?
+    /// returns the error to answer with, if any. Its last argument names the channel's holders that have a session
+    /// on another gateway (nil when unknown).
+    typealias Operation = @Sendable (inout LockTable, inout [Delivery], Set<String>?) -> SwitchboardStoreError?
 
     let backend: any SharedLockBackend
     private let queue = SerialJobQueue()
@@ -39,7 +40,7 @@ final class SharedLocks: Sendable {
         guard self.expiring.withLock({ $0.insert(channel).inserted }) else { return }
         self.queue.enqueue {
             self.expiring.withLock { _ = $0.remove(channel) }
-            await self.decide({ table, out in
+            await self.decide({ table, out, _ in
                 table.expire(now: now, out: &out)
                 return nil
             }, on: channel, store: store, completion: nil)
@@ -53,14 +54,14 @@ final class SharedLocks: Sendable {
         let shard = store.shard(for: channel)
         do {
             let decided = try await self.backend.withChannelLocked(channel) {
-                committed -> (commit: LockCommit?, result: DecidedLockOperation) in
+                committed, onlineElsewhere -> (commit: LockCommit?, result: DecidedLockOperation) in
                 // The copy in memory takes what is committed now (other gateways' changes the feed has not brought yet).
                 shard.perform(
                     { state in state.locks.installCommitted(committed, node: node, out: &state.outbox) },
                     deliver: store.deliver)
                 var scratch = shard.state.withLock { $0.locks.extract(channel) }
                 var out: [Delivery] = []
-                let error = operation(&scratch, &out)
+                let error = operation(&scratch, &out, onlineElsewhere)
                 let locks = scratch.stored(channel, node: node)
                 let decided = DecidedLockOperation(table: scratch, deliveries: out, error: error)
                 guard error == nil, locks != committed.locks else { return (nil, decided) }
