@@ -142,10 +142,10 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
     var logLevel: String?
 
-    @Option(help: "Run as a node of a cluster whose metadata lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares the metadata sets and their storage events, and event subscriptions, kept events and online state; --database then holds only the node's profile file. Keep a password out of the process list: put it in the --config file or SWITCHBOARD_CLUSTER.")
+    @Option(help: "Run as a node of a cluster whose state lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares metadata with its storage events, channel locks, presence, event subscriptions with kept events and online state, and the profile directory with its providers; --database is then not used. Keep a password out of the process list: put it in the --config file or SWITCHBOARD_CLUSTER.")
     var cluster: String?
 
-    @Option(help: "With --cluster: the Redis server (HOST:PORT) that carries each node's committed changes to the others at once (pub/sub), instead of PostgreSQL NOTIFY. PostgreSQL stays the record: a change Redis loses is read from it by the next poll.")
+    @Option(help: "With --cluster: the Redis server (HOST:PORT) that holds the cluster's presence and carries each node's committed changes to the others at once (pub/sub) instead of PostgreSQL NOTIFY. PostgreSQL stays the record of everything else: a change Redis loses is read from it by the next poll.")
     var redis: String?
 
     /// The options given on the command line, by key (``ServeSettings/keys``); `--config` is not a setting.
