@@ -10,9 +10,9 @@ import Testing
 /// `getState` and presence events see the members of every node.
 @Suite("Cluster presence", .serialized, .timeLimit(.minutes(3)))
 struct ClusterPresenceTests {
-    @Test("members joined on three nodes are listed by whoNow (with ids, states, occupancy) and whereNow on every node")
-    func membersOfEveryNodeAreListedOnEveryNode() async throws {
-        try await withCluster(nodes: 3) { _, nodes in
+    @Test("members joined on three nodes are listed by whoNow (with ids, states, occupancy) and whereNow on every node", arguments: PresenceEngine.allCases)
+    func membersOfEveryNodeAreListedOnEveryNode(engine: PresenceEngine) async throws {
+        try await engine.withCluster(nodes: 3) { _, nodes in
             var members: [SwitchboardClient] = []
             for index in 0..<6 {
                 let client = try await nodes[index % 3].client("u\(index)")
@@ -49,9 +49,9 @@ struct ClusterPresenceTests {
         }
     }
 
-    @Test("paged whoNow over 150 members spread over three nodes returns each exactly once, on every node, while others come and go")
-    func pagedWhoNowAcrossNodesListsEachMemberOnce() async throws {
-        try await withCluster(nodes: 3) { _, nodes in
+    @Test("paged whoNow over 150 members spread over three nodes returns each exactly once, on every node, while others come and go", arguments: PresenceEngine.allCases)
+    func pagedWhoNowAcrossNodesListsEachMemberOnce(engine: PresenceEngine) async throws {
+        try await engine.withCluster(nodes: 3) { _, nodes in
             let count = 150
             let members = try await withThrowingTaskGroup(of: SwitchboardClient.self) { group in
                 for index in 0..<count {
@@ -101,9 +101,9 @@ struct ClusterPresenceTests {
         }
     }
 
-    @Test("a whoNow bookmark issued by one node gives the next page on another")
-    func aBookmarkOfOneNodeWorksOnAnother() async throws {
-        try await withCluster(nodes: 2) { _, nodes in
+    @Test("a whoNow bookmark issued by one node gives the next page on another", arguments: PresenceEngine.allCases)
+    func aBookmarkOfOneNodeWorksOnAnother(engine: PresenceEngine) async throws {
+        try await engine.withCluster(nodes: 2) { _, nodes in
             var members: [SwitchboardClient] = []
             for index in 0..<120 {
                 let client = try await nodes[index % 2].client("b\(String(1_000 + index))")
@@ -127,9 +127,9 @@ struct ClusterPresenceTests {
         }
     }
 
-    @Test("join, state and leave events of a member on one node reach a member on another in order")
-    func eventsOfOneNodeReachMembersOfAnotherInOrder() async throws {
-        try await withCluster(nodes: 3) { _, nodes in
+    @Test("join, state and leave events of a member on one node reach a member on another in order", arguments: PresenceEngine.allCases)
+    func eventsOfOneNodeReachMembersOfAnotherInOrder(engine: PresenceEngine) async throws {
+        try await engine.withCluster(nodes: 3) { _, nodes in
             let watcher = try await nodes[1].client("Watcher")
             let events = PresenceEventIterator(watcher.presenceEvents)
             try await watcher.subscribeChannel(channel: "room")
@@ -158,9 +158,9 @@ struct ClusterPresenceTests {
         }
     }
 
-    @Test("a channel with more members than the interval threshold, spread over nodes, sends interval events with the other nodes' changes")
-    func intervalModeCountsTheMembersOfEveryNode() async throws {
-        try await withCluster(nodes: 3) { _, nodes in
+    @Test("a channel with more members than the interval threshold, spread over nodes, sends interval events with the other nodes' changes", arguments: PresenceEngine.allCases)
+    func intervalModeCountsTheMembersOfEveryNode(engine: PresenceEngine) async throws {
+        try await engine.withCluster(nodes: 3) { _, nodes in
             let watcher = try await nodes[0].client("Watcher")
             let events = PresenceEventIterator(watcher.presenceEvents)
             try await watcher.subscribeChannel(channel: "crowd")
@@ -458,6 +458,32 @@ struct ClusterPresenceProcessTests {
             #expect(next.eventType == .remoteJoin && next.publisher == "Marker")
             await marker.close()
             await watcher.close()
+        }
+    }
+}
+
+/// Where a cluster keeps presence: the tests that hold for both run once with each.
+enum PresenceEngine: CaseIterable, Sendable, CustomTestStringConvertible {
+    /// PostgreSQL alone (`sb_presence`).
+    case postgres
+    /// With `--redis`: presence in Redis.
+    case redis
+
+    var testDescription: String { self == .postgres ? "PostgreSQL" : "Redis" }
+
+    /// Runs `body` against `count` nodes of a cluster keeping presence in this engine (with a Redis server of the
+    /// call's own for ``redis``).
+    func withCluster<T: Sendable>(
+        nodes count: Int, _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
+    ) async throws -> T {
+        switch self {
+        case .postgres:
+            return try await SwitchboardClusterTests.withCluster(nodes: count, body)
+        case .redis:
+            let redis = try await TestRedis.start()
+            let result = await Result { try await SwitchboardClusterTests.withCluster(nodes: count, redis: redis, body) }
+            await redis.stop()
+            return try result.get()
         }
     }
 }

@@ -16,43 +16,6 @@ struct ClusterRedisPresenceTests {
     static func membersKey(_ channel: String) -> String { "sb:presence:m:\(ChannelType.message.rawValue):\(channel)" }
     static func expiryKey(_ channel: String) -> String { "sb:presence:x:\(ChannelType.message.rawValue):\(channel)" }
 
-    @Test("with Redis, members joined on three nodes are listed by whoNow, whereNow and getState on every node")
-    func membersOfEveryNodeAreListedOnEveryNode() async throws {
-        let redis = try await TestRedis.start()
-        try await withCluster(nodes: 3, redis: redis) { _, nodes in
-            var members: [SwitchboardClient] = []
-            for index in 0..<6 {
-                let client = try await nodes[index % 3].client("u\(index)")
-                try await client.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
-                try await client.setState(channel: "room", items: [StateItem(key: "seat", value: "s\(index)")])
-                members.append(client)
-            }
-            try await members[4].subscribeChannel(channel: "side", type: .stream, options: ChannelSubscriptionOptions(withPresence: false))
-            let expected = (0..<6).map { UserState(userId: "u\($0)", states: [StateItem(key: "seat", value: "s\($0)")]) }
-            for node in nodes {
-                let reader = try await node.client("Reader")
-                let listed = try await eventually {
-                    let page = try await reader.whoNow(channel: "room", includeState: true)
-                    return page.totalOccupancy == 6 && page.users == expected && page.nextPage.isEmpty
-                }
-                #expect(listed, "node \(node.port) does not list every member with its state")
-                let located = try await eventually {
-                    let channels = try await reader.whereNow(userID: "u4")
-                    return channels.totalChannel == 2
-                        && channels.channels == [
-                            ChannelRef(channel: "room", channelType: .message), ChannelRef(channel: "side", channelType: .stream),
-                        ]
-                }
-                #expect(located, "node \(node.port) does not know where u4 is")
-                let state = try await reader.getState(channel: "room", userID: "u2")
-                #expect(state.userId == "u2" && state.items == [StateItem(key: "seat", value: "s2")])
-                await reader.close()
-            }
-            for client in members { await client.close() }
-        }
-        await redis.stop()
-    }
-
     @Test("with Redis, the members are in a Redis hash and expiry zset per channel, not in sb_presence, and leave them when they go")
     func membersAreKeptInRedisNotInPostgres() async throws {
         let redis = try await TestRedis.start()
@@ -87,78 +50,6 @@ struct ClusterRedisPresenceTests {
             #expect(removed, "Tony's entry is still in Redis")
             await inspector.close()
             for client in [tony, pepper] { await client.close() }
-        }
-        await redis.stop()
-    }
-
-    @Test("with Redis, paged whoNow over 130 members of three nodes lists each once, and a bookmark of one node works on another")
-    func pagedWhoNowAcrossNodesListsEachMemberOnce() async throws {
-        let redis = try await TestRedis.start()
-        try await withCluster(nodes: 3, redis: redis) { _, nodes in
-            let count = 130
-            let members = try await withThrowingTaskGroup(of: SwitchboardClient.self) { group in
-                for index in 0..<count {
-                    group.addTask {
-                        let client = try await nodes[index % 3].client("m\(String(1_000 + index))")
-                        try await client.subscribeChannel(
-                            channel: "hall", options: ChannelSubscriptionOptions(withPresence: false))
-                        return client
-                    }
-                }
-                var clients: [SwitchboardClient] = []
-                for try await client in group { clients.append(client) }
-                return clients
-            }
-            var readers: [SwitchboardClient] = []
-            for node in nodes {
-                let reader = try await node.client("Reader")
-                let everyone = try await eventually(seconds: 10) {
-                    try await reader.whoNow(channel: "hall", includeUserIDs: false).totalOccupancy == UInt64(count)
-                }
-                #expect(everyone)
-                readers.append(reader)
-            }
-            for (index, reader) in readers.enumerated() {
-                let first = try await reader.whoNow(channel: "hall")
-                #expect(first.users.count == 100 && !first.nextPage.isEmpty)
-                let rest = try await readers[(index + 1) % 3].whoNow(channel: "hall", page: first.nextPage)
-                #expect(rest.nextPage.isEmpty)
-                #expect((first.users + rest.users).map(\.userId) == (0..<count).map { "m\(1_000 + $0)" })
-            }
-            for client in members + readers { await client.close() }
-        }
-        await redis.stop()
-    }
-
-    @Test("with Redis, join, state and leave events of a member on one node reach a member on another in order")
-    func eventsOfOneNodeReachMembersOfAnotherInOrder() async throws {
-        let redis = try await TestRedis.start()
-        try await withCluster(nodes: 3, redis: redis) { _, nodes in
-            let watcher = try await nodes[1].client("Watcher")
-            let events = PresenceEventIterator(watcher.presenceEvents)
-            try await watcher.subscribeChannel(channel: "room")
-            let snapshot = try #require(await events.next(seconds: 5))
-            #expect(snapshot.eventType == .snapshot && snapshot.snapshot.map(\.userId) == ["Watcher"])
-
-            let tony = try await nodes[0].client("Tony")
-            try await tony.subscribeChannel(channel: "room", options: ChannelSubscriptionOptions(withPresence: false))
-            try await tony.setState(channel: "room", items: [StateItem(key: "mood", value: "happy")])
-            try await tony.setState(channel: "room", items: [StateItem(key: "mood", value: "busy")])
-            try await tony.removeState(channel: "room")
-            try await tony.unsubscribeChannel(channel: "room")
-
-            var received: [PresenceEvent] = []
-            for _ in 0..<5 {
-                received.append(try #require(await events.next(seconds: 5), "after \(received.map(\.eventType))"))
-            }
-            #expect(received.map(\.eventType) == [.remoteJoin, .remoteStateChanged, .remoteStateChanged, .remoteStateChanged, .remoteLeave])
-            #expect(received.allSatisfy { $0.publisher == "Tony" && $0.channel == "room" })
-            #expect(received.map(\.totalOccupancy) == [2, 2, 2, 2, 1])
-            #expect(received[1].states == [StateItem(key: "mood", value: "happy")])
-            #expect(received[2].states == [StateItem(key: "mood", value: "busy")])
-            #expect(received[3].states.isEmpty)
-            await tony.close()
-            await watcher.close()
         }
         await redis.stop()
     }
