@@ -22,19 +22,19 @@ enum EventFeedCoding {
             buffer.writeInteger(UInt8(1))
             buffer.writeInteger(UInt32(subscriptions.count))
             for s in subscriptions {
-                Self.write(s.subscriber, to: &buffer)
-                Self.write(s.publisher, to: &buffer)
+                buffer.writeFeedString(s.subscriber)
+                buffer.writeFeedString(s.publisher)
                 buffer.writeInteger(s.eventType)
                 buffer.writeInteger(s.subscribedAtMs)
                 buffer.writeInteger(s.expiresAtMs)
             }
         case .unsubscribed(let subscriber, let publishers):
             buffer.writeInteger(UInt8(2))
-            Self.write(subscriber, to: &buffer)
+            buffer.writeFeedString(subscriber)
             if let publishers {
                 buffer.writeInteger(UInt8(1))
                 buffer.writeInteger(UInt32(publishers.count))
-                for publisher in publishers { Self.write(publisher, to: &buffer) }
+                for publisher in publishers { buffer.writeFeedString(publisher) }
             } else {
                 buffer.writeInteger(UInt8(0))
             }
@@ -48,8 +48,8 @@ enum EventFeedCoding {
             event.encode(into: &buffer)
         case .loginSync(let node, let user, let session, let since):
             buffer.writeInteger(UInt8(5))
-            Self.write(node, to: &buffer)
-            Self.write(user, to: &buffer)
+            buffer.writeFeedString(node)
+            buffer.writeFeedString(user)
             buffer.writeInteger(session)
             buffer.writeInteger(since)
         }
@@ -107,15 +107,9 @@ enum EventFeedCoding {
         SwitchboardWireError(.malformedBody, "malformed event change feed row")
     }
 
-    private static func write(_ string: String, to buffer: inout ByteBuffer) {
-        buffer.writeInteger(UInt32(string.utf8.count))
-        buffer.writeString(string)
-    }
 
     private static func readString(_ buffer: inout ByteBuffer) throws -> String {
-        guard let count = buffer.readInteger(as: UInt32.self), let string = buffer.readString(length: Int(count)) else {
-            throw Self.malformed
-        }
+        guard let string = buffer.readFeedString() else { throw Self.malformed }
         return string
     }
 }

@@ -63,7 +63,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
     private let queue = Mutex(Queue())
     /// When this node's recorded drops pass their grace period, earliest first.
     private let dropDeadlines = Mutex<[ContinuousClock.Instant]>([])
-    private let connection = Mutex<PostgresConnection?>(nil)
+    private let connection: PostgresConnectionSlot
     private let eventIDs = EventIDs()
 
     private init(
@@ -77,6 +77,9 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         self.snapshot = snapshot
         self.nowMillis = nowMillis
         self.logger = logger
+        self.connection = PostgresConnectionSlot(
+            location: location, name: "switchboard-events-\(nodeID)", firstID: 3_001, connectTimeout: .seconds(2),
+            logger: logger)
     }
 
     /// Loads what the cluster holds (after the node noted the feed's end, so nothing committed meanwhile is missed).
@@ -232,7 +235,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             do {
                 try await self.commit(batch)
             } catch {
-                let connectionLost = self.connection.withLock { $0?.isClosed ?? true }
+                let connectionLost = self.connection.isDisconnected
                 let stopping = self.queue.withLock { $0.stopping }
                 let retrying = connectionLost || Self.isTransient(error)
                 self.logger.error(
@@ -284,21 +287,12 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
     }
 
     private func open() async throws -> PostgresConnection {
-        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
-        var configuration = self.location.configuration
-        configuration.options.connectTimeout = .seconds(2)
-        let connection = try await PostgresConnection.connect(configuration: configuration, id: 3_001, logger: self.logger)
-        self.connection.withLock { $0 = connection }
-        return connection
+        try await self.connection.open()
     }
 
     /// Closes the writer's connection.
     func close() async {
-        let connection = self.connection.withLock { current -> PostgresConnection? in
-            defer { current = nil }
-            return current
-        }
-        try? await connection?.close()
+        await self.connection.close()
     }
 
     /// One batch, one transaction.

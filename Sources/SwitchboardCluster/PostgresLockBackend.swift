@@ -18,8 +18,7 @@ final class PostgresLockBackend: SharedLockBackend {
     private let location: PostgresLocation
     private let relay: RedisFeedRelay?
     private let logger: Logger
-    private let connection = Mutex<PostgresConnection?>(nil)
-    private let connectionIDs = Atomic<Int>(3_000)
+    private let connection: PostgresConnectionSlot
     /// Whether `sb_session` holds every node's sessions (the event area keeps it), so holders' sessions on other
     /// nodes can be told.
     let tracksSessions = Atomic<Bool>(false)
@@ -30,17 +29,19 @@ final class PostgresLockBackend: SharedLockBackend {
         self.nodeID = nodeID
         self.relay = relay
         self.logger = logger
+        self.connection = PostgresConnectionSlot(
+            location: location, name: "switchboard-locks-\(nodeID)", firstID: 3_000, logger: logger)
     }
 
     func loadAllLocks() async throws -> [StoredChannelLocks] {
-        try await Self.readLocks(nil, on: try await self.open(), logger: self.logger)
+        try await Self.readLocks(nil, on: try await self.connection.open(), logger: self.logger)
     }
 
     func withChannelLocked<Result: Sendable>(
         _ channel: MetadataScope,
         _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result {
-        let connection = try await self.open()
+        let connection = try await self.connection.open()
         do {
             try await connection.query("BEGIN", logger: self.logger)
             do {
@@ -65,18 +66,9 @@ final class PostgresLockBackend: SharedLockBackend {
                 throw error
             }
         } catch {
-            if connection.isClosed { self.connection.withLock { if $0 === connection { $0 = nil } } }
+            self.connection.forget(ifClosed: connection)
             throw error
         }
-    }
-
-    private func open() async throws -> PostgresConnection {
-        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
-        let connection = try await PostgresConnection.connect(
-            configuration: self.location.configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue,
-            logger: self.logger)
-        self.connection.withLock { $0 = connection }
-        return connection
     }
 
     // MARK: Statements (shared with the metadata transaction and the dead-node sweep)
@@ -253,19 +245,13 @@ final class LockHolderWatch: Service, Sendable {
     }
 
     func run() async throws {
-        let connection = HolderWatchConnection()
+        let connection = PostgresConnectionSlot(
+            location: self.location, name: "switchboard-lock-holders-\(self.nodeID)", firstID: 3_500, logger: self.logger)
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: self.interval)
                 do {
-                    let current: PostgresConnection
-                    if let open = connection.value, !open.isClosed {
-                        current = open
-                    } else {
-                        current = try await PostgresConnection.connect(
-                            configuration: self.location.configuration, id: 3_500, logger: self.logger)
-                        connection.value = current
-                    }
+                    let current = try await connection.open()
                     for (channel, holder) in try await self.holdersWithoutSessions(on: current)
                     where self.sessions.sessions(ofUser: holder).isEmpty {
                         self.store.holderMayBeOffline(holder, in: channel)
@@ -274,12 +260,11 @@ final class LockHolderWatch: Service, Sendable {
                     return
                 } catch {
                     self.logger.debug("lock holder check failed", metadata: ["error": "\(error)"])
-                    if let open = connection.value { try? await open.close() }
-                    connection.value = nil
+                    await connection.close()
                 }
             }
         }
-        if let open = connection.value { try? await open.close() }
+        await connection.close()
     }
 
     private func holdersWithoutSessions(on connection: PostgresConnection) async throws -> [(MetadataScope, String)] {
@@ -294,16 +279,6 @@ final class LockHolderWatch: Service, Sendable {
             found.append((ScopeColumns.scope(storageType, channelType, channel), String(buffer: holder)))
         }
         return found
-    }
-}
-
-/// The watch's connection, kept between rounds.
-private final class HolderWatchConnection: Sendable {
-    private let connection = Mutex<PostgresConnection?>(nil)
-
-    var value: PostgresConnection? {
-        get { self.connection.withLock { $0 } }
-        set { self.connection.withLock { $0 = newValue } }
     }
 }
 
@@ -360,13 +335,13 @@ enum LockCoding {
         let channel = commit.locks.channel
         buffer.writeInteger(channel.storageType.rawValue)
         buffer.writeInteger(channel.channelType.rawValue)
-        writeString(channel.name, to: &buffer)
+        buffer.writeFeedString(channel.name)
         buffer.writeInteger(commit.locks.revision)
         buffer.writeInteger(UInt32(commit.locks.locks.count))
         for lock in commit.locks.locks {
-            writeString(lock.name, to: &buffer)
+            buffer.writeFeedString(lock.name)
             buffer.writeInteger(lock.ttlSeconds)
-            writeString(lock.holder, to: &buffer)
+            buffer.writeFeedString(lock.holder)
             buffer.writeInteger(lock.holderOfflineSinceMs ?? .max)
             writeWaiters(lock.waiters, to: &buffer)
         }
@@ -423,9 +398,9 @@ enum LockCoding {
     private static func writeWaiters(_ waiters: [StoredLockWaiter], to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt32(waiters.count))
         for waiter in waiters {
-            writeString(waiter.node, to: &buffer)
-            writeString(waiter.session, to: &buffer)
-            writeString(waiter.userID, to: &buffer)
+            buffer.writeFeedString(waiter.node)
+            buffer.writeFeedString(waiter.session)
+            buffer.writeFeedString(waiter.userID)
         }
     }
 
@@ -438,14 +413,9 @@ enum LockCoding {
         return waiters
     }
 
-    private static func writeString(_ string: String, to buffer: inout ByteBuffer) {
-        buffer.writeInteger(UInt32(string.utf8.count))
-        buffer.writeString(string)
-    }
 
     private static func readString(_ buffer: inout ByteBuffer) throws -> String {
-        let length: UInt32 = try readInteger(&buffer)
-        guard let string = buffer.readString(length: Int(length)) else { throw truncated }
+        guard let string = buffer.readFeedString() else { throw Self.truncated }
         return string
     }
 

@@ -16,8 +16,7 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
     private let nodeID: String
     private let relay: RedisFeedRelay?
     private let logger: Logger
-    private let connection = Mutex<PostgresConnection?>(nil)
-    private let connectionIDs = Atomic<Int>(1)
+    private let connection: PostgresConnectionSlot
 
     /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
     init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
@@ -25,17 +24,19 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         self.nodeID = nodeID
         self.relay = relay
         self.logger = logger
+        self.connection = PostgresConnectionSlot(
+            location: location, name: "switchboard-metadata-\(nodeID)", firstID: 1, logger: logger)
     }
 
     func loadAll() async throws -> [StoredSet] {
-        let connection = try await self.open()
+        let connection = try await self.connection.open()
         return try await Self.readSets(nil, on: connection, logger: self.logger)
     }
 
     func withTransaction<Result: Sendable>(
         _ body: (any SharedMetadataTransaction) async throws -> Result
     ) async throws -> Result {
-        let connection = try await self.open()
+        let connection = try await self.connection.open()
         do {
             try await connection.query("BEGIN", logger: self.logger)
             let result: Result
@@ -53,27 +54,14 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
             self.relay?.publish(appended.entries)
             return result
         } catch {
-            if connection.isClosed { self.connection.withLock { if $0 === connection { $0 = nil } } }
+            self.connection.forget(ifClosed: connection)
             throw error
         }
     }
 
     /// Closes the connection.
     func close() async {
-        let connection = self.connection.withLock { current -> PostgresConnection? in
-            defer { current = nil }
-            return current
-        }
-        try? await connection?.close()
-    }
-
-    private func open() async throws -> PostgresConnection {
-        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
-        let connection = try await PostgresConnection.connect(
-            configuration: self.location.configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue,
-            logger: self.logger)
-        self.connection.withLock { $0 = connection }
-        return connection
+        await self.connection.close()
     }
 
     // MARK: Reading sets

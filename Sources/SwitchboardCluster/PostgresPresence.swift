@@ -524,8 +524,8 @@ enum PresenceChangeCoding {
                 buffer.writeInteger(elapsedMs)
             case .state(let node, let userID, let channel, let state):
                 buffer.writeInteger(UInt8(3))
-                Self.write(node, to: &buffer)
-                Self.write(userID, to: &buffer)
+                buffer.writeFeedString(node)
+                buffer.writeFeedString(userID)
                 Self.write(channel, to: &buffer)
                 Self.writeItems(state, to: &buffer)
             }
@@ -567,8 +567,8 @@ enum PresenceChangeCoding {
     static func writeItems(_ items: [StateItem], to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt16(truncatingIfNeeded: items.count))
         for item in items {
-            Self.write(item.key, to: &buffer)
-            Self.write(item.value, to: &buffer)
+            buffer.writeFeedString(item.key)
+            buffer.writeFeedString(item.value)
         }
     }
 
@@ -586,22 +586,15 @@ enum PresenceChangeCoding {
         SwitchboardWireError(.malformedBody, "malformed presence change feed row")
     }
 
-    /// A string: its UTF-8 byte count (4 bytes), then the bytes.
-    private static func write(_ string: String, to buffer: inout ByteBuffer) {
-        buffer.writeInteger(UInt32(string.utf8.count))
-        buffer.writeString(string)
-    }
 
     private static func readString(_ buffer: inout ByteBuffer) throws -> String {
-        guard let count = buffer.readInteger(as: UInt32.self), let string = buffer.readString(length: Int(count)) else {
-            throw Self.malformed
-        }
+        guard let string = buffer.readFeedString() else { throw Self.malformed }
         return string
     }
 
     private static func write(_ channel: ChannelKey, to buffer: inout ByteBuffer) {
         buffer.writeInteger(channel.type.rawValue)
-        Self.write(channel.name, to: &buffer)
+        buffer.writeFeedString(channel.name)
     }
 
     private static func readChannel(_ buffer: inout ByteBuffer) throws -> ChannelKey {
@@ -610,9 +603,9 @@ enum PresenceChangeCoding {
     }
 
     static func write(_ session: PresenceChange.Session, to buffer: inout ByteBuffer) {
-        Self.write(session.node, to: &buffer)
+        buffer.writeFeedString(session.node)
         buffer.writeInteger(session.session)
-        Self.write(session.userID, to: &buffer)
+        buffer.writeFeedString(session.userID)
         Self.write(session.channel, to: &buffer)
     }
 

@@ -1,0 +1,57 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import Synchronization
+
+/// A connection of its own for one of a node's writers: opened on first use, and again once it closed (the database
+/// restarted, the connection was cut), so a failed transaction costs one error, not the writer.
+final class PostgresConnectionSlot: Sendable {
+    private let location: PostgresLocation
+    private let name: String
+    private let logger: Logger
+    private let connection = Mutex<PostgresConnection?>(nil)
+    private let connectionIDs: Atomic<Int>
+    private let connectTimeout: TimeAmount?
+
+    /// - Parameters:
+    ///   - name: Shown as the connection's `application_name` (`pg_stat_activity`).
+    ///   - firstID: The id of the first connection (each new one counts up), for the driver's logs.
+    ///   - connectTimeout: How long connecting may take (nil: the driver's default).
+    init(location: PostgresLocation, name: String, firstID: Int, connectTimeout: TimeAmount? = nil, logger: Logger) {
+        self.location = location
+        self.name = name
+        self.logger = logger
+        self.connectionIDs = Atomic(firstID)
+        self.connectTimeout = connectTimeout
+    }
+
+    /// The open connection, connecting when there is none.
+    func open() async throws -> PostgresConnection {
+        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
+        var configuration = self.location.configuration
+        if let connectTimeout = self.connectTimeout { configuration.options.connectTimeout = connectTimeout }
+        configuration.options.additionalStartupParameters = [("application_name", self.name)]
+        let connection = try await PostgresConnection.connect(
+            configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
+        self.connection.withLock { $0 = connection }
+        return connection
+    }
+
+    /// Whether there is no open connection (none yet, or the last one closed).
+    var isDisconnected: Bool { self.connection.withLock { $0?.isClosed ?? true } }
+
+    /// Forgets `connection` if it closed, so the next ``open()`` connects again.
+    func forget(ifClosed connection: PostgresConnection) {
+        guard connection.isClosed else { return }
+        self.connection.withLock { if $0 === connection { $0 = nil } }
+    }
+
+    /// Closes the connection.
+    func close() async {
+        let connection = self.connection.withLock { current -> PostgresConnection? in
+            defer { current = nil }
+            return current
+        }
+        try? await connection?.close()
+    }
+}
