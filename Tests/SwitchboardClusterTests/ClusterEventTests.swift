@@ -268,26 +268,6 @@ extension ClusterEventTests {
     }
 }
 
-extension ClusterProcessTests.Node {
-    /// A connected client of this process with a client type.
-    func client(_ user: String, clientType: ClientType) async throws -> SwitchboardClient {
-        var configuration = ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: self.port), userID: user)
-        configuration.requestTimeout = .seconds(20)
-        configuration.clientType = clientType
-        let client = SwitchboardClient(configuration: configuration, reconnectPolicy: .never)
-        let deadline = ContinuousClock.now + .seconds(60)
-        while true {
-            do {
-                try await client.connect()
-                return client
-            } catch {
-                guard ContinuousClock.now < deadline, self.process.isRunning else { throw error }
-                try await Task.sleep(for: .milliseconds(50))
-            }
-        }
-    }
-}
-
 extension ClusterNode {
     /// A connected client of this node with a client type.
     func client(_ user: String, clientType: ClientType) async throws -> SwitchboardClient {

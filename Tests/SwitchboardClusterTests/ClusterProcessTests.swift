@@ -14,9 +14,11 @@ struct ClusterProcessTests {
         let process: SpawnedProcess
         let port: Int
 
-        func client(_ user: String) async throws -> SwitchboardClient {
+        /// A connected client of this process (with `clientType`, if given), waiting for the node to listen.
+        func client(_ user: String, clientType: ClientType? = nil) async throws -> SwitchboardClient {
             var configuration = ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: self.port), userID: user)
             configuration.requestTimeout = .seconds(20)
+            if let clientType { configuration.clientType = clientType }
             let client = SwitchboardClient(configuration: configuration, reconnectPolicy: .never)
             let deadline = ContinuousClock.now + .seconds(60)
             while true {
