@@ -129,7 +129,8 @@ struct ClusterEventTests {
             #expect(await events.next(seconds: 10)?.value == 1)
             await dropper.close()
             // The return comes after node B recorded the drop.
-            #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_event_drop") == "1" })
+            let settled = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_event_drop") == "1" }
+            #expect(settled)
             let returned = try await nodes[2].client("Bob", clientType: .android)
             try await returned.publishEvent(value: 10_100)
             event = try #require(await events.next(seconds: 10))
@@ -256,11 +257,14 @@ extension ClusterEventTests {
             let count = "SELECT count(*) FROM sb_session WHERE user_id = convert_to('Bob', 'UTF8')"
             let onA = try await nodes[0].client("Bob", clientType: .ios)
             let onB = try await nodes[1].client("Bob", clientType: .web)
-            #expect(try await eventually { try await postgres.psql(count) == "2" })
+            let settled2 = try await eventually { try await postgres.psql(count) == "2" }
+            #expect(settled2)
             try await onA.logout()
-            #expect(try await eventually { try await postgres.psql(count) == "1" })
+            let settled3 = try await eventually { try await postgres.psql(count) == "1" }
+            #expect(settled3)
             await onB.close()
-            #expect(try await eventually { try await postgres.psql(count) == "0" })
+            let settled4 = try await eventually { try await postgres.psql(count) == "0" }
+            #expect(settled4)
             // The abnormal end waits for its grace period; the logout left the user's offline time.
             #expect(try await postgres.psql("SELECT count(*) FROM sb_event_drop") == "1")
             #expect(try await postgres.psql("SELECT count(*) FROM sb_event_offline") == "1")
@@ -277,66 +281,5 @@ extension ClusterNode {
         let client = SwitchboardClient(configuration: configuration, reconnectPolicy: .never)
         try await client.connect()
         return client
-    }
-}
-
-/// A client's subscribed events, collected from the moment it is made, awaited with a timeout from any task.
-final class SubscribedEventIterator: Sendable {
-    private final class Received: Sendable {
-        let events = Mutex<[SubscribedEvent]>([])
-        let taken = Mutex(0)
-    }
-
-    private let received = Received()
-    private let task: Task<Void, Never>
-
-    init(_ stream: AsyncStream<SubscribedEvent>) {
-        let received = self.received
-        self.task = Task {
-            for await event in stream { received.events.withLock { $0.append(event) } }
-        }
-    }
-
-    deinit { self.task.cancel() }
-
-    /// Every event received so far.
-    var all: [SubscribedEvent] { self.received.events.withLock { $0 } }
-
-    /// The oldest event not taken yet, waiting up to `seconds` for one.
-    func next(seconds: Double) async -> SubscribedEvent? {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while true {
-            let event = self.received.taken.withLock { taken -> SubscribedEvent? in
-                let events = self.received.events.withLock { $0 }
-                guard taken < events.count else { return nil }
-                taken += 1
-                return events[taken - 1]
-            }
-            if let event { return event }
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-    }
-
-    /// The next `count` events (fewer if they do not come within `seconds`).
-    func take(_ count: Int, seconds: Double) async -> [SubscribedEvent] {
-        var events: [SubscribedEvent] = []
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while events.count < count {
-            let left = Double((deadline - ContinuousClock.now).components.seconds)
-            guard let event = await self.next(seconds: max(left, 0.05)) else { break }
-            events.append(event)
-        }
-        return events
-    }
-
-    /// Whether an event matching `condition` arrived within `seconds`.
-    func waitFor(seconds: Double, _ condition: (SubscribedEvent) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while ContinuousClock.now < deadline {
-            if self.all.contains(where: condition) { return true }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return self.all.contains(where: condition)
     }
 }

@@ -116,34 +116,76 @@ func eventually(seconds: Double = 5, _ condition: @Sendable () async throws -> B
     return try await condition()
 }
 
-/// An iterator over a client's storage events that can be awaited with a timeout from any task.
-final class StorageEventIterator: Sendable {
-    private final class Received: Sendable {
-        let events = Mutex<[StorageEvent]>([])
+/// What a client's push stream delivered, collected from the moment it is made and taken one at a time, with a
+/// timeout, from any task.
+final class PushCollector<Element: Sendable>: Sendable {
+    private final class Storage: Sendable {
+        let elements = Mutex<[Element]>([])
+        let taken = Atomic<Int>(0)
     }
 
-    private let received = Received()
+    private let storage = Storage()
     private let task: Task<Void, Never>
 
-    init(_ stream: AsyncStream<StorageEvent>) {
-        let received = self.received
+    init(_ stream: AsyncStream<Element>) {
+        let storage = self.storage
         self.task = Task {
-            for await event in stream { received.events.withLock { $0.append(event) } }
+            for await element in stream { storage.elements.withLock { $0.append(element) } }
         }
     }
 
     deinit { self.task.cancel() }
 
-    /// The oldest event not taken yet, waiting up to `seconds` for one.
-    func next(seconds: Double) async -> StorageEvent? {
+    /// Every element received so far, taken or not.
+    var all: [Element] { self.storage.elements.withLock { $0 } }
+
+    /// How many elements were taken.
+    var taken: Int { self.storage.taken.load(ordering: .relaxed) }
+
+    /// The oldest element not taken yet, waiting up to `seconds` for one.
+    func next(seconds: Double) async -> Element? {
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while true {
-            if let event = self.received.events.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return event }
+        while !Task.isCancelled {
+            let element = self.storage.elements.withLock { elements -> Element? in
+                let taken = self.storage.taken.load(ordering: .relaxed)
+                guard taken < elements.count else { return nil }
+                self.storage.taken.store(taken + 1, ordering: .relaxed)
+                return elements[taken]
+            }
+            if let element { return element }
             if ContinuousClock.now >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(2))
         }
+        return nil
+    }
+
+    /// The next `count` elements (fewer if they do not come within `seconds`).
+    func take(_ count: Int, seconds: Double) async -> [Element] {
+        var elements: [Element] = []
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        while elements.count < count {
+            let left = Double((deadline - ContinuousClock.now).components.seconds)
+            guard let element = await self.next(seconds: max(left, 0.05)) else { break }
+            elements.append(element)
+        }
+        return elements
+    }
+
+    /// Whether an element matching `condition` arrived within `seconds` (taken or not).
+    func waitFor(seconds: Double, _ condition: (Element) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            if self.all.contains(where: condition) { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return self.all.contains(where: condition)
     }
 }
+
+typealias StorageEventIterator = PushCollector<StorageEvent>
+typealias LockEventCollector = PushCollector<LockEvent>
+typealias PresenceEventIterator = PushCollector<PresenceEvent>
+typealias SubscribedEventIterator = PushCollector<SubscribedEvent>
 
 /// The cluster's nodes did not all start.
 struct ClusterStartError: Error {}

@@ -176,32 +176,3 @@ struct ClusterLockTests {
         }
     }
 }
-
-/// Collects a client's lock events so they can be awaited with a timeout.
-final class LockEventCollector: Sendable {
-    private final class Received: Sendable {
-        let events = Mutex<[LockEvent]>([])
-    }
-
-    private let received = Received()
-    private let task: Task<Void, Never>
-
-    init(_ stream: AsyncStream<LockEvent>) {
-        let received = self.received
-        self.task = Task {
-            for await event in stream { received.events.withLock { $0.append(event) } }
-        }
-    }
-
-    deinit { self.task.cancel() }
-
-    /// The oldest event not taken yet, waiting up to `seconds` for one.
-    func next(seconds: Double) async -> LockEvent? {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while true {
-            if let event = self.received.events.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return event }
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-    }
-}

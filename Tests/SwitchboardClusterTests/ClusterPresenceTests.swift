@@ -286,35 +286,6 @@ struct ClusterPresenceTests {
     }
 }
 
-/// An iterator over a client's presence events that can be awaited with a timeout from any task.
-final class PresenceEventIterator: Sendable {
-    private final class Received: Sendable {
-        let events = Mutex<[PresenceEvent]>([])
-    }
-
-    private let received = Received()
-    private let task: Task<Void, Never>
-
-    init(_ stream: AsyncStream<PresenceEvent>) {
-        let received = self.received
-        self.task = Task {
-            for await event in stream { received.events.withLock { $0.append(event) } }
-        }
-    }
-
-    deinit { self.task.cancel() }
-
-    /// The oldest event not taken yet, waiting up to `seconds` for one.
-    func next(seconds: Double) async -> PresenceEvent? {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while true {
-            if let event = self.received.events.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { return event }
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-    }
-}
-
 /// Presence when a real `switchboard --cluster` process dies.
 @Suite("Cluster presence processes", .serialized, .timeLimit(.minutes(3)))
 struct ClusterPresenceProcessTests {

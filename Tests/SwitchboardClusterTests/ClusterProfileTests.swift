@@ -42,7 +42,7 @@ struct ClusterProfileTests {
     func aProfileWrittenOnOneNodeIsReadAndPushedOnTheOthers() async throws {
         try await withCluster(nodes: 3) { _, nodes in
             let watcher = try await nodes[1].client("Watcher")
-            let changes = Received(watcher.makeProfileChangeStream())
+            let changes = PushCollector(watcher.makeProfileChangeStream())
             try await watcher.subscribeProfiles(userIDs: ["Tony"], groupIDs: ["crew"])
 
             let tony = try await nodes[0].client("Tony")
@@ -51,11 +51,11 @@ struct ClusterProfileTests {
             #expect(set.kind == .user && set.id == "Tony" && !set.removed && set.user?.name == "Tony S")
 
             let ana = try await nodes[2].client("Ana")
-            #expect(
-                try await eventually {
-                    let read = try await ana.getUserInfo(userIDs: ["Tony"])
-                    return read.users.map(\.name) == ["Tony S"] && read.users.first?.updatedAtMs == set.user?.updatedAtMs
-                })
+            let settled = try await eventually {
+                let read = try await ana.getUserInfo(userIDs: ["Tony"])
+                return read.users.map(\.name) == ["Tony S"] && read.users.first?.updatedAtMs == set.user?.updatedAtMs
+            }
+            #expect(settled)
 
             let listed = try await tony.updateGroupMembers(groupID: "crew", add: ["Tony", "Ana", "Bob"])
             #expect(listed.memberCount == 3)
@@ -64,17 +64,18 @@ struct ClusterProfileTests {
             _ = try await ana.updateGroupMembers(groupID: "crew", remove: ["Bob"])
             let shrunk = try #require(await changes.next(seconds: 5))
             #expect(shrunk.kind == .memberList && shrunk.memberCount == 2)
-            #expect(
-                try await eventually {
-                    let page = try await tony.getGroupMembers(groupID: "crew")
-                    return page.userIds == ["Ana", "Tony"] && page.totalMembers == 2
-                })
+            let settled2 = try await eventually {
+                let page = try await tony.getGroupMembers(groupID: "crew")
+                return page.userIds == ["Ana", "Tony"] && page.totalMembers == 2
+            }
+            #expect(settled2)
 
             // Cleared on the third node: gone on the first, and the subscriber on the second is told.
             #expect(try await ana.clearProfile(kind: .user, id: "Tony").removed == 1)
             let cleared = try #require(await changes.next(seconds: 5), "no removal on the other node")
             #expect(cleared.kind == .user && cleared.id == "Tony" && cleared.removed)
-            #expect(try await eventually { try await tony.getUserInfo(userIDs: ["Tony"]).missing == ["Tony"] })
+            let settled3 = try await eventually { try await tony.getUserInfo(userIDs: ["Tony"]).missing == ["Tony"] }
+            #expect(settled3)
             for client in [watcher, tony, ana] { await client.close() }
         }
     }
@@ -83,7 +84,7 @@ struct ClusterProfileTests {
     func aProviderOnOneNodeAnswersAMissOnAnother() async throws {
         try await withCluster(nodes: 3) { _, nodes in
             let provider = try await nodes[0].client("Directory")
-            let requests = Received(provider.makeProviderRequestStream())
+            let requests = PushCollector(provider.makeProviderRequestStream())
             let answering = Task {
                 while let request = await requests.next(seconds: 60) {
                     switch request.kind {
@@ -102,15 +103,15 @@ struct ClusterProfileTests {
 
             // The third node watches the record, to know when the provided record reached it.
             let watcher = try await nodes[2].client("Watcher")
-            let changes = Received(watcher.makeProfileChangeStream())
+            let changes = PushCollector(watcher.makeProfileChangeStream())
             try await watcher.subscribeProfiles(userIDs: ["Ghost"], groupIDs: ["ghosts"])
 
             let asker = try await nodes[1].client("Asker")
             // Until the registration reached the second node it answers the miss itself (no provider known).
-            #expect(
-                try await eventually {
-                    try await asker.getUserInfo(userIDs: ["Ghost"]).users.map(\.name) == ["provided Ghost"]
-                })
+            let settled4 = try await eventually {
+                try await asker.getUserInfo(userIDs: ["Ghost"]).users.map(\.name) == ["provided Ghost"]
+            }
+            #expect(settled4)
             let page = try await asker.getGroupMembers(groupID: "ghosts")
             #expect(page.userIds == ["m1", "m2", "m3"] && page.totalMembers == 3)
             #expect(requests.taken == 2, "the provider was asked \(requests.taken) times")
@@ -145,27 +146,28 @@ struct ClusterProfileTests {
             // A provider on the first node answers, then goes away: reads on the second node are answered at once
             // again, not after the provider timeout.
             let provider = try await nodes[0].client("Directory")
-            let requests = Received(provider.makeProviderRequestStream())
+            let requests = PushCollector(provider.makeProviderRequestStream())
             try await provider.registerProvider(kinds: [.user])
             let answering = Task {
                 while let request = await requests.next(seconds: 60) {
                     try await provider.answerProvider(request, with: .notFound)
                 }
             }
-            #expect(
-                try await eventually {
-                    let missing = try await asker.getUserInfo(userIDs: ["Unknown\(requests.taken)"]).missing
-                    return requests.taken > 0 && missing.count == 1
-                })
+            let settled5 = try await eventually {
+                let missing = try await asker.getUserInfo(userIDs: ["Unknown\(requests.taken)"]).missing
+                return requests.taken > 0 && missing.count == 1
+            }
+            #expect(settled5)
             answering.cancel()
             await provider.close()
-            #expect(
-                try await eventually {
-                    let started = clock.now
-                    return try await asker.getUserInfo(userIDs: ["Later"]).missing == ["Later"]
-                        && clock.now - started < .seconds(1)
-                })
-            #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0" })
+            let settled6 = try await eventually {
+                let started = clock.now
+                return try await asker.getUserInfo(userIDs: ["Later"]).missing == ["Later"]
+                    && clock.now - started < .seconds(1)
+            }
+            #expect(settled6)
+            let settled7 = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0" }
+            #expect(settled7)
             await asker.close()
         }
     }
@@ -188,21 +190,21 @@ struct ClusterProfileTests {
             let clock = ContinuousClock()
             // While the node is registered, a miss is asked of it and waits for the provider timeout.
             let asked = Atomic<Int>(0)
-            #expect(
-                try await eventually(seconds: 15) {
-                    let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
-                    let started = clock.now
-                    let missing = try await asker.getUserInfo(userIDs: [id]).missing
-                    return missing == [id] && clock.now - started >= .seconds(4)
-                })
+            let settled8 = try await eventually(seconds: 15) {
+                let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
+                let started = clock.now
+                let missing = try await asker.getUserInfo(userIDs: [id]).missing
+                return missing == [id] && clock.now - started >= .seconds(4)
+            }
+            #expect(settled8)
             // Once a live node swept it (its heartbeat is older than the node timeout), misses are answered at once.
-            #expect(
-                try await eventually(seconds: 20) {
-                    let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
-                    let started = clock.now
-                    let missing = try await asker.getUserInfo(userIDs: [id]).missing
-                    return missing == [id] && clock.now - started < .seconds(1)
-                })
+            let settled9 = try await eventually(seconds: 20) {
+                let id = "Ghost\(asked.add(1, ordering: .relaxed).newValue)"
+                let started = clock.now
+                let missing = try await asker.getUserInfo(userIDs: [id]).missing
+                return missing == [id] && clock.now - started < .seconds(1)
+            }
+            #expect(settled9)
             #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider WHERE node = 'ghost'") == "0")
             await asker.close()
         }
@@ -214,7 +216,7 @@ struct ClusterProfileTests {
             let first = try await nodes[0].client("First")
             let second = try await nodes[1].client("Second")
             let answering = [(first, "first"), (second, "second")].map { provider, name in
-                let requests = Received(provider.makeProviderRequestStream())
+                let requests = PushCollector(provider.makeProviderRequestStream())
                 return Task {
                     while let request = await requests.next(seconds: 60) {
                         try await provider.answerProvider(request, with: .user(UserInfo(userId: request.id, name: "\(name) \(request.id)")))
@@ -230,10 +232,13 @@ struct ClusterProfileTests {
                 return try await client.getUserInfo(userIDs: [id]).users.first?.name.split(separator: " ").first.map(String.init)
             }
             try await first.registerProvider(kinds: [.user])
-            #expect(try await eventually { try await provided(by: asker) == "first" })
+            let settled10 = try await eventually { try await provided(by: asker) == "first" }
+            #expect(settled10)
             try await second.registerProvider(kinds: [.user])
-            #expect(try await eventually { try await provided(by: asker) == "second" })
-            #expect(try await eventually { try await provided(by: onFirst) == "second" })
+            let settled11 = try await eventually { try await provided(by: asker) == "second" }
+            #expect(settled11)
+            let settled12 = try await eventually { try await provided(by: onFirst) == "second" }
+            #expect(settled12)
             #expect(try await postgres.psql("SELECT node FROM sb_profile_provider WHERE kind = 1") == nodes[1].engine.nodeID)
             for client in [first, second, asker, onFirst] { await client.close() }
         }
@@ -255,9 +260,8 @@ struct ClusterProfileTests {
             #expect(committed.hasPrefix("r19-"))
             let readers = [writers[0], writers[1], try await nodes[2].client("Ana")]
             for (index, reader) in readers.enumerated() {
-                #expect(
-                    try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.first?.name == committed },
-                    "node \(index) does not hold the committed record")
+                let settled13 = try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.first?.name == committed }
+                #expect(settled13, "node \(index) does not hold the committed record")
             }
             for client in readers { await client.close() }
         }
@@ -279,9 +283,8 @@ struct ClusterProfileTests {
             #expect(committed == "40")
             let readers = writers + [try await nodes[2].client("Ana")]
             for (index, reader) in readers.enumerated() {
-                #expect(
-                    try await eventually { try await reader.getGroupMembers(groupID: "crew", limit: 500).totalMembers == 40 },
-                    "node \(index) does not hold the committed list")
+                let settled14 = try await eventually { try await reader.getGroupMembers(groupID: "crew", limit: 500).totalMembers == 40 }
+                #expect(settled14, "node \(index) does not hold the committed list")
             }
             for client in readers { await client.close() }
         }
@@ -300,7 +303,8 @@ struct ClusterProfileTests {
             #expect(killed == "1")
             try await tony.setUserInfo(UserInfo(userId: "Tony", name: "second"))
             let reader = try await nodes[1].client("Reader")
-            #expect(try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.map(\.name) == ["second"] })
+            let settled15 = try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.map(\.name) == ["second"] }
+            #expect(settled15)
             for client in [tony, reader] { await client.close() }
         }
     }
@@ -325,7 +329,8 @@ struct ClusterProfileTests {
             try await writer.setUserInfo(UserInfo(userId: "doomed", name: "still here"))
             #expect(try await postgres.psql("SELECT last_value FROM doomed_once") == "2")
             let reader = try await nodes[1].client("Reader")
-            #expect(try await eventually { try await reader.getUserInfo(userIDs: ["doomed"]).users.map(\.name) == ["still here"] })
+            let settled16 = try await eventually { try await reader.getUserInfo(userIDs: ["doomed"]).users.map(\.name) == ["still here"] }
+            #expect(settled16)
             for client in [writer, reader] { await client.close() }
         }
     }
@@ -336,7 +341,8 @@ struct ClusterProfileTests {
             let first = try await nodes[0].client("Tony")
             let second = try await nodes[1].client("Tony")
             try await first.setUserInfo(UserInfo(userId: "Tony", name: "original"))
-            #expect(try await eventually { try await second.getUserInfo(userIDs: ["Tony"]).users.first?.name == "original" })
+            let settled17 = try await eventually { try await second.getUserInfo(userIDs: ["Tony"]).users.first?.name == "original" }
+            #expect(settled17)
             // The database refuses the name "refused", after a pause in which the other node's write commits.
             _ = try await postgres.psql(
                 """
@@ -358,13 +364,14 @@ struct ClusterProfileTests {
                     return error.code
                 }
             }
-            #expect(
-                try await eventually {
-                    try await postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1"
-                })
+            let settled18 = try await eventually {
+                try await postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1"
+            }
+            #expect(settled18)
             try await second.setUserInfo(UserInfo(userId: "Tony", name: "meanwhile"))
             #expect(try await refused.value == .storageFailure)
-            #expect(try await eventually { try await first.getUserInfo(userIDs: ["Tony"]).users.first?.name == "meanwhile" })
+            let settled19 = try await eventually { try await first.getUserInfo(userIDs: ["Tony"]).users.first?.name == "meanwhile" }
+            #expect(settled19)
             #expect(try await second.getUserInfo(userIDs: ["Tony"]).users.first?.name == "meanwhile")
             for client in [first, second] { await client.close() }
         }
@@ -401,12 +408,12 @@ struct ClusterProfileTests {
                 "SELECT string_agg(convert_from(name, 'UTF8'), ',' ORDER BY user_id) FROM sb_profile_user")
             let nickname = try await postgres.psql("SELECT convert_from(nickname, 'UTF8') FROM sb_profile_member")
             for client in [clients[0], reader] {
-                #expect(
-                    try await eventually {
-                        let users = try await client.getUserInfo(userIDs: ids).users.sorted { $0.userId < $1.userId }
-                        let member = try await client.getGroupMemberInfo(groupID: "g", userIDs: ["shared"]).members
-                        return users.map(\.name).joined(separator: ",") == committed && member.map(\.nickname) == [nickname]
-                    })
+                let settled20 = try await eventually {
+                    let users = try await client.getUserInfo(userIDs: ids).users.sorted { $0.userId < $1.userId }
+                    let member = try await client.getGroupMemberInfo(groupID: "g", userIDs: ["shared"]).members
+                    return users.map(\.name).joined(separator: ",") == committed && member.map(\.nickname) == [nickname]
+                }
+                #expect(settled20)
             }
             for client in clients + [reader] { await client.close() }
         }
@@ -423,7 +430,8 @@ struct ClusterProfileTests {
                 try await admin.setGroupMemberInfo(GroupMemberInfo(groupId: "crew", userId: "Tony", nickname: "T"))
                 try await admin.updateGroupMembers(groupID: "crew", add: ["Tony", "Ana"])
                 try await admin.registerProvider(kinds: [.group])
-                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" })
+                let settled21 = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" }
+                #expect(settled21)
             }
             #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0")
             try await withCluster(nodes: 2, postgres: postgres) { _, nodes in
@@ -450,7 +458,7 @@ struct ClusterProfileTests {
         do {
             try await withCluster(nodes: 1, postgres: postgres) { postgres, nodes in
                 let provider = try await nodes[0].client("Directory")
-                let requests = Received(provider.makeProviderRequestStream())
+                let requests = PushCollector(provider.makeProviderRequestStream())
                 let answering = Task {
                     while let request = await requests.next(seconds: 60) {
                         try await provider.answerProvider(request, with: .memberList(["a", "b"]))
@@ -458,8 +466,10 @@ struct ClusterProfileTests {
                 }
                 defer { answering.cancel() }
                 try await provider.registerProvider(kinds: [.memberList])
-                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" })
-                #expect(try await eventually { try await postgres.psql("SELECT count(*) FROM sb_node") == "1" })
+                let settled22 = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "1" }
+                #expect(settled22)
+                let settled23 = try await eventually { try await postgres.psql("SELECT count(*) FROM sb_node") == "1" }
+                #expect(settled23)
                 // A second node joins the running one.
                 try await withCluster(nodes: 1, postgres: postgres) { _, later in
                     let reader = try await later[0].client("Reader")
@@ -502,7 +512,7 @@ struct ClusterProfileTests {
     func aProviderOnAKilledNodeIsNoLongerAsked() async throws {
         try await ClusterProcessTests.withNodes(3) { postgres, nodes in
             let provider = try await nodes[0].client("Directory")
-            let requests = Received(provider.makeProviderRequestStream())
+            let requests = PushCollector(provider.makeProviderRequestStream())
             let answering = Task {
                 while let request = await requests.next(seconds: 60) {
                     try? await provider.answerProvider(request, with: .user(UserInfo(userId: request.id, name: "provided")))
@@ -512,59 +522,22 @@ struct ClusterProfileTests {
             try await provider.registerProvider(kinds: [.user])
             let asker = try await nodes[2].client("Asker")
             let ids = Atomic<Int>(0)
-            #expect(
-                try await eventually(seconds: 20) {
-                    let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
-                    return try await asker.getUserInfo(userIDs: [id]).users.map(\.name) == ["provided"]
-                })
+            let settled24 = try await eventually(seconds: 20) {
+                let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
+                return try await asker.getUserInfo(userIDs: [id]).users.map(\.name) == ["provided"]
+            }
+            #expect(settled24)
             nodes[0].process.signal(SIGKILL)
             _ = await nodes[0].process.waitForExit()
             let clock = ContinuousClock()
-            #expect(
-                try await eventually(seconds: 30) {
-                    let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
-                    let started = clock.now
-                    return try await asker.getUserInfo(userIDs: [id]).missing == [id] && clock.now - started < .seconds(1)
-                })
+            let settled25 = try await eventually(seconds: 30) {
+                let id = "u\(ids.add(1, ordering: .relaxed).newValue)"
+                let started = clock.now
+                return try await asker.getUserInfo(userIDs: [id]).missing == [id] && clock.now - started < .seconds(1)
+            }
+            #expect(settled25)
             #expect(try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0")
             await asker.close()
         }
-    }
-}
-
-/// What a client's push stream delivered, taken one at a time with a timeout from any task.
-private final class Received<Element: Sendable>: Sendable {
-    private final class Storage: Sendable {
-        let elements = Mutex<[Element]>([])
-        let taken = Atomic<Int>(0)
-    }
-
-    private let storage = Storage()
-    private let task: Task<Void, Never>
-
-    init(_ stream: AsyncStream<Element>) {
-        let storage = self.storage
-        self.task = Task {
-            for await element in stream { storage.elements.withLock { $0.append(element) } }
-        }
-    }
-
-    deinit { self.task.cancel() }
-
-    /// How many elements were taken.
-    var taken: Int { self.storage.taken.load(ordering: .relaxed) }
-
-    /// The oldest element not taken yet, waiting up to `seconds` for one.
-    func next(seconds: Double) async -> Element? {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        while !Task.isCancelled {
-            if let element = self.storage.elements.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
-                self.storage.taken.add(1, ordering: .relaxed)
-                return element
-            }
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return nil
     }
 }
