@@ -45,8 +45,10 @@ func withCluster<T: Sendable>(
     }
     let directory = try TemporaryPath.directory("sbcluster")
     defer { directory.remove() }
-    var logger = Logger(label: "test-cluster")
-    logger.logLevel = .critical
+    // Kept in memory and shown only when the nodes do not stop: the service group says which service it waits for.
+    let log = RecentLog(capacity: 300)
+    var logger = Logger(label: "test-cluster") { label in RecentLog.Handler(log: log, label: label) }
+    logger.logLevel = .debug
     let location = try PostgresLocation(url: postgres.url)
     let (runningStream, runningSink) = AsyncStream<(Int, GatewayApplication.Running)>.makeStream()
     var applications: [any Service] = []
@@ -83,7 +85,11 @@ func withCluster<T: Sendable>(
         let nodes = (0..<count).map { ClusterNode(running: running[$0]!, engine: engines[$0]) }
         let outcome = await Result { try await body(postgres, nodes) }
         await group.triggerGracefulShutdown()
-        result = await finished(run, within: .seconds(60)) ? outcome : .failure(ClusterStopTimeout())
+        if await finished(run, within: .seconds(60)) {
+            result = outcome
+        } else {
+            result = .failure(ClusterStopTimeout(recentLog: log.lines))
+        }
     } else {
         let failure = await run.result
         if case .failure(let error) = failure {
@@ -191,7 +197,52 @@ typealias SubscribedEventIterator = PushCollector<SubscribedEvent>
 struct ClusterStartError: Error {}
 
 /// The cluster's nodes did not stop within a minute of graceful shutdown.
-struct ClusterStopTimeout: Error {}
+struct ClusterStopTimeout: Error, CustomStringConvertible {
+    /// The nodes' last log lines (debug level), which name the services the group still waits for.
+    var recentLog: [String]
+
+    var description: String {
+        "the cluster's nodes did not stop within a minute; their last log lines:\n" + self.recentLog.joined(separator: "\n")
+    }
+}
+
+/// The last lines logged, kept in memory.
+final class RecentLog: Sendable {
+    private let capacity: Int
+    private let storage = Mutex<[String]>([])
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    var lines: [String] { self.storage.withLock { $0 } }
+
+    func append(_ line: String) {
+        self.storage.withLock { lines in
+            lines.append(line)
+            if lines.count > self.capacity { lines.removeFirst(lines.count - self.capacity) }
+        }
+    }
+
+    /// Sends a logger's lines to a ``RecentLog``.
+    struct Handler: LogHandler {
+        let log: RecentLog
+        let label: String
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { self.metadata[key] }
+            set { self.metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let merged = self.metadata.merging(event.metadata ?? [:]) { $1 }
+            let fields = merged.isEmpty ? "" : " " + merged.map { "\($0)=\($1)" }.sorted().joined(separator: " ")
+            self.log.append("\(ContinuousClock.now) \(event.level) \(event.message)\(fields)")
+        }
+    }
+}
 
 /// Whether `task` finished within `timeout` (it is left running when it did not).
 func finished(_ task: Task<Void, any Error>, within timeout: Duration) async -> Bool {

@@ -47,20 +47,30 @@ struct ClusterProcessTests {
         let postgres = try await TestPostgres.start()
         let directory = try TemporaryPath.directory("sbnodes")
         defer { directory.remove() }
-        var nodes: [Node] = []
-        defer { for node in nodes { node.process.killAndWait() } }
+        var processes: [SpawnedProcess] = []
+        defer { for process in processes { process.killAndWait() } }
         for index in 0..<count {
-            // A port the kernel hands out (not the 20000-32000 range the test's PostgreSQL and Redis servers draw
-            // from, so a node never collides with another test's server).
-            let port = try BoundLoopbackSocket.freePort()
-            let process = try SpawnedProcess(
-                executable: Self.executable,
-                arguments: [
-                    "--cluster", postgres.url, "--tcp", "127.0.0.1:\(port)", "--unix-socket", "off",
-                    "--database", directory.path + "/node\(index).sqlite", "--log-level", "error",
-                ] + extra + (redis.map { ["--redis", $0.address] } ?? []),
-                stdout: .null, stderr: .file(directory.path + "/node\(index).log"))
-            nodes.append(Node(process: process, port: port))
+            // Each node listens on a port the kernel chooses and says which in its log: no two tests race for a port.
+            processes.append(
+                try SpawnedProcess(
+                    executable: Self.executable,
+                    arguments: [
+                        "--cluster", postgres.url, "--tcp", "127.0.0.1:0", "--unix-socket", "off",
+                        "--database", directory.path + "/node\(index).sqlite", "--log-level", "info",
+                    ] + extra + (redis.map { ["--redis", $0.address] } ?? []),
+                    stdout: .null, stderr: .file(directory.path + "/node\(index).log")))
+        }
+        var nodes: [Node] = []
+        for (index, process) in processes.enumerated() {
+            let logPath = directory.path + "/node\(index).log"
+            let deadline = ContinuousClock.now + .seconds(60)
+            var port: Int?
+            while port == nil, ContinuousClock.now < deadline, process.isRunning {
+                port = GatewayProcess.listeningPort(inLog: (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")
+                if port == nil { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            nodes.append(Node(process: process, port: try #require(port, "node \(index) did not listen:\n\(log)")))
         }
         let result = try await body(postgres, nodes)
         for node in nodes where node.process.isRunning {
