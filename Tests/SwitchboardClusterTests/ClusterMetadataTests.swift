@@ -134,4 +134,23 @@ struct ClusterMetadataTests {
             await reader.close()
         }
     }
+
+    @Test("a change far larger than NOTIFY's 8000-byte payload reaches another node whole (the feed row carries it)")
+    func aLargeChangeCrossesNodesWhole() async throws {
+        try await withCluster(nodes: 2) { _, nodes in
+            let watcher = try await nodes[1].client("Watcher")
+            let events = StorageEventIterator(watcher.storageEvents)
+            try await watcher.subscribeChannel(channel: "big", options: ChannelSubscriptionOptions(withMetadata: true))
+            #expect(await events.next(seconds: 5)?.eventType == .snapshot)
+            // 3 bytes per character: close to the set's 16 KB limit, twice NOTIFY's limit.
+            let value = String(repeating: "界", count: 5_000)
+            let writer = try await nodes[0].client("Tony")
+            _ = try await writer.setChannelMetadata(channel: "big", items: [MetadataItem(key: "k", value: value)])
+            let event = try #require(await events.next(seconds: 5), "the large change did not reach the other node")
+            #expect(event.items.first?.value == value)
+            #expect(try await watcher.getChannelMetadata(channel: "big").items.first?.value == value)
+            await writer.close()
+            await watcher.close()
+        }
+    }
 }
