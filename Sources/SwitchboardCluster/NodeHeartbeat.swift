@@ -48,7 +48,10 @@ final class NodeHeartbeat: Service, Sendable {
         }
         // A node that stops on purpose leaves the cluster at once instead of timing out.
         if let connection, !connection.isClosed {
-            _ = try? await connection.query("DELETE FROM sb_node WHERE id = \(self.nodeID)", logger: self.logger)
+            let (nodeID, logger) = (self.nodeID, self.logger)
+            _ = await finishes(by: .now + .seconds(5)) {
+                _ = try? await connection.query("DELETE FROM sb_node WHERE id = \(nodeID)", logger: logger)
+            }
             _ = try? await connection.close()
         }
     }

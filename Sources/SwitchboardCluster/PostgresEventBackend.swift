@@ -651,7 +651,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         self.logger.debug("cluster events: leaving")
         self.queue.withLock { $0.stopping = true }
         let limit = ContinuousClock.now + self.gracePeriod + .seconds(5)
-        guard await Self.finished(by: limit, { await self.drain() }) else {
+        guard await finishes(by: limit, { await self.drain() }) else {
             self.logger.warning("cluster events: the node stops with event writes unfinished")
             await self.close()
             return
@@ -661,29 +661,11 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         self.dropDeadlines.withLock { $0 = [] }
         self.logger.debug("cluster events: sweeping what the node leaves")
         self.enqueue(.sweepDrops(all: true))
-        if !(await Self.finished(by: limit + self.gracePeriod, { await self.drain() })) {
+        if !(await finishes(by: limit + self.gracePeriod, { await self.drain() })) {
             self.logger.warning("cluster events: the node stops with event writes unfinished")
         }
         await self.close()
         self.logger.debug("cluster events: left")
-    }
-
-    /// Whether `body` finished by `deadline` (it is left running when it did not).
-    private static func finished(by deadline: ContinuousClock.Instant, _ body: @escaping @Sendable () async -> Void)
-        async -> Bool
-    {
-        let decided = FirstOfTwo()
-        return await withCheckedContinuation { continuation in
-            decided.set(continuation)
-            Task {
-                await body()
-                decided.resume(true)
-            }
-            Task {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                decided.resume(false)
-            }
-        }
     }
 
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
@@ -727,19 +709,6 @@ struct EventSessionsService: Service {
             }
         }
         await self.backend.leave()
-    }
-}
-
-/// A continuation resumed by whichever of two racers comes first.
-private final class FirstOfTwo: Sendable {
-    private let continuation = Mutex<CheckedContinuation<Bool, Never>?>(nil)
-
-    func set(_ continuation: CheckedContinuation<Bool, Never>) {
-        self.continuation.withLock { $0 = continuation }
-    }
-
-    func resume(_ value: Bool) {
-        self.continuation.withLock { $0.take() }?.resume(returning: value)
     }
 }
 

@@ -293,24 +293,31 @@ final class PresenceWriter: Service, Sendable {
             self.stopping.store(true, ordering: .relaxed)
             self.presence.wakeup.signal()
         }
-        do {
-            while try await self.writeBatch(&connection) {}
-            // The node's rows go whether or not a write left a connection open.
-            let current: PostgresConnection
-            if let open = connection, !open.isClosed {
-                current = open
-            } else {
-                current = try await PostgresConnection.connect(
-                    configuration: self.location.configuration, id: 3_000, logger: self.logger)
-                connection = current
+        // What is queued, then the node's rows (whether or not a write left a connection open), within a time limit.
+        let last = LastConnection(connection)
+        let done = await finishes(by: .now + .seconds(10)) {
+            var connection = last.connection
+            defer { last.connection = connection }
+            do {
+                while try await self.writeBatch(&connection) {}
+                let current: PostgresConnection
+                if let open = connection, !open.isClosed {
+                    current = open
+                } else {
+                    current = try await PostgresConnection.connect(
+                        configuration: self.location.configuration, id: 3_000, logger: self.logger)
+                    connection = current
+                    last.connection = current
+                }
+                try await current.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)", logger: self.logger)
+                try await current.query(
+                    "DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)", logger: self.logger)
+            } catch {
+                self.logger.warning("presence rows not removed at shutdown", metadata: ["error": "\(error)"])
             }
-            try await current.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)", logger: self.logger)
-            try await current.query(
-                "DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)", logger: self.logger)
-        } catch {
-            self.logger.warning("presence rows not removed at shutdown", metadata: ["error": "\(error)"])
         }
-        if let connection { _ = try? await connection.close() }
+        if !done { self.logger.warning("presence rows not removed at shutdown: the database did not answer in time") }
+        if let connection = last.connection { _ = try? await connection.close() }
     }
 
     /// Writes one batch; true when one was written (more may be queued).
@@ -614,5 +621,19 @@ enum PresenceChangeCoding {
         guard let session = buffer.readInteger(as: UInt64.self) else { throw Self.malformed }
         let userID = try Self.readString(&buffer)
         return PresenceChange.Session(node: node, session: session, userID: userID, channel: try Self.readChannel(&buffer))
+    }
+}
+
+/// The presence writer's connection, handed to its bounded last writes (and closed by the writer if they time out).
+private final class LastConnection: Sendable {
+    private let value: Mutex<PostgresConnection?>
+
+    init(_ connection: PostgresConnection?) {
+        self.value = Mutex(connection)
+    }
+
+    var connection: PostgresConnection? {
+        get { self.value.withLock { $0 } }
+        set { self.value.withLock { $0 = newValue } }
     }
 }
