@@ -199,8 +199,10 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
             let sent = ContinuousClock.now
             _ = try await tony.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "Mood", value: "great")], majorRevision: 1)))
             let event = try await nextStorageEvent(watcher)
-            // The documents promise 100 ms; the benchmark measures it. Here only a gross delay fails (CI is loaded).
-            #expect(ContinuousClock.now - sent < .seconds(1))
+            // The documents promise 100 ms; the benchmark measures it. Here only a gross delay fails: the write is
+            // synced to disk first, and on a loaded 2-core CI machine (cluster suites run beside this one) that alone
+            // has taken over a second.
+            #expect(ContinuousClock.now - sent < .seconds(5))
             #expect(event.storageType == .user && event.eventType == .set && event.target == "Tony" && event.publisher == "Tony")
             #expect(event.majorRevision == 2 && event.items.first?.revision == 2 && event.items.first?.value == "great")
             // The revisions in the event are enough to CAS again.
