@@ -24,7 +24,7 @@ struct ClusterRedisRelayTests {
                 _ = try await writer.setChannelMetadata(channel: "room", items: [MetadataItem(key: "k", value: "v\(round)")])
                 let event = try #require(await events.next(seconds: 5), "no storage event through the relay")
                 #expect(event.items.first?.value == "v\(round)")
-                #expect(ContinuousClock.now - started < .seconds(2))
+                #expect(ContinuousClock.now - started < .seconds(10))  // far below the 30 s poll
             }
             // Locks travel the same way.
             try await writer.setLock(channel: "room", name: "pen")
