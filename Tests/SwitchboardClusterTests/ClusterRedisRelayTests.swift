@@ -29,7 +29,7 @@ struct ClusterRedisRelayTests {
             // Locks travel the same way.
             try await writer.setLock(channel: "room", name: "pen")
             try await writer.acquireLock(channel: "room", name: "pen")
-            let settled = try await eventually(seconds: 2) {
+            let settled = try await eventually(seconds: 10) {
                 try await watcher.getLocks(channel: "room").locks.map(\.owner) == ["Tony"]
             }
             #expect(settled)
