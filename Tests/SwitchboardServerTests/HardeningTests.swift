@@ -78,9 +78,10 @@ import Testing
         roundTrips.sort()
         let p99 = roundTrips[min(roundTrips.count - 1, roundTrips.count * 99 / 100)]
         // Without bounded read passes the loop is held for minutes and no PONG comes back at all; the bound here
-        // leaves room for the rest of the suite sharing two cores. The latency target (p99 under 10 ms) is
-        // measured on a release build with `sbbench big-reads` (README, "Measured").
-        #expect(p99 < 500, "the other client's p99 was \(p99) ms")
+        // leaves room for the rest of the suite sharing two cores (the cluster suites run PostgreSQL, Redis and
+        // gateways beside it). The latency target (p99 under 10 ms) is measured on a release build with
+        // `sbbench big-reads` (README, "Measured").
+        #expect(p99 < 3_000, "the other client's p99 was \(p99) ms")
         let peak = try #require(Self.residentKiB(process.pid, field: "VmHWM"))
         let hardCapKiB = 8 << 10
         #expect(peak - baseline < hardCapKiB + 16 << 10, "peak RSS grew \(peak - baseline) KiB over \(baseline) KiB")
