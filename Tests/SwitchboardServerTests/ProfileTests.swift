@@ -370,7 +370,7 @@ private func clear(
             async let slow = getUsers(caller, ["slow1", "known3"])
             async let slowList: Void = expectCode(.providerTimeout) { _ = try await memberPage(caller, "slow") }
             for _ in 0..<20 { #expect(try await getUsers(caller, ["caller"]).users.count == 1) }
-            #expect(ContinuousClock.now - started < .milliseconds(3500))  // answered before the 4 s timeout
+            #expect(ContinuousClock.now - started < .milliseconds(3_950))  // answered before the 4 s timeout (loaded CI: 3.7 s seen)
             let timedOut = try await slow
             await slowList
             #expect(ContinuousClock.now - started >= .milliseconds(3900))
