@@ -205,12 +205,20 @@ struct MetricsEndpointTests {
             #expect(healthy.headers["content-type"] == "application/json")
             #expect(healthy.body == #"{"status":"ok","connections":1,"draining":false}"# + "\n")
 
-            await gateway.triggerShutdown()
-            var draining: LoopbackHTTP.Response?
-            for _ in 0..<100 where draining == nil {
-                let response = try await LoopbackHTTP.get("/health", from: gateway.metricsAddress)
-                if response.status != 200 { draining = response } else { try await Task.sleep(for: .milliseconds(10)) }
+            // Asked continuously from before the shutdown starts: the draining window lasts about 2 s (the idle client
+            // is closed then), which a loaded machine could miss if the asking began only after the trigger returned.
+            let address = gateway.metricsAddress
+            let watching = Task { () -> LoopbackHTTP.Response? in
+                let deadline = ContinuousClock.now + .seconds(30)
+                while ContinuousClock.now < deadline {
+                    guard let response = try? await LoopbackHTTP.get("/health", from: address) else { return nil }
+                    if response.status != 200 { return response }
+                }
+                return nil
             }
+            try await Task.sleep(for: .milliseconds(50))
+            await gateway.triggerShutdown()
+            let draining = await watching.value
             #expect(draining?.status == 503)
             #expect(draining?.body == #"{"status":"draining","connections":1,"draining":true}"# + "\n")
             _ = try await socket.drainUntilClosed()
