@@ -6,9 +6,9 @@ import SwitchboardWire
 
 /// A ``SharedEventChange`` as the payload of an `.event` change feed row: a tag byte, then
 ///
-/// - 1 subscribed: a count (UInt32), then per subscription subscriber, publisher (strings), event type (UInt64),
-///   subscribed-at and expires-at (Int64, server ms);
-/// - 2 unsubscribed: subscriber, then 0 (all) or 1 and a count and the publishers;
+/// - 1 subscribed: its version (Int64), a count (UInt32), then per subscription subscriber, publisher (strings),
+///   event type (UInt64), subscribed-at and expires-at (Int64, server ms);
+/// - 2 unsubscribed: its version (Int64), subscriber, then 0 (all) or 1 and a count and the publishers;
 /// - 3 published: flags (1 kept, 2 multi-device sync), then the event's wire body (`SubscribedEvent`);
 /// - 4 online state: its version (Int64), then the event's wire body;
 /// - 5 login sync: node, user (strings), session (UInt64), since (Int64, server ms).
@@ -18,8 +18,9 @@ enum EventFeedCoding {
     static func encode(_ change: SharedEventChange) -> ByteBuffer {
         var buffer = ByteBuffer()
         switch change {
-        case .subscribed(let subscriptions):
+        case .subscribed(let subscriptions, let version):
             buffer.writeInteger(UInt8(1))
+            buffer.writeInteger(version)
             buffer.writeInteger(UInt32(subscriptions.count))
             for s in subscriptions {
                 buffer.writeFeedString(s.subscriber)
@@ -28,8 +29,9 @@ enum EventFeedCoding {
                 buffer.writeInteger(s.subscribedAtMs)
                 buffer.writeInteger(s.expiresAtMs)
             }
-        case .unsubscribed(let subscriber, let publishers):
+        case .unsubscribed(let subscriber, let publishers, let version):
             buffer.writeInteger(UInt8(2))
+            buffer.writeInteger(version)
             buffer.writeFeedString(subscriber)
             if let publishers {
                 buffer.writeInteger(UInt8(1))
@@ -61,7 +63,9 @@ enum EventFeedCoding {
         guard let tag = buffer.readInteger(as: UInt8.self) else { throw Self.malformed }
         switch tag {
         case 1:
-            guard let count = buffer.readInteger(as: UInt32.self) else { throw Self.malformed }
+            guard let version = buffer.readInteger(as: Int64.self), let count = buffer.readInteger(as: UInt32.self) else {
+                throw Self.malformed
+            }
             var subscriptions: [StoredEventSubscription] = []
             for _ in 0..<count {
                 let subscriber = try Self.readString(&buffer)
@@ -75,15 +79,16 @@ enum EventFeedCoding {
                         subscriber: subscriber, publisher: publisher, eventType: eventType, subscribedAtMs: subscribedAt,
                         expiresAtMs: expiresAt))
             }
-            return .subscribed(subscriptions)
+            return .subscribed(subscriptions, version: version)
         case 2:
+            guard let version = buffer.readInteger(as: Int64.self) else { throw Self.malformed }
             let subscriber = try Self.readString(&buffer)
             guard let hasList = buffer.readInteger(as: UInt8.self) else { throw Self.malformed }
-            guard hasList == 1 else { return .unsubscribed(subscriber: subscriber, publishers: nil) }
+            guard hasList == 1 else { return .unsubscribed(subscriber: subscriber, publishers: nil, version: version) }
             guard let count = buffer.readInteger(as: UInt32.self) else { throw Self.malformed }
             var publishers: [String] = []
             for _ in 0..<count { publishers.append(try Self.readString(&buffer)) }
-            return .unsubscribed(subscriber: subscriber, publishers: publishers)
+            return .unsubscribed(subscriber: subscriber, publishers: publishers, version: version)
         case 3:
             guard let flags = buffer.readInteger(as: UInt8.self) else { throw Self.malformed }
             let event = try SubscribedEvent(decoding: buffer)

@@ -25,15 +25,25 @@ import Synchronization
 /// normal end, and value 3 when a drop's grace period passed (the node that recorded it sweeps it) or its node died
 /// (the node that sweeps the dead node, ``DeadNodeSweeper``).
 final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSweeper, Sendable {
+    /// Runs after a subscription change committed, with the version it committed at.
+    typealias VersionedCompletion = @Sendable (Result<Int64, any Error>) -> Void
+
     private enum Operation: Sendable {
-        case upsert([StoredEventSubscription], StoreWriteCompletion?)
-        case unsubscribe(String, [String]?, StoreWriteCompletion?)
+        case upsert([StoredEventSubscription], VersionedCompletion?)
+        case unsubscribe(String, [String]?, VersionedCompletion?)
         case publish(SubscribedEvent, kept: Bool, multiDeviceSync: Bool, StoreWriteCompletion?)
         case purge(Int64)
         case started(SharedSessionKey, @Sendable (SharedSessionStart) -> Void)
         case ended(SharedSessionKey, normal: Bool, atMs: Int64)
         /// Value 3 for this node's drops whose grace passed (all of them, and every session left, when `all`).
         case sweepDrops(all: Bool)
+
+        var isSubscriptionChange: Bool {
+            switch self {
+            case .upsert, .unsubscribe: true
+            default: false
+            }
+        }
 
         var isSessionChange: Bool {
             switch self {
@@ -157,11 +167,17 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             completion?(.success(()))
             return
         }
-        self.enqueue(.upsert(subscriptions, completion))
+        self.enqueue(.upsert(subscriptions, Self.unversioned(completion)))
     }
 
     func removeSubscriptions(subscriber: String, eventType: UInt64, publishers: [String]?, completion: StoreWriteCompletion?) {
-        self.enqueue(.unsubscribe(subscriber, publishers, completion))
+        self.enqueue(.unsubscribe(subscriber, publishers, Self.unversioned(completion)))
+    }
+
+    /// `completion`, for a change whose version it does not need.
+    private static func unversioned(_ completion: StoreWriteCompletion?) -> VersionedCompletion? {
+        guard let completion else { return nil }
+        return { outcome in completion(outcome.map { _ in () }) }
     }
 
     func keep(_ event: SubscribedEvent, limit: Int, completion: StoreWriteCompletion?) {
@@ -185,6 +201,18 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     func attach(_ apply: @escaping @Sendable (SharedEventChange, Int64) -> Void) {
         self.apply.withLock { $0 = apply }
+    }
+
+    func subscribe(_ subscriptions: [StoredEventSubscription], completion: @escaping VersionedCompletion) {
+        guard !subscriptions.isEmpty else {
+            completion(.success(0))
+            return
+        }
+        self.enqueue(.upsert(subscriptions, completion))
+    }
+
+    func unsubscribe(subscriber: String, publishers: [String]?, completion: @escaping VersionedCompletion) {
+        self.enqueue(.unsubscribe(subscriber, publishers, completion))
     }
 
     func publish(_ event: SubscribedEvent, kept: Bool, multiDeviceSync: Bool, completion: StoreWriteCompletion?) {
@@ -244,7 +272,9 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 var retry: [Operation] = []
                 for operation in batch {
                     switch operation {
-                    case .upsert(_, let completion), .unsubscribe(_, _, let completion), .publish(_, _, _, let completion):
+                    case .upsert(_, let completion), .unsubscribe(_, _, let completion):
+                        completion?(.failure(error))
+                    case .publish(_, _, _, let completion):
                         completion?(.failure(error))
                     case .started(_, let completion):
                         if retrying, !stopping {
@@ -330,7 +360,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                         ON CONFLICT (subscriber, event_type, publisher)
                         DO UPDATE SET subscribed_at = excluded.subscribed_at, expires_at = excluded.expires_at
                         """, logger: logger)
-                    feed.append(.subscribed(subscriptions))
+                    feed.append(.subscribed(subscriptions, version: 0))
                 case .unsubscribe(let subscriber, let publishers, _):
                     if let publishers {
                         try await connection.query(
@@ -345,7 +375,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                             AND event_type = 1
                             """, logger: logger)
                     }
-                    feed.append(.unsubscribed(subscriber: subscriber, publishers: publishers))
+                    feed.append(.unsubscribed(subscriber: subscriber, publishers: publishers, version: 0))
                 case .publish(let event, let kept, let multiDeviceSync, _):
                     if kept { try await self.keep(event, on: connection) }
                     feed.append(.published(event, kept: kept, multiDeviceSync: multiDeviceSync))
@@ -383,6 +413,14 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             let versions = try await Self.store(decided, on: connection, logger: logger)
             feed = feed.map { Self.versioned($0, versions) }
             decided = decided.map { Self.versioned($0, versions) }
+            // Subscription changes are ordered by where the feed stood when this transaction took its lock (held
+            // until the commit): every transaction that appended rows before has a smaller version, every later one
+            // a greater.
+            var subscriptionVersion: Int64 = 0
+            if batch.contains(where: \.isSubscriptionChange) {
+                subscriptionVersion = try await Self.feedHead(on: connection, logger: logger)
+                feed = feed.map { Self.versioned($0, subscriptionVersion: subscriptionVersion) }
+            }
             try await ChangeFeedRows.append(
                 feed.map { ChangeFeedRows.Row(kind: .event, payload: EventFeedCoding.encode($0)) },
                 node: self.nodeID, on: connection, logger: logger)
@@ -411,7 +449,9 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             }
             for operation in batch {
                 switch operation {
-                case .upsert(_, let completion), .unsubscribe(_, _, let completion), .publish(_, _, _, let completion):
+                case .upsert(_, let completion), .unsubscribe(_, _, let completion):
+                    completion?(.success(subscriptionVersion))
+                case .publish(_, _, _, let completion):
                     completion?(.success(()))
                 default: break
                 }
@@ -577,6 +617,16 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
     private static func versioned(_ change: SharedEventChange, _ versions: [String: Int64]) -> SharedEventChange {
         guard case .onlineState(let event, _) = change else { return change }
         return .onlineState(event, version: versions[event.publisher] ?? 0)
+    }
+
+    /// `change` with the version of its transaction, when it is a subscription change.
+    private static func versioned(_ change: SharedEventChange, subscriptionVersion version: Int64) -> SharedEventChange {
+        switch change {
+        case .subscribed(let subscriptions, _): .subscribed(subscriptions, version: version)
+        case .unsubscribed(let subscriber, let publishers, _):
+            .unsubscribed(subscriber: subscriber, publishers: publishers, version: version)
+        default: change
+        }
     }
 
     /// Stores the latest online state of each publisher among `changes`, each a version above the one it replaces

@@ -272,6 +272,66 @@ extension ClusterEventTests {
     }
 }
 
+extension ClusterEventTests {
+    @Test(
+        "a subscribe through one node and at once an unsubscribe through another, or the reverse, leave every node with the last one"
+    )
+    func aSubscriptionChangedThroughTwoNodesAtOnceEndsAsTheLastChange() async throws {
+        try await withCluster(nodes: 3) { _, nodes in
+            let rounds = 30
+            var sessions: [SwitchboardClient] = []
+            for node in nodes { sessions.append(try await node.client("Ann")) }
+            let received = sessions.map { SubscribedEventIterator($0.subscribedEvents) }
+            // The publishers (and the marker, which every node's session is subscribed to) log in first: no online
+            // states come from them afterwards.
+            let marker = try await nodes[2].client("Marker")
+            var publishers: [SwitchboardClient] = []
+            for round in 0..<rounds { publishers.append(try await nodes[2].client("P\(round)")) }
+            try await sessions[0].subscribeEvent(publishers: ["Marker"], expirySeconds: 600)
+
+            // Each round through another pair of nodes; odd rounds end subscribed.
+            var expected: Set<String> = []
+            for round in 0..<rounds {
+                let publisher = "P\(round)"
+                let first = sessions[round % 3]
+                let second = sessions[(round + 1) % 3]
+                if round % 2 == 0 {
+                    try await first.subscribeEvent(publishers: [publisher], expirySeconds: 600)
+                    try await second.unsubscribeEvent(publishers: [publisher])
+                } else {
+                    try await first.unsubscribeEvent(publishers: [publisher])
+                    try await second.subscribeEvent(publishers: [publisher], expirySeconds: 600)
+                    expected.insert(publisher)
+                }
+            }
+            let all = (0..<rounds).map { "P\($0)" }
+            let wanted = expected
+            for (index, session) in sessions.enumerated() {
+                let held = try await eventually(seconds: 10) {
+                    let found = try await session.queryEventSubscriptions(publishers: all).subscriptions.map(\.publisher)
+                    return Set(found) == wanted
+                }
+                let found = try await session.queryEventSubscriptions(publishers: all).subscriptions.map(\.publisher)
+                #expect(
+                    held, "node \(index + 1) holds \(found.sorted()); the last changes leave \(wanted.sorted())")
+            }
+
+            // Every publisher publishes, then the marker (all on one node, so in that order everywhere): each node's
+            // session gets the events of exactly the publishers it ended subscribed to.
+            for (round, publisher) in publishers.enumerated() { try await publisher.publishEvent(value: 20_000 + UInt64(round)) }
+            try await marker.publishEvent(value: 10_999)
+            for (index, iterator) in received.enumerated() {
+                #expect(await iterator.waitFor(seconds: 10) { $0.value == 10_999 }, "node \(index + 1): no marker")
+                let delivered = Set(iterator.all.filter { $0.value >= 20_000 }.map(\.publisher))
+                #expect(
+                    delivered == expected,
+                    "node \(index + 1) delivered \(delivered.sorted()); expected \(expected.sorted())")
+            }
+            for client in sessions + publishers + [marker] { await client.close() }
+        }
+    }
+}
+
 extension ClusterNode {
     /// A connected client of this node with a client type.
     func client(_ user: String, clientType: ClientType) async throws -> SwitchboardClient {

@@ -61,10 +61,13 @@ extension EventBackend {
 /// (``EventSubscriptions/applyShared(_:at:)``): one another node of a cluster committed, or an online state this node's
 /// cluster backend decided.
 public enum SharedEventChange: Sendable {
-    /// Subscriptions were made or renewed.
-    case subscribed([StoredEventSubscription])
-    /// `subscriber`'s subscriptions to `publishers` ended (all of them when nil).
-    case unsubscribed(subscriber: String, publishers: [String]?)
+    /// Subscriptions were made or renewed. `version` orders the subscription changes of every node as they committed
+    /// (a later commit has a greater one; the changes of one commit share it): a change older than this node's own
+    /// committed or still pending change of the same subscription is not applied (``SubscriptionOrder``).
+    case subscribed([StoredEventSubscription], version: Int64)
+    /// `subscriber`'s subscriptions to `publishers` ended (all of them when nil), ordered as
+    /// ``subscribed(_:version:)``.
+    case unsubscribed(subscriber: String, publishers: [String]?, version: Int64)
     /// An application event was published (and, with `kept`, kept for offline delivery).
     case published(SubscribedEvent, kept: Bool, multiDeviceSync: Bool)
     /// A publisher's online state changed (value 1, 2 or 3). Versions of one publisher's states increase in the
@@ -118,6 +121,14 @@ public protocol SharedEventBackend: Sendable {
     /// Called once by the domain: where changes go (decided online states, other nodes' changes), each with the
     /// position of the cluster's changes it was applied at (``SharedSessionStart/position``).
     func attach(_ apply: @escaping @Sendable (SharedEventChange, _ position: Int64) -> Void)
+    /// Stores subscriptions made on this node and tells the other nodes; `completion` runs after the commit with the
+    /// version the change committed at (``SharedEventChange/subscribed(_:version:)``), or with the failure.
+    func subscribe(
+        _ subscriptions: [StoredEventSubscription], completion: @escaping @Sendable (Result<Int64, any Error>) -> Void)
+    /// Removes `subscriber`'s subscriptions to `publishers` (all of them when nil) and tells the other nodes;
+    /// `completion` as for ``subscribe(_:completion:)``.
+    func unsubscribe(
+        subscriber: String, publishers: [String]?, completion: @escaping @Sendable (Result<Int64, any Error>) -> Void)
     /// An event was published on this node (and already delivered to its own sessions): store it when `kept`
     /// (`completion` runs after the commit) and deliver it on the other nodes.
     func publish(_ event: SubscribedEvent, kept: Bool, multiDeviceSync: Bool, completion: StoreWriteCompletion?)

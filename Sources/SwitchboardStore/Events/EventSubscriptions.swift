@@ -128,6 +128,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var pendingSync: [ObjectIdentifier: PendingSync] = [:]
         /// In a cluster: the version of each publisher's online state.
         var onlineVersions: [String: Int64] = [:]
+        /// In a cluster: the order of each subscription's changes.
+        var order = SubscriptionOrder()
     }
 
     /// A session whose start the cluster has not recorded yet.
@@ -265,6 +267,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 Self.forgetFanOutList(of: publisher, in: &state)
             }
             state.subscriptions[subscriber] = mine
+            if self.shared != nil { state.order.begin(valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }) }
             return previous
         }
         guard let previous else {
@@ -276,9 +279,10 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let syncEvents: [SubscribedEvent] =
             sync ? self.state.withLock { state in valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } } : []
         let result = Subscribed(failedPublishers: failed, syncEvents: syncEvents)
-        self.backend.upsert(stored) { [self] outcome in
-            guard case .success = outcome else {
-                self.state.withLock { state in
+        let keys = valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }
+        self.storeSubscriptions(.upsert(stored)) { [self] outcome in
+            self.state.withLock { state in
+                if case .failure = outcome {
                     for (publisher, before) in previous {
                         // Undo only what this call wrote; a later call owns a newer subscription.
                         guard let current = state.subscriptions[subscriber]?[publisher],
@@ -287,8 +291,9 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                         Self.setSubscription(before, subscriber: subscriber, publisher: publisher, in: &state)
                     }
                 }
-                return completion(.failure(Self.storageFailure))
+                if self.shared != nil { Self.ended(keys, committedAt: try? outcome.get(), in: &state) }
             }
+            guard case .success = outcome else { return completion(.failure(Self.storageFailure)) }
             completion(.success(result))
         }
     }
@@ -302,27 +307,67 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     ) throws(SwitchboardStoreError) {
         try Self.checkEventType(eventType)
         try Self.checkPublisherCount(publishers)
-        let removed: [String: Subscription] = self.state.withLock { state in
+        let everyPublisher = publishers.isEmpty ? subscriber : nil
+        let (removed, keys): ([String: Subscription], [SubscriptionOrder.Key]) = self.state.withLock { state in
             let all = publishers.isEmpty ? Array((state.subscriptions[subscriber] ?? [:]).keys) : publishers
             var removed: [String: Subscription] = [:]
             for publisher in all {
                 if let old = state.subscriptions[subscriber]?[publisher] { removed[publisher] = old }
                 Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
             }
-            return removed
+            let keys = all.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }
+            if self.shared != nil { state.order.begin(keys, all: everyPublisher) }
+            return (removed, keys)
         }
-        self.backend.removeSubscriptions(
-            subscriber: subscriber, eventType: 1, publishers: publishers.isEmpty ? nil : publishers
-        ) { [self] outcome in
-            guard case .success = outcome else {
-                self.state.withLock { state in
+        self.storeSubscriptions(.remove(subscriber: subscriber, publishers: publishers.isEmpty ? nil : publishers)) {
+            [self] outcome in
+            self.state.withLock { state in
+                if case .failure = outcome {
                     for (publisher, old) in removed where state.subscriptions[subscriber]?[publisher] == nil {
                         Self.setSubscription(old, subscriber: subscriber, publisher: publisher, in: &state)
                     }
                 }
-                return completion(.failure(Self.storageFailure))
+                if self.shared != nil { Self.ended(keys, all: everyPublisher, committedAt: try? outcome.get(), in: &state) }
             }
+            guard case .success = outcome else { return completion(.failure(Self.storageFailure)) }
             completion(.success(()))
+        }
+    }
+
+    /// A subscription change to store.
+    private enum SubscriptionWrite {
+        case upsert([StoredEventSubscription])
+        case remove(subscriber: String, publishers: [String]?)
+    }
+
+    /// Stores a subscription change; `completion` gets the version the cluster committed it at (nil on a gateway of
+    /// its own).
+    private func storeSubscriptions(
+        _ write: SubscriptionWrite, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
+    ) {
+        switch (write, self.shared) {
+        case (.upsert(let subscriptions), let shared?):
+            shared.subscribe(subscriptions) { completion($0.map { Optional($0) }) }
+        case (.remove(let subscriber, let publishers), let shared?):
+            shared.unsubscribe(subscriber: subscriber, publishers: publishers) { completion($0.map { Optional($0) }) }
+        case (.upsert(let subscriptions), nil):
+            self.backend.upsert(subscriptions) { completion($0.map { nil }) }
+        case (.remove(let subscriber, let publishers), nil):
+            self.backend.removeSubscriptions(subscriber: subscriber, eventType: 1, publishers: publishers) {
+                completion($0.map { nil })
+            }
+        }
+    }
+
+    /// In a cluster, this node's change of `keys` committed at `version` (nil: failed, and undone): applies the other
+    /// nodes' changes of them held back meanwhile that are newer.
+    private static func ended(
+        _ keys: [SubscriptionOrder.Key], all subscriber: String? = nil, committedAt version: Int64?, in state: inout State
+    ) {
+        for (key, term) in state.order.end(keys, all: subscriber, committedAt: version) {
+            Self.setSubscription(
+                term.map { Subscription(subscribedAtMs: $0.subscribedAtMs, expiresAtMs: $0.expiresAtMs) },
+                subscriber: key.subscriber, publisher: key.publisher, in: &state)
         }
     }
 
@@ -632,14 +677,25 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let now = self.nowMillis()
         self.state.withLock { state in
             switch change {
-            case .subscribed(let subscriptions):
+            case .subscribed(let subscriptions, let version):
                 for s in subscriptions where s.eventType == 1 {
+                    let key = SubscriptionOrder.Key(subscriber: s.subscriber, publisher: s.publisher)
+                    let term = SubscriptionOrder.Term(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs)
+                    guard state.order.admit(key, term, version: version) else { continue }
                     Self.setSubscription(
                         Subscription(subscribedAtMs: s.subscribedAtMs, expiresAtMs: s.expiresAtMs),
                         subscriber: s.subscriber, publisher: s.publisher, in: &state)
                 }
-            case .unsubscribed(let subscriber, let publishers):
-                for publisher in publishers ?? Array((state.subscriptions[subscriber] ?? [:]).keys) {
+            case .unsubscribed(let subscriber, let publishers, let version):
+                // From every publisher: those this node's pending changes are about too (they are held back).
+                var all = publishers ?? Array((state.subscriptions[subscriber] ?? [:]).keys)
+                if publishers == nil {
+                    let known = Set(all)
+                    all += state.order.pendingPublishers(of: subscriber).filter { !known.contains($0) }
+                }
+                for publisher in all {
+                    let key = SubscriptionOrder.Key(subscriber: subscriber, publisher: publisher)
+                    guard state.order.admit(key, nil, version: version) else { continue }
                     Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
                 }
             case .published(let event, let kept, let multiDeviceSync):
