@@ -102,7 +102,8 @@ public struct PostgresCluster: ClusterEngine {
 
     /// Loads the profile directory and who provides each kind (after ``join(logger:)``).
     public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? {
-        let backend = try await PostgresProfileBackend.open(location: self.location, nodeID: self.nodeID, logger: logger)
+        let backend = try await PostgresProfileBackend.open(
+            location: self.location, nodeID: self.nodeID, progress: self.feedProgress, logger: logger)
         self.profileBackend.value = backend
         return backend
     }

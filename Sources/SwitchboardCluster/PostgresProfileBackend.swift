@@ -36,6 +36,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private let installer = Mutex<(@Sendable (ProfileReplicatedChange, (ProfileRecordKey) -> Bool) -> Void)?>(nil)
     /// The most writes committed in one transaction.
     private let batchLimit = 256
+    /// Where reads that know no provider wait for this node's copy to catch up (``catchUp(_:)``).
+    private let feedCatchUp: FeedCatchUp
 
     private struct Queue {
         var writes: [(write: ProfileWrite, completion: StoreWriteCompletion?)] = []
@@ -44,17 +46,22 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
 
     private init(
         location: PostgresLocation, nodeID: String, snapshot: ProfileSnapshot, providers: [ProfileKind: String],
-        logger: Logger
+        progress: FeedProgress, logger: Logger
     ) {
         self.location = location
         self.nodeID = nodeID
         self.snapshot = snapshot
         self.remoteNodes = Mutex(providers)
         self.logger = logger
+        self.feedCatchUp = FeedCatchUp(location: location, nodeID: nodeID, progress: progress, logger: logger)
     }
 
     /// Reads the directory and its providers (after the node noted where the feed ends).
-    static func open(location: PostgresLocation, nodeID: String, logger: Logger) async throws -> PostgresProfileBackend {
+    ///
+    /// - Parameter progress: How far the node's feed reader got.
+    static func open(location: PostgresLocation, nodeID: String, progress: FeedProgress, logger: Logger) async throws
+        -> PostgresProfileBackend
+    {
         let connection = try await PostgresConnection.connect(
             configuration: location.configuration, id: 3_000, logger: logger)
         do {
@@ -72,7 +79,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             }
             try await connection.close()
             return PostgresProfileBackend(
-                location: location, nodeID: nodeID, snapshot: snapshot, providers: providers, logger: logger)
+                location: location, nodeID: nodeID, snapshot: snapshot, providers: providers, progress: progress,
+                logger: logger)
         } catch {
             try? await connection.close()
             throw error
@@ -172,8 +180,14 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         self.enqueue(.answered(to: node, askID: askID), nil)
     }
 
-    func providersRegistered(_ kinds: [ProfileKind]) {
-        self.enqueue(.providers(kinds, present: true), nil)
+    /// Answered after the commit: a node whose copy has caught up with it (``catchUp(_:)``) knows the provider.
+    func providersRegistered(_ kinds: [ProfileKind], completion: @escaping StoreWriteCompletion) {
+        self.enqueue(.providers(kinds, present: true), completion)
+    }
+
+    /// Waits for the node's feed reader to apply every row committed before the call (``FeedCatchUp``).
+    func catchUp(_ then: @escaping @Sendable () -> Void) {
+        self.feedCatchUp.whenCaughtUp(then)
     }
 
     func providersEnded(_ kinds: [ProfileKind]) {
@@ -278,22 +292,26 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             // more: every write of a batch may be applied twice (upserts, removals and member list changes
             // are idempotent, and a feed row read twice changes nothing more).
             var retried = false
-            self.tracker.withLock { $0.writing = true }
+            self.tracker.withLock { $0.startWriting(keys) }
             while true {
                 do {
                     let (version, messages) = try await self.commit(batch.map(\.write), on: try await open())
-                    self.tracker.withLock { $0.end(keys, committedAt: version) }
+                    // Changes another node committed after a first attempt took its version, applied meanwhile, are
+                    // older than this commit after all: read those records again as committed.
+                    let overtaken = self.tracker.withLock { $0.end(keys, committedAt: version) }
+                    stale.formUnion(overtaken.filter(Self.rereadable))
                     self.install(messages, committedAt: version)
                     for (_, completion) in batch { completion?(.success(())) }
                 } catch {
                     if !retried, let lost = connection, lost.isClosed {
                         retried = true
                         connection = nil
+                        self.tracker.withLock { $0.writingVersion = nil }
                         continue
                     }
                     self.logger.error(
                         "profile directory write failed", metadata: ["error": "\(String(reflecting: error))"])
-                    self.tracker.withLock { $0.end(keys, committedAt: nil) }
+                    _ = self.tracker.withLock { $0.end(keys, committedAt: nil) }
                     // Undone in memory to what this node held; another node may have committed a change of the same
                     // records meanwhile (not applied here while this write was pending): read them again.
                     for (_, completion) in batch { completion?(.failure(error)) }
@@ -301,9 +319,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                 }
                 break
             }
-            self.tracker.withLock { $0.writing = false }
+            self.tracker.withLock { $0.endWriting() }
         }
         if let connection { try? await connection.close() }
+        await self.feedCatchUp.close()
     }
 
     private static func rereadable(_ record: ProfileRecordKey) -> Bool {
@@ -469,6 +488,9 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             {
                 version = value
             }
+            // Another node's change of the batch's records read from now on is newer when its version is greater
+            // (it took the lock after this transaction released it).
+            self.tracker.withLock { $0.writingVersion = version }
             let rows = messages.map {
                 ChangeFeedRows.Row(kind: .profile, payload: ProfileFeedCoding.encode($0, version: version))
             }
@@ -687,23 +709,53 @@ private struct OwnWrites {
     private var applied: [Key: Int64] = [:]
     /// A batch is being written: its version, still unknown, is newer than every change read so far, so `applied`
     /// is kept whole until its records are installed.
-    var writing = false
+    private(set) var writing = false
+    /// The writes of the batch being written, per key (part of `pending`).
+    private var inFlight: [Key: Int] = [:]
+    /// Records of the batch being written that another node's change was applied to meanwhile, with its version.
+    private var overtaken: [ProfileRecordKey: Int64] = [:]
+    /// The version of the batch being written, once its transaction took it (nil before).
+    var writingVersion: Int64?
 
     mutating func begin(_ keys: [Key]) {
         for key in keys { self.pending[key, default: 0] += 1 }
     }
 
+    /// A batch of writes of `keys` is being written.
+    mutating func startWriting(_ keys: [Key]) {
+        self.writing = true
+        self.writingVersion = nil
+        self.inFlight = [:]
+        self.overtaken = [:]
+        for key in keys { self.inFlight[key, default: 0] += 1 }
+    }
+
+    /// The batch is committed or failed (``end(_:committedAt:)`` was called for it).
+    mutating func endWriting() {
+        self.writing = false
+        self.writingVersion = nil
+        self.inFlight = [:]
+        self.overtaken = [:]
+    }
+
     /// The writes of `keys` committed at `version`, or failed (nil).
-    mutating func end(_ keys: [Key], committedAt version: Int64?) {
+    ///
+    /// - Returns: The records another node's change was applied to while the batch was written that are older than
+    ///   `version` (applied after a first attempt of the batch that did not commit): they hold that change, not this
+    ///   node's newer write.
+    mutating func end(_ keys: [Key], committedAt version: Int64?) -> [ProfileRecordKey] {
         for key in keys {
             if let count = self.pending[key], count > 1 { self.pending[key] = count - 1 } else { self.pending[key] = nil }
             if let version { self.committed[key] = max(self.committed[key] ?? 0, version) }
         }
+        guard let version else { return [] }
+        return self.overtaken.filter { $0.value < version }.map(\.key)
     }
 
     /// Whether another node's change of `record` at `version` may be applied (and notes it).
     mutating func admit(_ record: ProfileRecordKey, version: Int64) -> Bool {
         guard self.accepts(record, version: version) else { return false }
+        if self.inFlight[.record(record)] != nil { self.overtaken[record] = version }
         if case .provider = record { return true }
         self.applied[.record(record)] = max(self.applied[.record(record)] ?? 0, version)
         return true
@@ -740,7 +792,13 @@ private struct OwnWrites {
         var keys: [Key] = [.record(record)]
         if let kind = Self.kind(of: record) { keys.append(.all(kind)) }
         for key in keys {
-            if self.pending[key] != nil { return false }
+            if let count = self.pending[key] {
+                // Pending in the batch being written only, which took its version before this change did: this
+                // change committed after it (the feed reader got here before the writer learnt of its commit).
+                guard count == self.inFlight[key], let writing = self.writingVersion, writing < version else {
+                    return false
+                }
+            }
             if let own = self.committed[key], own > version { return false }
         }
         return true

@@ -128,6 +128,40 @@ struct ClusterProfileTests {
         }
     }
 
+    @Test("a provider registered through one node is asked by a read through another node as soon as the registration is answered")
+    func aRegistrationIsKnownToAReadThroughAnotherNodeAtOnce() async throws {
+        try await withCluster(nodes: 3) { postgres, nodes in
+            let readers = [try await nodes[1].client("Reader"), try await nodes[2].client("Reader")]
+            for round in 0..<6 {
+                let provider = try await nodes[0].client("Directory")
+                let requests = PushCollector(provider.makeProviderRequestStream())
+                let answering = Task {
+                    while let request = await requests.next(seconds: 60) {
+                        try await provider.answerProvider(
+                            request, with: .user(UserInfo(userId: request.id, name: "provided in round \(round)")))
+                    }
+                }
+                try await provider.registerProvider(kinds: [.user])
+                // At once, through another node.
+                let reader = readers[round % 2]
+                let read = try await reader.getUserInfo(userIDs: ["Someone\(round)"])
+                #expect(
+                    read.users.map(\.name) == ["provided in round \(round)"] && requests.taken == 1,
+                    "round \(round): read \(read.users.map(\.name)), missing \(read.missing); the provider was asked \(requests.taken) times")
+                answering.cancel()
+                await provider.close()
+                // The registration is gone before the next round registers again.
+                let gone = try await eventually(seconds: 10) {
+                    try await postgres.psql("SELECT count(*) FROM sb_profile_provider") == "0"
+                }
+                #expect(gone)
+                // And every node read its removal (the feed is read every 100 ms at the latest).
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            for client in readers { await client.close() }
+        }
+    }
+
     @Test("with no provider on any node a miss is answered at once, and a provider whose session ended is not waited for")
     func withNoProviderAMissIsAnsweredAtOnce() async throws {
         try await withCluster(nodes: 2) { postgres, nodes in

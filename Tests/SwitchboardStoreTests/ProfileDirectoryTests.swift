@@ -83,8 +83,24 @@ import Testing
 
         func forward(_ request: ProviderRequest) { self.forwarded.withLock { $0.append(request) } }
         func answered(askID: UInt64, node: String) { self.answers.withLock { $0.append("\(node)#\(askID)") } }
-        func providersRegistered(_ kinds: [ProfileKind]) { self.registrations.withLock { $0.append("+\(kinds)") } }
+        /// Registrations and catch-ups waiting for ``settle()``.
+        let waiting = Mutex<[@Sendable () -> Void]>([])
+
+        func providersRegistered(_ kinds: [ProfileKind], completion: @escaping StoreWriteCompletion) {
+            self.registrations.withLock { $0.append("+\(kinds)") }
+            self.waiting.withLock { $0.append { completion(.success(())) } }
+        }
         func providersEnded(_ kinds: [ProfileKind]) { self.registrations.withLock { $0.append("-\(kinds)") } }
+        func catchUp(_ then: @escaping @Sendable () -> Void) { self.waiting.withLock { $0.append(then) } }
+
+        /// Commits the registrations and ends the catch-ups issued so far.
+        func settle() {
+            let waiting = self.waiting.withLock { waiting in
+                defer { waiting = [] }
+                return waiting
+            }
+            for then in waiting { then() }
+        }
     }
 
     /// What one write's commit callback was given.
@@ -375,7 +391,14 @@ import Testing
         guard case .waiting = waiting else { throw ProfileError(.internal, "answered without asking") }
         fixture.directory.applyReplicated(.providers([.user], present: false)) { _ in true }
         #expect(answered.withLock { $0.count } == 2)
-        #expect(try fixture.users(["z"]).missing == ["z"])  // nobody to ask any more
+        // Nobody to ask any more: once this gateway caught up with the others (no registration came), missing.
+        _ = try fixture.directory.getUsers(GetUserInfoRequest(userIds: ["z"])) { result in
+            answered.withLock { $0.append(result) }
+        }
+        #expect(answered.withLock { $0.count } == 2)
+        relay.settle()
+        guard case .records(let missingBody) = answered.withLock({ $0.last }) else { throw ProfileError(.internal, "no records") }
+        #expect(try GetUserInfoResponse(decoding: missingBody).missing == ["z"])
 
         // A provider registered here is asked instead, and the other gateways are told.
         fixture.directory.applyReplicated(.providers([.user], present: true)) { _ in true }
@@ -384,6 +407,49 @@ import Testing
         #expect(fixture.wire.asks.withLock { $0.map(\.0) } == ["local"])
         #expect(relay.forwarded.withLock { $0.count } == 3)
         #expect(relay.registrations.withLock { $0 } == ["+[user]"])
+    }
+
+    @Test func aMissWithNoProviderKnownWaitsForTheCatchUpAndAsksAProviderRegisteredMeanwhile() throws {
+        let relay = TestRelay()
+        let fixture = try Fixture(relay: relay)
+        fixture.directory.applyReplicated(.user(UserInfo(userId: "known", name: "K"))) { _ in true }
+        // Nothing missing: answered at once, without a catch-up.
+        #expect(try fixture.users(["known"]).users.map(\.name) == ["K"])
+        #expect(relay.waiting.withLock { $0.isEmpty })
+        let answered = Mutex<[ProfileReadResult]>([])
+        let start = try fixture.directory.getUsers(GetUserInfoRequest(userIds: ["known", "new"])) { result in
+            answered.withLock { $0.append(result) }
+        }
+        guard case .waiting = start else { throw ProfileError(.internal, "a miss was answered before the catch-up") }
+        // The catch-up brings another gateway's registration: its provider is asked.
+        fixture.directory.applyReplicated(.providers([.user], present: true)) { _ in true }
+        #expect(relay.forwarded.withLock { $0.isEmpty })
+        relay.settle()
+        let forwarded = relay.forwarded.withLock { $0 }
+        #expect(forwarded.map(\.id) == ["new"])
+        fixture.directory.applyReplicated(.user(UserInfo(userId: "new", name: "N"))) { _ in true }
+        fixture.directory.answerForwarded(askID: try #require(forwarded.first).providerRequestId)
+        guard case .records(let body) = answered.withLock({ $0.first }) else { throw ProfileError(.internal, "no records") }
+        #expect(try GetUserInfoResponse(decoding: body).users.map(\.name) == ["K", "N"])
+        // The encoded fast path leaves a miss to the typed path.
+        fixture.directory.applyReplicated(.providers([.user], present: false)) { _ in true }
+        var request = ByteBuffer()
+        GetUserInfoRequest(userIds: ["known", "other"]).encode(into: &request)
+        #expect(!fixture.directory.answerEncoded(kind: .user, body: request) { _, _ in })
+    }
+
+    @Test func aRegistrationSharedWithOtherGatewaysIsAnsweredAfterItsCommitAndUndoneIfItFails() throws {
+        let relay = TestRelay()
+        let fixture = try Fixture(relay: relay)
+        let provider = Peer("provider")
+        let answers = Answers<Void>()
+        #expect(try !fixture.directory.register(RegisterProviderRequest(kinds: [.user]), session: provider, by: Self.admin, committed: answers.commit))
+        #expect(answers.all.isEmpty)
+        relay.settle()
+        #expect(answers.all.count == 1 && answers.errorCodes.isEmpty)
+        // On a gateway of its own: answered at once.
+        let alone = try Fixture()
+        #expect(try alone.directory.register(RegisterProviderRequest(kinds: [.user]), session: provider, by: Self.admin))
     }
 
     @Test func anAskForwardedHereGoesToTheProviderHereAndItsAnswerGoesBack() throws {

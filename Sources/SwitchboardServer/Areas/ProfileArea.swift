@@ -86,8 +86,10 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
                 if released > 0 { session.releaseSubscriptions(released) }
                 return .response(.unsubscribeProfiles(EmptyBody()))
             case .registerProvider(let register):
-                try self.directory.register(register, session: session, by: caller)
-                return .response(.registerProvider(EmptyBody()))
+                let answer = Self.answer(context) { (_: Void) in .registerProvider(EmptyBody()) }
+                guard try !self.directory.register(register, session: session, by: caller, committed: answer) else {
+                    return .response(.registerProvider(EmptyBody()))
+                }
             case .answerProvider(let answer):
                 try self.directory.answer(answer, from: session, now: now)
                 return .response(.answerProvider(EmptyBody()))

@@ -169,13 +169,14 @@ package struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Exp
     /// without making `String`s of them (other fields are skipped), and written to `body` in one go once the answer's
     /// size is known: straight into a connection's output (``EncodedAnswerOutput``) or a buffer.
     ///
+    /// - Parameter answersMissing: false: an id without a record is not the plain case either.
     /// - Returns: false, having written nothing, when the ids are not the plain case: none, more than `maxIDs`, or
     ///   one empty or longer than `maxIDBytes` bytes (the caller then answers from the typed request, which reports
     ///   the error); the reader's errors (malformed body) and an id that is not UTF-8 are thrown, before anything
     ///   is written.
     package func appendFields(
         readingIDsFrom reader: inout WireReader, idField: UInt32, maxIDs: Int, maxIDBytes: Int,
-        missingField: UInt32, to body: inout some ResponseBodySink
+        missingField: UInt32, answersMissing: Bool = true, to body: inout some ResponseBodySink
     ) throws(SwitchboardWireError) -> Bool {
         var answer = BatchAnswer(count: maxIDs)
         var ids = 0
@@ -190,7 +191,7 @@ package struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Exp
             guard ids <= maxIDs, bytes.count >= 1, bytes.count <= maxIDBytes else { return false }
             try answer.add(checking: bytes, from: self)
         }
-        guard ids > 0 else { return false }
+        guard ids > 0, answersMissing || !answer.hasMissing else { return false }
         answer.write(missingField: missingField, to: &body)
         return true
     }
@@ -248,6 +249,9 @@ package struct EncodedRecordTable<Record: WireCodable & Sendable>: Sendable, Exp
             self.seen = IdentitySet(capacity: count)
             self.found.reserveCapacity(count)
         }
+
+        /// Whether an id has no record.
+        var hasMissing: Bool { !self.missing.isEmpty }
 
         /// As ``add(_:from:)`` for bytes straight from a request, not yet checked to be UTF-8: an id found in the
         /// table equals a stored key, which was checked when it was stored, so only a missing id is checked here

@@ -65,10 +65,15 @@ public protocol ProfileProviderRelay: Sendable {
     /// (through the backend), or nothing was found.
     func answered(askID: UInt64, node: String)
     /// A session of this gateway became the provider of `kinds` (the latest registration of a kind wins, whichever
-    /// gateway it is on).
-    func providersRegistered(_ kinds: [ProfileKind])
+    /// gateway it is on); `completion` runs once the other gateways can know it (it is stored where they read it),
+    /// or with the failure.
+    func providersRegistered(_ kinds: [ProfileKind], completion: @escaping StoreWriteCompletion)
     /// This gateway's provider of `kinds` went away.
     func providersEnded(_ kinds: [ProfileKind])
+    /// Runs `then` once this gateway's copy holds every change the other gateways committed before the call (a
+    /// provider registration among them), or when that cannot be known (the store cannot be reached); never within
+    /// the call.
+    func catchUp(_ then: @escaping @Sendable () -> Void)
 }
 
 /// A record of the profile directory, as a change another gateway made is checked against this gateway's own

@@ -100,6 +100,9 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         var answer: @Sendable (ProfileReadResult) -> Void
         var query: Query
         var outstanding: Set<UInt64>
+        /// Set while the read waits for this gateway's copy to catch up with the other gateways (it knew no provider
+        /// of its kind, ``ProfileProviderRelay/catchUp(_:)``): what it then asks for.
+        var catchingUp: (kind: ProfileKind, unknown: @Sendable (State) -> [(id: String, member: String)])?
     }
 
     private struct PendingAsk {
@@ -344,6 +347,9 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
         guard kind == .user || kind == .group else { return false }
         return withoutActuallyEscaping(writeBody) { writeBody in
             var output = ProfileAnswerSink(forward: writeBody)
+            // Shared with other gateways, a miss is not answered here: a provider registered on another gateway may
+            // not be known here yet (``read(_:kind:answer:unknown:)``).
+            let answersMissing = self.relay == nil
             return self.state.withLock { state -> Bool in
                 guard state.providers[kind] == nil, !state.hasRemoteProvider(kind) else { return false }
                 let answered = try? WireReader.read(body) { (reader: inout WireReader) throws(SwitchboardWireError) -> Bool in
@@ -352,10 +358,10 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
                     return kind == .user
                         ? try state.users.appendFields(
                             readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                            to: &output)
+                            answersMissing: answersMissing, to: &output)
                         : try state.groups.appendFields(
                             readingIDsFrom: &reader, idField: 1, maxIDs: maxIDs, maxIDBytes: maxBytes, missingField: 2,
-                            to: &output)
+                            answersMissing: answersMissing, to: &output)
                 }
                 return answered == true
             }
@@ -363,37 +369,77 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     }
 
     /// Answers from the directory, or asks the provider of `kind` for what `unknown` finds missing and answers later.
+    ///
+    /// Shared with other gateways, a read that misses records while this gateway knows no provider of the kind first
+    /// waits until its copy holds every change the others committed before the read (``ProfileProviderRelay/catchUp(_:)``):
+    /// a provider registered on another gateway a moment ago (its `registerProvider` answered) is then known here,
+    /// and asked.
     private func read(
         _ query: Query, kind: ProfileKind, answer: @escaping @Sendable (ProfileReadResult) -> Void,
-        unknown: (State) -> [(id: String, member: String)]
+        unknown: @escaping @Sendable (State) -> [(id: String, member: String)]
     ) -> ProfileReadStart {
         self.state.withLock { state in
             // Without a provider of this kind there is no one to ask: answer at once (no pass over the ids first).
             let provider = state.providers[kind]
             guard provider != nil || state.hasRemoteProvider(kind) else {
-                return .answered(Self.result(query, in: state, timedOut: false))
+                guard let relay = self.relay, !unknown(state).isEmpty else {
+                    return .answered(Self.result(query, in: state, timedOut: false))
+                }
+                let readID = state.nextReadID
+                state.nextReadID += 1
+                state.reads[readID] = PendingRead(answer: answer, query: query, outstanding: [], catchingUp: (kind, unknown))
+                relay.catchUp { [weak self] in self?.caughtUp(readID: readID) }
+                return .waiting(readID: readID)
             }
             var asked = Set<String>()
             let wanted = unknown(state).filter { asked.insert($0.id + "\u{0}" + $0.member).inserted }
             guard !wanted.isEmpty else { return .answered(Self.result(query, in: state, timedOut: false)) }
             let readID = state.nextReadID
             state.nextReadID += 1
-            var outstanding = Set<UInt64>()
-            for (id, member) in wanted {
-                let askID = state.nextAskID
-                state.nextAskID += 1
-                outstanding.insert(askID)
-                state.asks[askID] = PendingAsk(readID: readID, kind: kind, id: id, memberUserID: member, provider: provider)
-                let request = ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member)
-                if let provider {
-                    self.ask(provider, request)
-                } else {
-                    self.relay?.forward(request)
-                }
-            }
+            let outstanding = self.ask(wanted, of: provider, kind: kind, for: readID, in: &state)
             state.reads[readID] = PendingRead(answer: answer, query: query, outstanding: outstanding)
             return .waiting(readID: readID)
         }
+    }
+
+    /// Asks `provider` (nil: the other gateway's, through the relay) for each of `wanted`. - Returns: The asks' ids.
+    private func ask(
+        _ wanted: [(id: String, member: String)], of provider: Session?, kind: ProfileKind, for readID: UInt64,
+        in state: inout State
+    ) -> Set<UInt64> {
+        var outstanding = Set<UInt64>()
+        for (id, member) in wanted {
+            let askID = state.nextAskID
+            state.nextAskID += 1
+            outstanding.insert(askID)
+            state.asks[askID] = PendingAsk(readID: readID, kind: kind, id: id, memberUserID: member, provider: provider)
+            let request = ProviderRequest(providerRequestId: askID, kind: kind, id: id, memberUserId: member)
+            if let provider {
+                self.ask(provider, request)
+            } else {
+                self.relay?.forward(request)
+            }
+        }
+        return outstanding
+    }
+
+    /// This gateway's copy caught up for a read that knew no provider: it asks the provider known now, or is answered
+    /// from the copy when there is none (or nothing is missing any more). Nothing happens if the read was answered.
+    private func caughtUp(readID: UInt64) {
+        let done: Bool = self.state.withLock { state in
+            guard let catching = state.reads[readID]?.catchingUp else { return false }
+            state.reads[readID]?.catchingUp = nil
+            let (kind, unknown) = catching
+            let provider = state.providers[kind]
+            guard provider != nil || state.hasRemoteProvider(kind) else { return true }
+            var asked = Set<String>()
+            let wanted = unknown(state).filter { asked.insert($0.id + "\u{0}" + $0.member).inserted }
+            guard !wanted.isEmpty else { return true }
+            let outstanding = self.ask(wanted, of: provider, kind: kind, for: readID, in: &state)
+            state.reads[readID]?.outstanding = outstanding
+            return false
+        }
+        if done { self.finish(readID: readID, timedOut: false) }
     }
 
     /// The provider timeout of a waiting read passed: answers it from what the directory holds now (a member list
@@ -700,18 +746,41 @@ public final class ProfileDirectory<Session: AnyObject & Hashable & Sendable>: S
     // MARK: Providers
 
     /// `registerProvider` (admins only): `session` answers the reads of `kinds` from now on.
-    public func register(_ request: RegisterProviderRequest, session: Session, by caller: ProfileCaller) throws {
+    ///
+    /// Shared with other gateways, the registration is answered (`committed`) once the others can know it: after the
+    /// relay stored it (a failure undoes it here and is `8001 storageFailure`).
+    ///
+    /// - Returns: true when it is answered now (a gateway of its own; `committed` is not called), false when
+    ///   `committed` will be.
+    @discardableResult
+    public func register(
+        _ request: RegisterProviderRequest, session: Session, by caller: ProfileCaller,
+        committed: @escaping ProfileCommit<Void> = { _ in }
+    ) throws -> Bool {
         guard (1...4).contains(request.kinds.count) else { throw ProfileError(.invalidArgument, "1-4 kinds") }
         guard request.kinds.allSatisfy({ ProfileKind.allKnown.contains($0) }) else {
             throw ProfileError(.invalidArgument, "unknown kind")
         }
         guard caller.isAdmin else { throw ProfileError(.permissionDenied, "registerProvider is admin only") }
-        self.state.withLock { state in
+        return self.state.withLock { state in
+            var before: [(kind: ProfileKind, provider: Session?, remote: Bool)] = []
             for kind in request.kinds {
+                before.append((kind, state.providers[kind], state.hasRemoteProvider(kind)))
                 state.providers[kind] = session
                 state.remoteProviders &= ~State.bit(kind)
             }
-            self.relay?.providersRegistered(request.kinds)
+            guard let relay = self.relay else { return true }
+            let previous = before
+            relay.providersRegistered(
+                request.kinds,
+                completion: self.answerAfterCommit(committed, ()) { _, state in
+                    // Put back what it replaced, where it is still in place.
+                    for (kind, provider, remote) in previous where state.providers[kind] === session {
+                        state.providers[kind] = provider
+                        if remote { state.remoteProviders |= State.bit(kind) }
+                    }
+                })
+            return false
         }
     }
 
