@@ -9,7 +9,10 @@ import SwitchboardWire
 final class GatewayCore: Sendable {
     let configuration: ServerConfiguration
     let registry: SessionRegistry
-    let authority: TokenAuthority?
+    /// The TLS context and token authority of new connections, replaceable while the gateway runs.
+    let credentials: GatewayCredentials
+    /// The authority that verifies tokens now (nil: open development mode).
+    var authority: TokenAuthority? { self.credentials.authority }
     let metrics: GatewayMetrics
     let logger: Logger
     let observers: [any SessionObserver]
@@ -25,16 +28,17 @@ final class GatewayCore: Sendable {
     let inboxes: LoopInboxes
 
     /// Creates the shared state; `handlers` are the command areas, behind the session area (logout, renewToken),
-    /// which every gateway has.
+    /// which every gateway has; `credentials` nil: the configuration's token secret, no TLS.
     init(
         configuration: ServerConfiguration, registry: SessionRegistry, handlers: [any RequestHandler],
         observers: [any SessionObserver], metrics: GatewayMetrics, logger: Logger,
-        nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches, inboxes: LoopInboxes
+        nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches, inboxes: LoopInboxes,
+        credentials: GatewayCredentials? = nil
     ) {
-        let authority = configuration.tokenSecret.map { TokenAuthority(secret: $0) }
+        let credentials = credentials ?? GatewayCredentials(tokenSecret: configuration.tokenSecret)
         self.configuration = configuration
         self.registry = registry
-        self.authority = authority
+        self.credentials = credentials
         self.metrics = metrics
         self.logger = logger
         self.observers = observers
@@ -43,7 +47,7 @@ final class GatewayCore: Sendable {
         self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
-        for handler in [SessionArea(authority: authority, observers: observers)] + handlers {
+        for handler in [SessionArea(credentials: credentials, observers: observers)] + handlers {
             let reader = handler as? any EncodedReadHandler
             let encoded = Set(reader?.encodedReadOperations ?? [])
             for op in handler.operations {

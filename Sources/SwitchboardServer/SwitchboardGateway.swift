@@ -97,6 +97,7 @@ public final class SwitchboardGateway: Service, Sendable {
         // The TLS files are read before anything is bound: a bad file fails start-up with the file's name.
         var tlsContext: NIOSSLContext?
         if let tls = configuration.tls, configuration.tcpHost != nil { tlsContext = try GatewayTLS.makeContext(tls) }
+        if let tlsContext { self.core.credentials.setTLSContext(tlsContext) }
         if let warning = configuration.cleartextTokenWarning { self.core.logger.warning("\(warning)") }
         var bound = BoundAddresses()
         // Each listener with what its connections get: TLS for TCP when configured, never for the Unix socket.
@@ -115,7 +116,7 @@ public final class SwitchboardGateway: Service, Sendable {
         }
         guard !listeners.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
         for (listener, tls) in listeners {
-            listener.start(logger: self.core.logger, accepted: self.adopter(tls: tls))
+            listener.start(logger: self.core.logger, accepted: self.adopter(tls: tls != nil))
         }
         let running = listeners.map(\.listener)
         self.listeners.withLock { $0 = running }
@@ -172,14 +173,16 @@ public final class SwitchboardGateway: Service, Sendable {
     /// What a listener does with accepted sockets: make each a channel on the next event loop (one task per loop
     /// for a batch), with a ``ConnectionHandler`` that knows the socket's descriptor.
     ///
-    /// With `tls`, the connection's bytes go through a TLS handler instead: the ``ConnectionHandler`` is not told
-    /// the descriptor, so it never writes to the socket directly (that would bypass the encryption), and a
-    /// ``TLSHandshakeMonitor`` counts and closes failed handshakes.
-    private func adopter(tls: NIOSSLContext?) -> @Sendable ([CInt]) -> Void {
+    /// With `tls`, the connection's bytes go through a TLS handler instead, with the TLS context of the moment
+    /// (``GatewayCredentials``): the ``ConnectionHandler`` is not told the descriptor, so it never writes to the
+    /// socket directly (that would bypass the encryption), and a ``TLSHandshakeMonitor`` counts and closes failed
+    /// handshakes.
+    private func adopter(tls useTLS: Bool) -> @Sendable ([CInt]) -> Void {
         let core = self.core
         let group = self.eventLoopGroup
         let window = ConnectionHandler.writeWindow(lowWaterMark: self.configuration.limits.outboundLowWaterMark)
         return { descriptors in
+            let tls = useTLS ? core.credentials.tlsContext : nil
             var byLoop: [(loop: any EventLoop, descriptors: [CInt])] = []
             for descriptor in descriptors {
                 let loop = group.next()
@@ -222,6 +225,30 @@ public final class SwitchboardGateway: Service, Sendable {
                 }
             }
         }
+    }
+
+    /// Reads the TLS certificate chain and key files again and makes connections accepted from now on use them;
+    /// open connections keep the TLS session they negotiated. Does nothing for a gateway without TLS.
+    ///
+    /// - Throws: ``GatewayStartError`` naming the file that cannot be read or parsed, or saying that the key does
+    ///   not belong to the certificate; the gateway then goes on with the certificate it had.
+    /// - Returns: whether the gateway has TLS (and the files were read).
+    @discardableResult
+    public func reloadTLS() throws(GatewayStartError) -> Bool {
+        guard let tls = self.configuration.tls, self.configuration.tcpHost != nil else { return false }
+        self.core.credentials.setTLSContext(try GatewayTLS.makeContext(tls))
+        return true
+    }
+
+    /// Makes logins and token renewals from now on verify tokens with `secret`: tokens signed with the previous
+    /// secret are refused from then on, sessions already logged in stay. Does nothing for a gateway in open
+    /// development mode (no token secret at start).
+    ///
+    /// - Returns: whether the gateway requires tokens (and now verifies them with `secret`).
+    @discardableResult
+    public func replaceTokenSecret(_ secret: [UInt8]) -> Bool {
+        self.core.credentials.replaceTokenSecret(secret)
+        return self.configuration.tokenSecret != nil
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -28,6 +28,9 @@ struct ServeSettings: Equatable, Sendable {
     var threads = 1
     /// Nil: open development mode.
     var tokenSecret: TokenSecret?
+    /// Where ``tokenSecret`` was given, as messages name it (`--token-secret`, `SWITCHBOARD_TOKEN_SECRET_FILE`,
+    /// `config file PATH: "token-secret"`); nil without a secret.
+    var tokenSecretSource: String?
     var maxConnections = 100_000
     var maxFrameSize = 1 << 20
     var maxInflatedSize = 1 << 20
@@ -51,6 +54,8 @@ struct ServeSettings: Equatable, Sendable {
     /// The address the metrics endpoint binds.
     var metricsHost = "127.0.0.1"
     var logLevel = "info"
+    /// `text` (swift-log's stream format) or `json` (one JSON object per line).
+    var logFormat = "text"
     /// The PostgreSQL URL of the cluster this gateway is a node of (nil: a single gateway).
     var cluster: String?
     /// The Redis server (`HOST:PORT`) of the cluster, with ``cluster`` (nil: PostgreSQL alone).
@@ -62,8 +67,10 @@ struct ServeSettings: Equatable, Sendable {
     /// A setting's key and where its value goes.
     enum Key: Sendable {
         case string(String, any WritableKeyPath<ServeSettings, String> & Sendable)
-        case integer(String, any WritableKeyPath<ServeSettings, Int> & Sendable)
-        case optionalInteger(String, any WritableKeyPath<ServeSettings, Int?> & Sendable)
+        /// A number and the values it may take (Docs/configuration.md lists the same ranges).
+        case integer(String, any WritableKeyPath<ServeSettings, Int> & Sendable, ClosedRange<Int>)
+        /// A number that may be absent, and the values it may take.
+        case optionalInteger(String, any WritableKeyPath<ServeSettings, Int?> & Sendable, ClosedRange<Int>)
         /// A string that may be absent and may hold a password (never logged).
         case optionalSecretString(String, any WritableKeyPath<ServeSettings, String?> & Sendable)
         /// A string that may be absent.
@@ -73,7 +80,7 @@ struct ServeSettings: Equatable, Sendable {
 
         var name: String {
             switch self {
-            case .string(let name, _), .integer(let name, _), .optionalInteger(let name, _),
+            case .string(let name, _), .integer(let name, _, _), .optionalInteger(let name, _, _),
                 .optionalSecretString(let name, _), .optionalString(let name, _), .secret(let name):
                 return name
             }
@@ -86,9 +93,18 @@ struct ServeSettings: Equatable, Sendable {
             case .integer, .optionalInteger: return .int
             }
         }
+
+        /// The values a number may take; nil for a string.
+        var range: ClosedRange<Int>? {
+            switch self {
+            case .integer(_, _, let range), .optionalInteger(_, _, let range): return range
+            default: return nil
+            }
+        }
     }
 
-    /// Every key, in the order of `switchboard serve --help`.
+    /// Every key, in the order of `switchboard serve --help`, with the range of each number (the ranges of the
+    /// option table in Docs/configuration.md).
     static let keys: [Key] = [
         .string("tcp", \.tcp),
         .optionalString("tls-cert", \.tlsCert),
@@ -98,32 +114,33 @@ struct ServeSettings: Equatable, Sendable {
         .string("database", \.database),
         .string("durability", \.durability),
         .string("commit-on", \.commitOn),
-        .integer("write-behind-ms", \.writeBehindMs),
-        .integer("unawaited-write-delay-ms", \.unawaitedWriteDelayMs),
-        .integer("threads", \.threads),
+        .integer("write-behind-ms", \.writeBehindMs, 0...1_000),
+        .integer("unawaited-write-delay-ms", \.unawaitedWriteDelayMs, 0...1_000),
+        .integer("threads", \.threads, 1...256),
         .secret("token-secret"),
         .secret("token-secret-file"),
-        .integer("max-connections", \.maxConnections),
-        .integer("max-frame-size", \.maxFrameSize),
-        .integer("max-inflated-size", \.maxInflatedSize),
-        .integer("rate-limit", \.rateLimit),
-        .integer("rate-burst", \.rateBurst),
-        .integer("max-subscriptions", \.maxSubscriptions),
-        .integer("max-inflight", \.maxInflight),
-        .integer("outbound-high-water", \.outboundHighWater),
-        .integer("outbound-hard-cap", \.outboundHardCap),
-        .integer("heartbeat-ms", \.heartbeatMs),
-        .integer("heartbeat-misses", \.heartbeatMisses),
-        .integer("handshake-timeout-ms", \.handshakeTimeoutMs),
-        .integer("compression-threshold", \.compressionThreshold),
-        .integer("shutdown-grace-ms", \.shutdownGraceMs),
-        .integer("presence-timeout", \.presenceTimeout),
-        .integer("presence-interval-threshold", \.presenceIntervalThreshold),
-        .integer("presence-interval-ms", \.presenceIntervalMs),
-        .integer("provider-timeout-ms", \.providerTimeoutMs),
-        .optionalInteger("metrics-port", \.metricsPort),
+        .integer("max-connections", \.maxConnections, 1...1_000_000),
+        .integer("max-frame-size", \.maxFrameSize, 16_384...268_435_455),
+        .integer("max-inflated-size", \.maxInflatedSize, 16_384...268_435_455),
+        .integer("rate-limit", \.rateLimit, 0...10_000_000),
+        .integer("rate-burst", \.rateBurst, 1...100_000_000),
+        .integer("max-subscriptions", \.maxSubscriptions, 1...1_000_000),
+        .integer("max-inflight", \.maxInflight, 1...100_000),
+        .integer("outbound-high-water", \.outboundHighWater, 16_384...1 << 30),
+        .integer("outbound-hard-cap", \.outboundHardCap, 16_384...1 << 32),
+        .integer("heartbeat-ms", \.heartbeatMs, 1_000...300_000),
+        .integer("heartbeat-misses", \.heartbeatMisses, 1...100),
+        .integer("handshake-timeout-ms", \.handshakeTimeoutMs, 100...300_000),
+        .integer("compression-threshold", \.compressionThreshold, 0...268_435_455),
+        .integer("shutdown-grace-ms", \.shutdownGraceMs, 0...3_600_000),
+        .integer("presence-timeout", \.presenceTimeout, 5...300),
+        .integer("presence-interval-threshold", \.presenceIntervalThreshold, 8...128),
+        .integer("presence-interval-ms", \.presenceIntervalMs, 100...60_000),
+        .integer("provider-timeout-ms", \.providerTimeoutMs, 100...600_000),
+        .optionalInteger("metrics-port", \.metricsPort, 0...65_535),
         .string("metrics-host", \.metricsHost),
         .string("log-level", \.logLevel),
+        .string("log-format", \.logFormat),
         .optionalSecretString("cluster", \.cluster),
         .optionalString("redis", \.redis),
     ]
@@ -145,7 +162,8 @@ struct ServeSettings: Equatable, Sendable {
     ///   - environment: the process environment; only `SWITCHBOARD_<KEY>` variables are read.
     ///   - configFile: the configuration file, if there is one.
     /// - Throws: ``SettingsError`` naming the key and its source (`--max-connections`,
-    ///   `SWITCHBOARD_MAX_CONNECTIONS`, `config file PATH: "max-connections"`) for a value of the wrong type.
+    ///   `SWITCHBOARD_MAX_CONNECTIONS`, `config file PATH: "max-connections"`) for a value of the wrong type or a
+    ///   number out of its key's range (``Key/range``), and for an outbound hard cap below the high-water mark.
     static func resolve(
         commandLine: [String: ConfigContent], environment: [String: String], configFile: ConfigFile?
     ) throws(SettingsError) -> ServeSettings {
@@ -187,9 +205,9 @@ struct ServeSettings: Equatable, Sendable {
             switch key {
             case .string(_, let path):
                 settings[keyPath: path] = reader.string(forKey: configKey, default: settings[keyPath: path])
-            case .integer(_, let path):
+            case .integer(_, let path, _):
                 settings[keyPath: path] = reader.int(forKey: configKey, default: settings[keyPath: path])
-            case .optionalInteger(_, let path):
+            case .optionalInteger(_, let path, _):
                 settings[keyPath: path] = reader.int(forKey: configKey) ?? settings[keyPath: path]
             case .optionalSecretString(_, let path):
                 settings[keyPath: path] = reader.string(forKey: configKey, isSecret: true) ?? settings[keyPath: path]
@@ -199,14 +217,44 @@ struct ServeSettings: Equatable, Sendable {
                 break
             }
         }
-        for (_, provider) in layers {
+        // The source that gives a key: the strongest one that has it.
+        func source(of key: String) -> String {
+            for (name, provider) in layers {
+                if let result = try? provider.value(forKey: AbsoluteConfigKey([key]), type: .int), result.value != nil {
+                    return name(key)
+                }
+            }
+            return "--\(key)"
+        }
+        // Every number in its range, named where it was given (a default is always in range).
+        for key in Self.keys {
+            guard let range = key.range else { continue }
+            let value: Int?
+            switch key {
+            case .integer(_, let path, _): value = settings[keyPath: path]
+            case .optionalInteger(_, let path, _): value = settings[keyPath: path]
+            default: value = nil
+            }
+            if let value, !range.contains(value) {
+                throw SettingsError.outOfRange(setting: source(of: key.name), value: value, range: range)
+            }
+        }
+        // Reading stops above the high-water mark; a hard cap below it would cut a connection before it is paused.
+        guard settings.outboundHardCap >= settings.outboundHighWater else {
+            throw SettingsError.conflict(
+                "\(source(of: "outbound-hard-cap")) (\(settings.outboundHardCap)) must be at least "
+                    + "\(source(of: "outbound-high-water")) (\(settings.outboundHighWater))")
+        }
+        for (name, provider) in layers {
             let source = ConfigReader(provider: provider)
             if let file = source.string(forKey: ConfigKey(["token-secret-file"])) {
                 settings.tokenSecret = .file(file)
+                settings.tokenSecretSource = name("token-secret-file")
                 break
             }
             if let secret = source.string(forKey: ConfigKey(["token-secret"]), isSecret: true) {
                 settings.tokenSecret = .inline(secret)
+                settings.tokenSecretSource = name("token-secret")
                 break
             }
         }
@@ -278,6 +326,12 @@ enum SettingsError: Error, Equatable, CustomStringConvertible {
     case wrongType(setting: String, expected: ConfigType)
     /// The configuration file cannot be read or is not a JSON object.
     case unreadableFile(path: String, reason: String)
+    /// A number outside the range its key allows; `setting` names the key and its source.
+    case outOfRange(setting: String, value: Int, range: ClosedRange<Int>)
+    /// Settings that cannot go together, as a sentence naming them.
+    case conflict(String)
+    /// A token secret that cannot be used (``TokenSecretLoader``), as a sentence naming its source.
+    case unusableTokenSecret(String)
 
     var description: String {
         switch self {
@@ -287,6 +341,10 @@ enum SettingsError: Error, Equatable, CustomStringConvertible {
             return "\(setting) must be \(expected == .int ? "an integer" : "a string")"
         case .unreadableFile(let path, let reason):
             return "config file \(path): \(reason)"
+        case .outOfRange(let setting, let value, let range):
+            return "\(setting) must be \(range.lowerBound)-\(range.upperBound), not \(value)"
+        case .conflict(let sentence), .unusableTokenSecret(let sentence):
+            return sentence
         }
     }
 }

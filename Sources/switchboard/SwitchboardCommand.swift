@@ -12,27 +12,60 @@ import SwitchboardStore
 import SwitchboardWire
 import UnixSignals
 
+/// `switchboard [serve] OPTIONS` runs the gateway, `switchboard token` mints a token.
+///
+/// The serve options are the root command's own, so that `switchboard --help` lists them (with the subcommands
+/// after them); `switchboard serve OPTIONS` parses the same options (``ServeOptions``) and does the same.
 @main
 struct SwitchboardCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "switchboard",
         abstract: "Switchboard: a real-time state gateway (metadata, presence, events, profiles) over TCP and Unix sockets.",
+        usage: """
+            switchboard [serve] [<options>]
+            switchboard token --user <user> [<options>]
+            """,
         discussion: """
-            Every option of serve can also be given as an environment variable (SWITCHBOARD_ followed by the \
-            option's name in upper case with dashes as underscores: --max-connections -> \
-            SWITCHBOARD_MAX_CONNECTIONS) or as a key of the JSON configuration file named by --config or \
-            SWITCHBOARD_CONFIG ({"max-connections": 1000}). The command line wins over the environment, the \
-            environment over the file, the file over the defaults.
+            Without a subcommand, or with serve, it runs the gateway with the options below. Every option can also \
+            be given as an environment variable (SWITCHBOARD_ followed by the option's name in upper case with \
+            dashes as underscores: --max-connections -> SWITCHBOARD_MAX_CONNECTIONS) or as a key of the JSON \
+            configuration file named by --config or SWITCHBOARD_CONFIG ({"max-connections": 1000}). The command \
+            line wins over the environment, the environment over the file, the file over the defaults. A number \
+            outside its range stops the start (exit status 64). SIGTERM or SIGINT stops the gateway gracefully; \
+            SIGHUP reloads the TLS certificate and key and the --token-secret-file.
             """,
         version: SwitchboardVersion.current,
-        subcommands: [Serve.self, Token.self],
-        defaultSubcommand: Serve.self)
+        subcommands: [Serve.self, Token.self])
+
+    @OptionGroup var options: ServeOptions
+
+    func run() async throws {
+        try await self.options.run()
+    }
 }
 
+/// `switchboard serve`: the same as `switchboard` without a subcommand.
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Runs the gateway (the default command).")
+        abstract: "Runs the gateway (the default command: `switchboard OPTIONS` is `switchboard serve OPTIONS`).")
 
+    @OptionGroup var options: ServeOptions
+
+    /// The options given on the command line, by key (``ServeSettings/keys``).
+    var commandLineValues: [String: ConfigContent] { self.options.commandLineValues }
+
+    /// The settings from the command line, `environment` and the configuration file.
+    func settings(environment: [String: String]) async throws(SettingsError) -> ServeSettings {
+        try await self.options.settings(environment: environment)
+    }
+
+    func run() async throws {
+        try await self.options.run()
+    }
+}
+
+/// The options of the gateway, each a key of ``ServeSettings``.
+struct ServeOptions: ParsableArguments {
     private static let defaults = ServeSettings()
 
     @Option(help: ArgumentHelp(
@@ -43,7 +76,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "TCP listener as host:port, or \"off\" (default: \(defaults.tcp)).")
     var tcp: String?
 
-    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("TLS for the TCP listener: the server certificate chain (PEM, the server's certificate first). Needs --tls-key; the Unix socket stays plain.", valueName: "path"))
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("TLS for the TCP listener: the server certificate chain (PEM, the server's certificate first). Needs --tls-key; the Unix socket stays plain. SIGHUP reads it and the key again.", valueName: "path"))
     var tlsCert: String?
 
     @Option(name: .customLong("tls-key"), help: ArgumentHelp("TLS for the TCP listener: the certificate's private key (PEM, unencrypted). Needs --tls-cert.", valueName: "path"))
@@ -70,55 +103,55 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("unawaited-write-delay-ms"), help: "How long an event or profile write nobody waits for (a provider's answer, an online state, a last-logout time) waits for others to share its transaction, 0-1000 (0: at once). Fewer commits leave more CPU to the event loops; also the most of such writes a crash loses (none of them was acknowledged) (default: \(defaults.unawaitedWriteDelayMs)).")
     var unawaitedWriteDelayMs: Int?
 
-    @Option(help: "Event loop threads (1 is best when clients share this machine's two cores) (default: \(defaults.threads)).")
+    @Option(help: "Event loop threads, 1-256 (1 is best when clients share this machine's two cores) (default: \(defaults.threads)).")
     var threads: Int?
 
-    @Option(name: .customLong("token-secret"), help: "HMAC secret for login tokens. Without a secret the gateway runs in open development mode: any user id is accepted, and only loopback listeners are allowed. On the command line the secret shows in the process list: prefer --token-secret-file, SWITCHBOARD_TOKEN_SECRET or the configuration file.")
+    @Option(name: .customLong("token-secret"), help: "HMAC secret for login tokens, at least 32 bytes. Without a secret the gateway runs in open development mode: any user id is accepted, and only loopback listeners are allowed. On the command line the secret shows in the process list: prefer --token-secret-file, SWITCHBOARD_TOKEN_SECRET or the configuration file.")
     var tokenSecret: String?
 
-    @Option(name: .customLong("token-secret-file"), help: "Read the token secret from this file (wins over --token-secret from the same source).")
+    @Option(name: .customLong("token-secret-file"), help: "Read the token secret from this file: at least 32 bytes without the whitespace around them (wins over --token-secret from the same source). SIGHUP reads it again.")
     var tokenSecretFile: String?
 
-    @Option(name: .customLong("max-connections"), help: "Open connections at most (error 3002) (default: \(defaults.maxConnections)).")
+    @Option(name: .customLong("max-connections"), help: "Open connections at most, 1-1000000 (error 3002) (default: \(defaults.maxConnections)).")
     var maxConnections: Int?
 
-    @Option(name: .customLong("max-frame-size"), help: "Largest frame in bytes after the handshake (error 1001) (default: \(defaults.maxFrameSize)).")
+    @Option(name: .customLong("max-frame-size"), help: "Largest frame in bytes after the handshake, 16384-268435455 (error 1001) (default: \(defaults.maxFrameSize)).")
     var maxFrameSize: Int?
 
-    @Option(name: .customLong("max-inflated-size"), help: "Largest inflated body of a compressed frame (error 1010) (default: \(defaults.maxInflatedSize)).")
+    @Option(name: .customLong("max-inflated-size"), help: "Largest inflated body of a compressed frame, 16384-268435455 (error 1010) (default: \(defaults.maxInflatedSize)).")
     var maxInflatedSize: Int?
 
-    @Option(name: .customLong("rate-limit"), help: "Requests per second per connection, 0 for no limit (error 3000) (default: \(defaults.rateLimit)).")
+    @Option(name: .customLong("rate-limit"), help: "Requests per second per connection, 0-10000000, 0 for no limit (error 3000) (default: \(defaults.rateLimit)).")
     var rateLimit: Int?
 
-    @Option(name: .customLong("rate-burst"), help: "Requests a connection may send in a burst (default: \(defaults.rateBurst)).")
+    @Option(name: .customLong("rate-burst"), help: "Requests a connection may send in a burst, 1-100000000 (default: \(defaults.rateBurst)).")
     var rateBurst: Int?
 
-    @Option(name: .customLong("max-subscriptions"), help: "Subscriptions per connection (error 3003) (default: \(defaults.maxSubscriptions)).")
+    @Option(name: .customLong("max-subscriptions"), help: "Subscriptions per connection, 1-1000000 (error 3003) (default: \(defaults.maxSubscriptions)).")
     var maxSubscriptions: Int?
 
-    @Option(name: .customLong("max-inflight"), help: "Unanswered requests per connection (error 3001) (default: \(defaults.maxInflight)).")
+    @Option(name: .customLong("max-inflight"), help: "Unanswered requests per connection, 1-100000 (error 3001) (default: \(defaults.maxInflight)).")
     var maxInflight: Int?
 
-    @Option(name: .customLong("outbound-high-water"), help: "Queued outbound bytes above which the server stops reading a connection (default: \(defaults.outboundHighWater)).")
+    @Option(name: .customLong("outbound-high-water"), help: "Queued outbound bytes above which the server stops reading a connection, 16384-1073741824 (default: \(defaults.outboundHighWater)).")
     var outboundHighWater: Int?
 
-    @Option(name: .customLong("outbound-hard-cap"), help: "Queued outbound bytes above which a connection is cut as a slow consumer (error 3004) (default: \(defaults.outboundHardCap)).")
+    @Option(name: .customLong("outbound-hard-cap"), help: "Queued outbound bytes above which a connection is cut as a slow consumer (error 3004), 16384-4294967296 and at least --outbound-high-water (default: \(defaults.outboundHardCap)).")
     var outboundHardCap: Int?
 
-    @Option(name: .customLong("heartbeat-ms"), help: "Heartbeat interval granted by default (clients may ask for 1000-300000) (default: \(defaults.heartbeatMs)).")
+    @Option(name: .customLong("heartbeat-ms"), help: "Heartbeat interval granted by default, 1000-300000, the range clients may ask for (default: \(defaults.heartbeatMs)).")
     var heartbeatMs: Int?
 
-    @Option(name: .customLong("heartbeat-misses"), help: "Silent heartbeat intervals before a session ends as abnormal (error 1009) (default: \(defaults.heartbeatMisses)).")
+    @Option(name: .customLong("heartbeat-misses"), help: "Silent heartbeat intervals before a session ends as abnormal, 1-100 (error 1009) (default: \(defaults.heartbeatMisses)).")
     var heartbeatMisses: Int?
 
-    @Option(name: .customLong("handshake-timeout-ms"), help: "Time a new connection has to send HELLO (error 1007) (default: \(defaults.handshakeTimeoutMs)).")
+    @Option(name: .customLong("handshake-timeout-ms"), help: "Time a new connection has to send HELLO, 100-300000 (error 1007) (default: \(defaults.handshakeTimeoutMs)).")
     var handshakeTimeoutMs: Int?
 
-    @Option(name: .customLong("compression-threshold"), help: "Bodies at least this long are compressed for clients that negotiated zlib (default: \(defaults.compressionThreshold)).")
+    @Option(name: .customLong("compression-threshold"), help: "Bodies at least this long are compressed for clients that negotiated zlib, 0-268435455 (default: \(defaults.compressionThreshold)).")
     var compressionThreshold: Int?
 
-    @Option(name: .customLong("shutdown-grace-ms"), help: "On SIGTERM/SIGINT, time given to in-flight requests before connections are closed (default: \(defaults.shutdownGraceMs)).")
+    @Option(name: .customLong("shutdown-grace-ms"), help: "On SIGTERM/SIGINT, time given to in-flight requests before connections are closed, 0-3600000 (default: \(defaults.shutdownGraceMs)).")
     var shutdownGraceMs: Int?
 
     @Option(name: .customLong("presence-timeout"), help: "Seconds (5-300) a user whose session ended abnormally stays in their channels before others see remoteTimeout (default: \(defaults.presenceTimeout)).")
@@ -127,13 +160,13 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("presence-interval-threshold"), help: "Above this many members (8-128) a channel sends one presence interval event per interval instead of one event per change (default: \(defaults.presenceIntervalThreshold)).")
     var presenceIntervalThreshold: Int?
 
-    @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event (default: \(defaults.presenceIntervalMs)).")
+    @Option(name: .customLong("presence-interval-ms"), help: "How often a channel in interval mode sends its presence interval event, 100-60000 (default: \(defaults.presenceIntervalMs)).")
     var presenceIntervalMs: Int?
 
-    @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
+    @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer, 100-600000 (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
     var providerTimeoutMs: Int?
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics (PORT 0-65535; 0: any free port) on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
 
     @Option(name: .customLong("metrics-host"), help: "The address the metrics endpoint binds (with --metrics-port): 127.0.0.1 by default; 0.0.0.0 or :: for every interface.")
@@ -141,6 +174,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
     var logLevel: String?
+
+    @Option(name: .customLong("log-format"), help: "text (swift-log's lines) or json (one JSON object per line: time, level, label, message, metadata) (default: \(defaults.logFormat)).")
+    var logFormat: String?
 
     @Option(help: "Run as a node of a cluster whose state lives in this PostgreSQL database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE). Every node given the same URL shares metadata with its storage events, channel locks, presence, event subscriptions with kept events and online state, and the profile directory with its providers; --database is then not used. Keep a password out of the process list: put it in the --config file or SWITCHBOARD_CLUSTER.")
     var cluster: String?
@@ -191,6 +227,7 @@ struct Serve: AsyncParsableCommand {
         put("metrics-port", self.metricsPort)
         put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
+        put("log-format", self.logFormat)
         put("cluster", self.cluster)
         put("redis", self.redis)
         return values
@@ -251,14 +288,10 @@ extension ServeSettings {
         configuration.unixSocketMode = mode
         configuration.databasePath = self.database
         configuration.eventLoopThreads = self.threads
-        switch self.tokenSecret {
-        case .file(let file)?:
-            let text = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-            configuration.tokenSecret = Array(text.utf8)
-        case .inline(let secret)?:
-            configuration.tokenSecret = Array(secret.utf8)
-        case nil:
-            break
+        do {
+            configuration.tokenSecret = try TokenSecretLoader.load(of: self)
+        } catch {
+            throw ValidationError(error.description)
         }
         configuration.limits.maxConnections = self.maxConnections
         configuration.limits.maxFrameSize = self.maxFrameSize
@@ -287,12 +320,6 @@ extension ServeSettings {
         guard ["auto", "loop", "writer"].contains(self.commitOn) else {
             throw ValidationError("commit-on must be auto, loop or writer")
         }
-        guard (0...1_000).contains(self.writeBehindMs) else {
-            throw ValidationError("write-behind-ms must be 0-1000")
-        }
-        guard (0...1_000).contains(self.unawaitedWriteDelayMs) else {
-            throw ValidationError("unawaited-write-delay-ms must be 0-1000")
-        }
         var presenceConfiguration = PresenceConfiguration()
         presenceConfiguration.presenceTimeout = .seconds(Int64(self.presenceTimeout))
         presenceConfiguration.intervalThreshold = self.presenceIntervalThreshold
@@ -305,16 +332,22 @@ extension ServeSettings {
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+        switch self.logFormat {
+        case "text":
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        case "json":
+            LoggingSystem.bootstrap { label in JSONLogHandler(label: label, logLevel: level) }
+        default:
+            throw ValidationError("log-format must be text or json")
         }
         let logger = Logger(label: "switchboard")
         var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
         var metricsPrometheus: PrometheusMetrics?
         if let port = self.metricsPort {
-            guard (0...65_535).contains(port) else { throw ValidationError("--metrics-port must be 0-65535") }
             guard !self.metricsHost.isEmpty else { throw ValidationError("--metrics-host needs an address") }
             // The application keeps the metrics in a registry of its own (help text for every family, buckets
             // from 50 µs); the global MetricsSystem gets it too, for any library that records through it.
@@ -339,6 +372,7 @@ extension ServeSettings {
         applicationConfiguration.presence = presenceConfiguration
         applicationConfiguration.unawaitedWriteDelayMs = self.unawaitedWriteDelayMs
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
+        var nodeID: String?
         if let url = self.cluster {
             let location: PostgresLocation
             do {
@@ -355,6 +389,7 @@ extension ServeSettings {
                 }
             }
             var engine = PostgresCluster(location: location, redis: redis)
+            nodeID = engine.nodeID
             // A dead node's members must be gone from the others within the presence timeout: a node is seen dead
             // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
             let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
@@ -363,13 +398,22 @@ extension ServeSettings {
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }
+        // SIGHUP's default action ends the process: ignored until the gateway runs, then it reloads.
+        signal(SIGHUP, SIG_IGN)
+        let startLine = StartLine(nodeID: nodeID)
         let application = GatewayApplication(
             configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,
-            onServerRunning: { _ in SecondSignal.exitImmediately(logger: logger) })
+            onServerRunning: { [self] running in
+                SecondSignal.exitImmediately(logger: logger)
+                startLine.log(
+                    running, tls: configuration.tls != nil, tokens: configuration.tokenSecret != nil, logger: logger)
+                CredentialReload.install(gateway: running.gateway, settings: self, logger: logger)
+            })
         do {
             try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])
-        } catch is DatabaseLockError {
-            throw ExitCode(3)  // the application logged it as critical ("…; refusing to start")
+        } catch let error as DatabaseLockError {
+            // The application logged it as critical ("…; refusing to start").
+            throw ExitCode(StartFailure(error).exitStatus)
         }
         logger.info("switchboard stopped")
     }
@@ -409,7 +453,9 @@ enum SecondSignal {
 
 struct Token: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Mints a login token with the gateway's secret: --token-secret-file or --token-secret, else SWITCHBOARD_TOKEN_SECRET_FILE or SWITCHBOARD_TOKEN_SECRET, else the configuration file's (--config or SWITCHBOARD_CONFIG).")
+        abstract: "Mints a login token with the gateway's secret: --token-secret-file or --token-secret, else SWITCHBOARD_TOKEN_SECRET_FILE or SWITCHBOARD_TOKEN_SECRET, else the configuration file's (--config or SWITCHBOARD_CONFIG).",
+        usage: "switchboard token --user <user> [--ttl <ttl>] [--admin] (--token-secret-file <path> | --token-secret <secret> | --config <path>)",
+        discussion: "The secret must be at least 32 bytes (a file's without the whitespace around it), as the gateway requires; --token-secret-file, --token-secret and --config are the gateway's options (switchboard --help).")
 
     @Option(help: "The user the token is for.")
     var user: String
@@ -420,40 +466,36 @@ struct Token: AsyncParsableCommand {
     @Flag(help: "Grant the admin role (act for any user).")
     var admin = false
 
-    @Option(name: .customLong("token-secret"), help: "HMAC secret.")
-    var tokenSecret: String?
-
-    @Option(name: .customLong("token-secret-file"), help: "Read the secret from this file.")
-    var tokenSecretFile: String?
-
-    @Option(help: ArgumentHelp("The gateway's JSON configuration file, for its token secret.", valueName: "path"))
-    var config: String?
+    /// The secret's options, `--token-secret-file`, `--token-secret` and `--config`, are the gateway's: the root
+    /// command parses its serve options (``ServeOptions``) wherever they stand, after `token` too.
+    @ParentCommand var gateway: SwitchboardCommand
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         var commandLine: [String: ConfigContent] = [:]
-        if let secret = self.tokenSecret { commandLine["token-secret"] = .string(secret) }
-        if let file = self.tokenSecretFile { commandLine["token-secret-file"] = .string(file) }
-        let resolved: ServeSettings.TokenSecret?
+        let options = self.gateway.options
+        if let secret = options.tokenSecret { commandLine["token-secret"] = .string(secret) }
+        if let file = options.tokenSecretFile { commandLine["token-secret-file"] = .string(file) }
+        let resolved: ServeSettings
         do {
             var file: ConfigFile?
-            if let path = self.config ?? environment[ServeSettings.configFileVariable] {
+            if let path = options.config ?? environment[ServeSettings.configFileVariable] {
                 file = try await ConfigFile.load(path: path)
             }
             resolved = try ServeSettings.resolve(commandLine: commandLine, environment: environment, configFile: file)
-                .tokenSecret
         } catch {
             throw ValidationError(error.description)
         }
-        let secret: String
-        switch resolved {
-        case .file(let file)?:
-            secret = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        case .inline(let given)?:
-            secret = given
-        case nil:
-            throw ValidationError(
-                "no secret: give --token-secret, --token-secret-file, SWITCHBOARD_TOKEN_SECRET or a configuration file with one")
+        let secret: [UInt8]
+        do {
+            guard let key = try TokenSecretLoader.load(of: resolved) else {
+                throw ValidationError(
+                    "no secret: give --token-secret, --token-secret-file, SWITCHBOARD_TOKEN_SECRET or a configuration file with one")
+            }
+            secret = key
+        } catch let error as SettingsError {
+            // The gateway refuses this secret at start: a token signed with it would never log in.
+            throw ValidationError(error.description)
         }
         guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
             throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")
@@ -463,7 +505,7 @@ struct Token: AsyncParsableCommand {
             throw ValidationError("--ttl is too long: a token must expire within \(Self.latestExpiry - now) s")
         }
         let expiresAt = now + seconds
-        let authority = TokenAuthority(secret: Array(secret.utf8))
+        let authority = TokenAuthority(secret: secret)
         print(authority.mint(userID: self.user, expiresAt: expiresAt, role: self.admin ? .admin : .user))
     }
 

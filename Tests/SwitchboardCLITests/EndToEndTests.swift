@@ -223,7 +223,7 @@ struct EndToEndTests {
 
     @Test("a refused login exits 77; a minted token logs in, and the own-record rule refuses with 82")
     func tokensAndPermissions() async throws {
-        let secret = "sbctl-test-secret"
+        let secret = "sbctl-test-secret-of-at-least-32-bytes"
         try await withChildGateway(extraArguments: ["--token-secret", secret]) { gateway in
             let noToken = try await gateway.sbctl(["where-now"])
             #expect(noToken.status == 77, "\(noToken.errorOutput)")

@@ -24,7 +24,7 @@ import Testing
     @Test func aGatewayStartedWithOnlyAConfigFileServesAndTakesItsTokenSecretFromIt() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: ProcessTests.executable.path), "build the switchboard product first")
         try await withTemporaryDirectory("sb-config") { directory in
-            let secret = "secret-from-the-file-\(UInt32.random(in: 0...UInt32.max))"
+            let secret = "a-secret-from-the-configuration-file-\(UInt32.random(in: 0...UInt32.max))"
             let port = try Self.freeLoopbackPort()
             let configPath = directory + "/switchboard.json"
             let json = """

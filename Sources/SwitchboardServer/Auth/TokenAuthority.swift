@@ -50,7 +50,12 @@ public struct TokenAuthority: Sendable {
     /// Longest user id a token may name, in bytes.
     public static let maxUserIDBytes = 64
 
-    /// Creates an authority for `secret` (at least 16 bytes recommended).
+    /// The shortest secret `switchboard` accepts, in bytes: an HMAC-SHA256 key at least as long as the hash output
+    /// (RFC 7518 §3.2). A shorter key, and above all an empty one, lets anyone who guesses it mint tokens.
+    public static let minimumSecretBytes = 32
+
+    /// Creates an authority for `secret` (at least ``minimumSecretBytes``; the `switchboard` executable refuses
+    /// shorter ones, tests may use any).
     public init(secret: some Sequence<UInt8>) {
         self.secret = Array(secret)
     }

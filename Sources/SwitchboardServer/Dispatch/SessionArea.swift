@@ -2,7 +2,8 @@ import SwitchboardWire
 
 /// The session operations: logout and token renewal (`Protocol/SPEC.md` §5.3, §5.7).
 struct SessionArea: RequestHandler {
-    let authority: TokenAuthority?
+    /// Where the token authority of the moment is (it changes when the secret is reloaded).
+    let credentials: GatewayCredentials
     /// Told of a logout before it is answered (``SessionObserver/sessionLoggingOut(_:)``).
     var observers: [any SessionObserver] = []
 
@@ -15,7 +16,7 @@ struct SessionArea: RequestHandler {
             // The connection handler sends GOAWAY and closes once this response is written.
             return .response(.logout(EmptyBody()))
         case .renewToken(let renew):
-            guard let authority else {
+            guard let authority = self.credentials.authority else {
                 return .response(.renewToken(RenewTokenResponse(expiresAtMs: 0)))
             }
             do {

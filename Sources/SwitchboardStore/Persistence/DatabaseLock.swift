@@ -22,9 +22,10 @@ public final class DatabaseLock: Sendable {
         for path in paths {
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
-                let reason = String(cString: strerror(errno))
+                let error = errno
                 for held in descriptors { close(held) }
-                throw DatabaseLockError(path: path, reason: reason, isHeldElsewhere: false)
+                throw DatabaseLockError(
+                    path: path, reason: String(cString: strerror(error)), isHeldElsewhere: false, errorNumber: error)
             }
             guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
                 let error = errno
@@ -33,7 +34,7 @@ public final class DatabaseLock: Sendable {
                 let busy = error == EWOULDBLOCK
                 throw DatabaseLockError(
                     path: path, reason: busy ? "another gateway is using it" : String(cString: strerror(error)),
-                    isHeldElsewhere: busy)
+                    isHeldElsewhere: busy, errorNumber: error)
             }
             descriptors.append(fd)
         }
@@ -64,6 +65,9 @@ public struct DatabaseLockError: Error, CustomStringConvertible, Sendable {
     public var reason: String
     /// Whether another process holds the lock (rather than the file being unusable).
     public var isHeldElsewhere: Bool
+    /// The system's error number (`errno`) of the failed `open` or `flock`: `ENOENT` for a missing directory,
+    /// `EROFS` for a read-only file system, `EACCES` without permission.
+    public var errorNumber: Int32 = 0
 
     public var description: String {
         "cannot lock database \(self.path): \(self.reason)"
