@@ -117,8 +117,7 @@ final class ChangeFeed: Service, Sendable {
     }
 
     private func readWhileConnected() async throws {
-        var configuration = self.location.configuration
-        configuration.options.additionalStartupParameters = [("application_name", "switchboard-feed-\(self.nodeID)")]
+        let configuration = self.location.configuration(applicationName: "switchboard-feed-\(self.nodeID)")
         let connection = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
         defer { Task { _ = try? await connection.close() } }

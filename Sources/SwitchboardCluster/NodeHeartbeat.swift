@@ -1,44 +1,46 @@
 import Logging
+import NIOCore
 import PostgresNIO
 import ServiceLifecycle
 
-/// Keeps this node's row in `sb_node` fresh, stops the node when it cannot, and removes the rows of dead nodes.
+/// Keeps this node's row in `sb_node` fresh, fences the node when it cannot, and removes the rows of dead nodes.
 ///
-/// Every ``interval`` the node writes `heartbeat_at = now()` on a connection of its own. A node that could not do
-/// so for ``timeout`` no longer knows whether the others consider it alive, so it stops serving: ``run()`` throws
-/// ``NodeFenced``, its service group shuts the gateway down (clients reconnect to another node) and the process
-/// exits with a failure. After each heartbeat the node deletes the rows of nodes whose heartbeat is older than
-/// ``timeout`` (killed, or cut off from the database, and so fenced by now), logging each: a node's death is
-/// visible to the others within the timeout and one interval.
+/// The node's first heartbeat inserts its row; every later one only updates it (`UPDATE … WHERE id`), every
+/// ``interval``, on a connection of its own. The node id is drawn at each start, so a row names one incarnation of a
+/// node. A heartbeat that finds the row gone means the others declared the node dead and swept it (it was paused,
+/// frozen or cut off for longer than ``timeout``): its state is gone from the cluster, so the node must not go on.
+/// Likewise a node whose last successful heartbeat is ``timeout`` old (``NodeLiveness``) may have been swept
+/// meanwhile. In both cases it fences itself: ``run()`` throws ``NodeFenced`` before the node writes anything else,
+/// its service group shuts the gateway down (clients get GOAWAY and reconnect to another node) and the process exits
+/// with a failure, so that its supervisor starts it again as a new node.
+///
+/// After each heartbeat the node deletes the rows of nodes whose heartbeat is older than ``timeout`` (killed, paused
+/// or cut off from the database, and fenced by now), logging each: a node's death is visible to the others within the
+/// timeout and one interval. Before that it terminates their database sessions (found by their `application_name`
+/// in `pg_stat_activity`), so a paused node's open transaction releases its locks and cannot commit when it resumes.
 final class NodeHeartbeat: Service, Sendable {
     /// How often the row is written.
     let interval: Duration
     /// How long the node may go without a successful write before it stops serving.
-    let timeout: Duration
+    var timeout: Duration { self.liveness.timeout }
     private let location: PostgresLocation
     private let nodeID: String
+    private let liveness: NodeLiveness
     private let sweepers: [any DeadNodeSweeper]
     private let logger: Logger
 
-    /// The node could not refresh its heartbeat in time and stopped serving.
-    struct NodeFenced: Error, CustomStringConvertible {
-        var node: String
-        var timeout: Duration
-        var description: String {
-            "node \(self.node) could not refresh its heartbeat for \(self.timeout) and stops serving"
-        }
-    }
-
-    /// - Parameter sweepers: What removes a dead node's state, in the transaction that removes its row.
+    /// - Parameters:
+    ///   - liveness: Notes each successful heartbeat and fences the node.
+    ///   - sweepers: What removes a dead node's state, in the transaction that removes its row.
     init(
-        location: PostgresLocation, nodeID: String, interval: Duration, timeout: Duration,
+        location: PostgresLocation, nodeID: String, interval: Duration, liveness: NodeLiveness,
         sweepers: [any DeadNodeSweeper] = [], logger: Logger
     ) {
         self.location = location
         self.nodeID = nodeID
+        self.liveness = liveness
         self.sweepers = sweepers
         self.interval = interval
-        self.timeout = timeout
         self.logger = logger
     }
 
@@ -46,7 +48,7 @@ final class NodeHeartbeat: Service, Sendable {
         let connection = try await cancelWhenGracefulShutdown { () async throws -> PostgresConnection? in
             try await self.beat()
         }
-        // A node that stops on purpose leaves the cluster at once instead of timing out.
+        // A node that stops on purpose leaves the cluster at once instead of timing out (not a fenced one: it threw).
         if let connection, !connection.isClosed {
             let (nodeID, logger) = (self.nodeID, self.logger)
             _ = await finishes(by: .now + .seconds(5)) {
@@ -57,12 +59,19 @@ final class NodeHeartbeat: Service, Sendable {
     }
 
     /// Deletes the rows of nodes that have not refreshed their heartbeat for ``timeout``, and with them, in the same
-    /// transaction, what the ``DeadNodeSweeper``s remove of theirs.
+    /// transaction, what the ``DeadNodeSweeper``s remove of theirs; first it ends those nodes' database sessions.
     ///
     /// Two live nodes may try at once: the second waits for the first's row locks and then finds nothing to delete,
     /// so each dead node is swept exactly once.
     private func removeDeadNodes(on connection: PostgresConnection) async throws {
-        let seconds = Double(self.timeout.components.seconds) + Double(self.timeout.components.attoseconds) / 1e18
+        let timeout = self.timeout
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        let candidates = try await connection.query(
+            "SELECT id FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds))", logger: self.logger)
+        var stale: [String] = []
+        for try await id in candidates.decode(String.self) { stale.append(id) }
+        guard !stale.isEmpty else { return }
+        await self.terminateSessions(ofNodes: stale, on: connection)
         try await connection.query("BEGIN", logger: self.logger)
         var afterCommit: [@Sendable () -> Void] = []
         do {
@@ -88,48 +97,107 @@ final class NodeHeartbeat: Service, Sendable {
         for action in afterCommit { action() }
     }
 
+    /// Ends every database session of `nodes` (waiting up to 2 s for each to go), so that what a paused node's
+    /// transaction holds is released before the sweep, and nothing it began can commit when it resumes. Nodes whose
+    /// heartbeat is that old have fenced themselves already: no live node loses a connection.
+    ///
+    /// A failure (the role may not signal those sessions) is logged; the sweep goes on.
+    private func terminateSessions(ofNodes nodes: [String], on connection: PostgresConnection) async {
+        do {
+            let rows = try await connection.query(
+                """
+                SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 2000)) FROM pg_stat_activity
+                WHERE application_name LIKE 'switchboard-%'
+                  AND substring(application_name FROM '[^-]*$') = ANY(\(nodes)::text[])
+                  AND pid <> pg_backend_pid()
+                """, logger: self.logger)
+            for try await count in rows.decode(Int64.self) where count > 0 {
+                self.logger.warning(
+                    "ended the database sessions of cluster nodes seen dead",
+                    metadata: ["nodes": "\(nodes.joined(separator: ","))", "sessions": "\(count)"])
+            }
+        } catch {
+            self.logger.error(
+                "could not end the database sessions of cluster nodes seen dead",
+                metadata: ["nodes": "\(nodes.joined(separator: ","))", "error": "\(String(reflecting: error))"])
+        }
+    }
+
     /// Refreshes the row every interval until cancelled; returns the open connection.
     ///
-    /// - Throws: ``NodeFenced`` when no refresh succeeded for ``timeout``.
+    /// - Throws: ``NodeFenced`` when the row is gone, or no refresh succeeded for ``timeout``.
     private func beat() async throws -> PostgresConnection? {
         let clock = ContinuousClock()
-        var lastBeat = clock.now
+        let started = clock.now
+        var registered = false
         var connection: PostgresConnection?
-        while !Task.isCancelled {
-            do {
-                let current: PostgresConnection
-                if let open = connection, !open.isClosed {
-                    current = open
-                } else {
-                    var configuration = self.location.configuration
-                    configuration.options.connectTimeout = .seconds(2)
-                    current = try await PostgresConnection.connect(configuration: configuration, id: 2_000, logger: self.logger)
-                    connection = current
+        do {
+            while !Task.isCancelled {
+                // First, before anything else is written: a node that was stopped for the timeout may have been swept.
+                try self.liveness.checkAlive()
+                if !registered, clock.now - started >= self.timeout {
+                    throw self.liveness.fence(
+                        NodeFenced(node: self.nodeID, reason: .heartbeatTooOld(clock.now - started, timeout: self.timeout)))
                 }
-                try await current.query(
-                    """
-                    INSERT INTO sb_node (id, started_at, heartbeat_at) VALUES (\(self.nodeID), now(), now())
-                    ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
-                    """, logger: self.logger)
-                lastBeat = clock.now
-                try await self.removeDeadNodes(on: current)
-            } catch {
-                if Task.isCancelled { return connection }
-                if let open = connection, open.isClosed { connection = nil }
-                self.logger.warning(
-                    "cluster heartbeat failed", metadata: ["node": "\(self.nodeID)", "error": "\(String(reflecting: error))"])
+                do {
+                    let current: PostgresConnection
+                    if let open = connection, !open.isClosed {
+                        current = open
+                    } else {
+                        var configuration = self.location.configuration(
+                            applicationName: PostgresLocation.applicationName("heartbeat", node: self.nodeID))
+                        configuration.options.connectTimeout = .seconds(2)
+                        current = try await PostgresConnection.connect(
+                            configuration: configuration, id: 2_000, logger: self.logger)
+                        connection = current
+                    }
+                    let sent = clock.now
+                    // An unresponsive database must not hold the heartbeat past the moment the node has to fence
+                    // itself: then the connection is closed, which fails the query, and the next round fences.
+                    let deadline = self.liveness.fenceDeadline ?? started + self.timeout
+                    let wait = max(deadline - sent, .milliseconds(100))
+                    let nanoseconds = wait.components.seconds * 1_000_000_000 + wait.components.attoseconds / 1_000_000_000
+                    let attempt = current.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
+                        _ = current.close() as EventLoopFuture<Void>
+                    }
+                    defer { attempt.cancel() }
+                    if registered {
+                        let rows = try await current.query(
+                            "UPDATE sb_node SET heartbeat_at = now() WHERE id = \(self.nodeID) RETURNING 1",
+                            logger: self.logger)
+                        var found = false
+                        for try await _ in rows.decode(Int32.self) { found = true }
+                        guard found else { throw self.liveness.fence(NodeFenced(node: self.nodeID, reason: .swept)) }
+                    } else {
+                        // Until the first heartbeat is known to have succeeded the row may or may not be there.
+                        try await current.query(
+                            """
+                            INSERT INTO sb_node (id, started_at, heartbeat_at) VALUES (\(self.nodeID), now(), now())
+                            ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+                            """, logger: self.logger)
+                        registered = true
+                    }
+                    self.liveness.beat(sentAt: sent)
+                    try await self.removeDeadNodes(on: current)
+                } catch let fenced as NodeFenced {
+                    throw fenced
+                } catch {
+                    if Task.isCancelled { return connection }
+                    if let open = connection, open.isClosed { connection = nil }
+                    self.logger.warning(
+                        "cluster heartbeat failed", metadata: ["node": "\(self.nodeID)", "error": "\(String(reflecting: error))"])
+                    try self.liveness.checkAlive()  // the attempt may have ended at the deadline
+                }
+                do {
+                    try await Task.sleep(for: self.interval)
+                } catch {
+                    return connection
+                }
             }
-            if clock.now - lastBeat > self.timeout {
-                let fenced = NodeFenced(node: self.nodeID, timeout: self.timeout)
-                self.logger.critical("\(fenced.description)")
-                if let connection { _ = try? await connection.close() }
-                throw fenced
-            }
-            do {
-                try await Task.sleep(for: self.interval)
-            } catch {
-                return connection
-            }
+        } catch let fenced as NodeFenced {
+            self.logger.critical("\(fenced.description)")
+            if let connection { _ = try? await connection.close() }
+            throw fenced
         }
         return connection
     }

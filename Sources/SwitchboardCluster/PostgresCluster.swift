@@ -18,7 +18,8 @@ import Synchronization
 /// feed (``PostgresPresence``), or through Redis with `--redis` (``RedisPresenceStore``); a dead node's sessions are
 /// swept by the node that sees it dead.
 public struct PostgresCluster: ClusterEngine {
-    /// The database.
+    /// The database, as this node connects to it (every connection names the node and has its transactions bounded:
+    /// ``PostgresLocation/sessionParameters``).
     public let location: PostgresLocation
     /// This node's id, unique per start (a node that restarts is a new node).
     public let nodeID: String
@@ -27,7 +28,12 @@ public struct PostgresCluster: ClusterEngine {
     /// How often a node refreshes its heartbeat row.
     public var heartbeatInterval: Duration = .seconds(1)
     /// How long a node may fail to refresh its heartbeat before it stops serving (and its peers consider it dead).
-    public var nodeTimeout: Duration = .seconds(10)
+    public var nodeTimeout: Duration {
+        get { self.liveness.timeout }
+        nonmutating set { self.liveness.timeout = newValue }
+    }
+    /// Whether this node may still act for the cluster; it fences itself once it may not (``NodeLiveness``).
+    public let liveness: NodeLiveness
     /// The Redis server that carries committed changes to the other nodes at once (nil: PostgreSQL alone, with
     /// `NOTIFY` and polling).
     public let redis: RedisLocation?
@@ -45,6 +51,10 @@ public struct PostgresCluster: ClusterEngine {
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
+        let liveness = NodeLiveness(nodeID: nodeID, timeout: .seconds(10))
+        var location = location
+        location.node = liveness
+        self.liveness = liveness
         self.location = location
         self.redis = redis
         self.nodeID = nodeID
@@ -168,7 +178,7 @@ public struct PostgresCluster: ClusterEngine {
         // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
         return [
             NodeHeartbeat(
-                location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, timeout: self.nodeTimeout,
+                location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, liveness: self.liveness,
                 sweepers: sweepers, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,

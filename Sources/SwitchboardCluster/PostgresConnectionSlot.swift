@@ -26,14 +26,20 @@ final class PostgresConnectionSlot: Sendable {
     }
 
     /// The open connection, connecting when there is none.
+    ///
+    /// - Throws: ``NodeFenced`` when the node must not write any more (``NodeLiveness/checkAlive(now:)``), asked once
+    ///   the connection exists, so a node swept after the check finds that connection ended by the sweeping node.
     func open() async throws -> PostgresConnection {
-        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
-        var configuration = self.location.configuration
+        if let connection = self.connection.withLock({ $0 }), !connection.isClosed {
+            try self.location.node?.checkAlive()
+            return connection
+        }
+        var configuration = self.location.configuration(applicationName: self.name)
         if let connectTimeout = self.connectTimeout { configuration.options.connectTimeout = connectTimeout }
-        configuration.options.additionalStartupParameters = [("application_name", self.name)]
         let connection = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
         self.connection.withLock { $0 = connection }
+        try self.location.node?.checkAlive()
         return connection
     }
 

@@ -12,6 +12,9 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     public var password: String?
     /// The database (default: the user name).
     public var database: String
+    /// The cluster node whose connections these are (nil: none): each of its connections then names the node in its
+    /// `application_name` and has PostgreSQL bound its transactions (``sessionParameters``).
+    var node: NodeLiveness?
 
     /// A URL that is not a `postgres://` or `postgresql://` URL with a user and a host.
     public struct InvalidURL: Error, CustomStringConvertible {
@@ -66,13 +69,42 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     /// `postgres://user@host:port/database`, without the password.
     public var description: String { "postgres://\(self.username)@\(self.host):\(self.port)/\(self.database)" }
 
-    /// The connection settings postgres-nio takes (no TLS: the database is expected on a private network).
+    /// The connection settings postgres-nio takes (no TLS: the database is expected on a private network); a
+    /// node's connection is named `switchboard-node-NODE`.
     var configuration: PostgresConnection.Configuration {
+        self.configuration(applicationName: self.node.map { Self.applicationName("node", node: $0.nodeID) })
+    }
+
+    /// The connection settings of a connection shown as `applicationName` in `pg_stat_activity` (nil: unnamed),
+    /// with the node's ``sessionParameters``.
+    func configuration(applicationName: String?) -> PostgresConnection.Configuration {
         var configuration = PostgresConnection.Configuration(
             host: self.host, port: self.port, username: self.username, password: self.password,
             database: self.database, tls: .disable)
         configuration.options.connectTimeout = .seconds(5)
+        var parameters = self.sessionParameters
+        if let applicationName { parameters.insert(("application_name", applicationName), at: 0) }
+        configuration.options.additionalStartupParameters = parameters
         return configuration
+    }
+
+    /// `switchboard-ROLE-NODE`: how a node's connection for `role` shows in `pg_stat_activity`. The node id (hex
+    /// digits) comes last, after the last `-`, so a sweeping node finds every connection of a dead node by it.
+    static func applicationName(_ role: String, node: String) -> String { "switchboard-\(role)-\(node)" }
+
+    /// The run-time parameters every connection of ``node`` sets when it starts, from the node timeout T:
+    /// `idle_in_transaction_session_timeout` = T/4, so PostgreSQL ends the session (and its transaction, releasing
+    /// its row and advisory locks) of a node stopped inside a transaction (paused, frozen, swapping) long before the
+    /// others sweep it; `lock_timeout` = 3T/4, so a statement waits that long at most for a lock: longer than the idle
+    /// bound, so a write waiting on a stopped node's transaction goes through once PostgreSQL ended it, and shorter
+    /// than T, so a live node's write fails (`8001 storageFailure`) rather than waiting for good.
+    var sessionParameters: [(String, String)] {
+        guard let node = self.node else { return [] }
+        let milliseconds = node.timeout.components.seconds * 1_000 + node.timeout.components.attoseconds / 1_000_000_000_000_000
+        return [
+            ("idle_in_transaction_session_timeout", "\(max(milliseconds / 4, 1))"),
+            ("lock_timeout", "\(max(milliseconds * 3 / 4, 1))"),
+        ]
     }
 
     private static func percentDecoded(_ text: Substring) -> String {

@@ -258,12 +258,15 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         /// Records of failed writes, to read again as committed once the database answers.
         var stale = Set<ProfileRecordKey>()
         func open() async throws -> PostgresConnection {
-            if let current = connection, !current.isClosed { return current }
+            if let current = connection, !current.isClosed {
+                try self.location.node?.checkAlive()
+                return current
+            }
             connectionID += 1
-            var configuration = self.location.configuration
-            configuration.options.additionalStartupParameters = [("application_name", "switchboard-profiles-\(self.nodeID)")]
+            let configuration = self.location.configuration(applicationName: "switchboard-profiles-\(self.nodeID)")
             let opened = try await PostgresConnection.connect(configuration: configuration, id: connectionID, logger: self.logger)
             connection = opened
+            try self.location.node?.checkAlive()  // before each batch: see PostgresConnectionSlot.open()
             return opened
         }
         while true {

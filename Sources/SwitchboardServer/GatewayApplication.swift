@@ -270,8 +270,12 @@ public struct GatewayApplication: Service {
             if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
             if let endpoint { group.append(endpoint) }
             group.append(gateway)
+            // A service that fails (a cluster node that fenced itself) stops the others as a signal would: the gateway
+            // drains its clients (GOAWAY) instead of being cancelled.
             let serviceGroup = ServiceGroup(
-                configuration: .init(services: group, gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger))
+                configuration: .init(
+                    services: group.map { .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
+                    gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger))
             try await serviceGroup.run()
         } catch {
             try? await eventLoopGroup.shutdownGracefully()

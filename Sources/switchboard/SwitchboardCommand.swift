@@ -394,6 +394,7 @@ extension ServeSettings {
             // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
             let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
             engine.nodeTimeout = min(engine.nodeTimeout, presenceBound)
+            FencedExit.arm(engine.liveness, drainGrace: .milliseconds(self.shutdownGraceMs), logger: logger)
             applicationConfiguration.cluster = engine
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
@@ -414,6 +415,8 @@ extension ServeSettings {
         } catch let error as DatabaseLockError {
             // The application logged it as critical ("…; refusing to start").
             throw ExitCode(StartFailure(error).exitStatus)
+        } catch is NodeFenced {
+            throw ExitCode(FencedExit.status)  // logged as critical when it fenced itself
         }
         logger.info("switchboard stopped")
     }
