@@ -262,6 +262,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             connectionID += 1
             var configuration = self.location.configuration
             configuration.options.additionalStartupParameters = [("application_name", "switchboard-profiles-\(self.nodeID)")]
+            configuration.options.connectTimeout = .seconds(2)
             let opened = try await PostgresConnection.connect(configuration: configuration, id: connectionID, logger: self.logger)
             connection = opened
             return opened
@@ -269,7 +270,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         while true {
             if !stale.isEmpty {
                 do {
-                    try await self.reread(Array(stale), on: try await open())
+                    let current = try await open()
+                    let watch = ConnectionWatch(current)
+                    defer { watch.end() }
+                    try await self.reread(Array(stale), on: current)
                     stale = []
                 } catch {
                     self.logger.warning(
@@ -443,6 +447,9 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private func commit(_ writes: [ProfileWrite], on connection: PostgresConnection) async throws
         -> (version: Int64, messages: [ProfileFeedMessage])
     {
+        // Bounded: past its deadline the connection is closed, which fails the waiting statement.
+        let watch = ConnectionWatch(connection)
+        defer { watch.end() }
         try await connection.query("BEGIN", logger: self.logger)
         do {
             var messages: [ProfileFeedMessage] = []
