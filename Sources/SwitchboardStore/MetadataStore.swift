@@ -130,7 +130,9 @@ public final class MetadataStore: Sendable {
     ///
     /// - Parameter scope: The set.
     /// - Returns: The set's majorRevision and items; majorRevision 0 and no items when it does not exist.
-    /// - Throws: `7001 identifierTooLong` for an empty or over-long name, `7000` for an unknown channel type.
+    /// - Throws: `7001 identifierTooLong` for an empty or over-long name, `7000` for an unknown channel type;
+    ///   `8001 storageFailure` for a shared set the copy in memory may be behind on (the node is catching up with
+    ///   the cluster, or the set's last COMMIT got no answer).
     public func get(_ scope: MetadataScope) throws(SwitchboardStoreError) -> MetadataSnapshot {
         if let error = self.readError(scope) { throw error }
         let set = self.shard(for: scope).state.withLock { $0.sets[scope] }

@@ -26,7 +26,7 @@ struct ClusterOutageTests {
             let stoppedAt = ContinuousClock.now
             for (index, port) in health.enumerated() {
                 let reported = try await eventually(seconds: 10) {
-                    let answer = try await OutageHTTP.get(port: port, "/health")
+                    guard let answer = try? await OutageHTTP.get(port: port, "/health") else { return false }
                     return answer.status == 503 && answer.body.contains("postgresql")
                 }
                 #expect(reported, "node \(index) did not report PostgreSQL down on /health")
@@ -37,7 +37,7 @@ struct ClusterOutageTests {
 
             for (index, port) in health.enumerated() {
                 let healthy = try await eventually(seconds: 20) {
-                    try await OutageHTTP.get(port: port, "/health").status == 200
+                    (try? await OutageHTTP.get(port: port, "/health"))?.status == 200
                 }
                 #expect(healthy, "node \(index) still reports unhealthy 20 s after PostgreSQL came back")
             }
@@ -64,7 +64,7 @@ struct ClusterOutageTests {
             let killedAt = load.mark()
             for (index, port) in health.enumerated() {
                 let reported = try await eventually(seconds: 10) {
-                    let answer = try await OutageHTTP.get(port: port, "/health")
+                    guard let answer = try? await OutageHTTP.get(port: port, "/health") else { return false }
                     return answer.status == 503 && answer.body.contains("redis")
                 }
                 #expect(reported, "node \(index) did not report Redis down on /health")
@@ -75,7 +75,7 @@ struct ClusterOutageTests {
             try await redis.startServer()
             for (index, port) in health.enumerated() {
                 let healthy = try await eventually(seconds: 20) {
-                    try await OutageHTTP.get(port: port, "/health").status == 200
+                    (try? await OutageHTTP.get(port: port, "/health"))?.status == 200
                 }
                 #expect(healthy, "node \(index) still reports unhealthy 20 s after Redis came back")
             }
