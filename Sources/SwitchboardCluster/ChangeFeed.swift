@@ -13,7 +13,13 @@ import Synchronization
 ///
 /// The feed is read on a connection of its own, which also `LISTEN`s: a notification wakes the reader at once, and
 /// without one it reads every ``pollInterval`` anyway, so a lost notification delays a change, never loses it.
-/// When the connection fails the reader connects again and goes on from its cursor, with no gap.
+/// When the connection fails the reader connects again and goes on from its cursor, with no gap. Every wait on the
+/// connection is bounded (connecting by ``ClusterDeadlines/connect``, each read by ``ClusterDeadlines/feedRead``):
+/// a read that does not finish in time closes the connection, and the reader connects again.
+///
+/// From the moment the connection is lost until the reader has read the feed to its end on a new one, the node knows
+/// it may be behind the cluster: ``onBehind`` is told (the node then answers reads of shared metadata with
+/// `8001 storageFailure` rather than serve what may be stale), and told again once it caught up.
 final class ChangeFeed: Service, Sendable {
     /// How often the feed is read when no notification comes.
     let pollInterval: Duration
@@ -29,6 +35,11 @@ final class ChangeFeed: Service, Sendable {
     private let progress: FeedProgress?
     private let wakeup = Wakeup()
     private let connectionIDs = Atomic<Int>(1_000)
+    /// Told true when the reader lost its connection (it may be behind), false once it read the feed to its end again.
+    private let onBehind: @Sendable (Bool) -> Void
+    private let state: ClusterState?
+    /// Whether the reader lost its connection and has not caught up since.
+    private let behind = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - startingAfter: The last row the node's loaded state already holds.
@@ -38,9 +49,12 @@ final class ChangeFeed: Service, Sendable {
     init(
         location: PostgresLocation, nodeID: String, startingAfter cursor: Int64,
         pollInterval: Duration = .milliseconds(100), relay: RedisLocation? = nil, logger: Logger,
-        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer], progress: FeedProgress? = nil
+        consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer], progress: FeedProgress? = nil,
+        state: ClusterState? = nil, onBehind: @escaping @Sendable (Bool) -> Void = { _ in }
     ) {
         self.relay = relay
+        self.state = state
+        self.onBehind = onBehind
         self.progress = progress
         progress?.advance(to: cursor)
         self.location = location
@@ -108,6 +122,7 @@ final class ChangeFeed: Service, Sendable {
                 return
             } catch {
                 if Task.isCancelled { return }
+                if !self.behind.exchange(true, ordering: .relaxed) { self.onBehind(true) }
                 self.logger.warning(
                     "change feed connection lost; connecting again", metadata: ["error": "\(String(reflecting: error))"])
                 try await Task.sleep(for: backoff)
@@ -117,14 +132,18 @@ final class ChangeFeed: Service, Sendable {
     }
 
     private func readWhileConnected() async throws {
-        let configuration = self.location.configuration(applicationName: "switchboard-feed-\(self.nodeID)")
+        var configuration = self.location.configuration(applicationName: "switchboard-feed-\(self.nodeID)")
+        configuration.options.connectTimeout = .seconds(2)  // ClusterDeadlines.connect
         let connection = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
+        if self.behind.load(ordering: .relaxed) { self.state?.feedReconnects.add(1, ordering: .relaxed) }
         defer { Task { _ = try? await connection.close() } }
         // Closing the connection ends every wait on it (the notifications, a query), so a cancelled reader stops
-        // at once whatever it was waiting for.
+        // at once whatever it was waiting for, and a read past its deadline (ConnectionWatch) ends in an error.
+        let listening = ConnectionWatch(connection, for: ClusterDeadlines.feedRead)
         try await withTaskCancellationHandler {
             try await connection.listen(on: PostgresSchema.notifyChannel) { notifications in
+                listening.end()
                 try await self.read(on: connection, wokenBy: notifications)
             }
         } onCancel: {
@@ -147,16 +166,22 @@ final class ChangeFeed: Service, Sendable {
                 while !Task.isCancelled {
                     // Relayed rows first; PostgreSQL when they leave a gap, without a relay, and every poll interval
                     // (this also catches up whatever was committed while a connection was down).
-                    let gap = try await self.applyRelayed(on: connection)
+                    let gap = try await self.watched(connection) { try await self.applyRelayed(on: connection) }
                     let notified = self.relayed.notified.exchange(false, ordering: .relaxed)
-                    if gap || notified || self.relay == nil
+                    if gap || notified || self.relay == nil || self.behind.load(ordering: .relaxed)
                         || lastRead.map({ ContinuousClock.now - $0 >= self.pollInterval }) ?? true
                     {
-                        while try await self.readPage(on: connection) {}
+                        while try await self.watched(connection, { try await self.readPage(on: connection) }) {}
                         lastRead = ContinuousClock.now
+                        if self.behind.exchange(false, ordering: .relaxed) {
+                            self.logger.notice("change feed caught up", metadata: ["cursor": "\(self.position)"])
+                            self.onBehind(false)
+                        }
                     }
                     if ContinuousClock.now - lastPrune > .seconds(60) {
-                        try await ChangeFeedRows.prune(olderThanSeconds: 600, on: connection, logger: self.logger)
+                        try await self.watched(connection) {
+                            try await ChangeFeedRows.prune(olderThanSeconds: 600, on: connection, logger: self.logger)
+                        }
                         lastPrune = ContinuousClock.now
                     }
                     await self.wakeup.wait(timeout: self.pollInterval)
@@ -164,6 +189,18 @@ final class ChangeFeed: Service, Sendable {
             }
             try await group.next()
             group.cancelAll()
+        }
+    }
+
+    /// Runs one read on `connection`, closing the connection if it takes longer than ``ClusterDeadlines/feedRead``
+    /// (the read then fails, and the reader connects again).
+    private func watched<T>(_ connection: PostgresConnection, _ read: () async throws -> T) async throws -> T {
+        let watch = ConnectionWatch(connection, for: ClusterDeadlines.feedRead)
+        defer { watch.end() }
+        do {
+            return try await read()
+        } catch where watch.expired {
+            throw DeadlineExceeded(what: "a change feed read")
         }
     }
 
@@ -184,7 +221,12 @@ final class ChangeFeed: Service, Sendable {
     /// Reads and applies one page of rows; true when the page was full (more may follow at once).
     private func readPage(on connection: PostgresConnection) async throws -> Bool {
         let limit = 1_000
-        let entries = try await ChangeFeedRows.read(after: self.position, limit: limit, on: connection, logger: self.logger)
+        let (cursor, logger) = (self.position, self.logger)
+        let entries = try await withDeadline(
+            .now + ClusterDeadlines.feedRead, "a change feed read", onExpiry: { connection.closeNow() }
+        ) {
+            try await ChangeFeedRows.read(after: cursor, limit: limit, on: connection, logger: logger)
+        }
         for entry in entries { try await self.apply(entry, on: connection) }
         return entries.count == limit
     }
@@ -228,7 +270,8 @@ struct MetadataFeedConsumer: ChangeFeedConsumer {
         let change = try MetadataChangeCoding.decode(payload)
         if !self.store.applyCommitted(change) {
             // Changes before this one are missing here: take the set as committed now.
-            let sets = try await PostgresMetadataBackend.readSets([change.outcome.scope], on: connection, logger: logger)
+            let sets = try await PostgresMetadataBackend.readSets(
+                [change.outcome.scope], on: connection, by: .now + ClusterDeadlines.feedRead, logger: logger)
             self.store.install(sets)
         }
         self.publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))

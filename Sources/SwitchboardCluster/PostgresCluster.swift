@@ -48,6 +48,8 @@ public struct PostgresCluster: ClusterEngine {
     /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
     private let eventBackend = EventBackendBox()
     private let presenceStore: any PresenceStore
+    /// What the node knows of PostgreSQL, Redis and the cluster (``statusReport``).
+    private let state: ClusterState
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -58,6 +60,7 @@ public struct PostgresCluster: ClusterEngine {
         self.location = location
         self.redis = redis
         self.nodeID = nodeID
+        self.state = ClusterState(usesRedis: redis != nil)
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
         let presence = PostgresPresence(nodeID: nodeID)
         self.presence = presence
@@ -68,6 +71,10 @@ public struct PostgresCluster: ClusterEngine {
             self.presenceStore = PostgresPresenceStore(presence: presence, location: location)
         }
     }
+
+    /// Whether PostgreSQL (and Redis) answered the node's last try, the live nodes, how far the change feed reader is
+    /// behind, its reconnects and the metadata writer's, and whether the node fenced itself.
+    public var statusReport: ClusterStatusReport? { self.state.report }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
     public var presenceReplication: (any PresenceReplication)? { self.presence }
@@ -103,8 +110,10 @@ public struct PostgresCluster: ClusterEngine {
 
     /// Loads every metadata set (after ``join(logger:)``).
     public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
+        let state = self.state
         let backend = PostgresMetadataBackend(
-            location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
+            location: self.location, nodeID: self.nodeID, relay: self.relay,
+            onReconnect: { state.writerReconnects.add(1, ordering: .relaxed) }, logger: logger)
         let locks = PostgresLockBackend(location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
         self.lockBackend.value = locks
         return try await MetadataStore.open(shared: backend, locks: locks, configuration: configuration, logger: logger)
@@ -176,15 +185,37 @@ public struct PostgresCluster: ClusterEngine {
         }
         // Services stop in reverse order: the writers commit what the drained sessions left (the presence writer the
         // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
+        let store = services.metadataStore
         return [
-            NodeHeartbeat(
-                location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval, liveness: self.liveness,
-                sweepers: sweepers, logger: logger),
+            FenceReporting(
+                heartbeat: NodeHeartbeat(
+                    location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval,
+                    liveness: self.liveness, sweepers: sweepers, logger: logger),
+                state: self.state),
+            ClusterProbe(
+                location: self.location, redis: self.redis, nodeTimeout: self.nodeTimeout, state: self.state,
+                progress: self.feedProgress, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,
                 pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers,
-                progress: self.feedProgress),
+                progress: self.feedProgress, state: self.state,
+                onBehind: { behind in store?.setBehindCluster(behind) }),
         ] + writers
+    }
+}
+
+/// Runs the node's heartbeat and notes in the ``ClusterState`` when it fences the node (it throws only then).
+private struct FenceReporting: Service {
+    let heartbeat: NodeHeartbeat
+    let state: ClusterState
+
+    func run() async throws {
+        do {
+            try await self.heartbeat.run()
+        } catch {
+            self.state.fenced.store(true, ordering: .relaxed)
+            throw error
+        }
     }
 }
 

@@ -4,25 +4,33 @@ import PostgresNIO
 import Synchronization
 
 /// A connection of its own for one of a node's writers: opened on first use, and again once it closed (the database
-/// restarted, the connection was cut), so a failed transaction costs one error, not the writer.
+/// restarted, the connection was cut, a deadline passed: ``ConnectionWatch``), so a failed transaction costs one
+/// error, not the writer. Connecting is bounded (``ClusterDeadlines/connect`` by default).
 final class PostgresConnectionSlot: Sendable {
     private let location: PostgresLocation
     private let name: String
     private let logger: Logger
     private let connection = Mutex<PostgresConnection?>(nil)
     private let connectionIDs: Atomic<Int>
-    private let connectTimeout: TimeAmount?
+    private let connectTimeout: TimeAmount
+    private let opened = Atomic<Int>(0)
+    private let onReconnect: (@Sendable () -> Void)?
 
     /// - Parameters:
     ///   - name: Shown as the connection's `application_name` (`pg_stat_activity`).
     ///   - firstID: The id of the first connection (each new one counts up), for the driver's logs.
-    ///   - connectTimeout: How long connecting may take (nil: the driver's default).
-    init(location: PostgresLocation, name: String, firstID: Int, connectTimeout: TimeAmount? = nil, logger: Logger) {
+    ///   - connectTimeout: How long connecting may take.
+    ///   - onReconnect: Called each time a connection is opened after the first (a metric).
+    init(
+        location: PostgresLocation, name: String, firstID: Int, connectTimeout: TimeAmount = .seconds(2),
+        onReconnect: (@Sendable () -> Void)? = nil, logger: Logger
+    ) {
         self.location = location
         self.name = name
         self.logger = logger
         self.connectionIDs = Atomic(firstID)
         self.connectTimeout = connectTimeout
+        self.onReconnect = onReconnect
     }
 
     /// The open connection, connecting when there is none.
@@ -35,12 +43,23 @@ final class PostgresConnectionSlot: Sendable {
             return connection
         }
         var configuration = self.location.configuration(applicationName: self.name)
-        if let connectTimeout = self.connectTimeout { configuration.options.connectTimeout = connectTimeout }
+        configuration.options.connectTimeout = self.connectTimeout
         let connection = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
         self.connection.withLock { $0 = connection }
+        if self.opened.add(1, ordering: .relaxed).newValue > 1 {
+            self.logger.notice("PostgreSQL connection opened again", metadata: ["connection": "\(self.name)"])
+            self.onReconnect?()
+        }
         try self.location.node?.checkAlive()
         return connection
+    }
+
+    /// The open connection (connecting when there is none), watched until `duration` from now: then it is closed,
+    /// which fails what waits on it, and the next ``open()`` connects again. End the watch when done.
+    func openWatched(for duration: Duration = ClusterDeadlines.transaction) async throws -> (PostgresConnection, ConnectionWatch) {
+        let connection = try await self.open()
+        return (connection, ConnectionWatch(connection, for: duration))
     }
 
     /// Whether there is no open connection (none yet, or the last one closed).
@@ -50,6 +69,13 @@ final class PostgresConnectionSlot: Sendable {
     func forget(ifClosed connection: PostgresConnection) {
         guard connection.isClosed else { return }
         self.connection.withLock { if $0 === connection { $0 = nil } }
+    }
+
+    /// Closes `connection` (without waiting) and forgets it, so the next ``open()`` connects again: after a deadline
+    /// passed or an answer never came, the connection cannot be trusted even if it looks open.
+    func discard(_ connection: PostgresConnection) {
+        self.connection.withLock { if $0 === connection { $0 = nil } }
+        connection.closeNow()
     }
 
     /// Closes the connection.

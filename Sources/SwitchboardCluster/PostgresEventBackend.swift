@@ -316,10 +316,6 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         }
     }
 
-    private func open() async throws -> PostgresConnection {
-        try await self.connection.open()
-    }
-
     /// Closes the writer's connection.
     func close() async {
         await self.connection.close()
@@ -327,7 +323,9 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     /// One batch, one transaction.
     private func commit(_ batch: [Operation]) async throws {
-        let connection = try await self.open()
+        // Bounded: past its deadline the connection is closed, which fails the waiting statement, and is opened again.
+        let (connection, watch) = try await self.connection.openWatched()
+        defer { watch.end() }
         let logger = self.logger
         var users: [String] = []
         for operation in batch {
@@ -462,7 +460,11 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 self.progress.whenReached(head) { completion(start) }
             }
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            if watch.expired {
+                self.connection.discard(connection)
+            } else {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+            }
             throw error
         }
     }

@@ -41,7 +41,9 @@ final class PostgresLockBackend: SharedLockBackend {
         _ channel: MetadataScope,
         _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result {
-        let connection = try await self.connection.open()
+        // Bounded: past its deadline the connection is closed, which fails the transaction's waiting statement.
+        let (connection, watch) = try await self.connection.openWatched()
+        defer { watch.end() }
         do {
             try await connection.query("BEGIN", logger: self.logger)
             do {
@@ -66,7 +68,7 @@ final class PostgresLockBackend: SharedLockBackend {
                 throw error
             }
         } catch {
-            self.connection.forget(ifClosed: connection)
+            if watch.expired { self.connection.discard(connection) } else { self.connection.forget(ifClosed: connection) }
             throw error
         }
     }
@@ -251,7 +253,8 @@ final class LockHolderWatch: Service, Sendable {
             while !Task.isCancelled {
                 try await Task.sleep(for: self.interval)
                 do {
-                    let current = try await connection.open()
+                    let (current, watch) = try await connection.openWatched()
+                    defer { watch.end() }
                     for (channel, holder) in try await self.holdersWithoutSessions(on: current)
                     where self.sessions.sessions(ofUser: holder).isEmpty {
                         self.store.holderMayBeOffline(holder, in: channel)

@@ -18,45 +18,76 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
     private let logger: Logger
     private let connection: PostgresConnectionSlot
 
-    /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
-    init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
+    /// - Parameters:
+    ///   - relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
+    ///   - onReconnect: Called when the writer's connection is opened again after it was lost (a metric).
+    init(
+        location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil,
+        onReconnect: (@Sendable () -> Void)? = nil, logger: Logger
+    ) {
         self.location = location
         self.nodeID = nodeID
         self.relay = relay
         self.logger = logger
         self.connection = PostgresConnectionSlot(
-            location: location, name: "switchboard-metadata-\(nodeID)", firstID: 1, logger: logger)
+            location: location, name: "switchboard-metadata-\(nodeID)", firstID: 1, onReconnect: onReconnect,
+            logger: logger)
     }
 
     func loadAll() async throws -> [StoredSet] {
         let connection = try await self.connection.open()
-        return try await Self.readSets(nil, on: connection, logger: self.logger)
+        return try await Self.readSets(nil, on: connection, by: .now + .seconds(60), logger: self.logger)
     }
 
+    /// Runs `body` in one transaction that must end by ``ClusterDeadlines/transaction`` from now: every statement,
+    /// COMMIT included, waits at most until then. On expiry the connection is closed (and opened again for the next
+    /// transaction) and the wait ends with ``DeadlineExceeded``; when that happens during COMMIT, or the connection
+    /// breaks then, ``SharedCommitOutcomeUnknown`` is thrown instead.
     func withTransaction<Result: Sendable>(
         _ body: (any SharedMetadataTransaction) async throws -> Result
     ) async throws -> Result {
+        let deadline = ContinuousClock.now + ClusterDeadlines.transaction
         let connection = try await self.connection.open()
+        let logger = self.logger
         do {
-            try await connection.query("BEGIN", logger: self.logger)
+            try await Self.run("BEGIN", on: connection, by: deadline, logger: logger)
             let result: Result
             let appended = AppendedRows()
             do {
                 result = try await body(
                     Transaction(
-                        connection: connection, nodeID: self.nodeID, notify: self.relay == nil, appended: appended,
-                        logger: self.logger))
+                        connection: connection, deadline: deadline, nodeID: self.nodeID, notify: self.relay == nil,
+                        appended: appended, logger: logger))
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                _ = try? await Self.run("ROLLBACK", on: connection, by: min(deadline, .now + .seconds(1)), logger: logger)
                 throw error
             }
-            try await connection.query("COMMIT", logger: self.logger)
+            do {
+                try await Self.run("COMMIT", on: connection, by: deadline, logger: logger)
+            } catch let error as PSQLError where error.serverInfo?[.severity] == "ERROR" {
+                throw error  // the server refused the COMMIT: the transaction rolled back
+            } catch {
+                connection.closeNow()
+                throw SharedCommitOutcomeUnknown(underlying: error)
+            }
             self.relay?.publish(appended.entries)
             return result
-        } catch {
+        } catch let error as PSQLError where error.serverInfo?[.severity] == "ERROR" {
             self.connection.forget(ifClosed: connection)
             throw error
+        } catch {
+            // A deadline, a broken connection, an unknown outcome: start the next transaction on a new connection.
+            self.connection.discard(connection)
+            throw error
         }
+    }
+
+    /// Runs one statement on `connection`, bounded by `deadline`.
+    private static func run(
+        _ statement: PostgresQuery, on connection: PostgresConnection, by deadline: ContinuousClock.Instant,
+        logger: Logger
+    ) async throws {
+        _ = try await connection.query(statement, by: deadline, logger: logger, "a metadata transaction")
     }
 
     /// Closes the connection.
@@ -66,14 +97,16 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
 
     // MARK: Reading sets
 
-    /// The sets named by `scopes` (every set when nil), tombstones included, sets never written left out.
-    static func readSets(_ scopes: [MetadataScope]?, on connection: PostgresConnection, logger: Logger) async throws
-        -> [StoredSet]
-    {
+    /// The sets named by `scopes` (every set when nil), tombstones included, sets never written left out; the
+    /// connection is closed if they were not read by `deadline`.
+    static func readSets(
+        _ scopes: [MetadataScope]?, on connection: PostgresConnection, by deadline: ContinuousClock.Instant,
+        logger: Logger
+    ) async throws -> [StoredSet] {
         let key = scopes.map(ScopeColumns.init)
         var sets: [StoredSet] = []
         var index: [MetadataScope: Int] = [:]
-        let setRows: PostgresRowSequence
+        let setRows: [PostgresRow]
         if let key {
             setRows = try await connection.query(
                 """
@@ -81,22 +114,22 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
                 JOIN unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[]) AS k(st, ct, name)
                   ON s.storage_type = k.st AND s.channel_type = k.ct AND s.name = k.name
                 WHERE s.major_revision > 0
-                """, logger: logger)
+                """, by: deadline, logger: logger, "reading sets")
         } else {
             setRows = try await connection.query(
                 """
                 SELECT storage_type, channel_type, name, major_revision, is_removed FROM sb_metadata_set
                 WHERE major_revision > 0
-                """, logger: logger)
+                """, by: deadline, logger: logger, "reading sets")
         }
-        for try await (storageType, channelType, name, revision, removed) in setRows.decode(
-            (Int16, Int16, ByteBuffer, Int64, Bool).self)
-        {
+        for row in setRows {
+            let (storageType, channelType, name, revision, removed) = try row.decode(
+                (Int16, Int16, ByteBuffer, Int64, Bool).self)
             let scope = ScopeColumns.scope(storageType, channelType, name)
             index[scope] = sets.count
             sets.append(StoredSet(scope: scope, majorRevision: UInt64(revision), isRemoved: removed, items: []))
         }
-        let itemRows: PostgresRowSequence
+        let itemRows: [PostgresRow]
         if let key {
             itemRows = try await connection.query(
                 """
@@ -105,17 +138,17 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
                 JOIN unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[]) AS k(st, ct, name)
                   ON i.storage_type = k.st AND i.channel_type = k.ct AND i.name = k.name
                 ORDER BY i.storage_type, i.channel_type, i.name, i.position
-                """, logger: logger)
+                """, by: deadline, logger: logger, "reading sets")
         } else {
             itemRows = try await connection.query(
                 """
                 SELECT storage_type, channel_type, name, key, value, revision, update_ts, author FROM sb_metadata_item
                 ORDER BY storage_type, channel_type, name, position
-                """, logger: logger)
+                """, by: deadline, logger: logger, "reading sets")
         }
-        for try await (storageType, channelType, name, key, value, revision, updateTs, author) in itemRows.decode(
-            (Int16, Int16, ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, ByteBuffer).self)
-        {
+        for row in itemRows {
+            let (storageType, channelType, name, key, value, revision, updateTs, author) = try row.decode(
+                (Int16, Int16, ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, ByteBuffer).self)
             let scope = ScopeColumns.scope(storageType, channelType, name)
             guard let position = index[scope] else { continue }
             sets[position].items.append(
@@ -128,65 +161,82 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
 
     // MARK: One transaction
 
+    /// One transaction's statements, each bounded by the transaction's deadline.
     private struct Transaction: SharedMetadataTransaction {
         let connection: PostgresConnection
+        let deadline: ContinuousClock.Instant
         let nodeID: String
         let notify: Bool
         let appended: AppendedRows
         let logger: Logger
 
+        /// Runs `operation` on the connection by the deadline (closing the connection when it passes).
+        private func bounded<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+            let connection = self.connection
+            return try await withDeadline(
+                self.deadline, "a metadata transaction", onExpiry: { connection.closeNow() }, operation)
+        }
+
+        private func query(_ query: PostgresQuery) async throws -> [PostgresRow] {
+            try await self.connection.query(query, by: self.deadline, logger: self.logger, "a metadata transaction")
+        }
+
         func lockSets(_ scopes: [MetadataScope]) async throws -> [MetadataScope: UInt64] {
             let key = ScopeColumns(scopes)
             // Rows are created and locked in primary-key order (the caller sorted the scopes), so two nodes locking
             // overlapping sets wait for each other instead of deadlocking.
-            try await self.connection.query(
+            _ = try await self.query(
                 """
                 INSERT INTO sb_metadata_set (storage_type, channel_type, name)
                 SELECT * FROM unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[])
                 ON CONFLICT DO NOTHING
-                """, logger: self.logger)
-            let rows = try await self.connection.query(
+                """)
+            let rows = try await self.query(
                 """
                 SELECT s.storage_type, s.channel_type, s.name, s.major_revision FROM sb_metadata_set s
                 JOIN unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[]) AS k(st, ct, name)
                   ON s.storage_type = k.st AND s.channel_type = k.ct AND s.name = k.name
                 ORDER BY s.storage_type, s.channel_type, s.name
                 FOR UPDATE OF s
-                """, logger: self.logger)
+                """)
             var revisions: [MetadataScope: UInt64] = [:]
-            for try await (storageType, channelType, name, revision) in rows.decode((Int16, Int16, ByteBuffer, Int64).self) {
+            for row in rows {
+                let (storageType, channelType, name, revision) = try row.decode((Int16, Int16, ByteBuffer, Int64).self)
                 revisions[ScopeColumns.scope(storageType, channelType, name)] = UInt64(revision)
             }
             return revisions
         }
 
         func readLocks(_ channels: [MetadataScope]) async throws -> [StoredChannelLocks] {
-            try await PostgresLockBackend.readLocks(channels, on: self.connection, logger: self.logger)
+            let (connection, logger) = (self.connection, self.logger)
+            return try await self.bounded {
+                try await PostgresLockBackend.readLocks(channels, on: connection, logger: logger)
+            }
         }
 
         func readSets(_ scopes: [MetadataScope]) async throws -> [StoredSet] {
-            try await PostgresMetadataBackend.readSets(scopes, on: self.connection, logger: self.logger)
+            try await PostgresMetadataBackend.readSets(scopes, on: self.connection, by: self.deadline, logger: self.logger)
         }
 
         func apply(_ batch: [ChangeRecord], changes: [MetadataChange]) async throws {
             let sets = ScopeColumns(batch.map(\.scope))
-            try await self.connection.query(
+            _ = try await self.query(
                 """
                 UPDATE sb_metadata_set s SET major_revision = u.revision, is_removed = u.removed
                 FROM unnest(\(sets.storageTypes)::int2[], \(sets.channelTypes)::int2[], \(sets.names)::bytea[],
                             \(batch.map { Int64(bitPattern: $0.majorRevision) })::int8[], \(batch.map(\.isRemoved))::bool[])
                   AS u(st, ct, name, revision, removed)
                 WHERE s.storage_type = u.st AND s.channel_type = u.ct AND s.name = u.name
-                """, logger: self.logger)
+                """)
             let cleared = ScopeColumns(batch.filter(\.clearsItems).map(\.scope))
             if !cleared.names.isEmpty {
-                try await self.connection.query(
+                _ = try await self.query(
                     """
                     DELETE FROM sb_metadata_item i
                     USING unnest(\(cleared.storageTypes)::int2[], \(cleared.channelTypes)::int2[], \(cleared.names)::bytea[])
                       AS d(st, ct, name)
                     WHERE i.storage_type = d.st AND i.channel_type = d.ct AND i.name = d.name
-                    """, logger: self.logger)
+                    """)
             }
             var deleted = ItemColumns()
             var kept = ItemColumns()
@@ -206,20 +256,20 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
                 }
             }
             if !deleted.keys.isEmpty {
-                try await self.connection.query(
+                _ = try await self.query(
                     """
                     DELETE FROM sb_metadata_item i
                     USING unnest(\(deleted.scopes.storageTypes)::int2[], \(deleted.scopes.channelTypes)::int2[],
                                  \(deleted.scopes.names)::bytea[], \(deleted.keys)::bytea[]) AS d(st, ct, name, key)
                     WHERE i.storage_type = d.st AND i.channel_type = d.ct AND i.name = d.name AND i.key = d.key
-                    """, logger: self.logger)
+                    """)
             }
             for (items, keepsPosition) in [(kept, true), (moved, false)] where !items.keys.isEmpty {
                 let onConflict: String =
                     keepsPosition
                     ? "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author"
                     : "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author, position = excluded.position"
-                try await self.connection.query(
+                _ = try await self.query(
                     """
                     INSERT INTO sb_metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
                     SELECT * FROM unnest(\(items.scopes.storageTypes)::int2[], \(items.scopes.channelTypes)::int2[],
@@ -227,11 +277,13 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
                         \(items.revisions)::int8[], \(items.updateTimes)::int8[], \(items.authors)::bytea[],
                         \(items.positions)::int8[])
                     ON CONFLICT (storage_type, channel_type, name, key) DO UPDATE SET \(unescaped: onConflict)
-                    """, logger: self.logger)
+                    """)
             }
-            self.appended.entries += try await ChangeFeedRows.append(
-                changes.map { ChangeFeedRows.Row(kind: .metadata, payload: MetadataChangeCoding.encode($0)) },
-                node: self.nodeID, notify: self.notify, on: self.connection, logger: self.logger)
+            let rows = changes.map { ChangeFeedRows.Row(kind: .metadata, payload: MetadataChangeCoding.encode($0)) }
+            let (connection, nodeID, notify, logger) = (self.connection, self.nodeID, self.notify, self.logger)
+            self.appended.entries += try await self.bounded {
+                try await ChangeFeedRows.append(rows, node: nodeID, notify: notify, on: connection, logger: logger)
+            }
         }
     }
 }

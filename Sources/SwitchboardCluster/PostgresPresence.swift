@@ -324,18 +324,24 @@ final class PresenceWriter: Service, Sendable {
     private func writeBatch(_ connection: inout PostgresConnection?) async throws -> Bool {
         let changes = self.presence.take(limit: Self.batchLimit)
         guard !changes.isEmpty else { return false }
+        var watch: ConnectionWatch?
+        defer { watch?.end() }
         do {
             let current: PostgresConnection
             if let open = connection, !open.isClosed {
                 current = open
             } else {
-                current = try await PostgresConnection.connect(
-                    configuration: self.location.configuration, id: 3_000, logger: self.logger)
+                var configuration = self.location.configuration
+                configuration.options.connectTimeout = .seconds(2)
+                current = try await PostgresConnection.connect(configuration: configuration, id: 3_000, logger: self.logger)
                 connection = current
             }
+            // Bounded: past its deadline the connection is closed (failing the waiting statement) and opened again.
+            watch = ConnectionWatch(current)
             try await self.write(changes, on: current)
             return true
         } catch {
+            if watch?.expired == true { connection = nil }
             self.presence.putBack(changes)
             throw error
         }

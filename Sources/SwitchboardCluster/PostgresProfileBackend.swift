@@ -263,7 +263,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                 return current
             }
             connectionID += 1
-            let configuration = self.location.configuration(applicationName: "switchboard-profiles-\(self.nodeID)")
+            var configuration = self.location.configuration(applicationName: "switchboard-profiles-\(self.nodeID)")
+            configuration.options.connectTimeout = .seconds(2)  // ClusterDeadlines.connect
             let opened = try await PostgresConnection.connect(configuration: configuration, id: connectionID, logger: self.logger)
             connection = opened
             try self.location.node?.checkAlive()  // before each batch: see PostgresConnectionSlot.open()
@@ -272,7 +273,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         while true {
             if !stale.isEmpty {
                 do {
-                    try await self.reread(Array(stale), on: try await open())
+                    let current = try await open()
+                    let watch = ConnectionWatch(current)
+                    defer { watch.end() }
+                    try await self.reread(Array(stale), on: current)
                     stale = []
                 } catch {
                     self.logger.warning(
@@ -446,6 +450,9 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     private func commit(_ writes: [ProfileWrite], on connection: PostgresConnection) async throws
         -> (version: Int64, messages: [ProfileFeedMessage])
     {
+        // Bounded: past its deadline the connection is closed, which fails the waiting statement.
+        let watch = ConnectionWatch(connection)
+        defer { watch.end() }
         try await connection.query("BEGIN", logger: self.logger)
         do {
             var messages: [ProfileFeedMessage] = []

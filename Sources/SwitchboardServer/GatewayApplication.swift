@@ -212,13 +212,19 @@ public struct GatewayApplication: Service {
             let metrics = self.metrics ?? (self.configuration.metricsPort == nil ? nil : PrometheusMetrics())
             let metricsFactory = metrics?.factory
             // The metrics endpoint binds first: a port in use stops the start before the gateway listens.
-            let health = HealthSource()
+            let health = HealthSource(cluster: self.configuration.cluster)
+            let clusterMetrics = self.configuration.cluster?.statusReport.map {
+                ClusterMetrics(factory: metricsFactory, dependencies: $0.dependencies.map(\.name))
+            }
             var endpoint: MetricsEndpoint?
             var boundAddress: SocketAddress?
             if let port = self.configuration.metricsPort {
                 let bound = MetricsEndpoint(
                     host: self.configuration.metricsHost, port: port, eventLoopGroup: eventLoopGroup,
-                    logger: self.logger, render: { metrics?.exposition() ?? [] }, health: { health.report() })
+                    logger: self.logger, render: {
+                        if let clusterMetrics, let report = health.cluster?.statusReport { clusterMetrics.update(from: report) }
+                        return metrics?.exposition() ?? []
+                    }, health: { health.report() })
                 boundAddress = try await bound.bind()
                 endpoint = bound
             }
@@ -417,9 +423,15 @@ private final class GatewayBox: Sendable {
     }
 }
 
-/// What `/health` reports, from the gateway's sessions once they exist and whether its listeners are up.
+/// What `/health` reports, from the gateway's sessions once they exist, whether its listeners are up, and the
+/// cluster engine's dependencies.
 private final class HealthSource: Sendable {
     private let state = Mutex<(sessions: SessionRegistry?, running: Bool)>((nil, false))
+    let cluster: (any ClusterEngine)?
+
+    init(cluster: (any ClusterEngine)?) {
+        self.cluster = cluster
+    }
 
     var sessions: SessionRegistry? {
         get { self.state.withLock { $0.sessions } }
@@ -436,6 +448,10 @@ private final class HealthSource: Sendable {
         guard let sessions else { return GatewayHealth(status: .starting, connections: 0) }
         let connections = sessions.connectionCount
         if sessions.isDraining { return GatewayHealth(status: .draining, connections: connections) }
-        return GatewayHealth(status: running ? .ok : .starting, connections: connections)
+        guard running else { return GatewayHealth(status: .starting, connections: connections) }
+        if let unreachable = self.cluster?.statusReport?.unreachable, !unreachable.isEmpty {
+            return GatewayHealth(status: .unavailable, connections: connections, unreachable: unreachable)
+        }
+        return GatewayHealth(status: .ok, connections: connections)
     }
 }

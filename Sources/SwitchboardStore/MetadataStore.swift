@@ -130,9 +130,11 @@ public final class MetadataStore: Sendable {
     ///
     /// - Parameter scope: The set.
     /// - Returns: The set's majorRevision and items; majorRevision 0 and no items when it does not exist.
-    /// - Throws: `7001 identifierTooLong` for an empty or over-long name, `7000` for an unknown channel type.
+    /// - Throws: `7001 identifierTooLong` for an empty or over-long name, `7000` for an unknown channel type;
+    ///   `8001 storageFailure` for a shared set the copy in memory may be behind on (the node is catching up with
+    ///   the cluster, or the set's last COMMIT got no answer).
     public func get(_ scope: MetadataScope) throws(SwitchboardStoreError) -> MetadataSnapshot {
-        if let error = self.scopeError(scope) { throw error }
+        if let error = self.readError(scope) { throw error }
         let set = self.shard(for: scope).state.withLock { $0.sets[scope] }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [])
@@ -148,7 +150,7 @@ public final class MetadataStore: Sendable {
     public func writeGetResponse(
         of scope: MetadataScope, userId: String?, to sink: inout some ResponseBodySink
     ) throws(SwitchboardStoreError) {
-        if let error = self.scopeError(scope) { throw error }
+        if let error = self.readError(scope) { throw error }
         // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only).
         let userIdSize = userId.map { $0.isEmpty ? 0 : WireField.lengthDelimitedFieldSize(3, length: $0.utf8.count) } ?? 0
         self.shard(for: scope).state.withLock { state in

@@ -13,6 +13,8 @@ struct ClusterProcessTests {
     struct Node {
         let process: SpawnedProcess
         let port: Int
+        /// The process's standard error (its log).
+        var logPath = ""
 
         /// A connected client of this process (with `clientType`, if given), waiting for the node to listen.
         func client(_ user: String, clientType: ClientType? = nil) async throws -> SwitchboardClient {
@@ -70,7 +72,8 @@ struct ClusterProcessTests {
                 if port == nil { try await Task.sleep(for: .milliseconds(20)) }
             }
             let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-            nodes.append(Node(process: process, port: try #require(port, "node \(index) did not listen:\n\(log)")))
+            nodes.append(
+                Node(process: process, port: try #require(port, "node \(index) did not listen:\n\(log)"), logPath: logPath))
         }
         let result = try await body(postgres, nodes)
         for node in nodes where node.process.isRunning {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 
 /// A PostgreSQL server of a test's own: a fresh cluster made with `initdb` in a temporary directory, listening on a
 /// free loopback port (and a socket in that directory), stopped and removed by ``stop()`` or when released.
@@ -13,8 +14,9 @@ public final class TestPostgres: Sendable {
     public let port: Int
     /// The cluster's directory (data and socket).
     public let directory: String
-    /// The server process (a test may kill it).
-    public let server: SpawnedProcess
+    /// The server process (a test may kill it; ``startServer()`` replaces it).
+    public var server: SpawnedProcess { self.current.withLock { $0 } }
+    private let current: Mutex<SpawnedProcess>
 
     /// The URL of the `postgres` database as the superuser `switchboard`.
     public var url: String { "postgres://switchboard@127.0.0.1:\(self.port)/postgres" }
@@ -27,7 +29,7 @@ public final class TestPostgres: Sendable {
     private init(port: Int, directory: String, server: SpawnedProcess) {
         self.port = port
         self.directory = directory
-        self.server = server
+        self.current = Mutex(server)
     }
 
     deinit { self.stopNow() }
@@ -87,6 +89,32 @@ public final class TestPostgres: Sendable {
         let output = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
         try? FileManager.default.removeItem(atPath: directory)
         throw StartError(description: "postgres did not start: \(output)")
+    }
+
+    /// Stops the server as `pg_ctl stop -m fast` does (SIGINT: sessions are ended, open transactions roll back); the
+    /// data stays for ``startServer()``.
+    public func stopServer() async {
+        let server = self.server
+        server.signal(SIGINT)
+        _ = await server.waitForExit(seconds: 30)
+    }
+
+    /// Starts the server again on the same port and data (after ``stopServer()``); returns once it accepts
+    /// connections. With ``stopServer()``, what `pg_ctl restart -m fast` does.
+    public func startServer() async throws {
+        guard let bin = Self.binDirectory else { throw StartError(description: "PostgreSQL is not installed") }
+        let server = try SpawnedProcess(
+            executable: Self.runner, arguments: Self.runnerArguments + [
+                "\(bin)/postgres", "-D", self.directory + "/data", "-p", "\(self.port)", "-k", self.directory,
+                "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=64MB",
+            ], stdout: .file(self.directory + "/server.log"), stderr: .file(self.directory + "/server.log"))
+        self.current.withLock { $0 = server }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline, server.isRunning {
+            if await Self.isReady(port: self.port) { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StartError(description: "postgres did not start again")
     }
 
     /// Runs `sql` with `psql` and returns its unaligned, tuples-only output.

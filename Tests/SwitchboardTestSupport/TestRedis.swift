@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 
 /// A Redis server of a test's own: `redis-server` with no persistence, listening on a free loopback port, its
 /// working directory a temporary one; stopped and removed by ``stop()`` or when released.
@@ -12,8 +13,9 @@ public final class TestRedis: Sendable {
     public let port: Int
     /// The server's working directory (its log is `redis.log` there).
     public let directory: String
-    /// The server process (a test may kill it).
-    public let server: SpawnedProcess
+    /// The server process (a test may kill it; ``startServer()`` replaces it).
+    public var server: SpawnedProcess { self.current.withLock { $0 } }
+    private let current: Mutex<SpawnedProcess>
 
     /// `127.0.0.1:PORT`, as `switchboard --redis` takes it.
     public var address: String { "127.0.0.1:\(self.port)" }
@@ -26,7 +28,7 @@ public final class TestRedis: Sendable {
     private init(port: Int, directory: String, server: SpawnedProcess) {
         self.port = port
         self.directory = directory
-        self.server = server
+        self.current = Mutex(server)
     }
 
     deinit { self.stopNow() }
@@ -63,6 +65,24 @@ public final class TestRedis: Sendable {
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         try? FileManager.default.removeItem(atPath: directory)
         throw StartError(description: "redis-server did not start: \(output)")
+    }
+
+    /// Starts the server again on the same port after a test killed it; returns once it answers `PING`.
+    public func startServer() async throws {
+        let log = self.directory + "/redis.log"
+        let server = try SpawnedProcess(
+            executable: "/usr/bin/redis-server",
+            arguments: [
+                "--port", "\(self.port)", "--bind", "127.0.0.1", "--dir", self.directory, "--save", "", "--appendonly",
+                "no", "--protected-mode", "yes", "--logfile", log,
+            ], stdout: .null, stderr: .file(log))
+        self.current.withLock { $0 = server }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, server.isRunning {
+            if await Self.answers(port: self.port) { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StartError(description: "redis-server did not start again")
     }
 
     /// Stops the server (it persists nothing, so it is simply killed) and removes its directory.

@@ -30,9 +30,13 @@ public final class RedisConnection: Sendable {
     }
 
     private let channel: any Channel
+    /// How long a command may wait for its reply before the connection is closed (which fails every command waiting
+    /// on it): a server that stopped answering costs an error, not a caller waiting for good.
+    private let commandTimeout: TimeAmount?
 
-    private init(channel: any Channel) {
+    private init(channel: any Channel, commandTimeout: TimeAmount?) {
         self.channel = channel
+        self.commandTimeout = commandTimeout
     }
 
     /// Connects to `host:port`.
@@ -41,9 +45,12 @@ public final class RedisConnection: Sendable {
     ///   - onMessage: Makes the connection a subscriber: receives every published message, on the connection's
     ///     event loop (it must not block).
     ///   - connectTimeout: How long connecting may take.
+    ///   - commandTimeout: How long a command may wait for its reply; then the connection closes and every waiting
+    ///     command fails with ``Closed`` (nil: no bound).
     public static func connect(
         host: String, port: Int, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        connectTimeout: TimeAmount = .seconds(2), onMessage: (@Sendable (Message) -> Void)? = nil
+        connectTimeout: TimeAmount = .seconds(2), commandTimeout: TimeAmount? = .seconds(5),
+        onMessage: (@Sendable (Message) -> Void)? = nil
     ) async throws -> RedisConnection {
         let channel = try await ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(connectTimeout)
@@ -54,7 +61,7 @@ public final class RedisConnection: Sendable {
                 }
             }
             .connect(host: host, port: port).get()
-        return RedisConnection(channel: channel)
+        return RedisConnection(channel: channel, commandTimeout: commandTimeout)
     }
 
     /// Whether the connection is closed.
@@ -89,6 +96,8 @@ public final class RedisConnection: Sendable {
         for command in commands { RESPParser.writeCommand(command, into: &bytes) }
         let promises = commands.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
         self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        let watch = self.watch(promises)
+        defer { watch?.cancel() }
         var replies: [RESPValue] = []
         replies.reserveCapacity(promises.count)
         for promise in promises { replies.append(try await promise.futureResult.get()) }
@@ -112,9 +121,20 @@ public final class RedisConnection: Sendable {
         // One confirmation per channel.
         let promises = channels.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
         self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        let watch = self.watch(promises)
+        defer { watch?.cancel() }
         for promise in promises {
             if case .error(let message) = try await promise.futureResult.get() { throw ErrorReply(message: message) }
         }
+    }
+
+    /// Closes the connection at ``commandTimeout`` unless every reply in `promises` came first.
+    private func watch(_ promises: [EventLoopPromise<RESPValue>]) -> Scheduled<Void>? {
+        guard let timeout = self.commandTimeout, let last = promises.last else { return nil }
+        let channel = self.channel
+        let scheduled = channel.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
+        last.futureResult.whenComplete { _ in scheduled.cancel() }
+        return scheduled
     }
 
     /// Closes the connection; waiting commands fail with ``Closed``.

@@ -38,6 +38,10 @@ public protocol ClusterEngine: Sendable {
     /// - Parameter gracePeriod: How long an abnormally ended session may take to come back, on any node, before
     ///   subscribers see value 3.
     func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)?
+
+    /// What the node knows now of its dependencies and of the cluster (`/health`, the `switchboard_cluster_*`
+    /// metrics); nil: nothing to report.
+    var statusReport: ClusterStatusReport? { get }
 }
 
 extension ClusterEngine {
@@ -46,6 +50,9 @@ extension ClusterEngine {
 
     /// Events stay in the node's own SQLite file.
     public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? { nil }
+
+    /// Nothing to report.
+    public var statusReport: ClusterStatusReport? { nil }
 
     /// Profiles stay in the node's own SQLite file.
     public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? { nil }

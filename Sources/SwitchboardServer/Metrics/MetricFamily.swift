@@ -90,6 +90,28 @@ public struct MetricFamily: Sendable, Hashable {
         MetricFamily(
             "switchboard_store_writeback_queue_length", .gauge,
             help: "Metadata writes applied in memory but not yet committed."),
+        // Cluster nodes (switchboard --cluster) only.
+        MetricFamily(
+            "switchboard_cluster_dependency_up", .gauge, labels: ["dependency"],
+            help: "Whether the node reached the dependency (postgresql, redis) at its last try: 1 yes, 0 no."),
+        MetricFamily(
+            "switchboard_cluster_live_nodes", .gauge,
+            help: "Cluster nodes whose heartbeat is fresh (this one included), as last read from PostgreSQL."),
+        MetricFamily(
+            "switchboard_cluster_feed_lag_rows", .gauge,
+            help: "Change feed rows committed that this node has not applied yet."),
+        MetricFamily(
+            "switchboard_cluster_feed_lag_seconds", .gauge,
+            help: "Age of the oldest change feed row this node has not applied yet, in seconds (0: none)."),
+        MetricFamily(
+            "switchboard_cluster_feed_reconnects_total", .counter,
+            help: "Times the change feed reader connected to PostgreSQL again after losing its connection."),
+        MetricFamily(
+            "switchboard_cluster_writer_reconnects_total", .counter,
+            help: "Times the metadata writer opened its PostgreSQL connection again after losing it."),
+        MetricFamily(
+            "switchboard_cluster_fenced", .gauge,
+            help: "1 once the node stopped serving because it could not keep its heartbeat, else 0."),
     ]
 
     /// The family called `name`, if the catalog has it.

@@ -5,7 +5,8 @@ import NIOPosix
 import ServiceLifecycle
 import Synchronization
 
-/// What `GET /health` reports: whether the gateway takes connections, and how many it has.
+/// What `GET /health` reports: whether the gateway takes connections, how many it has, and (a cluster node) which
+/// dependency it cannot reach.
 public struct GatewayHealth: Sendable, Equatable {
     /// Where the gateway is in its life.
     public enum Status: String, Sendable {
@@ -15,26 +16,34 @@ public struct GatewayHealth: Sendable, Equatable {
         case ok
         /// Shutting down: no new connections, open ones are being drained.
         case draining
+        /// A cluster node that cannot reach a dependency (``unreachable`` names it): its writes fail with 8001.
+        case unavailable
     }
 
     /// Where the gateway is in its life.
     public var status: Status
     /// Open client connections.
     public var connections: Int
+    /// The dependencies a cluster node cannot reach now (`postgresql`, `redis`).
+    public var unreachable: [String]
 
     /// Creates a report.
-    public init(status: Status, connections: Int) {
+    public init(status: Status, connections: Int, unreachable: [String] = []) {
         self.status = status
         self.connections = connections
+        self.unreachable = unreachable
     }
 
     /// 200 while ``Status/ok``, else 503 (a load balancer stops sending clients).
     public var httpStatus: HTTPResponseStatus { self.status == .ok ? .ok : .serviceUnavailable }
 
-    /// The body: `{"status":"ok","connections":3,"draining":false}`.
+    /// The body: `{"status":"ok","connections":3,"draining":false}`, with `"unreachable":["postgresql"]` added when a
+    /// dependency is down.
     public var json: String {
         let draining = self.status == .draining
-        return #"{"status":"\#(self.status.rawValue)","connections":\#(self.connections),"draining":\#(draining)}"#
+        let unreachable =
+            self.unreachable.isEmpty ? "" : #","unreachable":["# + self.unreachable.map { #""\#($0)""# }.joined(separator: ",") + "]"
+        return #"{"status":"\#(self.status.rawValue)","connections":\#(self.connections),"draining":\#(draining)\#(unreachable)}"#
     }
 }
 

@@ -11,6 +11,11 @@ import Synchronization
 /// set, and exactly one of several racing gateways wins); write the net changes and the change feed rows. The
 /// writes are answered after the commit. When the transaction fails, the writes are undone in memory and answered
 /// `8001 storageFailure`. One batch runs at a time; writes arriving meanwhile form the next one.
+///
+/// The backend bounds every transaction (the cluster's, by a deadline that closes its connection), so a batch is
+/// always answered. When COMMIT's outcome is unknown (``SharedCommitOutcomeUnknown``), the batch's sets may hold a
+/// revision the copy in memory lacks: they are marked stale, their reads are refused with `8001` (``readRefusal(_:)``)
+/// until the writer read them again from the database, which it does before its next batch.
 final class CoordinatedWriter: Sendable {
     struct QueuedWrite: Sendable {
         var request: MetadataWriteRequest
@@ -27,10 +32,19 @@ final class CoordinatedWriter: Sendable {
         var drained: [CheckedContinuation<Void, Never>] = []
     }
 
+    /// Why reads are refused: the node is behind the cluster, or sets are stale after an unknown COMMIT outcome.
+    private struct Reads {
+        var behind = false
+        var stale: Set<MetadataScope> = []
+    }
+
     let backend: any SharedMetadataBackend
     private let maxBatch: Int
     private let logger: Logger
     private let state = Mutex(State())
+    private let reads = Mutex(Reads())
+    /// Whether any read may be refused (the fast path of ``readRefusal(_:)`` reads only this).
+    private let readsRestricted = Atomic<Bool>(false)
 
     init(backend: any SharedMetadataBackend, maxBatch: Int = 2_000, logger: Logger) {
         self.backend = backend
@@ -56,15 +70,28 @@ final class CoordinatedWriter: Sendable {
     func run(store: MetadataStore) async {
         while true {
             await self.waitForWork()
+            if self.hasStaleSets, await !self.refreshStaleSets(store: store) {
+                // The database is still out of reach: queued writes are tried (and answered) all the same; without
+                // any, try again shortly.
+                let idle = self.state.withLock { $0.queued.isEmpty }
+                if idle && self.state.withLock({ $0.closed }) { break }
+                if idle {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    continue
+                }
+            }
             let batch = self.state.withLock { state -> [QueuedWrite]? in
-                guard !state.queued.isEmpty else { return nil }  // closed, nothing left
+                guard !state.queued.isEmpty else { return nil }  // closed, or only stale sets to read
                 let count = min(state.queued.count, self.maxBatch)
                 let batch = Array(state.queued.prefix(count))
                 state.queued.removeFirst(count)
                 state.running = true
                 return batch
             }
-            guard let batch else { break }
+            guard let batch else {
+                if self.state.withLock({ $0.closed }) { break }
+                continue
+            }
             await self.commit(batch, store: store)
             let drained = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
                 state.running = false
@@ -84,7 +111,7 @@ final class CoordinatedWriter: Sendable {
     private func waitForWork() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let ready = self.state.withLock { state -> Bool in
-                if !state.queued.isEmpty || state.closed { return true }
+                if !state.queued.isEmpty || state.closed || self.hasStaleSets { return true }
                 state.wakeUp = continuation
                 return false
             }
@@ -163,11 +190,78 @@ final class CoordinatedWriter: Sendable {
             self.logger.error(
                 "shared metadata transaction failed; its writes are undone", metadata: ["error": "\(String(reflecting: error))"])
             store.revert(decided.applied)
-            let failure = SwitchboardStoreError(.storageFailure, "the write could not be committed")
+            let failure: SwitchboardStoreError
+            if error is SharedCommitOutcomeUnknown {
+                // The database may hold what memory no longer does: no read of these sets until they are read again.
+                self.markStale(scopes)
+                failure = SwitchboardStoreError(
+                    .storageFailure, "the database did not answer the commit; the write may have been committed")
+            } else {
+                failure = SwitchboardStoreError(.storageFailure, "the write could not be committed")
+            }
             for write in batch { write.completion(.failure(failure)) }
             return
         }
         for (write, result) in zip(batch, decided.results) { write.completion(result) }
+    }
+}
+
+// MARK: Reads refused while the copy in memory may be behind
+
+extension CoordinatedWriter {
+    /// Why a read of `scope` is refused now (`8001 storageFailure`), or nil when it is served.
+    func readRefusal(_ scope: MetadataScope) -> SwitchboardStoreError? {
+        guard self.readsRestricted.load(ordering: .relaxed) else { return nil }
+        return self.reads.withLock { reads -> SwitchboardStoreError? in
+            if reads.behind {
+                return SwitchboardStoreError(.storageFailure, "the node is catching up with the cluster; try again")
+            }
+            if reads.stale.contains(scope) {
+                return SwitchboardStoreError(
+                    .storageFailure, "the set is being read again after a commit whose outcome is unknown; try again")
+            }
+            return nil
+        }
+    }
+
+    /// Refuses (true) or serves again (false) every read: the node knows it may be behind the cluster.
+    func setBehind(_ behind: Bool) {
+        self.reads.withLock { reads in
+            reads.behind = behind
+            self.readsRestricted.store(reads.behind || !reads.stale.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    var hasStaleSets: Bool { self.reads.withLock { !$0.stale.isEmpty } }
+
+    private func markStale(_ scopes: [MetadataScope]) {
+        self.reads.withLock { reads in
+            reads.stale.formUnion(scopes)
+            self.readsRestricted.store(true, ordering: .relaxed)
+        }
+        self.logger.warning(
+            "sets not served until read again: the outcome of their commit is unknown",
+            metadata: ["sets": "\(scopes.count)"])
+    }
+
+    /// Reads the stale sets again from the database and serves them again; false when the database could not be
+    /// read.
+    func refreshStaleSets(store: MetadataStore) async -> Bool {
+        let scopes = self.reads.withLock { Array($0.stale) }
+        guard !scopes.isEmpty else { return true }
+        do {
+            let sets = try await self.backend.withTransaction { try await $0.readSets(scopes) }
+            store.install(sets)
+        } catch {
+            self.logger.debug("stale sets could not be read again yet", metadata: ["error": "\(error)"])
+            return false
+        }
+        self.reads.withLock { reads in
+            reads.stale.subtract(scopes)
+            self.readsRestricted.store(reads.behind || !reads.stale.isEmpty, ordering: .relaxed)
+        }
+        self.logger.notice("sets read again after an unknown commit outcome; served again", metadata: ["sets": "\(scopes.count)"])
+        return true
     }
 }
 

@@ -66,6 +66,17 @@ extension MetadataStore {
         }
     }
 
+    /// Refuses every read of shared sets with `8001 storageFailure` while `behind` (the node lost the change feed
+    /// and has not caught up since), or serves them again. No effect on a store of one gateway.
+    public func setBehindCluster(_ behind: Bool) {
+        self.coordinator?.setBehind(behind)
+    }
+
+    /// Why a read of `scope` is refused: its name, or (shared sets) the copy in memory may be behind the database.
+    func readError(_ scope: MetadataScope) -> SwitchboardStoreError? {
+        self.scopeError(scope) ?? self.coordinator?.readRefusal(scope)
+    }
+
     // MARK: The coordinated write path
 
     /// The set's majorRevision in memory, a tombstone's included (0 for a set never written).

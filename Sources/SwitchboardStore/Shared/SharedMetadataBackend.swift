@@ -12,10 +12,25 @@ public protocol SharedMetadataBackend: Sendable {
 
     /// Runs `body` in one transaction: committed when `body` returns, rolled back when it throws.
     ///
-    /// - Throws: What `body` throws, or the database's error when the transaction could not begin or commit.
+    /// - Throws: What `body` throws, or the database's error when the transaction could not begin or commit;
+    ///   ``SharedCommitOutcomeUnknown`` when COMMIT was sent and no answer said whether it took effect.
     func withTransaction<Result: Sendable>(
         _ body: (any SharedMetadataTransaction) async throws -> Result
     ) async throws -> Result
+}
+
+/// COMMIT was sent but its answer never came (the connection broke, its deadline passed): the transaction may or may
+/// not have committed. The store does not serve the batch's sets until it read them again from the database.
+public struct SharedCommitOutcomeUnknown: Error, CustomStringConvertible {
+    /// What ended the wait.
+    public var underlying: any Error
+
+    /// Creates the error.
+    public init(underlying: any Error) {
+        self.underlying = underlying
+    }
+
+    public var description: String { "the outcome of COMMIT is unknown: \(self.underlying)" }
 }
 
 /// The operations of one transaction of a ``SharedMetadataBackend``.

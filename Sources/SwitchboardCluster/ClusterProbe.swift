@@ -1,0 +1,143 @@
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import SwitchboardServer
+import Synchronization
+
+/// What a node knows of its dependencies and of the cluster, filled by the ``ClusterProbe``, the change feed reader
+/// and the writers, and read by `/health` and the cluster metrics (``PostgresCluster/statusReport``).
+final class ClusterState: Sendable {
+    /// Whether the last try to reach PostgreSQL succeeded.
+    let postgresReachable = Atomic<Bool>(true)
+    /// Whether the last try to reach Redis succeeded (with `--redis`).
+    let redisReachable = Atomic<Bool>(true)
+    let liveNodes = Atomic<Int>(0)
+    let lagRows = Atomic<Int>(0)
+    /// Milliseconds.
+    let lagAge = Atomic<Int>(0)
+    let feedReconnects = Atomic<Int>(0)
+    let writerReconnects = Atomic<Int>(0)
+    let fenced = Atomic<Bool>(false)
+    private let usesRedis: Bool
+
+    init(usesRedis: Bool) {
+        self.usesRedis = usesRedis
+    }
+
+    var report: ClusterStatusReport {
+        var dependencies: [(name: String, reachable: Bool)] = [
+            ("postgresql", self.postgresReachable.load(ordering: .relaxed))
+        ]
+        if self.usesRedis { dependencies.append(("redis", self.redisReachable.load(ordering: .relaxed))) }
+        return ClusterStatusReport(
+            dependencies: dependencies, liveNodes: self.liveNodes.load(ordering: .relaxed),
+            lagRows: self.lagRows.load(ordering: .relaxed),
+            lagSeconds: Double(self.lagAge.load(ordering: .relaxed)) / 1_000,
+            feedReconnects: self.feedReconnects.load(ordering: .relaxed),
+            writerReconnects: self.writerReconnects.load(ordering: .relaxed), fenced: self.fenced.load(ordering: .relaxed))
+    }
+}
+
+/// Tries PostgreSQL (and Redis) every ``interval`` on connections of its own, each try bounded by its deadline, and
+/// notes in the ``ClusterState`` whether each answered, how many nodes are alive and how far this node's change feed
+/// reader is behind the feed.
+final class ClusterProbe: Service, Sendable {
+    let interval: Duration
+    private let location: PostgresLocation
+    private let redis: RedisLocation?
+    private let nodeTimeout: Duration
+    private let state: ClusterState
+    private let progress: FeedProgress
+    private let logger: Logger
+
+    init(
+        location: PostgresLocation, redis: RedisLocation?, nodeTimeout: Duration, state: ClusterState,
+        progress: FeedProgress, interval: Duration = .milliseconds(500), logger: Logger
+    ) {
+        self.location = location
+        self.redis = redis
+        self.nodeTimeout = nodeTimeout
+        self.state = state
+        self.progress = progress
+        self.interval = interval
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let postgres = PostgresConnectionSlot(
+            location: self.location, name: "switchboard-probe", firstID: 4_000, connectTimeout: .seconds(2),
+            logger: self.logger)
+        let redis = RedisSlot()
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                await self.probePostgres(postgres)
+                if let location = self.redis { await self.probeRedis(location, slot: redis) }
+                try await Task.sleep(for: self.interval)
+            }
+        }
+        await postgres.close()
+        await redis.close()
+    }
+
+    private func probePostgres(_ slot: PostgresConnectionSlot) async {
+        let seconds = Double(self.nodeTimeout.components.seconds) + Double(self.nodeTimeout.components.attoseconds) / 1e18
+        let cursor = self.progress.value
+        do {
+            let connection = try await slot.open()
+            let rows = try await connection.query(
+                """
+                SELECT (SELECT count(*) FROM sb_node WHERE heartbeat_at >= now() - make_interval(secs => \(seconds))),
+                       (SELECT count(*) FROM (SELECT 1 FROM sb_outbox WHERE id > \(cursor) LIMIT 1000000) AS behind),
+                       coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM sb_outbox
+                                 WHERE id > \(cursor) ORDER BY id LIMIT 1), 0)
+                """, by: .now + .seconds(2), logger: self.logger, "the cluster probe")
+            if let row = rows.first {
+                let (nodes, behind, age) = try row.decode((Int64, Int64, Double).self)
+                self.state.liveNodes.store(Int(nodes), ordering: .relaxed)
+                self.state.lagRows.store(Int(behind), ordering: .relaxed)
+                self.state.lagAge.store(Int(max(age, 0) * 1_000), ordering: .relaxed)
+            }
+            if !self.state.postgresReachable.exchange(true, ordering: .relaxed) {
+                self.logger.notice("PostgreSQL reachable again")
+            }
+        } catch {
+            if self.state.postgresReachable.exchange(false, ordering: .relaxed) {
+                self.logger.error("PostgreSQL unreachable", metadata: ["error": "\(String(reflecting: error))"])
+            }
+            await slot.close()
+        }
+    }
+
+    private func probeRedis(_ location: RedisLocation, slot: RedisSlot) async {
+        do {
+            let connection = try await slot.open(location)
+            _ = try await connection.command(.string("PING"))
+            if !self.state.redisReachable.exchange(true, ordering: .relaxed) { self.logger.notice("Redis reachable again") }
+        } catch {
+            if self.state.redisReachable.exchange(false, ordering: .relaxed) {
+                self.logger.error("Redis unreachable", metadata: ["error": "\(error)"])
+            }
+            await slot.close()
+        }
+    }
+}
+
+/// A Redis connection opened on first use and again after it closed.
+private final class RedisSlot: Sendable {
+    private let connection = Mutex<RedisConnection?>(nil)
+
+    func open(_ location: RedisLocation) async throws -> RedisConnection {
+        if let connection = self.connection.withLock({ $0 }), !connection.isClosed { return connection }
+        let connection = try await RedisConnection.connect(host: location.host, port: location.port)
+        self.connection.withLock { $0 = connection }
+        return connection
+    }
+
+    func close() async {
+        let connection = self.connection.withLock { current -> RedisConnection? in
+            defer { current = nil }
+            return current
+        }
+        await connection?.close()
+    }
+}
