@@ -1,52 +1,5 @@
 import SwitchboardWire
 
-/// How to undo one write if its transaction fails.
-///
-/// Reverts run newest write first, so each undo meets the set exactly as its write left it.
-enum WriteUndo: Sendable {
-    /// Not kept (memory-only store, or acknowledge-before-commit, where writes are never reverted).
-    case notKept
-    /// The set did not exist at all (not even as a tombstone).
-    case absent
-    /// The set before the write (removals, which are rare: a copy of the set is kept).
-    case previous(MetadataSet)
-    /// A set or update: what it changed, so that keeping the undo does not copy the set (the set stays uniquely
-    /// referenced and changes in place).
-    case itemsWritten(ItemsWrittenUndo)
-}
-
-/// What a set or update changed in an existing set (live or a tombstone).
-struct ItemsWrittenUndo: Sendable {
-    /// The set's majorRevision, removed flag and size before the write.
-    var majorRevision: UInt64
-    var isRemoved: Bool
-    var byteCount: Int
-    /// Items the write appended (at the end of the set).
-    var appendedCount: Int
-    /// Items the write overwrote, with their positions, in the order they were overwritten.
-    var replaced: ReplacedItems
-}
-
-/// The items a write overwrote: none or one without an array of their own (the common single-item write).
-enum ReplacedItems: Sendable {
-    case none
-    case one(position: Int, item: MetadataItem)
-    case many([(position: Int, item: MetadataItem)])
-
-    mutating func append(position: Int, item: MetadataItem) {
-        switch self {
-        case .none:
-            self = .one(position: position, item: item)
-        case .one(let first, let firstItem):
-            self = .many([(first, firstItem), (position, item)])
-        case .many(var all):
-            self = .none
-            all.append((position, item))
-            self = .many(all)
-        }
-    }
-}
-
 /// A write that passed every check and was applied to a set.
 struct AppliedWrite: Sendable {
     /// set, update or remove.
@@ -57,8 +10,6 @@ struct AppliedWrite: Sendable {
     var storedRevision: UInt64
     /// The whole set was removed.
     var removesSet: Bool
-    /// The set before the write.
-    var undo: WriteUndo
 }
 
 extension MetadataSet {
@@ -75,28 +26,17 @@ extension MetadataSet {
     ///   - caller: The user making the write (`recordUserId`).
     ///   - nowMs: Server time in ms (`recordTs`).
     ///   - limits: Size limits.
-    ///   - keepUndo: Whether to keep the set's previous state for a revert.
     static func apply(
         _ request: MetadataWriteRequest, to entry: inout MetadataSet?, caller: String, nowMs: UInt64,
-        limits: StoreLimits, keepUndo: Bool
+        limits: StoreLimits
     ) -> Result<AppliedWrite, SwitchboardStoreError> {
         if let error = Self.stateError(request, entry, limits: limits) {
             return .failure(error)
         }
 
-        let existed = entry != nil
-        var undo: WriteUndo = .notKept
-        if keepUndo {
-            if !existed {
-                undo = .absent
-            } else if request.operation == .remove, let entry {
-                undo = .previous(entry)
-            }
-        }
         // Move the set out of the dictionary slot so it is uniquely referenced while it changes.
         var set = entry ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
         entry = nil
-        let before = (majorRevision: set.majorRevision, isRemoved: set.isRemoved, byteCount: set.byteCount)
         let revision = set.beginWrite()
 
         let outcomeRevision: UInt64
@@ -106,8 +46,6 @@ extension MetadataSet {
         case .set, .update:
             let updateTs = request.recordTs ? nowMs : 0
             let author = request.recordUserId ? caller : ""
-            let countBefore = set.items.count
-            var replaced = ReplacedItems.none
             var items: [MetadataItem] = []
             items.reserveCapacity(request.items.count)
             for requested in request.items {
@@ -115,18 +53,11 @@ extension MetadataSet {
                     key: requested.key, value: requested.value, revision: Int64(revision), updateTs: updateTs,
                     authorUserId: author)
                 if let position = set.position(of: item.key) {
-                    if keepUndo && existed { replaced.append(position: position, item: set.items[position]) }
                     set.replace(at: position, with: item)
                 } else {
                     set.append(item)
                 }
                 items.append(item)
-            }
-            if keepUndo && existed {
-                undo = .itemsWritten(
-                    ItemsWrittenUndo(
-                        majorRevision: before.majorRevision, isRemoved: before.isRemoved, byteCount: before.byteCount,
-                        appendedCount: set.items.count - countBefore, replaced: replaced))
             }
             written = items
             outcomeRevision = revision
@@ -154,8 +85,7 @@ extension MetadataSet {
             items: written)
         return .success(
             AppliedWrite(
-                operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet,
-                undo: undo))
+                operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet))
     }
 
     /// The first state rule `request` breaks against `entry`, or nil.

@@ -96,25 +96,32 @@ struct MetadataSet: Sendable {
         self.rebuildIndex()
     }
 
-    /// Turns the set into a tombstone at its current majorRevision.
-    /// Undoes a set or update (see ``ItemsWrittenUndo``): the set must be as that write left it.
-    mutating func revert(_ undo: ItemsWrittenUndo) {
-        switch undo.replaced {
-        case .none:
-            break
-        case .one(let position, let item):
-            self.items[position] = item
-        case .many(let replaced):
-            // Newest first: an item overwritten twice by the write ends as it was before the first.
-            for (position, item) in replaced.reversed() { self.items[position] = item }
+    /// Applies a write decided before, whose majorRevision is this set's next: its written items overwrite or are
+    /// appended (set, update), its keys are deleted (remove), or the set becomes a tombstone (whole-set removal).
+    ///
+    /// - Parameters:
+    ///   - items: set/update: the items as written (with their revision, `updateTs`, author); remove: the keys.
+    ///   - removesItems: The write was a remove.
+    ///   - removesSet: The write removed the whole set.
+    mutating func replay(items: [MetadataItem], removesItems: Bool, removesSet: Bool) {
+        _ = self.beginWrite()
+        if removesSet {
+            self.markRemoved()
+        } else if removesItems {
+            let positions = items.compactMap { self.position(of: $0.key) }
+            positions.withUnsafeBufferPointer { self.remove(at: $0) }
+        } else {
+            for item in items {
+                if let position = self.position(of: item.key) {
+                    self.replace(at: position, with: item)
+                } else {
+                    self.append(item)
+                }
+            }
         }
-        self.items.removeLast(undo.appendedCount)
-        self.majorRevision = undo.majorRevision
-        self.isRemoved = undo.isRemoved
-        self.byteCount = undo.byteCount
-        if self.index != nil || self.items.count > Self.indexThreshold { self.rebuildIndex() }
     }
 
+    /// Turns the set into a tombstone at its current majorRevision.
     mutating func markRemoved() {
         self.isRemoved = true
         self.items = []

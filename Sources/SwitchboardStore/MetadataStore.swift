@@ -17,8 +17,16 @@ import Synchronization
 ///
 /// Durability: a store made with ``init(configuration:logger:)`` keeps everything in memory. One made with
 /// ``load(from:configuration:logger:metricsFactory:)`` writes every change back to its ``MetadataBackend`` with
-/// group commit and, by default, answers a write only after its transaction committed (``Durability``). Reads
-/// see writes as soon as they are applied, before they commit; if a commit fails those writes are reverted.
+/// group commit and, by default, answers a write only after its transaction committed (``Durability``).
+///
+/// What reads see (``get(_:)``, ``writeGetResponse(of:userId:to:)``, and so subscription snapshots): under
+/// ``Durability/acknowledgeAfterCommit`` only committed writes. Writes are decided against every earlier write,
+/// committed or not (a compare-and-set behind a write sees its revision), but a set with uncommitted writes keeps its
+/// state as last committed for readers (``ShardState/uncommitted``); a write refused by such a set's state is
+/// answered after the writes it was decided against committed. If a commit fails, its writes and every later one
+/// are reverted to that committed state, so nobody has read them. Under ``Durability/acknowledgeBeforeCommit``
+/// reads see every acknowledged write at once, before it is durable; in a memory-only store, every write. A store on
+/// a shared database (``open(shared:locks:configuration:logger:)``) holds committed sets only.
 /// Locks are not persisted: they belong to sessions, which do not survive a restart either.
 public final class MetadataStore: Sendable {
     enum Mode: Sendable {
@@ -135,7 +143,7 @@ public final class MetadataStore: Sendable {
     ///   the cluster, or the set's last COMMIT got no answer).
     public func get(_ scope: MetadataScope) throws(SwitchboardStoreError) -> MetadataSnapshot {
         if let error = self.readError(scope) { throw error }
-        let set = self.shard(for: scope).state.withLock { $0.sets[scope] }
+        let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [])
         }
@@ -154,7 +162,7 @@ public final class MetadataStore: Sendable {
         // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only).
         let userIdSize = userId.map { $0.isEmpty ? 0 : WireField.lengthDelimitedFieldSize(3, length: $0.utf8.count) } ?? 0
         self.shard(for: scope).state.withLock { state in
-            guard let set = state.sets[scope], !set.isRemoved else {
+            guard let set = state.readableSet(scope), !set.isRemoved else {
                 sink.writeBody(size: userIdSize) { writer in
                     if let userId, !userId.isEmpty { writer.writeStringField(3, userId) }
                 }
@@ -185,9 +193,11 @@ public final class MetadataStore: Sendable {
     /// Applies a set, update or remove atomically.
     ///
     /// Argument errors are answered at once, on the caller's thread. A write that passes every check is applied
-    /// in memory at once (later reads see it) and answered: in a memory-only store or under
-    /// ``Durability/acknowledgeBeforeCommit`` right away; under ``Durability/acknowledgeAfterCommit`` once its
-    /// transaction committed, or with `8001 storageFailure` (and reverted) if it failed.
+    /// in memory at once (later writes are decided against it) and answered: in a memory-only store or under
+    /// ``Durability/acknowledgeBeforeCommit`` right away (reads see it from then on); under
+    /// ``Durability/acknowledgeAfterCommit`` once its transaction committed (reads see it from just before its
+    /// answer), or with `8001 storageFailure` (and reverted) if it failed. Under acknowledge-after-commit a write
+    /// refused by the state of a set with uncommitted writes is answered once those committed.
     ///
     /// - Parameters:
     ///   - request: The write.
@@ -222,24 +232,39 @@ public final class MetadataStore: Sendable {
                 {
                     return refusal
                 }
-                let result = MetadataSet.apply(
-                    request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits,
-                    keepUndo: mode == .acknowledgeAfterCommit)
-                let applied: AppliedWrite
-                switch result {
-                case .failure(let error): return error
-                case .success(let success): applied = success
+                guard mode == .acknowledgeAfterCommit else {
+                    let applied: AppliedWrite
+                    switch MetadataSet.apply(
+                        request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
+                    {
+                    case .failure(let error): return error
+                    case .success(let success): applied = success
+                    }
+                    state.outbox.append(.write(completion, .success(applied.outcome)))
+                    if mode == .acknowledgeBeforeCommit {
+                        state.appendPending(
+                            PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                    }
+                    return nil
                 }
-                switch mode {
-                case .memoryOnly:
-                    state.outbox.append(.write(completion, .success(applied.outcome)))
-                case .acknowledgeBeforeCommit:
-                    state.outbox.append(.write(completion, .success(applied.outcome)))
-                    state.appendPending(PendingWrite(applied, shardIndex: index, completion: nil))
-                case .acknowledgeAfterCommit:
-                    state.appendPending(PendingWrite(applied, shardIndex: index, completion: completion))
-                case .coordinated:
-                    preconditionFailure("a coordinated store queues its writes")
+                // Readers keep seeing the set as committed until this write's transaction commits: the first
+                // uncommitted write of a set keeps the set as it was (a copy only once the write changes it).
+                let isClean = state.uncommitted.isEmpty || state.uncommitted[request.scope] == nil
+                let committed = isClean ? state.sets[request.scope] : nil
+                let sequence = state.nextSequence
+                switch MetadataSet.apply(
+                    request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
+                {
+                case .failure(let error):
+                    guard !isClean else { return error }
+                    // Decided against writes not committed yet: answered once they are (8001 if they fail).
+                    state.appendPending(
+                        PendingWrite(
+                            refusal: error, scope: request.scope, shardIndex: index, sequence: sequence,
+                            completion: completion))
+                case .success(let applied):
+                    state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
+                    state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
                 }
                 return nil
             }, deliver: self.deliver)

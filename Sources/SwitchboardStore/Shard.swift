@@ -21,6 +21,10 @@ struct ShardState: Sendable {
     var locks = LockTable()
     /// Writes applied in memory and not yet taken by the write-back writer, in the order they were applied.
     var pending: [PendingWrite] = []
+    /// Acknowledge-after-commit: the sets with writes not committed yet (queued or in the transaction being
+    /// committed), each with its state as last committed, which is what readers see: no reader sees a write before
+    /// its transaction committed. Writes are still decided against ``sets``, which holds them all.
+    var uncommitted: [MetadataScope: UncommittedSet] = [:]
     /// Monotonic ns when `pending` last became non-empty: the age of its oldest write (0 while it is empty).
     var pendingSinceNs: UInt64 = 0
     /// Writes ever appended to `pending` (the write-back queue's length is the shards' sum minus the finished).
@@ -37,6 +41,9 @@ struct ShardState: Sendable {
         self.enqueued += 1
     }
 
+    /// The ``PendingWrite/sequence`` the next appended write gets.
+    var nextSequence: Int { self.enqueued + 1 }
+
     /// Takes the outbox for delivery unless another thread is already delivering it.
     mutating func claimOutbox() -> [Delivery]? {
         guard !self.delivering, !self.outbox.isEmpty else { return nil }
@@ -46,18 +53,59 @@ struct ShardState: Sendable {
         return claimed
     }
 
-    /// Puts the set back as it was before `write` (the write-back transaction holding it failed).
-    mutating func revert(_ write: PendingWrite) {
-        switch write.undo {
-        case .notKept:
-            break
-        case .absent:
-            self.sets[write.scope] = nil
-        case .previous(let set):
-            self.sets[write.scope] = set
-        case .itemsWritten(let undo):
-            self.sets[write.scope]?.revert(undo)
+    /// The set as readers see it: as last committed while it has writes not committed yet, else as it is.
+    func readableSet(_ scope: MetadataScope) -> MetadataSet? {
+        if !self.uncommitted.isEmpty, let entry = self.uncommitted[scope] { return entry.committed }
+        return self.sets[scope]
+    }
+
+    /// Notes that the write with `sequence` changed `scope`; `committed` is the set before it, which readers keep
+    /// seeing (taken by the caller before the write, and used only when the set had no uncommitted write yet).
+    mutating func noteUncommitted(_ scope: MetadataScope, sequence: Int, committed: MetadataSet?) {
+        if let index = self.uncommitted.index(forKey: scope) {
+            self.uncommitted.values[index].lastSequence = sequence
+        } else {
+            self.uncommitted[scope] = UncommittedSet(committed: committed, lastSequence: sequence)
         }
+    }
+
+    /// Moves the committed view on by `writes`, the writes this shard had appended through `sequence`, which just
+    /// committed. A set with no write behind them is committed as it is (readers read it again); for a set with
+    /// writes behind them, the committed copy replays their writes.
+    mutating func committed(_ writes: [PendingWrite], through sequence: Int) {
+        guard !self.uncommitted.isEmpty else { return }
+        for write in writes where write.refusal == nil {
+            guard let index = self.uncommitted.index(forKey: write.scope) else { continue }
+            let last = self.uncommitted.values[index].lastSequence
+            if last > sequence {
+                self.uncommitted.values[index].replay(write)
+            } else if last == write.sequence {
+                self.uncommitted.remove(at: index)
+            }
+        }
+    }
+
+    /// Puts every set with uncommitted writes back as last committed (the transaction holding the oldest of them
+    /// failed, and every later write is undone with it).
+    mutating func revertUncommitted() {
+        for (scope, entry) in self.uncommitted { self.sets[scope] = entry.committed }
+        self.uncommitted.removeAll()
+    }
+}
+
+/// A set with writes not committed yet (acknowledge-after-commit): the set as last committed, which readers see.
+struct UncommittedSet: Sendable {
+    /// The set as last committed; nil when it did not exist then.
+    var committed: MetadataSet?
+    /// The ``PendingWrite/sequence`` of the last write to the set.
+    var lastSequence: Int
+
+    /// The committed copy takes on a write that committed.
+    mutating func replay(_ write: PendingWrite) {
+        var set = self.committed ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
+        self.committed = nil  // uniquely referenced while it changes
+        set.replay(items: write.items, removesItems: write.operation == .remove, removesSet: write.removesSet)
+        self.committed = set
     }
 }
 

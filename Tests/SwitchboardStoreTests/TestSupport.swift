@@ -111,6 +111,16 @@ final class RecordingBackend: MetadataBackend {
         for _ in 0..<waiting { self.gate.signal() }
     }
 
+    /// Lets one call held at the gate go on; the gate stays closed for the next.
+    func releaseOne() {
+        let waiting = self.state.withLock { state -> Bool in
+            guard state.blocked > 0 else { return false }
+            state.blocked -= 1
+            return true
+        }
+        if waiting { self.gate.signal() }
+    }
+
     struct BackendFailure: Error {}
 }
 

@@ -17,7 +17,7 @@ enum ChangeBatch {
     }
 
     /// The net changes of the writes in `lists`, each list in the order its writes were applied (a scope's writes
-    /// are all in one list: one shard's).
+    /// are all in one list: one shard's). Deferred refusals (``PendingWrite/refusal``) change nothing.
     ///
     /// Writes to one set tend to come in runs (a connection's pipelined writes are applied one after another), so
     /// a write to the set of the write before it finds its builder without hashing the scope.
@@ -26,7 +26,7 @@ enum ChangeBatch {
         var builders: [Builder] = []
         var last = -1
         for list in lists {
-            for index in list.indices {
+            for index in list.indices where list[index].refusal == nil {
                 if last < 0 || builders[last].scope != list[index].scope {
                     let scope = list[index].scope
                     if let existing = builderOfScope[scope] {

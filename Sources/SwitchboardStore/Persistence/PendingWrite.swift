@@ -1,11 +1,14 @@
 import SwitchboardWire
 
-/// A write applied in memory and waiting for the write-back writer.
+/// A write applied in memory and waiting for the write-back writer, or a write refused against writes that wait
+/// there (its answer waits for their commit, see ``refusal``).
 struct PendingWrite: Sendable {
     /// The set written.
     var scope: MetadataScope
-    /// The shard that holds the scope (for a revert).
+    /// The shard that holds the scope.
     var shardIndex: Int
+    /// Its place among the writes appended to its shard's pending list (the shard's count of them once appended).
+    var sequence: Int
     /// set, update or remove.
     var operation: MetadataOperation
     /// The whole set was removed.
@@ -14,25 +17,55 @@ struct PendingWrite: Sendable {
     var storedRevision: UInt64
     /// set/update: the written items; remove: the removed keys.
     var items: [MetadataItem]
-    /// The set before the write, for a revert.
-    var undo: WriteUndo
+    /// Acknowledge-after-commit: a write refused by a rule of the set's state (a revision conflict, a missing set or
+    /// item, the size limit) while the set had writes not committed yet. It changed nothing and is not stored; its
+    /// refusal is answered once the writes before it committed (it was decided against them), or `8001` if they fail.
+    var refusal: Refusal?
     /// Answers the writer after the commit; nil when it was answered already (acknowledge-before-commit).
     var completion: WriteCompletion?
-    init(_ applied: AppliedWrite, shardIndex: Int, completion: WriteCompletion?) {
+
+    init(_ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
+        self.sequence = sequence
         self.operation = applied.operation
         self.removesSet = applied.removesSet
         self.storedRevision = applied.storedRevision
         self.items = applied.outcome.items
-        self.undo = applied.undo
+        self.refusal = nil
+        self.completion = completion
+    }
+
+    init(
+        refusal: SwitchboardStoreError, scope: MetadataScope, shardIndex: Int, sequence: Int,
+        completion: @escaping WriteCompletion
+    ) {
+        self.scope = scope
+        self.shardIndex = shardIndex
+        self.sequence = sequence
+        self.operation = .set
+        self.removesSet = false
+        self.storedRevision = 0
+        self.items = []
+        self.refusal = Refusal(error: refusal)
         self.completion = completion
     }
 
     /// What the writer is told after the commit.
-    var outcome: WriteOutcome {
-        WriteOutcome(
-            scope: self.scope, eventType: self.operation.eventType,
-            majorRevision: self.removesSet ? 0 : self.storedRevision, items: self.items)
+    var answer: Result<WriteOutcome, SwitchboardStoreError> {
+        if let refusal = self.refusal { return .failure(refusal.error) }
+        return .success(
+            WriteOutcome(
+                scope: self.scope, eventType: self.operation.eventType,
+                majorRevision: self.removesSet ? 0 : self.storedRevision, items: self.items))
+    }
+}
+
+/// A deferred refusal, boxed: rare, and the pending lists of every other write stay small.
+final class Refusal: Sendable {
+    let error: SwitchboardStoreError
+
+    init(error: SwitchboardStoreError) {
+        self.error = error
     }
 }

@@ -10,10 +10,11 @@ import Synchronization
 /// no global lock on that path, only three atomics. A serial dispatch queue (the writer) takes every shard's
 /// pending list at once, coalesces the writes into one batch of net changes sorted by primary key, and applies it
 /// in one transaction; writes that arrive while a transaction runs form the next batch. With
-/// ``Durability/acknowledgeAfterCommit`` the writes are answered, in order, after their transaction committed.
+/// ``Durability/acknowledgeAfterCommit`` the writes are answered, in order, after their transaction committed, and
+/// just before that each shard's committed view (``ShardState/uncommitted``, what readers see) takes the batch on.
 ///
 /// If a commit fails, the writes of the failed batch and every write applied after it are reverted in memory
-/// (from the undo state each write keeps) and answered with `8001 storageFailure`; new writes are refused with
+/// (every set with uncommitted writes goes back to its committed state) and answered with `8001 storageFailure`; new writes are refused with
 /// `8001` while a probe (an empty batch) retries every `probeInterval`, and writes are accepted again as soon as
 /// one succeeds. Under ``Durability/acknowledgeBeforeCommit`` nothing is reverted (it was acknowledged): the
 /// failed batch is kept and retried by the probe instead.
@@ -234,6 +235,7 @@ final class WriteBackQueue: Sendable {
                 state.pending.reserveCapacity(taken.count)
                 collected.count += taken.count
                 collected.lists.append(taken)
+                collected.throughSequences.append(state.enqueued)
                 if collected.oldestNs == 0 || state.pendingSinceNs < collected.oldestNs {
                     collected.oldestNs = state.pendingSinceNs
                 }
@@ -251,10 +253,18 @@ final class WriteBackQueue: Sendable {
         let records = ChangeBatch.records(from: batch.lists)
         let start = DispatchTime.now().uptimeNanoseconds
         do {
-            try self.backend.apply(records)
+            // A batch of deferred refusals only has nothing to store (and an empty batch would be a probe).
+            if !records.isEmpty { try self.backend.apply(records) }
         } catch {
             self.commitFailed(Array(batch), error: error)
             return false
+        }
+        if self.durability == .acknowledgeAfterCommit {
+            // Readers see the batch from here on, before its writers are answered (so a writer reads its write).
+            for (list, through) in zip(batch.lists, batch.throughSequences) {
+                guard let shardIndex = list.first?.shardIndex else { continue }
+                self.shards[shardIndex].state.withLock { $0.committed(list, through: through) }
+            }
         }
         let end = DispatchTime.now().uptimeNanoseconds
         let oldest = self.writer.withLock { state in
@@ -269,7 +279,7 @@ final class WriteBackQueue: Sendable {
         self.metrics.queueLength.record(self.enqueuedCount() - self.finished.load(ordering: .relaxed))
         for list in batch.lists {
             for index in list.indices {
-                list[index].completion?(.success(list[index].outcome))
+                list[index].completion?(list[index].answer)
             }
         }
         return true
@@ -289,14 +299,14 @@ final class WriteBackQueue: Sendable {
         switch self.durability {
         case .acknowledgeAfterCommit:
             var reverted = batch
-            for (index, shard) in self.shards.enumerated() {
+            for shard in self.shards {
                 let later = shard.state.withLock { state -> [PendingWrite] in
                     let later = state.pending
                     state.pending.removeAll()
                     state.pendingSinceNs = 0
-                    // Newest first, so each set ends as it was before its oldest reverted write.
-                    for write in later.reversed() { state.revert(write) }
-                    for write in batch.reversed() where write.shardIndex == index { state.revert(write) }
+                    // Every set with uncommitted writes (this batch's and later ones) goes back to its committed
+                    // state, which is all any reader has seen of it.
+                    state.revertUncommitted()
                     return later
                 }
                 reverted.append(contentsOf: later)
@@ -351,6 +361,8 @@ final class WriteBackQueue: Sendable {
 /// The writes taken from the shards for one transaction, shard by shard, each shard's in the order it applied them.
 private struct CollectedWrites: Sequence {
     var lists: [[PendingWrite]] = []
+    /// For each list, the ``PendingWrite/sequence`` of its shard's last write taken (the list holds all up to it).
+    var throughSequences: [Int] = []
     /// The writes in all lists.
     var count = 0
     /// Monotonic ns of the oldest write (when its shard's list became non-empty).

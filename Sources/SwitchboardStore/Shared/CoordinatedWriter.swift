@@ -5,12 +5,14 @@ import Synchronization
 /// The write path of a store on a ``SharedMetadataBackend``: writes wait in a queue and are decided in batches,
 /// each inside one transaction that holds the batch's sets locked in the database.
 ///
-/// A batch runs in four steps: lock the sets' rows; bring every set whose stored majorRevision differs from the
-/// copy in memory up to date from the database (another gateway wrote it); apply the writes in memory, in the order
-/// they arrived, with the same rules as a single gateway (so a compare-and-set decided here saw the latest committed
-/// set, and exactly one of several racing gateways wins); write the net changes and the change feed rows. The
-/// writes are answered after the commit. When the transaction fails, the writes are undone in memory and answered
-/// `8001 storageFailure`. One batch runs at a time; writes arriving meanwhile form the next one.
+/// A batch runs in five steps: lock the sets' rows; copy the batch's sets from memory and bring every copy whose
+/// majorRevision differs from the stored one up to date from the database (another gateway wrote it); apply the
+/// writes to the copies, in the order they arrived, with the same rules as a single gateway (so a compare-and-set
+/// decided here saw the latest committed set, and exactly one of several racing gateways wins); write the net
+/// changes and the change feed rows and commit; install the copies in memory (each unless the change feed brought a
+/// newer one meanwhile) and answer the writes. No reader sees a write before its commit. When the transaction
+/// fails, the copies are dropped (memory never held the writes) and the writes are answered `8001 storageFailure`.
+/// One batch runs at a time; writes arriving meanwhile form the next one.
 ///
 /// The backend bounds every transaction (the cluster's, by a deadline that closes its connection), so a batch is
 /// always answered. When COMMIT's outcome is unknown (``SharedCommitOutcomeUnknown``), the batch's sets may hold a
@@ -161,38 +163,49 @@ final class CoordinatedWriter: Sendable {
                     }
                     if !guarded.isEmpty { store.installCommittedLocks(try await transaction.readLocks(Array(guarded))) }
                 }
-                let stale = scopes.filter { store.storedRevision(of: $0) != stored[$0] ?? 0 }
+                // The batch is decided on copies: readers keep seeing the sets as committed until the commit.
+                // Copied after the rows are locked, so only a copy the change feed has not caught up yet can be
+                // older than the database: those are read again, inside the transaction.
+                var sets = store.decisionCopies(of: scopes)
+                let stale = scopes.filter { (sets[$0]?.majorRevision ?? 0) != stored[$0] ?? 0 }
                 if !stale.isEmpty {
-                    let current = try await transaction.readSets(stale)
-                    store.install(current, replacing: stale)
+                    var read: [MetadataScope: StoredSet] = [:]
+                    for set in try await transaction.readSets(stale) { read[set.scope] = set }
+                    for scope in stale {
+                        sets[scope] = read[scope].map {
+                            MetadataSet(majorRevision: $0.majorRevision, isRemoved: $0.isRemoved, items: $0.items)
+                        }
+                    }
                 }
                 var applied: [PendingWrite] = []
                 var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
                 var changes: [MetadataChange] = []
                 for write in batch {
-                    switch store.applyCoordinated(write.request, caller: write.caller, nowMs: write.nowMs) {
-                    case .success(let pending):
-                        applied.append(pending)
-                        results.append(.success(pending.outcome))
+                    switch store.decideCoordinated(write.request, caller: write.caller, nowMs: write.nowMs, on: &sets) {
+                    case .success(let success):
+                        // Only turned into change records: no shard holds it.
+                        applied.append(PendingWrite(success, shardIndex: 0, sequence: 0, completion: nil))
+                        results.append(.success(success.outcome))
                         changes.append(
                             MetadataChange(
-                                outcome: pending.outcome, storedRevision: pending.storedRevision, publisher: write.caller,
-                                timestampMs: write.nowMs))
+                                outcome: success.outcome, storedRevision: success.storedRevision,
+                                publisher: write.caller, timestampMs: write.nowMs))
                     case .failure(let error):
                         results.append(.failure(error))
                     }
                 }
-                decided.set(applied: applied, results: results)
+                decided.set(sets: sets, results: results)
                 guard !applied.isEmpty else { return }
                 try await transaction.apply(ChangeBatch.records(from: applied), changes: changes)
             }
         } catch {
+            // Nothing was installed: the decided copies are dropped, and no reader saw them.
             self.logger.error(
-                "shared metadata transaction failed; its writes are undone", metadata: ["error": "\(String(reflecting: error))"])
-            store.revert(decided.applied)
+                "shared metadata transaction failed; its writes are dropped",
+                metadata: ["error": "\(String(reflecting: error))"])
             let failure: SwitchboardStoreError
             if error is SharedCommitOutcomeUnknown {
-                // The database may hold what memory no longer does: no read of these sets until they are read again.
+                // The database may hold what memory does not: no read of these sets until they are read again.
                 self.markStale(scopes)
                 failure = SwitchboardStoreError(
                     .storageFailure, "the database did not answer the commit; the write may have been committed")
@@ -202,6 +215,8 @@ final class CoordinatedWriter: Sendable {
             for write in batch { write.completion(.failure(failure)) }
             return
         }
+        // Committed: readers see the batch from here on, then its writers are answered (and publish its events).
+        store.installDecided(decided.sets)
         for (write, result) in zip(batch, decided.results) { write.completion(result) }
     }
 }
@@ -267,12 +282,12 @@ extension CoordinatedWriter {
 
 /// What a batch's transaction decided, handed out of the transaction's closure.
 private final class DecidedBatch: @unchecked Sendable {
-    // Written inside the transaction and read after it returns or throws, by the one task running the batch.
-    private(set) var applied: [PendingWrite] = []
+    // Written inside the transaction and read after it returns, by the one task running the batch.
+    private(set) var sets: [MetadataScope: MetadataSet] = [:]
     private(set) var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
 
-    func set(applied: [PendingWrite], results: [Result<WriteOutcome, SwitchboardStoreError>]) {
-        self.applied = applied
+    func set(sets: [MetadataScope: MetadataSet], results: [Result<WriteOutcome, SwitchboardStoreError>]) {
+        self.sets = sets
         self.results = results
     }
 }

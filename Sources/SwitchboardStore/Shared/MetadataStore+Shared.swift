@@ -79,48 +79,40 @@ extension MetadataStore {
 
     // MARK: The coordinated write path
 
-    /// The set's majorRevision in memory, a tombstone's included (0 for a set never written).
-    func storedRevision(of scope: MetadataScope) -> UInt64 {
-        self.shard(for: scope).state.withLock { $0.sets[scope]?.majorRevision ?? 0 }
-    }
-
-    /// Replaces the copies of `scopes` with `sets` as the database holds them now (those missing from `sets` were
-    /// never written).
-    func install(_ sets: [StoredSet], replacing scopes: [MetadataScope]) {
-        var read: [MetadataScope: StoredSet] = [:]
-        for set in sets { read[set.scope] = set }
+    /// Copies of the sets of `scopes` as this store holds them, for a batch to decide its writes on (sets never
+    /// written are left out). A store on a shared database holds committed sets only, so the copies are too.
+    func decisionCopies(of scopes: [MetadataScope]) -> [MetadataScope: MetadataSet] {
+        var copies: [MetadataScope: MetadataSet] = [:]
+        copies.reserveCapacity(scopes.count)
         for scope in scopes {
+            if let set = self.shard(for: scope).state.withLock({ $0.sets[scope] }) { copies[scope] = set }
+        }
+        return copies
+    }
+
+    /// Decides one write on `copies`, with the rules of ``write(_:caller:nowMs:completion:)`` on a single gateway:
+    /// the lock field against the channel's locks as this store holds them, then the set's rules.
+    func decideCoordinated(
+        _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, on copies: inout [MetadataScope: MetadataSet]
+    ) -> Result<AppliedWrite, SwitchboardStoreError> {
+        if request.scope.isChannel, !request.lock.isEmpty,
+            let refusal = self.shard(for: request.scope).state.withLock({ state in
+                state.locks.writeGuardError(channel: request.scope, lock: request.lock, caller: caller)
+            })
+        {
+            return .failure(refusal)
+        }
+        return MetadataSet.apply(request, to: &copies[request.scope], caller: caller, nowMs: nowMs, limits: self.limits)
+    }
+
+    /// Installs the sets a batch decided, once its transaction committed: each replaces this store's copy unless
+    /// that is as new or newer (the change feed may have brought it there meanwhile).
+    func installDecided(_ sets: [MetadataScope: MetadataSet]) {
+        for (scope, set) in sets {
             self.shard(for: scope).state.withLock { state in
-                state.sets[scope] = read[scope].map {
-                    MetadataSet(majorRevision: $0.majorRevision, isRemoved: $0.isRemoved, items: $0.items)
-                }
+                guard (state.sets[scope]?.majorRevision ?? 0) < set.majorRevision else { return }
+                state.sets[scope] = set
             }
-        }
-    }
-
-    /// Decides one write in memory, as ``write(_:caller:nowMs:completion:)`` does on a single gateway, keeping what
-    /// undoes it.
-    func applyCoordinated(_ request: MetadataWriteRequest, caller: String, nowMs: UInt64)
-        -> Result<PendingWrite, SwitchboardStoreError>
-    {
-        let index = self.shardIndex(of: request.scope)
-        let limits = self.limits
-        return self.shards[index].state.withLock { state in
-            if request.scope.isChannel, !request.lock.isEmpty,
-                let refusal = state.locks.writeGuardError(channel: request.scope, lock: request.lock, caller: caller)
-            {
-                return .failure(refusal)
-            }
-            return MetadataSet.apply(
-                request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits, keepUndo: true
-            ).map { PendingWrite($0, shardIndex: index, completion: nil) }
-        }
-    }
-
-    /// Undoes `writes`, latest first (their transaction failed).
-    func revert(_ writes: [PendingWrite]) {
-        for write in writes.reversed() {
-            self.shards[write.shardIndex].state.withLock { $0.revert(write) }
         }
     }
 }
@@ -128,22 +120,8 @@ extension MetadataStore {
 extension MetadataSet {
     /// Applies a change committed elsewhere, whose majorRevision is this set's next.
     mutating func applyCommitted(_ change: MetadataChange) {
-        _ = self.beginWrite()
-        let outcome = change.outcome
-        switch outcome.eventType {
-        case .remove where outcome.items.isEmpty:
-            self.markRemoved()
-        case .remove:
-            let positions = outcome.items.compactMap { self.position(of: $0.key) }
-            positions.withUnsafeBufferPointer { self.remove(at: $0) }
-        default:
-            for item in outcome.items {
-                if let position = self.position(of: item.key) {
-                    self.replace(at: position, with: item)
-                } else {
-                    self.append(item)
-                }
-            }
-        }
+        self.replay(
+            items: change.outcome.items, removesItems: change.outcome.eventType == .remove,
+            removesSet: change.removesSet)
     }
 }
