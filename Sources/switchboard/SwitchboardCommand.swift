@@ -388,7 +388,7 @@ extension ServeSettings {
                     throw ValidationError("--redis: \(error.description)")
                 }
             }
-            var engine = PostgresCluster(location: location, redis: redis)
+            let engine = PostgresCluster(location: location, redis: redis)
             nodeID = engine.nodeID
             // A dead node's members must be gone from the others within the presence timeout: a node is seen dead
             // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
