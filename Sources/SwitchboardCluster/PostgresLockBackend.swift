@@ -253,7 +253,7 @@ final class LockHolderWatch: Service, Sendable {
                 do {
                     let current = try await connection.open()
                     for (channel, holder) in try await self.holdersWithoutSessions(on: current)
-                    where self.sessions.sessions(ofUser: holder).isEmpty {
+                    where !self.sessions.hasSessions(ofUser: holder) {
                         self.store.holderMayBeOffline(holder, in: channel)
                     }
                 } catch is CancellationError {
