@@ -95,6 +95,8 @@ extension ClientConfiguration {
 
         private func makeContext() throws(SwitchboardClientError) -> NIOSSLContext {
             var configuration = TLSConfiguration.makeClientConfiguration()
+            // TLS 1.0 and 1.1 are deprecated (RFC 8996).
+            configuration.minimumTLSVersion = .tlsv12
             switch self.verification {
             case .full: configuration.certificateVerification = .fullVerification
             case .insecureNoVerification: configuration.certificateVerification = .none

@@ -37,22 +37,24 @@ final class TLSHandshakeHandler: ChannelInboundHandler, RemovableChannelHandler 
                 code: .unavailable, message: Self.describe(error, serverName: self.serverName), kind: .tlsFailed))
     }
 
-    /// A handshake failure in words, with NIOSSL's own description at the end.
+    /// A handshake failure in words, ending with the reason in words (``TLSFailureText``; never NIOSSL's own
+    /// description, which holds BoringSSL's internals and the path the library was built in).
     static func describe(_ error: any Error, serverName: String) -> String {
         let detail = "\(error)"
+        let reason = TLSFailureText.describe(detail)
         if let extra = error as? NIOSSLExtraError, extra == .failedToValidateHostname {
-            return "TLS handshake failed: the gateway's certificate is not valid for \"\(serverName)\" (\(detail))"
+            return "TLS handshake failed: the gateway's certificate is not valid for \"\(serverName)\" (\(reason))"
         }
         if detail.contains("CERTIFICATE_VERIFY_FAILED") {
             return "TLS handshake failed: the gateway's certificate is not trusted: it is not signed by one of the "
-                + "trust roots, or has expired (\(detail))"
+                + "trust roots, or has expired (\(reason))"
         }
         if detail.contains("WRONG_VERSION_NUMBER") || detail.contains("eofDuringHandshake")
             || detail.contains("PACKET_LENGTH_TOO_LONG")
         {
-            return "TLS handshake failed: the gateway did not answer in TLS; is TLS on at \(serverName)? (\(detail))"
+            return "TLS handshake failed: the gateway did not answer in TLS; is TLS on at \(serverName)? (\(reason))"
         }
-        return "TLS handshake failed: \(detail)"
+        return "TLS handshake failed: \(reason)"
     }
 }
 

@@ -256,7 +256,7 @@ final class LockHolderWatch: Service, Sendable {
                     let (current, watch) = try await connection.openWatched()
                     defer { watch.end() }
                     for (channel, holder) in try await self.holdersWithoutSessions(on: current)
-                    where self.sessions.sessions(ofUser: holder).isEmpty {
+                    where !self.sessions.hasSessions(ofUser: holder) {
                         self.store.holderMayBeOffline(holder, in: channel)
                     }
                 } catch is CancellationError {

@@ -175,8 +175,8 @@ public final class SwitchboardGateway: Service, Sendable {
     ///
     /// With `tls`, the connection's bytes go through a TLS handler instead, with the TLS context of the moment
     /// (``GatewayCredentials``): the ``ConnectionHandler`` is not told the descriptor, so it never writes to the
-    /// socket directly (that would bypass the encryption), and a ``TLSHandshakeMonitor`` counts and closes failed
-    /// handshakes.
+    /// socket directly (that would bypass the encryption), a ``PlainClientDetector`` answers a client that speaks
+    /// plain frames to the TLS port, and a ``TLSHandshakeMonitor`` counts and closes failed handshakes.
     private func adopter(tls useTLS: Bool) -> @Sendable ([CInt]) -> Void {
         let core = self.core
         let group = self.eventLoopGroup
@@ -214,6 +214,8 @@ public final class SwitchboardGateway: Service, Sendable {
                                         try pipeline.addHandler(ConnectionHandler(core: core, socket: socket))
                                         return
                                     }
+                                    try pipeline.addHandler(
+                                        PlainClientDetector(metrics: core.metrics, logger: core.logger))
                                     try pipeline.addHandler(NIOSSLServerHandler(context: tls))
                                     try pipeline.addHandler(
                                         TLSHandshakeMonitor(metrics: core.metrics, logger: core.logger))

@@ -44,7 +44,7 @@ struct TLSEndToEndTests {
         }
     }
 
-    @Test("without the CA the certificate is refused (exit 69, saying so); --tls-insecure connects; plain TCP fails")
+    @Test("without the CA the certificate is refused (exit 69, saying so); --tls-insecure connects; plain TCP is told TLS is required (exit 81)")
     func untrustedCertificateInsecureAndPlain() async throws {
         try await Self.withTLSGateway { gateway in
             let untrusted = try await Self.sbctl(gateway, ["--tls"], ["where-now"])
@@ -52,8 +52,10 @@ struct TLSEndToEndTests {
             #expect(untrusted.errorOutput.contains("certificate is not trusted"), "\(untrusted.errorOutput)")
             let insecure = try await Self.sbctl(gateway, ["--tls-insecure"], ["where-now"])
             #expect(insecure.status == 0, "\(insecure.errorOutput)")
+            // Plain frames to the TLS port: the gateway's plain GOAWAY 1007 says the port requires TLS (exit 81).
             let plain = try await Self.sbctl(gateway, [], ["where-now"])
-            #expect(plain.status == 69, "\(plain.errorOutput)")
+            #expect(plain.status == 81, "\(plain.errorOutput)")
+            #expect(plain.errorOutput.contains("requires TLS"), "\(plain.errorOutput)")
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Metrics
 import NIOCore
 import NIOPosix
@@ -151,7 +152,9 @@ struct MetricsEndpointTests {
     func everyFamilyIsDocumented() throws {
         let page = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Docs/metrics.md")
-        let rows = try String(contentsOf: page, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("| `switchboard_") }
+        let rows = try String(contentsOf: page, encoding: .utf8).split(separator: "\n").filter {
+            $0.hasPrefix("| `switchboard_") || $0.hasPrefix("| `process_")
+        }
         #expect(rows.count == MetricFamily.catalog.count)
         for family in MetricFamily.catalog {
             let cells = rows.first { $0.hasPrefix("| `\(family.name)` |") }?.split(separator: "|").map {
@@ -159,6 +162,36 @@ struct MetricsEndpointTests {
             }
             #expect(cells?[1] == family.kind.rawValue, "the type of \(family.name)")
             #expect(cells?[2] == family.labels.map { "`\($0)`" }.joined(separator: ", "), "the labels of \(family.name)")
+        }
+    }
+
+    @Test("the process families and the build info are exported with the process's own figures")
+    func processAndBuildInfoFamilies() async throws {
+        try await withGateway(application: { $0.metricsPort = 0 }) { gateway in
+            let exposition = Exposition(try await LoopbackHTTP.get("/metrics", from: gateway.metricsAddress).body)
+            func value(_ name: String) -> Double? {
+                exposition.samples.first { $0.name == name && $0.labels.isEmpty }.flatMap { Double($0.value) }
+            }
+            // This process is the gateway's: its own figures, read from /proc.
+            let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+            let peakKiB = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
+                .flatMap { Double($0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") } ?? 0
+            let resident = try #require(value("process_resident_memory_bytes"))
+            #expect(resident > 4_194_304 && resident <= peakKiB * 1024 + 67_108_864, "\(resident)")
+            #expect(try #require(value("process_virtual_memory_bytes")) >= resident)
+            #expect(try #require(value("process_cpu_seconds_total")) > 0)
+            let open = try #require(value("process_open_fds"))
+            let max = try #require(value("process_max_fds"))
+            #expect(open >= 3 && open <= max, "\(open) of \(max)")
+            let started = try #require(value("process_start_time_seconds"))
+            let now = Date().timeIntervalSince1970
+            #expect(started <= now + 1 && started > now - 24 * 3600, "\(started) vs \(now)")
+            #expect(exposition.samples.contains {
+                $0.name == "switchboard_build_info" && $0.labels == #"{version="\#(SwitchboardVersion.current)"}"# && $0.value == "1"
+            })
+            for name in ["process_cpu_seconds_total", "process_open_fds", "switchboard_build_info"] {
+                #expect(exposition.help[name] == [MetricFamily.named(name)?.help ?? "?"], "\(name)")
+            }
         }
     }
 
@@ -245,5 +278,215 @@ struct MetricsEndpointTests {
             #expect((address.port ?? 0) > 0)
             #expect(try await LoopbackHTTP.get("/health", from: address).status == 200)
         }
+    }
+}
+
+/// A blocking TCP client for the metrics endpoint's limits: raw bytes out, raw bytes in, and whether it was closed.
+final class HTTPTestSocket: @unchecked Sendable {
+    // Used from one test at a time.
+    let fd: Int32
+
+    init(port: Int) throws {
+        self.fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port)).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else { throw LoopbackHTTP.Failure(description: "connect failed") }
+        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(self.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(self.fd) }
+
+    /// Sends what the socket takes within `seconds`; returns the number of bytes sent.
+    @discardableResult
+    func send(_ text: String, seconds: Double = 5) -> Int {
+        let bytes = Array(text.utf8)
+        var sent = 0
+        let deadline = Date().addingTimeInterval(seconds)
+        while sent < bytes.count, Date() < deadline {
+            let count = bytes[sent...].withUnsafeBytes { Glibc.send(self.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if count > 0 { sent += count } else if count == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) { break }
+        }
+        return sent
+    }
+
+    /// Reads until the server closes the connection, `bytes` bytes arrived, or `seconds` pass.
+    func read(upTo bytes: Int = .max, seconds: Double) async -> (data: [UInt8], closed: Bool) {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                var data: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 65_536)
+                let deadline = Date().addingTimeInterval(seconds)
+                while data.count < bytes, Date() < deadline {
+                    let count = recv(self.fd, &chunk, chunk.count, 0)
+                    if count == 0 { return continuation.resume(returning: (data, true)) }
+                    if count < 0 {
+                        if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { continue }
+                        return continuation.resume(returning: (data, true))  // reset
+                    }
+                    data += chunk[0..<count]
+                }
+                continuation.resume(returning: (data, false))
+            }
+        }
+    }
+}
+
+/// A metrics endpoint on its own, with the limits a test gives it and a render that counts its calls.
+final class StandaloneMetricsEndpoint: Sendable {
+    let endpoint: MetricsEndpoint
+    let port: Int
+    private let renders = Atomic<Int>(0)
+
+    /// How many answers to `/metrics` the endpoint made.
+    var renderCount: Int { self.renders.load(ordering: .relaxed) }
+
+    init(limits: MetricsEndpoint.Limits, bodyBytes: Int = 64) async throws {
+        let body = [UInt8](repeating: UInt8(ascii: "m"), count: bodyBytes)
+        let box = Mutex<StandaloneMetricsEndpoint?>(nil)
+        self.endpoint = MetricsEndpoint(
+            port: 0, eventLoopGroup: MultiThreadedEventLoopGroup.singleton, logger: Logger(label: "metrics-test"),
+            limits: limits,
+            render: {
+                box.withLock { $0 }?.renders.add(1, ordering: .relaxed)
+                return body
+            })
+        self.port = try #require(try await self.endpoint.bind()?.port)
+        box.withLock { $0 = self }
+    }
+}
+
+@Suite("The metrics endpoint's limits: one answer in flight, timeouts, HTTP/1.0, a connection limit")
+struct MetricsEndpointLimitTests {
+    @Test("10,000 pipelined GET /metrics not read: the endpoint makes answers only as the socket takes them")
+    func pipelinedRequestsWithoutReadingHoldOneAnswerAtATime() async throws {
+        let server = try await StandaloneMetricsEndpoint(limits: MetricsEndpoint.Limits(), bodyBytes: 16 << 10)
+        defer { Task { await server.endpoint.close() } }
+        let client = try HTTPTestSocket(port: server.port)
+        let requests = 10_000
+        let request = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        // The endpoint stops reading once answers back up, so the client's send stalls: sent from a thread.
+        let sending = Task.detached { client.send(String(repeating: request, count: requests), seconds: 120) }
+        try await Task.sleep(for: .seconds(2))
+        let produced = server.renderCount
+        // Without a bound every request is answered at once (10,000 answers, 160 MB, buffered in the gateway); with
+        // it, as many as the two sockets' buffers hold (a few MB of 16 KiB answers) plus one.
+        #expect(produced > 0)
+        #expect(produced < 1_500, "the endpoint made \(produced) answers nobody read")
+
+        // Read now: every request is answered (each answer is as long as the first).
+        let (first, _) = await client.read(upTo: 4096, seconds: 10)
+        let headEnd = try #require(String(decoding: first, as: UTF8.self).range(of: "\r\n\r\n")?.upperBound.utf16Offset(
+            in: String(decoding: first, as: UTF8.self)))
+        #expect(String(decoding: first, as: UTF8.self).hasPrefix("HTTP/1.1 200 OK\r\n"))
+        let answerSize = headEnd + (16 << 10)
+        var received = first.count
+        let deadline = Date().addingTimeInterval(120)
+        while received < requests * answerSize, Date() < deadline {
+            let (data, closed) = await client.read(upTo: 1 << 20, seconds: 1)
+            received += data.count
+            if closed { break }
+        }
+        #expect(await sending.value == requests * request.utf8.count)
+        #expect(received == requests * answerSize, "\(received) bytes of \(requests) answers of \(answerSize)")
+    }
+
+    @Test("a request trickled a header at a time is cut off after the request timeout (slowloris)")
+    func aSlowRequestIsClosedAfterTheRequestTimeout() async throws {
+        var limits = MetricsEndpoint.Limits()
+        limits.requestTimeout = .seconds(1)
+        limits.idleTimeout = .seconds(60)
+        let server = try await StandaloneMetricsEndpoint(limits: limits)
+        defer { Task { await server.endpoint.close() } }
+        let client = try HTTPTestSocket(port: server.port)
+        let started = Date()
+        client.send("GET /metrics HTTP/1.1\r\n")
+        var closed = false
+        for index in 0..<100 where !closed {  // 20 s of headers, one every 200 ms
+            client.send("X-Slow-\(index): y\r\n")
+            closed = await client.read(seconds: 0.2).closed
+        }
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(closed, "the trickling client was never cut off")
+        #expect(elapsed >= 0.9 && elapsed < 8, "cut off after \(elapsed) s")
+        #expect(server.renderCount == 0)
+    }
+
+    @Test("a connection that sends nothing, or nothing more after an answer, is closed after the idle timeout")
+    func anIdleConnectionIsClosedAfterTheIdleTimeout() async throws {
+        var limits = MetricsEndpoint.Limits()
+        limits.idleTimeout = .seconds(1)
+        let server = try await StandaloneMetricsEndpoint(limits: limits)
+        defer { Task { await server.endpoint.close() } }
+        let silent = try HTTPTestSocket(port: server.port)
+        let (nothing, closed) = await silent.read(seconds: 10)
+        #expect(nothing.isEmpty && closed, "a silent connection stayed open")
+
+        let keepAlive = try HTTPTestSocket(port: server.port)
+        keepAlive.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        let started = Date()
+        let (answer, closedAfter) = await keepAlive.read(seconds: 10)
+        #expect(String(decoding: answer, as: UTF8.self).hasPrefix("HTTP/1.1 200 OK"))
+        #expect(closedAfter, "an idle keep-alive connection stayed open")
+        #expect(Date().timeIntervalSince(started) >= 0.9)
+    }
+
+    @Test("HTTP/1.0 without keep-alive, and Connection: close, are closed after the answer")
+    func http10IsClosedAfterTheAnswer() async throws {
+        var limits = MetricsEndpoint.Limits()
+        limits.idleTimeout = .seconds(60)
+        let server = try await StandaloneMetricsEndpoint(limits: limits)
+        defer { Task { await server.endpoint.close() } }
+        for request in ["GET /health HTTP/1.0\r\n\r\n", "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"] {
+            let client = try HTTPTestSocket(port: server.port)
+            client.send(request)
+            let (answer, closed) = await client.read(seconds: 10)
+            let text = String(decoding: answer, as: UTF8.self)
+            #expect(text.contains(" 200 OK\r\n") && text.contains("Connection: close\r\n"), "\(text)")
+            #expect(text.hasSuffix(#"{"status":"ok","connections":0,"draining":false}"# + "\n"))
+            #expect(closed, "the connection stayed open after the answer to \(request.debugDescription)")
+        }
+        // HTTP/1.0 asking for keep-alive keeps the connection.
+        let client = try HTTPTestSocket(port: server.port)
+        client.send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        let (answer, closed) = await client.read(seconds: 1)
+        #expect(String(decoding: answer, as: UTF8.self).contains("Connection: keep-alive\r\n"))
+        #expect(!closed)
+    }
+
+    @Test("beyond its connection limit the endpoint answers 503 and closes; a freed place is taken again")
+    func connectionsOverTheLimitAreRefused() async throws {
+        var limits = MetricsEndpoint.Limits()
+        limits.maxConnections = 2
+        let server = try await StandaloneMetricsEndpoint(limits: limits)
+        defer { Task { await server.endpoint.close() } }
+        var first: HTTPTestSocket? = try HTTPTestSocket(port: server.port)
+        let second = try HTTPTestSocket(port: server.port)
+        for _ in 0..<250 where server.endpoint.connectionCount < 2 { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(server.endpoint.connectionCount == 2)
+
+        let third = try HTTPTestSocket(port: server.port)
+        third.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        let (refusal, closed) = await third.read(seconds: 10)
+        #expect(String(decoding: refusal, as: UTF8.self).hasPrefix("HTTP/1.1 503 Service Unavailable\r\n"))
+        #expect(closed)
+        #expect(server.renderCount == 0)
+
+        second.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(String(decoding: await second.read(seconds: 1).data, as: UTF8.self).hasPrefix("HTTP/1.1 200 OK"))
+        first = nil
+        for _ in 0..<250 where server.endpoint.connectionCount > 1 { try await Task.sleep(for: .milliseconds(20)) }
+        let fourth = try HTTPTestSocket(port: server.port)
+        fourth.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(String(decoding: await fourth.read(seconds: 1).data, as: UTF8.self).hasPrefix("HTTP/1.1 200 OK"))
+        withExtendedLifetime(first) {}
     }
 }

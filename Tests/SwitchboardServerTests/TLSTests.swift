@@ -2,6 +2,9 @@ import Foundation
 import InMemoryLogging
 import Logging
 import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardTestSupport
@@ -167,6 +170,9 @@ struct TLSTests {
             }
             #expect(error?.kind == .tlsFailed)
             #expect(error?.message.contains("certificate is not trusted") == true, "\(error?.message ?? "")")
+            // In words: no BoringSSL internals, no path of the build.
+            #expect(error?.message.hasSuffix("(certificate verify failed)") == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("/") == false, "\(error?.message ?? "")")
             // The gateway goes on serving clients that trust it.
             let trusting = try await gateway.connect(.tcp, user: "Tony") { $0.tls = .trustingTestCA }
             try await trusting.ping()
@@ -229,10 +235,10 @@ struct TLSTests {
         }
     }
 
-    @Test func aPlainClientOnTheTLSPortFailsCleanlyWhileTheGatewayServesOthers() async throws {
+    @Test func aPlainClientOnTheTLSPortIsToldThePortRequiresTLSWhileTheGatewayServesOthers() async throws {
         let logs = InMemoryLogHandler()
         try await withGateway({ $0.tls = .fixture }, logger: recordingLogger(logs)) { gateway in
-            // Plain HELLO bytes to the TLS port: no WELCOME comes back, and the gateway closes the connection.
+            // Plain HELLO bytes to the TLS port: a plain GOAWAY 1007 saying the port requires TLS, then the close.
             let raw = try RawSocket(gateway, .tcp)
             raw.send(.control(.hello(Hello(protocolVersion: 1, userId: "Plain"))))
             let (bytes, closed) = await readUntilClosed(raw)
@@ -243,12 +249,16 @@ struct TLSTests {
             while let frame = try? decoder.decodeFrame(from: &received), let message = try? SwitchboardMessage.decode(frame) {
                 messages.append(message)
             }
-            #expect(!messages.contains { if case .control(.welcome) = $0 { return true } else { return false } })
+            let goAway = try #require(messages.firstGoAway, "no plain GOAWAY: \(bytes.count) bytes")
+            #expect(messages.count == 1)
+            #expect(goAway.code == UInt64(ErrorCode.handshakeRequired.rawValue))
+            #expect(goAway.message.contains("requires TLS"), "\(goAway.message)")
 
-            // The library client without TLS fails as well, and does not hang.
-            await #expect(throws: SwitchboardClientError.self) {
+            // The library client without TLS is told the same, and does not hang.
+            let error = await #expect(throws: SwitchboardClientError.self) {
                 _ = try await gateway.connect(.tcp, user: "Plain") { $0.connectTimeout = .seconds(5) }
             }
+            #expect(error?.message.contains("requires TLS") == true, "\(error?.message ?? "")")
 
             // Others are served: TLS over TCP, plain over the Unix socket.
             let tls = try await gateway.connect(.tcp, user: "Tony") { $0.tls = .trustingTestCA }
@@ -256,10 +266,36 @@ struct TLSTests {
             let unix = try await gateway.connect(.unix, user: "Ann")
             try await unix.ping()
 
-            // Each failed handshake was logged (at debug level).
+            // Each plain client was logged at notice level, not as a TLS failure.
+            let refusals = { logs.entries.filter { $0.message.description == "plain client on the TLS port refused" } }
+            #expect(await eventually { refusals().count >= 2 }, "\(logs.entries.map(\.message))")
+            #expect(refusals().allSatisfy { $0.level == .notice })
+            #expect(!logs.entries.contains { $0.message.description == "TLS handshake failed" })
+        }
+    }
+
+    @Test func aClientOfferingOnlyTLS11IsRefusedAndTheLogSaysWhyInWords() async throws {
+        let logs = InMemoryLogHandler()
+        try await withGateway({ $0.tls = .fixture }, logger: recordingLogger(logs)) { gateway in
+            let port = try #require(gateway.addresses.tcp?.port)
+            // TLS 1.0 and 1.1 only: refused (RFC 8996).
+            let old = await TLSHandshakeProbe.handshake(port: port, maximum: .tlsv11)
+            #expect(old != nil, "a TLS 1.1 client completed a handshake")
+            // TLS 1.2 at most: accepted.
+            #expect(await TLSHandshakeProbe.handshake(port: port, maximum: .tlsv12) == nil)
+            #expect(await TLSHandshakeProbe.handshake(port: port, maximum: .tlsv13) == nil)
+
+            // Logged in words, with no BoringSSL internals and no path of the build.
             let failures = { logs.entries.filter { $0.message.description == "TLS handshake failed" } }
-            #expect(await eventually { failures().count >= 2 }, "\(logs.entries.map(\.message))")
-            #expect(failures().allSatisfy { $0.level == .debug })
+            #expect(await eventually { !failures().isEmpty }, "\(logs.entries.map(\.message))")
+            for entry in failures() {
+                let reason = entry.metadata["error"]?.description ?? ""
+                #expect(!reason.isEmpty && !reason.contains("/") && !reason.contains("OPENSSL") && !reason.contains(".cc"), "\(reason)")
+            }
+            for entry in logs.entries {
+                let line = "\(entry.message) \(entry.metadata)"
+                #expect(!line.contains(".build/") && !line.contains("BoringSSL") && !line.contains(".cc:"), "\(line)")
+            }
         }
     }
 
@@ -357,4 +393,50 @@ private func eventually(seconds: Double = 10, _ condition: () -> Bool) async -> 
         try? await Task.sleep(for: .milliseconds(10))
     }
     return condition()
+}
+
+/// A bare NIOSSL client that only shakes hands, with a chosen highest TLS version.
+enum TLSHandshakeProbe {
+    /// Nil when the handshake with `127.0.0.1:port` completed; else why it failed.
+    static func handshake(port: Int, maximum: TLSVersion) async -> String? {
+        do {
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.trustRoots = .file(TLSFixtures.caCertificatePath)
+            configuration.minimumTLSVersion = .tlsv1
+            configuration.maximumTLSVersion = maximum
+            let context = try NIOSSLContext(configuration: configuration)
+            let promise = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: Void.self)
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(
+                            try NIOSSLClientHandler(context: context, serverHostname: nil))
+                        try channel.pipeline.syncOperations.addHandler(HandshakeWatch(promise: promise))
+                    }
+                }
+                .connect(host: "127.0.0.1", port: port).get()
+            defer { channel.close(promise: nil) }
+            try await promise.futureResult.get()
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    private final class HandshakeWatch: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        let promise: EventLoopPromise<Void>
+
+        init(promise: EventLoopPromise<Void>) { self.promise = promise }
+
+        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+            if let event = event as? TLSUserEvent, case .handshakeCompleted = event { self.promise.succeed() }
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) { self.promise.fail(error) }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            self.promise.fail(ChannelError.eof)
+        }
+    }
 }

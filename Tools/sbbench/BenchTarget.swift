@@ -69,6 +69,7 @@ final class BenchTLS: Sendable, Equatable {
     /// with `insecure`.
     init(host: String, caFile: String?, insecure: Bool) throws {
         var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12  // RFC 8996
         configuration.certificateVerification = insecure ? .none : .fullVerification
         if let caFile {
             let certificates: [NIOSSLCertificate]

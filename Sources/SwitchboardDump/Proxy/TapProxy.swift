@@ -184,7 +184,8 @@ public final class TapProxy: Sendable {
             connecting = tcpConnected.flatMap { channel in
                 handshake.futureResult.flatMapErrorThrowing { error in
                     channel.close(promise: nil)
-                    throw TapTLSError(description: "TLS handshake failed: \(error)")
+                    // In words: NIOSSL's description holds BoringSSL's internals and the build path.
+                    throw TapTLSError(description: "TLS handshake failed: \(TLSFailureText.describe(error))")
                 }.map { channel }
             }
         }

@@ -64,6 +64,7 @@ struct TapTLSContexts: Sendable {
                 throw TapTLSError(description: "upstream TLS needs a TCP upstream, not \(configuration.upstream)")
             }
             var client = TLSConfiguration.makeClientConfiguration()
+            client.minimumTLSVersion = .tlsv12  // RFC 8996
             client.certificateVerification = tls.verifiesCertificate ? .fullVerification : .none
             if let path = tls.caCertificatePath {
                 client.trustRoots = .certificates(try Self.certificates(path, what: "CA certificates"))
@@ -89,9 +90,10 @@ struct TapTLSContexts: Sendable {
             } catch {
                 throw TapTLSError(description: "cannot use TLS private key \(tls.privateKeyPath): \(error)")
             }
-            self.listen = try Self.context(
-                TLSConfiguration.makeServerConfiguration(
-                    certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key)))
+            var server = TLSConfiguration.makeServerConfiguration(
+                certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+            server.minimumTLSVersion = .tlsv12  // RFC 8996
+            self.listen = try Self.context(server)
         }
     }
 

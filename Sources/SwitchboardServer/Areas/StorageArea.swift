@@ -241,7 +241,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     public func sessionEnded(_ session: SessionHandle, reason: SessionEndReason) {
         self.subscriptions.removeUserSubscriptions(of: session)
         self.store.cancelWaits(session: session.info.sessionID)
-        if self.sessions.sessions(ofUser: session.info.userID).isEmpty {
+        if !self.sessions.hasSessions(ofUser: session.info.userID) {
             self.store.userWentOffline(session.info.userID)
         }
     }

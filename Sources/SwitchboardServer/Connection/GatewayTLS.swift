@@ -7,6 +7,9 @@ import NIOSSL
 /// The TLS side of the gateway's TCP listener: the server context made from the configured PEM files, and the
 /// start-up warning about login tokens sent in the clear.
 enum GatewayTLS {
+    /// The oldest TLS version the gateway accepts (RFC 8996 deprecates 1.0 and 1.1).
+    static let minimumVersion = TLSVersion.tlsv12
+
     /// Makes the TLS context of the TCP listener from `tls`'s certificate chain and private key.
     ///
     /// - Throws: ``GatewayStartError`` naming the file that cannot be read or parsed, or saying that the key does
@@ -31,8 +34,10 @@ enum GatewayTLS {
             throw GatewayStartError(
                 description: "TLS private key \(tls.privateKeyPath) is not an unencrypted PEM private key (\(error))")
         }
-        let configuration = TLSConfiguration.makeServerConfiguration(
+        var configuration = TLSConfiguration.makeServerConfiguration(
             certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        // TLS 1.0 and 1.1 are deprecated (RFC 8996): a client that offers nothing newer is refused.
+        configuration.minimumTLSVersion = Self.minimumVersion
         do {
             return try NIOSSLContext(configuration: configuration)
         } catch {

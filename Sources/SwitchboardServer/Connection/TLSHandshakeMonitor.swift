@@ -2,13 +2,14 @@ import CoreMetrics
 import Logging
 import NIOCore
 import NIOTLS
+import SwitchboardWire
 
 /// Sits behind the TLS handler of a connection until its handshake completes, then leaves the pipeline.
 ///
-/// A handshake that fails (a client that does not trust the certificate, one that speaks plain frames to the TLS
-/// port, one that disconnects half-way) is counted in `switchboard_tls_handshake_failures_total`, logged at debug
-/// level (a failing client must not flood the log) and closes the connection; the ``ConnectionHandler`` behind it
-/// sees only the close.
+/// A handshake that fails (a client that does not trust the certificate or offers only TLS 1.0 or 1.1, one that
+/// disconnects half-way; a plain client is answered before, by ``PlainClientDetector``) is counted in
+/// `switchboard_tls_handshake_failures_total`, logged at debug level in words (a failing client must not flood the
+/// log) and closes the connection; the ``ConnectionHandler`` behind it sees only the close.
 final class TLSHandshakeMonitor: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
 
@@ -22,6 +23,10 @@ final class TLSHandshakeMonitor: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is PlainClientDetector.Refused {
+            self.failed = true  // counted and logged as a plain client already
+            return
+        }
         if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
             context.fireUserInboundEventTriggered(event)
             context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
@@ -37,7 +42,9 @@ final class TLSHandshakeMonitor: ChannelInboundHandler, RemovableChannelHandler 
         self.metrics.tlsHandshakeFailures.increment()
         if self.logger.logLevel <= .debug {
             let peer = context.channel.remoteAddress.map { "\($0)" } ?? "unknown"
-            self.logger.debug("TLS handshake failed", metadata: ["peer": "\(peer)", "error": "\(error)"])
+            // In words (NIOSSL's description holds BoringSSL's internals and the path the binary was built in).
+            self.logger.debug(
+                "TLS handshake failed", metadata: ["peer": "\(peer)", "error": "\(TLSFailureText.describe(error))"])
         }
         context.close(promise: nil)
     }

@@ -112,6 +112,28 @@ public struct MetricFamily: Sendable, Hashable {
         MetricFamily(
             "switchboard_cluster_fenced", .gauge,
             help: "1 once the node stopped serving because it could not keep its heartbeat, else 0."),
+        // The process and the build, read at each scrape (ProcessMetrics), with the names Prometheus clients use.
+        MetricFamily(
+            "process_cpu_seconds_total", .counter,
+            help: "Total user and system CPU time spent in seconds."),
+        MetricFamily(
+            "process_resident_memory_bytes", .gauge,
+            help: "Resident memory size in bytes."),
+        MetricFamily(
+            "process_virtual_memory_bytes", .gauge,
+            help: "Virtual memory size in bytes."),
+        MetricFamily(
+            "process_open_fds", .gauge,
+            help: "Number of open file descriptors."),
+        MetricFamily(
+            "process_max_fds", .gauge,
+            help: "Maximum number of open file descriptors (the soft limit)."),
+        MetricFamily(
+            "process_start_time_seconds", .gauge,
+            help: "Start time of the process since the Unix epoch in seconds."),
+        MetricFamily(
+            "switchboard_build_info", .gauge, labels: ["version"],
+            help: "Always 1; the version label is the gateway's (switchboard --version)."),
     ]
 
     /// The family called `name`, if the catalog has it.

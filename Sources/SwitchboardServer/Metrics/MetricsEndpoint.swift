@@ -52,14 +52,35 @@ public struct GatewayHealth: Sendable, Equatable {
 ///
 /// ``bind()`` opens the listening socket (``GatewayApplication`` does so before the gateway starts, so that a port in
 /// use stops the start); ``run()`` binds it if that was not done and serves until graceful shutdown.
+///
+/// Each connection has at most one answer in flight: while it is unsent, the connection is not read, so a client
+/// that pipelines requests without reading their answers holds one answer, not one per request. A connection gets
+/// ``Limits/requestTimeout`` to send a whole request once it started one, ``Limits/idleTimeout`` with no request or
+/// with an answer it does not read; HTTP/1.0 without keep-alive (and `Connection: close`) closes after the answer;
+/// beyond ``Limits/maxConnections`` a connection is answered 503 and closed.
 public final class MetricsEndpoint: Service, Sendable {
+    /// What one client may hold of the endpoint.
+    public struct Limits: Sendable {
+        /// Open connections at most; more are answered 503 and closed.
+        public var maxConnections = 64
+        /// How long a client may take to send a whole request once its first byte arrived (slowloris).
+        public var requestTimeout: TimeAmount = .seconds(10)
+        /// How long a connection may stay without a request, or with an answer it does not read.
+        public var idleTimeout: TimeAmount = .seconds(30)
+
+        /// The defaults: 64 connections, 10 s per request, 30 s idle.
+        public init() {}
+    }
+
     private let host: String
     private let port: Int
+    private let limits: Limits
     private let render: @Sendable () -> [UInt8]
     private let health: @Sendable () -> GatewayHealth
     private let logger: Logger
     private let eventLoopGroup: any EventLoopGroup
     private let channel = Mutex<(any Channel)?>(nil)
+    private let openConnections = Atomic<Int>(0)
 
     /// Creates the endpoint; `render` produces the exposition text on each scrape, `health` the health report.
     ///
@@ -67,18 +88,24 @@ public final class MetricsEndpoint: Service, Sendable {
     ///   - host: the address to bind (`127.0.0.1` by default; `0.0.0.0` or `::` for every interface).
     ///   - port: the port (0: any free one; ``bind()`` says which).
     ///   - eventLoopGroup: the loops the endpoint's channels run on (``GatewayApplication`` gives it the gateway's).
+    ///   - limits: connections, request and idle timeouts.
     public init(
         host: String = "127.0.0.1", port: Int, eventLoopGroup: any EventLoopGroup, logger: Logger,
+        limits: Limits = Limits(),
         render: @escaping @Sendable () -> [UInt8],
         health: @escaping @Sendable () -> GatewayHealth = { GatewayHealth(status: .ok, connections: 0) }
     ) {
         self.host = host
         self.port = port
+        self.limits = limits
         self.eventLoopGroup = eventLoopGroup
         self.render = render
         self.health = health
         self.logger = logger
     }
+
+    /// Connections open now (those refused over the limit not counted).
+    public var connectionCount: Int { self.openConnections.load(ordering: .relaxed) }
 
     /// Opens the listening socket, once.
     ///
@@ -89,20 +116,47 @@ public final class MetricsEndpoint: Service, Sendable {
         if let channel = self.channel.withLock({ $0 }) { return channel.localAddress }
         let render = self.render
         let health = self.health
+        let limits = self.limits
         let channel = try await ServerBootstrap(group: self.eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
+            // Small reads, one per read event: what a connection has sent but the endpoint not yet answered stays
+            // small too (requests are read only while no answer is unsent).
+            .childChannelOption(.maxMessagesPerRead, value: 1)
+            .childChannelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 8 << 10))
+            .childChannelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(MetricsHTTPHandler(render: render, health: health))
+                    let pipeline = channel.pipeline.syncOperations
+                    guard self.admit(channel) else {
+                        try pipeline.addHandler(MetricsRefusal())
+                        return
+                    }
+                    try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: false)
+                    try pipeline.addHandler(MetricsBytesWatch(), position: .first)
+                    try pipeline.addHandler(MetricsHTTPHandler(limits: limits, render: render, health: health))
                 }
             }
             .bind(host: self.host, port: self.port).get()
         self.channel.withLock { $0 = channel }
         self.logger.info(
             "metrics endpoint listening",
-            metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")", "paths": "/metrics /health"])
+            metadata: [
+                "address": "\(channel.localAddress.map { "\($0)" } ?? "?")", "paths": "/metrics /health",
+                "maxConnections": "\(limits.maxConnections)",
+            ])
         return channel.localAddress
+    }
+
+    /// Counts `channel` against ``Limits/maxConnections`` until it closes; false (counting nothing) over the limit.
+    private func admit(_ channel: any Channel) -> Bool {
+        while true {
+            let open = self.openConnections.load(ordering: .relaxed)
+            guard open < self.limits.maxConnections else { return false }
+            if self.openConnections.compareExchange(expected: open, desired: open + 1, ordering: .relaxed).exchanged {
+                break
+            }
+        }
+        channel.closeFuture.whenComplete { _ in self.openConnections.subtract(1, ordering: .relaxed) }
+        return true
     }
 
     public func run() async throws {
@@ -114,19 +168,105 @@ public final class MetricsEndpoint: Service, Sendable {
             channel.close(promise: nil)
         }
     }
+
+    /// Closes the listening socket (``run()`` returns); open connections end on their own.
+    public func close() async {
+        guard let channel = self.channel.withLock({ $0 }) else { return }
+        try? await channel.close()
+    }
 }
 
-final class MetricsHTTPHandler: ChannelInboundHandler {
+/// Answers a connection over the endpoint's limit with 503 and closes it, reading nothing.
+final class MetricsRefusal: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    func channelActive(context: ChannelHandlerContext) {
+        let body = "too many connections to the metrics endpoint\n"
+        let answer =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: \(body.utf8.count)\r\n"
+            + "Connection: close\r\n\r\n" + body
+        context.writeAndFlush(self.wrapOutboundOut(ByteBuffer(string: answer))).assumeIsolated().whenComplete { _ in
+            context.close(promise: nil)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+}
+
+/// Tells the HTTP handler, ahead of the decoder, that bytes of a request arrived (its request timeout starts).
+final class MetricsBytesWatch: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    /// The event the HTTP handler sees.
+    struct BytesArrived {}
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        context.fireUserInboundEventTriggered(BytesArrived())
+        context.fireChannelRead(data)
+    }
+}
+
+/// One connection of the endpoint: answers its requests one at a time, reads only while no answer is unsent, and
+/// closes it when a timeout passes.
+final class MetricsHTTPHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
+    /// Where the connection is.
+    private enum Phase {
+        /// No request has begun: the idle timeout runs.
+        case idle
+        /// Bytes of a request arrived: the request timeout runs.
+        case receiving
+        /// An answer is being sent: the connection is not read; the idle timeout runs (a client that does not read).
+        case answering
+    }
+
+    private let limits: MetricsEndpoint.Limits
     private let render: @Sendable () -> [UInt8]
     private let health: @Sendable () -> GatewayHealth
+    private var phase = Phase.idle
     private var request: HTTPRequestHead?
+    /// Whole requests that came while an answer was unsent (already decoded from bytes read before; no more are
+    /// read until they are answered).
+    private var queued = CircularBuffer<HTTPRequestHead>()
+    /// A read the channel asked for while an answer was unsent.
+    private var readHeld = false
+    private var timer: Scheduled<Void>?
 
-    init(render: @escaping @Sendable () -> [UInt8], health: @escaping @Sendable () -> GatewayHealth) {
+    init(
+        limits: MetricsEndpoint.Limits, render: @escaping @Sendable () -> [UInt8],
+        health: @escaping @Sendable () -> GatewayHealth
+    ) {
+        self.limits = limits
         self.render = render
         self.health = health
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { self.enter(.idle, context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        self.enter(.idle, context: context)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.timer?.cancel()
+        self.timer = nil
+        context.fireChannelInactive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is MetricsBytesWatch.BytesArrived {
+            if self.phase == .idle { self.enter(.receiving, context: context) }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -138,17 +278,74 @@ final class MetricsHTTPHandler: ChannelInboundHandler {
         case .end:
             guard let request = self.request else { return }
             self.request = nil
-            let (status, contentType, body) = self.answer(request)
-            var headers = HTTPHeaders()
-            headers.add(name: "Content-Type", value: contentType)
-            headers.add(name: "Content-Length", value: "\(body.count)")
-            if status == .methodNotAllowed { headers.add(name: "Allow", value: "GET, HEAD") }
-            let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
-            context.write(self.wrapOutboundOut(.head(head)), promise: nil)
-            if request.method != .HEAD {
-                context.write(self.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+            if self.phase == .answering {
+                self.queued.append(request)
+            } else {
+                self.answer(request, context: context)
             }
-            context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+
+    /// Holds the channel's reads while an answer is unsent: the client's further requests wait in its socket.
+    func read(context: ChannelHandlerContext) {
+        if self.phase == .answering {
+            self.readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    private func answer(_ request: HTTPRequestHead, context: ChannelHandlerContext) {
+        self.enter(.answering, context: context)
+        let (status, contentType, body) = self.answer(request)
+        let keepAlive = request.isKeepAlive
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: contentType)
+        headers.add(name: "Content-Length", value: "\(body.count)")
+        if status == .methodNotAllowed { headers.add(name: "Allow", value: "GET, HEAD") }
+        if !keepAlive {
+            headers.add(name: "Connection", value: "close")
+        } else if request.version.major == 1 && request.version.minor == 0 {
+            headers.add(name: "Connection", value: "keep-alive")
+        }
+        let head = HTTPResponseHead(version: request.version, status: status, headers: headers)
+        context.write(self.wrapOutboundOut(.head(head)), promise: nil)
+        if request.method != .HEAD {
+            context.write(self.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+        }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(self.wrapOutboundOut(.end(nil)), promise: written)
+        written.futureResult.assumeIsolated().whenComplete { result in
+            guard case .success = result, keepAlive else {
+                context.close(promise: nil)
+                return
+            }
+            self.answered(context: context)
+        }
+    }
+
+    /// The answer is in the socket: the next queued request, or reading again.
+    private func answered(context: ChannelHandlerContext) {
+        if let next = self.queued.popFirst() {
+            self.answer(next, context: context)
+            return
+        }
+        // Part of the next request may have arrived with the last one: its time runs from now.
+        self.enter(self.request == nil ? .idle : .receiving, context: context)
+        if self.readHeld {
+            self.readHeld = false
+            context.read()
+        }
+    }
+
+    /// Moves to `phase` and starts its timeout (none while answering a queued request is due at once).
+    private func enter(_ phase: Phase, context: ChannelHandlerContext) {
+        self.phase = phase
+        self.timer?.cancel()
+        let timeout = phase == .receiving ? self.limits.requestTimeout : self.limits.idleTimeout
+        self.timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [weak self] in
+            guard let self, self.phase == phase else { return }
+            context.close(promise: nil)
         }
     }
 
@@ -171,3 +368,9 @@ final class MetricsHTTPHandler: ChannelInboundHandler {
 
 @available(*, unavailable)
 extension MetricsHTTPHandler: Sendable {}
+
+@available(*, unavailable)
+extension MetricsBytesWatch: Sendable {}
+
+@available(*, unavailable)
+extension MetricsRefusal: Sendable {}

@@ -33,9 +33,10 @@ public struct PrometheusMetrics: Sendable {
     /// The swift-metrics factory that creates metrics in ``registry``.
     public var factory: any MetricsFactory { DescribedMetricsFactory(registry: self.registry) }
 
-    /// The Prometheus text exposition (format 0.0.4) of everything in ``registry``.
+    /// The Prometheus text exposition (format 0.0.4) of everything in ``registry``, then the process families
+    /// (`process_*`, read now) and `switchboard_build_info`.
     public func exposition() -> [UInt8] {
-        self.registry.emitToBuffer()
+        self.registry.emitToBuffer() + ProcessMetrics.exposition()
     }
 }
 

@@ -10,7 +10,9 @@ public final class SessionRegistry: Sendable {
 
     private struct State {
         var connections: [UInt64: ConnectionRef] = [:]
-        var sessionsByUser: [String: [SessionHandle]] = [:]
+        /// Each user's sessions by identity: a session ends in O(1), whatever number its user has (10,000 sessions of
+        /// one user ending together once cost a linear search each, seconds on the event loop).
+        var sessionsByUser: [String: [ObjectIdentifier: SessionHandle]] = [:]
         var nextConnectionID: UInt64 = 1
         var draining = false
     }
@@ -37,12 +39,12 @@ public final class SessionRegistry: Sendable {
     }
 
     func register(_ session: SessionHandle) {
-        self.state.withLock { $0.sessionsByUser[session.info.userID, default: []].append(session) }
+        self.state.withLock { $0.sessionsByUser[session.info.userID, default: [:]][ObjectIdentifier(session)] = session }
     }
 
     func unregister(_ session: SessionHandle) {
         self.state.withLock { state in
-            state.sessionsByUser[session.info.userID]?.removeAll { $0 === session }
+            state.sessionsByUser[session.info.userID]?.removeValue(forKey: ObjectIdentifier(session))
             if state.sessionsByUser[session.info.userID]?.isEmpty == true {
                 state.sessionsByUser.removeValue(forKey: session.info.userID)
             }
@@ -51,7 +53,12 @@ public final class SessionRegistry: Sendable {
 
     /// Every session of `userID` (one per device or connection).
     public func sessions(ofUser userID: String) -> [SessionHandle] {
-        self.state.withLock { $0.sessionsByUser[userID] ?? [] }
+        self.state.withLock { Array(($0.sessionsByUser[userID] ?? [:]).values) }
+    }
+
+    /// Whether `userID` has a session on this gateway (O(1), unlike ``sessions(ofUser:)``, which copies them).
+    public func hasSessions(ofUser userID: String) -> Bool {
+        self.state.withLock { $0.sessionsByUser[userID] != nil }
     }
 
     /// Number of open connections, logged in or not.

@@ -105,8 +105,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var latestCustom: [String: SubscribedEvent] = [:]
         /// publisher → current online state.
         var onlineState: [String: SubscribedEvent] = [:]
-        /// user → online sessions.
-        var online: [String: [Session]] = [:]
+        /// user → online sessions (each leaves in O(1)).
+        var online: [String: OnlineSessions<Session>] = [:]
         /// publisher → its subscribers' online sessions, as gathered for its last fan-out: reused until the
         /// publisher's subscribers change, one of them starts or ends a session, or the earliest of the
         /// subscriptions in it expires.
@@ -258,7 +258,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 }
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 if !state.pendingSync.isEmpty, mine[publisher] == nil {
-                    for session in state.online[subscriber] ?? [] {
+                    for session in state.online[subscriber]?.list ?? [] {
                         state.pendingSync[ObjectIdentifier(session)]?.newPublishers.insert(publisher)
                     }
                 }
@@ -409,7 +409,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 let listed =
                     subscribesToItself
                     ? Set(targets.lazy.filter { $0.eventUserID == publisher }.map { ObjectIdentifier($0) }) : []
-                for other in state.online[publisher] ?? []
+                for other in state.online[publisher]?.list ?? []
                 where other !== session && !listed.contains(ObjectIdentifier(other)) {
                     targets.append(other)
                 }
@@ -483,8 +483,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             self.sharedSessionStarted(session, on: shared)
         } else {
             self.state.withLock { state in
-                let wasOffline = (state.online[user] ?? []).isEmpty
-                state.online[user, default: []].append(session)
+                let wasOffline = state.online[user]?.isEmpty ?? true
+                state.online[user, default: OnlineSessions()].insert(session)
                 Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
                 let key = DropKey(user: user, clientType: session.eventClientType)
                 if state.pendingDrops.removeValue(forKey: key) != nil {
@@ -514,7 +514,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         if let shared = self.shared {
             self.state.withLock { state in
                 state.pendingSync[ObjectIdentifier(session)] = nil
-                state.online[user]?.removeAll { $0 === session }
+                state.online[user]?.remove(session)
                 Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
                 if state.online[user]?.isEmpty == true { state.online[user] = nil }
             }
@@ -524,9 +524,9 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             return
         }
         let storeOffline: Bool = self.state.withLock { state in
-            state.online[user]?.removeAll { $0 === session }
+            state.online[user]?.remove(session)
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-            let offline = (state.online[user] ?? []).isEmpty
+            let offline = state.online[user]?.isEmpty ?? true
             if offline {
                 state.online[user] = nil
                 state.lastOffline[user] = now
@@ -587,10 +587,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
 
     /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.
     private func publishOnlineState(of user: String, value: UInt64, in state: inout State, now: Int64) {
-        var types: [ClientType] = []
-        for session in state.online[user] ?? [] where !types.contains(session.eventClientType) {
-            types.append(session.eventClientType)
-        }
+        let types = state.online[user]?.clientTypes ?? []
         let event = SubscribedEvent(
             eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
             expiresAtMs: 0, onlineClientTypes: types)
@@ -642,7 +639,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let user = session.eventUserID
         let id = ObjectIdentifier(session)
         self.state.withLock { state in
-            state.online[user, default: []].append(session)
+            state.online[user, default: OnlineSessions()].insert(session)
             state.pendingSync[id] = PendingSync(user: user, startedAtMs: session.eventStartedAtMs)
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
         }
@@ -711,7 +708,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 state.latestCustom[publisher] = event
                 guard Int64(event.expiresAtMs) > now else { return }
                 var targets = Self.subscriberSessions(of: publisher, in: &state, now: now)
-                if multiDeviceSync, let own = state.online[publisher], !own.isEmpty {
+                if multiDeviceSync, let own = state.online[publisher]?.list, !own.isEmpty {
                     // The publisher's sessions here, unless they are there already (subscribed to itself).
                     if state.subscribers[publisher]?[publisher] == nil {
                         targets += own
@@ -719,7 +716,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 }
                 self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
             case .loginSync(_, let user, let id, let since):
-                guard let session = state.online[user]?.first(where: { $0.eventSessionID == id }) else { return }
+                guard let session = state.online[user]?.list.first(where: { $0.eventSessionID == id }) else { return }
                 let pending = state.pendingSync[ObjectIdentifier(session)]
                 self.syncAtLogin(
                     session, since: since, until: pending?.startedAtMs ?? session.eventStartedAtMs, pending: pending,
@@ -811,7 +808,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var validUntil = Int64.max
         for (subscriber, expiresAt) in subscribers where expiresAt > now {
             validUntil = min(validUntil, expiresAt)
-            if let online = state.online[subscriber] { sessions.append(contentsOf: online) }
+            if let online = state.online[subscriber] { sessions.append(contentsOf: online.list) }
         }
         state.fanOutLists[publisher] = FanOutList(sessions: sessions, validUntilMs: validUntil)
         return sessions

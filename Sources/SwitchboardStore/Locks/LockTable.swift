@@ -22,7 +22,7 @@ struct ChannelLock: Sendable {
     /// When the holder's last session ended; the lock expires `ttlSeconds` later unless they come back.
     var holderOfflineSinceMs: UInt64?
     /// Waiting acquirers, first come first served.
-    var waiters: [LockWaiter] = []
+    var waiters = LockWaiterQueue()
 
     var detail: LockDetail { LockDetail(lockName: self.name, owner: self.holder, ttlSeconds: self.ttlSeconds) }
 
@@ -193,12 +193,7 @@ struct LockTable: Sendable {
     mutating func cancelWaits(session: String, out: inout [Delivery]) {
         guard let keys = self.waitingSessions.removeValue(forKey: UTF8Key(session)) else { return }
         for key in keys {
-            let dropped: [LockWaiter] =
-                self.withLock(key) { lock in
-                    let dropped = lock.waiters.filter { $0.session.hasSameUTF8(as: session) }
-                    lock.waiters.removeAll { $0.session.hasSameUTF8(as: session) }
-                    return dropped
-                } ?? []
+            let dropped = self.withLock(key) { $0.waiters.removeAll(session: session) } ?? []
             let cancelled = SwitchboardStoreError(.lockWaitCancelled, "the session ended", key: key.name)
             for waiter in dropped { out.append(.lock(waiter.completion, .failure(cancelled))) }
         }
@@ -282,16 +277,15 @@ struct LockTable: Sendable {
                 key,
                 { lock -> (LockDetail, [LockWaiter]) in
                     lock.holder = userID
-                    let granted = lock.waiters.filter { $0.userID.hasSameUTF8(as: userID) }
-                    lock.waiters.removeAll { $0.userID.hasSameUTF8(as: userID) }
+                    let granted = lock.waiters.removeAll { $0.userID.hasSameUTF8(as: userID) }
                     return (lock.detail, granted)
                 })
         else { return }
         self.heldBy[UTF8Key(userID), default: []].insert(key)
         out.append(.lockEvent(Self.event(key.channel, .acquired, detail, now)))
-        let remainingSessions = Set((self.withLock(key) { $0.waiters } ?? []).map { UTF8Key($0.session) })
+        let remaining = self.withLock(key) { $0.waiters } ?? LockWaiterQueue()
         for waiter in granted {
-            if !remainingSessions.contains(UTF8Key(waiter.session)) {
+            if !remaining.contains(session: waiter.session) {
                 self.waitingSessions[UTF8Key(waiter.session)]?.remove(key)
                 if self.waitingSessions[UTF8Key(waiter.session)]?.isEmpty == true {
                     self.waitingSessions[UTF8Key(waiter.session)] = nil

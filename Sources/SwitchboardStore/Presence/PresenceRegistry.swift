@@ -59,6 +59,8 @@ public struct PresenceMember: Sendable {
     public var sessions: [PresenceSessionID: Bool] = [:]
     /// Whether others see the user (one session subscribed without `beQuiet`).
     public var visible = false
+    /// How many of ``sessions`` subscribed without `beQuiet` (``visible`` without a walk over them).
+    var loudSessions = 0
     /// The user's temporary state in the channel.
     public var state = PresenceState()
     /// Set while the user has no session in the channel after an abnormal end: the presence timeout.
@@ -297,15 +299,19 @@ public final class PresenceRegistry: Sendable {
         _ session: PresenceSessionID, userID: String, quiet: Bool, to channel: PresenceChannel, now: Int64,
         initialState: PresenceState? = nil
     ) {
-        let existed = channel.members[userID] != nil
-        var member = channel.members[userID] ?? PresenceMember(userID: userID)
+        // Taken out of the channel while it changes, so that its session table is changed in place: a copy of the
+        // table (shared with the channel's) per join or leave costs O(n²) for n sessions of one user.
+        let existing = channel.members.removeValue(forKey: userID)
+        let existed = existing != nil
+        var member = existing ?? PresenceMember(userID: userID)
         if !existed, let initialState { member.state = initialState }
         let wasVisible = existed && member.visible
         // Came back within the presence timeout: nothing happened. The timer fires later and finds no pending exit
         // of its generation (cancelling timers one by one would cost a reconnect storm dearly).
         member.pending = nil
-        member.sessions[session] = quiet
-        member.visible = member.sessions.values.contains(false)
+        if member.sessions.updateValue(quiet, forKey: session) == false { member.loudSessions -= 1 }
+        if !quiet { member.loudSessions += 1 }
+        member.visible = member.loudSessions > 0
         channel.members[member.userID] = member
         if !existed || wasVisible != member.visible {
             let visible = member.visible
@@ -319,7 +325,13 @@ public final class PresenceRegistry: Sendable {
         _ session: PresenceSessionID, userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64,
         delayNanos: Int64? = nil
     ) {
-        guard var member = channel.members[userID], member.sessions.removeValue(forKey: session) != nil else { return }
+        // Taken out while it changes (see `attach`), and put back unless it was not the session's.
+        guard var member = channel.members.removeValue(forKey: userID) else { return }
+        guard let wasQuiet = member.sessions.removeValue(forKey: session) else {
+            channel.members[member.userID] = member
+            return
+        }
+        if !wasQuiet { member.loudSessions -= 1 }
         if member.sessions.isEmpty {
             let delay = delayNanos ?? self.limits.presenceTimeoutNanos
             if exit == .left || delay <= 0 {
@@ -337,7 +349,7 @@ public final class PresenceRegistry: Sendable {
             channel.members[member.userID] = member
         } else {
             let wasVisible = member.visible
-            member.visible = member.sessions.values.contains(false)
+            member.visible = member.loudSessions > 0
             channel.members[member.userID] = member
             if wasVisible != member.visible {
                 let visible = member.visible
