@@ -138,7 +138,7 @@ struct ReadAfterCommitTests {
             let snapshot = try await nextStorageEvent(subscriber)
             #expect(snapshot.eventType == .snapshot && snapshot.majorRevision == 1)
             #expect(snapshot.items.map(\.value) == ["old"])
-            #expect(try await pollTony(reader, seconds: 1) == ["1:old"])
+            #expect(try await pollTony(reader, seconds: 0.3) == ["1:old"])
             #expect(try await pollTony(rival, seconds: 0.2) == ["1:old"])
             #expect(!write.isAnswered && !compareAndSet.isAnswered && !stale.isAnswered)
 
@@ -190,7 +190,7 @@ struct ReadAfterCommitTests {
                 .updateUserMetadata(
                     SetUserMetadataRequest(items: [MetadataItem(key: "k", value: "behind")], majorRevision: 2)))
             #expect(await eventually { store.writeBackStatus?.queueLength == 2 })
-            #expect(try await pollTony(reader, seconds: 1) == ["1:old"])
+            #expect(try await pollTony(reader, seconds: 0.3) == ["1:old"])
             #expect(!doomed.isAnswered && !behind.isAnswered)
 
             await hold.release()
