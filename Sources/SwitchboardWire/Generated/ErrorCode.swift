@@ -126,7 +126,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let valueTooLong = ErrorCode(rawValue: 7014)
     /// 8000: Unexpected server failure.
     public static let `internal` = ErrorCode(rawValue: 8000)
-    /// 8001: The database refused the write (disk full, read-only, locked); nothing was changed.
+    /// 8001: The database refused the write (disk full, read-only, locked); nothing was changed. In a cluster also: the shared database did not answer in time (nothing was changed), or did not answer the commit (the message says the write may have been committed: read the set again); and a read of a metadata set while the node may be behind the cluster (try again).
     public static let storageFailure = ErrorCode(rawValue: 8001)
     /// 8002: The server is shutting down (sent in GOAWAY). Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let shuttingDown = ErrorCode(rawValue: 8002)
