@@ -18,6 +18,12 @@ public struct AccessToken: Sendable, Hashable {
     public var expiresAt: Int64
     /// The granted role.
     public var role: SessionRole
+    /// The token's `grants` claim (nil: the token has none, and the session gets the server's default grants).
+    public var grants: GrantSet? = nil
+    /// The token's `jti` claim, by which it can be revoked.
+    public var tokenID: String? = nil
+    /// The token's `iat` claim, seconds since the Unix epoch (revocation by user and issued-before time uses it).
+    public var issuedAt: Int64? = nil
 
     /// Expiry in milliseconds since the Unix epoch (saturating: a far-future claim cannot overflow).
     public var expiresAtMillis: Int64 {

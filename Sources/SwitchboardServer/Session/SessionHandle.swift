@@ -20,6 +20,17 @@ public struct SessionInfo: Sendable, Hashable {
     public var features: [String]
     /// When the handshake was accepted (server ms), just before WELCOME was sent.
     public var startedAtMs: Int64 = 0
+    /// What the session may do (``GrantSet/unrestricted`` for admins and in open development mode).
+    public var grants: GrantSet = .unrestricted
+    /// The `jti` of the token the session logged in with, if it had one.
+    public var tokenID: String? = nil
+    /// The `iat` of the token the session logged in with (seconds since the Unix epoch), if it had one.
+    public var tokenIssuedAt: Int64? = nil
+
+    /// Whether the session may do `permission` on `resource`.
+    public func allows(_ permission: Permission, on resource: Resource) -> Bool {
+        self.grants.allows(permission, on: resource, userID: self.userID)
+    }
 
     /// Whether the session may act for other users.
     public var isAdmin: Bool { self.role == .admin }
