@@ -19,6 +19,9 @@ public struct ServerConfiguration: Sendable {
     public var eventLoopThreads: Int = 1
     /// HMAC secret for login tokens; nil runs the open development mode (any user id, loopback only).
     public var tokenSecret: [UInt8]? = nil
+    /// The grants of a session whose token has no `grants` claim (not used in open development mode, where every
+    /// session may do everything, nor for admin tokens). Default: a user's own data only.
+    public var defaultGrants: GrantSet = .ownDataOnly
     /// Name announced in WELCOME: `switchboard/` and ``SwitchboardVersion/current``.
     public var serverName: String = SwitchboardVersion.productName("switchboard")
     /// Limits and their defaults.
