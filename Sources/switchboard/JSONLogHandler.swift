@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Logging
 import Synchronization
+import SwitchboardWire
 
 /// `--log-format json`: each log record as one JSON object on one line of standard error, for log collectors that
 /// parse lines rather than read them:
@@ -103,21 +104,7 @@ struct JSONLogHandler: LogHandler {
 
     /// `text` as a JSON string: quotes, backslashes and control characters escaped (RFC 8259 §7).
     static func appendString(_ text: String, to out: inout String) {
-        out += "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
+        JSONValue.writeString(text, to: &out)
     }
 
     /// Serialises the writes of every handler, so that lines never interleave.

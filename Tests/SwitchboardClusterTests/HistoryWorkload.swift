@@ -1,4 +1,5 @@
 import SwitchboardClient
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 
@@ -235,17 +236,3 @@ struct HistoryWorkload: Sendable {
     }
 }
 
-/// A small seeded generator (SplitMix64), so that a run's choices can be replayed from its seed.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { self.state = seed }
-
-    mutating func next() -> UInt64 {
-        self.state &+= 0x9E37_79B9_7F4A_7C15
-        var z = self.state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

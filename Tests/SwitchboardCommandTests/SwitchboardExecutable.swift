@@ -16,12 +16,7 @@ enum SwitchboardExecutable {
     }
 
     /// What a run that ended printed and returned.
-    struct Run {
-        /// The exit status; nil when it was still running after the wait (then killed).
-        var status: Int32?
-        var output: String
-        var errors: String
-    }
+    typealias Run = ProcessRun
 
     /// Runs `switchboard arguments` in `environment` (see ``environment(_:)``) until it exits, at most `seconds`.
     static func run(
@@ -29,20 +24,8 @@ enum SwitchboardExecutable {
         seconds: Double = 60
     ) async throws -> Run {
         try #require(FileManager.default.isExecutableFile(atPath: Self.path), "build the switchboard product first")
-        let output = TemporaryPath("sb-cmd-out", suffix: ".txt")
-        let errors = TemporaryPath("sb-cmd-err", suffix: ".txt")
-        defer {
-            output.remove()
-            errors.remove()
-        }
-        let process = try SpawnedProcess(
-            executable: executable ?? Self.path, arguments: arguments, environment: environment,
-            stdout: .file(output.path), stderr: .file(errors.path))
-        let status = await process.waitForExit(seconds: seconds)
-        if status == nil { process.killAndWait() }
-        return Run(
-            status: status, output: (try? String(contentsOfFile: output.path, encoding: .utf8)) ?? "",
-            errors: (try? String(contentsOfFile: errors.path, encoding: .utf8)) ?? "")
+        return try await ProcessRun.run(
+            executable ?? Self.path, arguments, environment: environment, seconds: seconds)
     }
 
     /// The arguments of a gateway on its own temporary files in `directory` (no TCP), before the test's own.

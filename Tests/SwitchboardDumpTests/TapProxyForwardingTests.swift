@@ -94,7 +94,7 @@ import Testing
                 listen: .unix(path: socketFile.path), upstream: .tcp(host: "127.0.0.1", port: echoServer.localAddress?.port ?? 0)),
             sink: sink)
 
-        var generator = SeededGenerator(seed: 42)
+        var generator = SplitMix64(seed: 42)
         let hello = Bytes.encode([.control(.hello(Hello(protocolVersion: 1, userId: "Tony")))])
         var sent = Array(hello.readableBytesView)
         sent += [0xFF, 0xFF, 0xFF, 0xFF, 0xFF]  // a length field with a fifth byte: decoding stops here

@@ -1,13 +1,14 @@
 import NIOCore
 @testable import SwitchboardServer
 import SwitchboardStore
+import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
 /// The data structures behind `whoNow`: the sorted member list, pages and bookmarks.
 @Suite struct PresenceRosterTests {
     @Test func theSortedUserListKeepsByteOrderThroughRandomInsertsAndRemoves() {
-        var generator = PresenceRandom(seed: 7)
+        var generator = SplitMix64(seed: 7)
         var list = SortedUserList()
         // Compared as bytes: String equality is canonical equivalence, which would merge "é" and "e\u{301}".
         var reference = Set<[UInt8]>()
@@ -38,7 +39,7 @@ import Testing
     }
 
     @Test func aWalkThroughAHundredThousandMemberChannelListsEveryMemberOnceInByteOrderWithItsState() {
-        var generator = PresenceRandom(seed: 42)
+        var generator = SplitMix64(seed: 42)
         let channel = PresenceChannel(key: ChannelKey(name: "stadium", type: .message))
         var ids: [String] = []
         ids.reserveCapacity(100_000)
@@ -107,17 +108,3 @@ import Testing
     }
 }
 
-/// A small deterministic generator for reproducible test data.
-struct PresenceRandom: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { self.state = seed }
-
-    mutating func next() -> UInt64 {
-        self.state &+= 0x9E37_79B9_7F4A_7C15
-        var z = self.state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -414,7 +414,8 @@ private func clear(
             try await provider.logout()
             let answer = try await read
             #expect(answer.missing == ["g1"] && answer.groups.isEmpty)
-            #expect(ContinuousClock.now - started < .seconds(2))
+            // Well before the 5 s provider timeout, which is what answers when the leave is not noticed.
+            #expect(ContinuousClock.now - started < .seconds(4))
             // And the registration ended with the session.
             #expect(try await getGroups(caller, ["g2"]).missing == ["g2"])
         }

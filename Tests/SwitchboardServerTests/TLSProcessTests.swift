@@ -12,18 +12,11 @@ import Testing
         let binary = ProcessTests.executable.path
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the switchboard product first")
         let database = TemporaryPath("sb-tls", suffix: ".sqlite")
-        let errorFile = TemporaryPath("sb-tls-err", suffix: ".txt")
-        defer {
-            database.remove()
-            errorFile.remove()
-        }
-        let process = try SpawnedProcess(
-            executable: binary,
-            arguments: ["--tcp", "127.0.0.1:0", "--unix-socket", "off", "--database", database.path] + arguments,
-            stdout: .null, stderr: .file(errorFile.path))
-        let status = await process.waitForExit(seconds: 30)
-        if status == nil { process.killAndWait() }
-        return (status, (try? String(contentsOfFile: errorFile.path, encoding: .utf8)) ?? "")
+        defer { database.remove() }
+        let run = try await ProcessRun.run(
+            binary, ["--tcp", "127.0.0.1:0", "--unix-socket", "off", "--database", database.path] + arguments,
+            seconds: 30)
+        return (run.status, run.errors)
     }
 
     @Test func aCertificateWithoutAKeyIsAUsageError() async throws {

@@ -24,20 +24,10 @@ import Testing
     func executablePrintsTheVersionConstantForDashDashVersion(name: String) async throws {
         let binary = Self.executable(name)
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build the \(name) product first")
-        let output = TemporaryPath("sb-version-out", suffix: ".txt")
-        let errors = TemporaryPath("sb-version-err", suffix: ".txt")
-        defer {
-            output.remove()
-            errors.remove()
-        }
-        let process = try SpawnedProcess(
-            executable: binary.path, arguments: ["--version"],
-            stdout: .file(output.path), stderr: .file(errors.path))
-        defer { process.killAndWait() }
-        #expect(await process.waitForExit(seconds: 30) == 0)
-        let printed = try String(contentsOfFile: output.path, encoding: .utf8)
-        #expect(printed == SwitchboardVersion.current + "\n")
-        #expect(try String(contentsOfFile: errors.path, encoding: .utf8) == "")
+        let run = try await ProcessRun.run(binary.path, ["--version"], seconds: 30)
+        #expect(run.status == 0)
+        #expect(run.output == SwitchboardVersion.current + "\n")
+        #expect(run.errors == "")
     }
 
     @Test(arguments: Transport.allCases)

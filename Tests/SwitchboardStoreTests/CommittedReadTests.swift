@@ -3,34 +3,7 @@ import SwitchboardStore
 import SwitchboardWire
 import Testing
 
-private typealias Answer = Result<WriteOutcome, SwitchboardStoreError>
-
-private func committingStore(_ backend: RecordingBackend, durability: Durability = .acknowledgeAfterCommit) throws
-    -> MetadataStore
-{
-    try MetadataStore.load(
-        from: backend, configuration: StoreConfiguration(durability: durability, probeIntervalMs: 10),
-        logger: silentLogger)
-}
-
-private func startWrite(
-    _ store: MetadataStore, _ operation: MetadataOperation, _ scope: MetadataScope, _ items: [MetadataItem],
-    majorRevision: Int64 = -1
-) -> Recorder<Answer> {
-    let answers = Recorder<Answer>()
-    store.write(
-        MetadataWriteRequest(operation, scope: scope, items: items, majorRevision: majorRevision), caller: "alice",
-        nowMs: 1
-    ) { answers.append($0) }
-    return answers
-}
-
-private func error(_ answers: Recorder<Answer>) -> SwitchboardStoreError? {
-    guard let first = answers.all.first, case .failure(let error) = first else { return nil }
-    return error
-}
-
-private func revision(_ answers: Recorder<Answer>) -> UInt64? {
+private func revision(_ answers: Recorder<WriteAnswer>) -> UInt64? {
     guard let first = answers.all.first, case .success(let outcome) = first else { return nil }
     return outcome.majorRevision
 }
@@ -53,7 +26,7 @@ struct CommittedReadTests {
 
     @Test func aWriteIsReadOnlyOnceItsTransactionCommittedAndACompareAndSetBehindItSeesIt() async throws {
         let backend = RecordingBackend()
-        let store = try committingStore(backend)
+        let store = try backedStore(backend)
         try await store.apply(.set, lobby, [item("topic", "old")])
         backend.closeGate()
         let first = startWrite(store, .set, lobby, [item("topic", "new"), item("extra", "x")])
@@ -69,7 +42,7 @@ struct CommittedReadTests {
             #expect(store.read(tony).majorRevision == 0 && store.read(tony).items.isEmpty)
         }
         #expect(first.count == 0 && compareAndSet.count == 0)
-        #expect(error(removal)?.code == .metadataNotFound)  // the set never existed: refused at once
+        #expect(firstError(removal)?.code == .metadataNotFound)  // the set never existed: refused at once
         backend.openGate()
         #expect(await eventually { compareAndSet.count == 1 && created.count == 1 })
         #expect(revision(first) == 2 && revision(compareAndSet) == 3 && revision(created) == 1)
@@ -80,7 +53,7 @@ struct CommittedReadTests {
 
     @Test func theCommittedViewMovesOnBatchByBatchWhileLaterWritesWait() async throws {
         let backend = RecordingBackend()
-        let store = try committingStore(backend)
+        let store = try backedStore(backend)
         let amy = MetadataScope.user("Amy")
         let keys = (0..<20).map { "k\($0)" }  // above the key index threshold
         try await store.apply(.set, tony, keys.map { item($0, "0") })
@@ -128,7 +101,7 @@ struct CommittedReadTests {
 
     @Test func aRefusalDecidedAgainstUncommittedWritesIsAnsweredAfterTheirCommit() async throws {
         let backend = RecordingBackend()
-        let store = try committingStore(backend)
+        let store = try backedStore(backend)
         backend.closeGate()
         let created = startWrite(store, .set, lobby, [item("topic", "x")])
         #expect(await eventually { backend.blockedCalls == 1 })
@@ -140,8 +113,8 @@ struct CommittedReadTests {
         backend.openGate()
         #expect(await eventually { conflict.count == 1 && missing.count == 1 })
         #expect(revision(created) == 1)
-        #expect(error(conflict)?.code == .revisionConflict && error(conflict)?.body.currentRevision == 1)
-        #expect(error(missing)?.code == .itemNotFound)
+        #expect(firstError(conflict)?.code == .revisionConflict && firstError(conflict)?.body.currentRevision == 1)
+        #expect(firstError(missing)?.code == .itemNotFound)
         // The refusals stored nothing: one transaction (the write's), no probe.
         #expect(await store.flush())
         #expect(backend.applyCalls == 1 && backend.probes == 0 && backend.commits.count == 1)
@@ -150,7 +123,7 @@ struct CommittedReadTests {
 
     @Test func aRefusalDecidedAgainstWritesWhoseCommitFailsIsAnswered8001() async throws {
         let backend = RecordingBackend()
-        let store = try committingStore(backend)
+        let store = try backedStore(backend)
         try await store.apply(.set, lobby, [item("topic", "old")])
         backend.closeGate()
         backend.setFailing(true)
@@ -160,7 +133,7 @@ struct CommittedReadTests {
         #expect(pairs(store.read(lobby)) == ["topic=old"])
         backend.openGate()
         #expect(await eventually { failing.count == 1 && conflict.count == 1 })
-        #expect(error(failing)?.code == .storageFailure && error(conflict)?.code == .storageFailure)
+        #expect(firstError(failing)?.code == .storageFailure && firstError(conflict)?.code == .storageFailure)
         #expect(pairs(store.read(lobby)) == ["topic=old"] && store.read(lobby).majorRevision == 1)
         backend.setFailing(false)
         #expect(await eventually { store.writeBackStatus?.isAcceptingWrites == true })
@@ -170,7 +143,7 @@ struct CommittedReadTests {
 
     @Test func acknowledgeBeforeCommitReadsWhatWasAcknowledged() async throws {
         let backend = RecordingBackend()
-        let store = try committingStore(backend, durability: .acknowledgeBeforeCommit)
+        let store = try backedStore(backend, durability: .acknowledgeBeforeCommit)
         backend.closeGate()
         let answer = startWrite(store, .set, tony, [item("a", "1")])
         #expect(revision(answer) == 1)

@@ -3,30 +3,6 @@ import SwitchboardStore
 import SwitchboardWire
 import Testing
 
-private typealias Answer = Result<WriteOutcome, SwitchboardStoreError>
-
-private func backedStore(
-    _ backend: RecordingBackend, durability: Durability = .acknowledgeAfterCommit, shards: Int = 16
-) throws -> MetadataStore {
-    try MetadataStore.load(
-        from: backend,
-        configuration: StoreConfiguration(shardCount: shards, durability: durability, probeIntervalMs: 10),
-        logger: silentLogger)
-}
-
-/// Starts a write and returns where its answer lands.
-private func startWrite(
-    _ store: MetadataStore, _ operation: MetadataOperation, _ scope: MetadataScope, _ items: [MetadataItem],
-    majorRevision: Int64 = -1
-) -> Recorder<Answer> {
-    let answers = Recorder<Answer>()
-    store.write(
-        MetadataWriteRequest(operation, scope: scope, items: items, majorRevision: majorRevision), caller: "alice",
-        nowMs: 1
-    ) { answers.append($0) }
-    return answers
-}
-
 /// Calls `commitQueuedWrites()` on another thread (as an event loop would) and returns where its return is noted.
 private func startCommitting(_ store: MetadataStore) -> Recorder<Bool> {
     let returned = Recorder<Bool>()
@@ -37,9 +13,8 @@ private func startCommitting(_ store: MetadataStore) -> Recorder<Bool> {
     return returned
 }
 
-private func code(_ answers: Recorder<Answer>) -> ErrorCode? {
-    guard let first = answers.all.first, case .failure(let error) = first else { return nil }
-    return error.code
+private func code(_ answers: Recorder<WriteAnswer>) -> ErrorCode? {
+    firstError(answers)?.code
 }
 
 @Suite("Write-back: group commit, durability and storage failures")

@@ -84,7 +84,8 @@ public enum JSONValue: Sendable, CustomStringConvertible {
         }
     }
 
-    static func writeString(_ text: String, to out: inout String) {
+    /// Appends `text` as a JSON string: quotes, backslashes and control characters escaped (RFC 8259 §7).
+    public static func writeString(_ text: String, to out: inout String) {
         out += "\""
         for scalar in text.unicodeScalars {
             switch scalar {
