@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 
@@ -36,3 +36,13 @@ def fresh_gateway() -> Iterator[Gateway]:
     gateway = Gateway().start()
     yield gateway
     gateway.remove()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, None]:
+    """A skipped test fails the run: these tests never skip (a missing gateway binary is a failure too)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped:
+        report.outcome = "failed"
+        report.longrepr = "%s was skipped (%s): the Python client's tests may not skip" % (item.nodeid, report.longrepr)

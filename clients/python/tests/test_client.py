@@ -166,7 +166,7 @@ def test_error_response_raises_server_error_with_the_wire_code(open_gateway: Gat
                 await ana.acquire_lock("errs", "mic")
             error = held.value
             assert isinstance(error, SwitchboardError)
-            assert error.code == ErrorCode.lockHeld == 6001 and error.name == "lockHeld"
+            assert error.code == ErrorCode.lockHeld and int(error.code) == 6001 and error.name == "lockHeld"
             assert error.error_class == "lock" and error.kind == "server"
             assert error == SwitchboardError(6001)
             assert (await ana.get_locks("errs"))["locks"][0]["owner"] == "tony"   # the connection stays open
