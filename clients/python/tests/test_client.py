@@ -21,7 +21,8 @@ FAST = ReconnectPolicy(initial_delay=0.1, max_delay=0.5, jitter=0.1)
 
 
 def run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
+    """Runs a test's coroutine; a hang fails it after 90 s instead of blocking the run."""
+    return asyncio.run(asyncio.wait_for(coroutine, 90))
 
 
 # ------------------------------------------------------------------------------------------------ login
@@ -240,10 +241,21 @@ def test_requests_beyond_max_inflight_wait_for_a_slot() -> None:
     gateway = Gateway(extra=["--max-inflight", "2"]).start()
     try:
         async def main() -> None:
-            async with Client(gateway.unix, "tony") as client:
-                assert client.welcome is not None and client.welcome["maxInflight"] == 2
-                answers = await asyncio.gather(*[client.get_user_metadata() for _ in range(40)])
-                assert all(a["userId"] == "tony" for a in answers)
+            async with Client(gateway.unix, "tony") as tony, Client(gateway.tcp, "ana") as ana:
+                assert ana.welcome is not None and ana.welcome["maxInflight"] == 2
+                answers = await asyncio.gather(*[ana.get_user_metadata() for _ in range(40)])
+                assert all(a["userId"] == "ana" for a in answers)
+                for name in ("l1", "l2", "l3"):
+                    await tony.set_lock("q", name, ttl_seconds=30)
+                    await tony.acquire_lock("q", name)
+                # three waiting acquires: two go on the wire and wait there, the third waits for a slot (the
+                # server would answer a third one in flight with 3001 tooManyInflight)
+                outcomes = await asyncio.gather(*[ana.acquire_lock("q", name, retry=True, timeout=1.0)
+                                                  for name in ("l1", "l2", "l3")], return_exceptions=True)
+                assert [type(o) for o in outcomes] == [RequestTimeout] * 3, outcomes
+                for name in ("l1", "l2"):
+                    await tony.release_lock("q", name)       # the two waiting on the wire are answered
+                assert (await ana.get_user_metadata(timeout=5))["userId"] == "ana"
         run(main())
     finally:
         gateway.remove()

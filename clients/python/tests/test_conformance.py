@@ -20,7 +20,7 @@ def test_scenarios_cover_the_areas_the_list_promises() -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"] for s in SCENARIOS])
 def test_scenario(scenario: Dict[str, Any]) -> None:
-    asyncio.run(conformance.Runner(DOCUMENT, scenario).run())
+    asyncio.run(asyncio.wait_for(conformance.Runner(DOCUMENT, scenario).run(), 90))
 
 
 def test_matching_rules() -> None:

@@ -43,4 +43,4 @@ def test_the_other_blocks_of_the_doc_run_in_order(open_gateway: Gateway) -> None
         "    " + line + "\n" for block in blocks for line in block.splitlines())
     namespace: dict[str, object] = {}
     exec(compile(source, DOC, "exec"), namespace)
-    asyncio.run(namespace["blocks"](open_gateway.tcp))  # type: ignore[operator]
+    asyncio.run(asyncio.wait_for(namespace["blocks"](open_gateway.tcp), 90))  # type: ignore[operator]

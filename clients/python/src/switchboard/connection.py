@@ -337,13 +337,8 @@ class Connection:
     async def _read_loop(self) -> None:
         reason: Optional[SwitchboardError] = None
         try:
+            chunk = b""                                 # frames that came with WELCOME are in the buffer already
             while True:
-                if self._closing and self.goaway is not None:
-                    chunk = await asyncio.wait_for(self._reader.read(1 << 16), CLOSING_READ_TIMEOUT)
-                else:
-                    chunk = await self._reader.read(1 << 16)
-                if not chunk:
-                    break
                 self._buffer += chunk
                 while True:
                     try:
@@ -356,6 +351,12 @@ class Connection:
                     if got is None:
                         break
                     self._dispatch(*got)
+                if self._closing and self.goaway is not None:
+                    chunk = await asyncio.wait_for(self._reader.read(1 << 16), CLOSING_READ_TIMEOUT)
+                else:
+                    chunk = await self._reader.read(1 << 16)
+                if not chunk:
+                    break
         except wire.WireError as e:
             log.error("a frame from %s cannot be read: %s", self.endpoint, e)
             reason = ProtocolViolation(e.code, e.message)
