@@ -64,6 +64,27 @@ def test_token_login_over_both_transports_and_refusals(token_gateway: Gateway) -
     run(main())
 
 
+def test_token_expiring_soon_is_renewed_from_the_token_provider(token_gateway: Gateway) -> None:
+    async def main() -> None:
+        ttls = ["20s", "1h"]                              # the first expires within the server's 60 s notice lead
+
+        async def provider() -> str:
+            return token_gateway.token("tina", ttl=ttls.pop(0) if len(ttls) > 1 else ttls[0])
+        client = Client(token_gateway.tcp, token_provider=provider, reconnect=ReconnectPolicy.never())
+        events, notices = client.connection_events(), client.pushes("serverNotice")
+        await client.connect()
+        notice = await notices.next(5)
+        assert notice.body["code"] == ErrorCode.tokenExpired and notice.body["atMs"] > 0
+        while True:
+            event = await events.next(5)
+            if event.kind != "connected":
+                break
+        assert event.kind == "tokenRenewed", event
+        assert (await client.get_user_metadata())["userId"] == "tina"
+        await client.logout()
+    run(main())
+
+
 def test_connect_failures_say_why(open_gateway: Gateway) -> None:
     async def main() -> None:
         with pytest.raises(ConnectFailed, match="connection refused"):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, List
 
-from switchboard import (Client, ErrorCode, ProtocolViolation, ReconnectPolicy, UnexpectedResponse, wire)
+from switchboard import (Client, ErrorCode, GoAwayError, ProtocolViolation, ReconnectPolicy, UnexpectedResponse,
+                         wire)
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 WELCOME = {"protocolVersion": 1, "userId": "tony", "sessionId": "s1", "maxInflight": 8, "heartbeatMs": 1000,
@@ -110,4 +111,36 @@ def test_bytes_that_are_no_frame_close_the_connection_as_a_protocol_violation() 
         await asyncio.wait_for(client.wait_closed(), 5)
         assert isinstance(client.close_reason, ProtocolViolation)
         assert client.close_reason.code == ErrorCode.badHeader
+    serve(script, test)
+
+
+def test_goaway_fails_the_requests_the_server_never_read_and_answers_the_others() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder, kept = wire.StreamDecoder("c2s"), []   # type: wire.StreamDecoder, List[wire.Message]
+        first = await read_message(reader, decoder, kept)
+        second = await read_message(reader, decoder, kept)
+        assert second["requestId"] > first["requestId"]
+        writer.write(wire.encode({"kind": "control", "op": "goAway", "body": {
+            "code": 8002, "message": "restarting", "lastRequestId": first["requestId"], "reason": "serverShutdown"}}))
+        await asyncio.sleep(0.3)                           # the unread request fails before the read one is answered
+        writer.write(wire.encode({"kind": "response", "op": first["op"], "requestId": first["requestId"],
+                                  "body": {"userId": "tony"}}))
+        writer.write_eof()
+        await reader.read(65536)
+        writer.close()
+
+    async def test(endpoint: str) -> None:
+        client = Client(endpoint, "tony", reconnect=ReconnectPolicy.never())
+        await client.connect()
+        answered = asyncio.ensure_future(client.get_user_metadata(timeout=5))
+        await asyncio.sleep(0.05)
+        unread = asyncio.ensure_future(client.get_locks("c", timeout=5))
+        done, _ = await asyncio.wait([unread], timeout=0.25)
+        assert done, "the request above lastRequestId did not fail at the GOAWAY"
+        error = unread.exception()
+        assert isinstance(error, GoAwayError) and error.code == ErrorCode.shuttingDown
+        assert error.reason == "serverShutdown"
+        assert (await answered)["userId"] == "tony"
+        await asyncio.wait_for(client.wait_closed(), 5)
+        assert isinstance(client.close_reason, GoAwayError) and client.close_reason.code == 8002
     serve(script, test)

@@ -48,7 +48,8 @@ class ReconnectPolicy:
 class ConnectionEvent:
     """What happened to the client's connection: `connected` (welcome), `disconnected` (error, will_reconnect),
     `reconnecting` (attempt, delay, error), `restored` (restored: the subscriptions made again, failed: those the
-    new session refused, with the error)."""
+    new session refused, with the error), `tokenRenewed` and `tokenRenewalFailed` (error): the client renewed the
+    session's token from its token provider when the server said it expires soon."""
 
     kind: str
     welcome: Optional[Welcome] = None
@@ -375,8 +376,11 @@ class Client(Operations):
         assert self.token_provider is not None
         try:
             await self.renew_token(await self.token_provider())
-        except Exception as e:  # the session goes on with its token; the server ends it at expiry
+        except SwitchboardError as e:  # the session goes on with its token; the server ends it at expiry
             log.warning("token renewal failed: %s", e)
+            self._emit(ConnectionEvent("tokenRenewalFailed", error=e))
+            return
+        self._emit(ConnectionEvent("tokenRenewed"))
 
     def _emit(self, event: ConnectionEvent) -> None:
         for stream in self._event_streams:
