@@ -71,8 +71,8 @@ def test_a_silent_server_is_declared_dead_after_heartbeat_times_misses() -> None
         await client.connect()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await asyncio.wait_for(client.wait_closed(), 6)
-        assert 1.5 <= loop.time() - started < 4           # 1000 ms x 2 misses
+        await asyncio.wait_for(client.wait_closed(), 8)
+        assert 1.5 <= loop.time() - started < 5.5         # 1000 ms x 2 misses
         assert client.close_reason is not None and client.close_reason.code == ErrorCode.heartbeatTimeout
     serve(script, test)
 
