@@ -151,6 +151,32 @@ def test_typed_methods_cover_every_area(open_gateway: Gateway) -> None:
     run(main())
 
 
+def test_a_provider_answers_the_directorys_misses_and_is_registered_again_after_a_restart(
+        fresh_gateway: Gateway) -> None:
+    async def main() -> None:
+        async with Client(fresh_gateway.unix, "dir", reconnect=FAST) as provider, \
+                Client(fresh_gateway.tcp, "tony", reconnect=FAST) as tony:
+            requests, events = provider.pushes("providerRequest"), provider.connection_events()
+
+            async def answer(count: int) -> None:
+                for _ in range(count):
+                    request = (await requests.next(10)).body
+                    await provider.answer_provider(request["providerRequestId"], found=True, user={
+                        "userId": request["id"], "name": request["id"].upper()})
+            await provider.register_provider(kinds=["user"])
+            answering = asyncio.ensure_future(answer(1))
+            assert [u["name"] for u in (await tony.get_user_info(user_ids=["zed"]))["users"]] == ["ZED"]
+            await answering
+            await asyncio.get_running_loop().run_in_executor(None, fresh_gateway.restart)
+            while (event := await events.next(20)).kind != "restored":
+                pass
+            assert [op for op, _ in event.restored] == ["registerProvider"]
+            answering = asyncio.ensure_future(answer(1))
+            assert [u["name"] for u in (await tony.get_user_info(user_ids=["amy"], timeout=20))["users"]] == ["AMY"]
+            await answering
+    run(main())
+
+
 def test_every_operation_of_the_schema_has_a_typed_method() -> None:
     calls: List[Tuple[str, Dict[str, Any]]] = []
 

@@ -480,6 +480,9 @@ class Client(Operations):
                 return
             try:
                 connection = await self._open()
+                if self.state == "closed":                  # closed while this attempt was under way
+                    connection.close()
+                    return
             except SwitchboardError as e:
                 if self._fatal(e):
                     log.error("%s refused the session for good: %s", self.endpoint, e)

@@ -231,6 +231,8 @@ class Connection:
         self._write(frame)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
+            await asyncio.wait_for(self._drain(), remaining)   # the server may have stopped reading (SB-5.9-1)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             return await asyncio.wait_for(asyncio.shield(future), remaining)
         except asyncio.TimeoutError:
             pending.abandoned = True                  # the id stays in flight until its answer (SB-2.4-4)
@@ -313,6 +315,13 @@ class Connection:
         length = wire.peek_varint(frame, 0, 4)
         if isinstance(length, tuple) and frame[length[1]] & wire.F_COMPRESSED:
             self.stats.compressed_frames_sent += 1
+
+    async def _drain(self) -> None:
+        """Waits while the socket's send buffer is full; a broken connection is left to the read loop to report."""
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            pass
 
     def _send_control(self, op: str, body: Dict[str, Any]) -> None:
         self._write(wire.encode({"kind": "control", "op": op, "body": body}))
