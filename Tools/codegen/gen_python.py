@@ -140,14 +140,15 @@ class PythonGenerator:
     def generate(self):
         s = self.schema
         o = [HEADER, '"""Types and operations generated from the schema: what `Client` takes and returns.\n\n'
-             'Received bodies are dicts in the canonical JSON rendering (SPEC 10: camelCase field names, enums by name)\n'
+             'Received bodies are dicts in the canonical JSON rendering (SPEC 10: camelCase field names, enums by\n'
+             'name)\n'
              'with every field present: an absent field holds its default (a missing struct: None). Arguments are\n'
              'snake_case keywords; structs in arguments are the *Arg TypedDicts (every key optional).\n"""\n',
              "from __future__ import annotations\n\n",
              "import enum\n",
              "from typing import Any, Dict, List, Literal, Optional, Sequence, TypedDict, Union, cast\n"]
         for name, e in self.enums.items():
-            o.append("\n%s = Literal[%s]\n" % (name, ", ".join(json.dumps(k) for k in e["values"])))
+            o.append("\n%s = Literal[\n    %s,\n]\n" % (name, ",\n    ".join(json.dumps(k) for k in e["values"])))
             o.append(docstring(e["doc"] + " Values this version does not name arrive as their number.", ""))
         o.append("\n\nclass ErrorCode(enum.IntEnum):\n")
         o.append(docstring("The spec's error codes (SPEC 9). A code this version does not know is kept as an int.",
@@ -156,8 +157,8 @@ class PythonGenerator:
         for e in s["errors"]:
             o.append("    %s = %d\n" % (e["name"], e["code"]))
             o.append(docstring(e["doc"], "    "))
-        o.append("\n\nERROR_CLASSES: Dict[int, str] = {%s}\n" % ", ".join(
-            '%d: "%s"' % (c["class"], c["name"]) for c in s["errorClasses"]))
+        o.append("\n\nERROR_CLASSES: Dict[int, str] = {\n%s}\n" % "".join(
+            '    %d: "%s",\n' % (c["class"], c["name"]) for c in s["errorClasses"]))
         o.append('"""The class of an error code by its thousands digit (SPEC 9): protocol, auth, limits, ..."""\n')
         for name, st in self.structs.items():
             o.append(self.typed_dict(name, st["fields"], st["doc"]))
@@ -173,7 +174,7 @@ class PythonGenerator:
         for c in s["controls"]:
             o.append(self.typed_dict(upper_first(c["name"]), c["fields"],
                                      "Control frame `%s`. %s" % (c["name"], c["doc"])))
-        o.append("\n\nPUSH_NAMES = (%s)\n" % "".join('"%s", ' % p["name"] for p in s["pushes"]))
+        o.append("\n\nPUSH_NAMES = (\n%s)\n" % "".join('    "%s",\n' % p["name"] for p in s["pushes"]))
         o.append('"""The push kinds (SPEC 8), in code order."""\n')
         o.append("\n\nclass Operations:\n")
         o.append(docstring("One typed method per operation of the schema (SPEC 6.3). Each sends the request and "

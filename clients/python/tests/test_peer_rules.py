@@ -4,17 +4,19 @@ or of no request in flight, bytes that are no frame."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, Callable, List
 
-from switchboard import (Client, ErrorCode, GoAwayError, ProtocolViolation, ReconnectPolicy, UnexpectedResponse,
-                         wire)
+from switchboard import (Client, ClientClosed, ErrorCode, GoAwayError, ProtocolViolation, ReconnectPolicy,
+                         UnexpectedResponse, wire)
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 WELCOME = {"protocolVersion": 1, "userId": "tony", "sessionId": "s1", "maxInflight": 8, "heartbeatMs": 1000,
            "heartbeatMisses": 2}
 
 
-async def read_message(reader: asyncio.StreamReader, decoder: wire.StreamDecoder, kept: List[wire.Message]) -> wire.Message:
+async def read_message(reader: asyncio.StreamReader, decoder: wire.StreamDecoder,
+                       kept: List[wire.Message]) -> wire.Message:
     while not kept:
         kept += decoder.feed(await reader.read(65536))
     return kept.pop(0)
@@ -143,4 +145,28 @@ def test_goaway_fails_the_requests_the_server_never_read_and_answers_the_others(
         assert (await answered)["userId"] == "tony"
         await asyncio.wait_for(client.wait_closed(), 5)
         assert isinstance(client.close_reason, GoAwayError) and client.close_reason.code == 8002
+    serve(script, test)
+
+
+def test_a_request_made_after_goaway_waits_for_the_connection_to_end_without_spinning() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(wire.encode({"kind": "control", "op": "goAway", "body": {
+            "code": 8002, "message": "restarting", "reason": "serverShutdown"}}))
+        await asyncio.sleep(1.0)                          # EOF comes a second after the GOAWAY
+        writer.write_eof()
+        await reader.read(65536)
+        writer.close()
+
+    async def test(endpoint: str) -> None:
+        client = Client(endpoint, "tony", reconnect=ReconnectPolicy.never())
+        await client.connect()
+        await asyncio.sleep(0.1)
+        cpu, started = time.process_time(), time.monotonic()
+        try:
+            await client.get_user_metadata(timeout=5)
+            raise AssertionError("answered after GOAWAY")
+        except ClientClosed:
+            pass
+        assert 0.5 < time.monotonic() - started < 4
+        assert time.process_time() - cpu < 0.4            # waited, did not loop
     serve(script, test)

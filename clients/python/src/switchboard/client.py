@@ -312,10 +312,14 @@ class Client(Operations):
                 if not self.wait_while_disconnected or self.state == "idle":
                     raise NotConnected("%s: not connected to %s" % (op, self.endpoint))
                 remaining = deadline - loop.time()
+                # After a GOAWAY the connection is still open until EOF: wait for it to end, then for the next one.
+                waiting = (connection.closed.wait() if connection is not None and self._ready.is_set()
+                           else self._wait_ready_or_closed())
                 try:
-                    await asyncio.wait_for(self._wait_ready_or_closed(), max(0.0, remaining))
+                    await asyncio.wait_for(waiting, max(0.0, remaining))
                 except asyncio.TimeoutError:
-                    raise RequestTimeout("%s: no session with %s within %.1f s" % (op, self.endpoint, timeout)) from None
+                    raise RequestTimeout("%s: no session with %s within %.1f s" % (
+                        op, self.endpoint, timeout)) from None
                 continue
             response = await connection.request(op, body, max(0.0, deadline - loop.time()))
             self._ledger.record(op, body)

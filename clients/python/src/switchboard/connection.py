@@ -132,7 +132,8 @@ class Connection:
         try:
             reader, writer = await asyncio.wait_for(cls._open_socket(endpoint, options), options.connect_timeout)
         except asyncio.TimeoutError:
-            raise ConnectFailed("cannot connect to %s: no answer within %.1f s" % (endpoint, options.connect_timeout)) from None
+            raise ConnectFailed("cannot connect to %s: no answer within %.1f s" % (
+                endpoint, options.connect_timeout)) from None
         connection = cls(endpoint, reader, writer, options)
         try:
             await asyncio.wait_for(connection._handshake(hello), options.connect_timeout)
@@ -162,9 +163,11 @@ class Connection:
         except ssl.SSLError as e:
             raise TLSFailed("TLS handshake failed with %s: %s; is TLS on there?" % (endpoint, e.reason)) from None
         except FileNotFoundError:
-            raise ConnectFailed("cannot connect to %s: no such socket file: is the gateway running?" % endpoint) from None
+            raise ConnectFailed("cannot connect to %s: no such socket file: is the gateway running?"
+                                % endpoint) from None
         except ConnectionRefusedError:
-            raise ConnectFailed("cannot connect to %s: connection refused: is the gateway running?" % endpoint) from None
+            raise ConnectFailed("cannot connect to %s: connection refused: is the gateway running?"
+                                % endpoint) from None
         except OSError as e:
             raise ConnectFailed("cannot connect to %s: %s" % (endpoint, e.strerror or e)) from None
 
@@ -381,7 +384,8 @@ class Connection:
                 g = self.goaway
                 reason = GoAwayError(g["code"], g["message"], reason=g["reason"], last_request_id=g["lastRequestId"])
             else:
-                reason = ConnectionLost(ErrorCode.unavailable, "the connection to %s ended without GOAWAY" % self.endpoint)
+                reason = ConnectionLost(ErrorCode.unavailable,
+                                        "the connection to %s ended without GOAWAY" % self.endpoint)
         self.close(reason)
 
     def _dispatch(self, message: Dict[str, Any], compressed: bool) -> None:

@@ -20,7 +20,8 @@ class SwitchboardError(Exception):
         self.code = int(code)
         self.message = message
         self.body: Dict[str, Any] = body if body is not None else {"code": self.code, "message": message}
-        super().__init__("%s(%d): %s" % (self.name, self.code, message) if message else "%s(%d)" % (self.name, self.code))
+        head = "%s(%d)" % (self.name, self.code)
+        super().__init__("%s: %s" % (head, message) if message else head)
 
     @property
     def name(self) -> str:

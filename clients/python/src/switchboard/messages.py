@@ -24,7 +24,8 @@ def with_defaults(fields: List[wire.Field], body: Dict[str, Any]) -> Dict[str, A
             out[name] = default_rendering(f)
         elif t in wire.STRUCTS:
             sub = wire.STRUCTS[t]
-            out[name] = [with_defaults(sub, x) for x in body[name]] if f.get("repeated") else with_defaults(sub, body[name])
+            value = body[name]
+            out[name] = [with_defaults(sub, x) for x in value] if f.get("repeated") else with_defaults(sub, value)
         else:
             out[name] = body[name]
     return out

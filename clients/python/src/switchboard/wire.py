@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "schema.json"), encoding="utf-8") as _schema_file:
     SCHEMA: Dict[str, Any] = json.load(_schema_file)
-VECTORS: Optional[str] = None                                 # the vectors directory --selftest reads (set by sbwire.py)
+VECTORS: Optional[str] = None                                 # the directory --selftest reads (set by sbwire.py)
 
 Message = Dict[str, Any]
 """A frame's canonical JSON rendering (SPEC 10): kind, op, requestId, body or error."""
@@ -332,7 +332,8 @@ class Frame:
         self.body, self.wire_size = body, wire_size
 
 
-ALLOWED: Dict[str, Tuple[int, ...]] = {"c2s": (CONTROL, REQUEST), "s2c": (CONTROL, RESPONSE, PUSH), "any": (CONTROL, REQUEST, RESPONSE, PUSH)}
+ALLOWED: Dict[str, Tuple[int, ...]] = {
+    "c2s": (CONTROL, REQUEST), "s2c": (CONTROL, RESPONSE, PUSH), "any": (CONTROL, REQUEST, RESPONSE, PUSH)}
 
 
 def split_frame(buf: Union[bytes, bytearray], limits: Limits = DEFAULT_LIMITS) -> Optional[Tuple[bytes, int]]:
