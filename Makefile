@@ -11,8 +11,7 @@ run: deps
 ## Runs the whole test suite: generated code up to date, the Python reference codec against the vectors, swift test
 ## (the cluster suites, which run PostgreSQL, Redis and several gateways each, the 10,000-session end test and the
 ## held-commit reads, which hold SQLite's write lock within its 5 s busy timeout, each run on their own after the
-## others: on two cores their load, or the others', would otherwise stretch the timing checks), then the Python
-## client's tests against the debug gateway those steps built (vectors, live conformance scenarios, docs' examples).
+## others: on two cores their load, or the others', would otherwise stretch the timing checks).
 test:
 	@Tools/ensure-system-packages.sh redis-server postgresql tmux
 	python3 Tools/codegen/generate.py --check
