@@ -20,6 +20,7 @@ test:
 	swift test --skip-build --filter SessionEndScalingTests
 	swift test --skip-build --filter SwitchboardServerTests.ReadAfterCommitTests
 	swift test --skip-build --filter SwitchboardClusterTests
+	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
 
 ## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
 fuzz: deps

@@ -9,13 +9,18 @@ Outputs:
     Sources/SwitchboardWire/Generated/*.swift       enums, structs, payloads, dispatch enums, error codes, JSON
     Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift   seeded random values of every type (fuzz tests, fuzzers)
     Protocol/SPEC.md                                 the part between the GENERATED markers
+    clients/python/src/switchboard/schema.json      the Python client's copy of the schema (gen_python.py)
+    clients/python/src/switchboard/_generated.py    the Python client's types and operation methods (gen_python.py)
 """
 import json
 import os
 import sys
 
+import gen_python
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCHEMA = json.load(open(os.path.join(ROOT, "Protocol", "schema.json")))
+SCHEMA_TEXT = open(os.path.join(ROOT, "Protocol", "schema.json"), encoding="utf-8").read()
+SCHEMA = json.loads(SCHEMA_TEXT)
 
 SCALARS = {"string", "uint", "sint", "bool"}
 ENUMS = SCHEMA["enums"]
@@ -737,6 +742,7 @@ def main():
         "Sources/SwitchboardWire/Generated/ErrorCode.swift": gen_errors(),
         "Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift": gen_random(all_payloads, ops, controls, pushes),
     }
+    outputs.update(gen_python.outputs(ROOT, SCHEMA_TEXT))
     spec_path = os.path.join(ROOT, "Protocol", "SPEC.md")
     if os.path.exists(spec_path):
         spec = open(spec_path).read()
@@ -747,12 +753,12 @@ def main():
     stale = []
     for rel, text in outputs.items():
         path = os.path.join(ROOT, rel)
-        old = open(path).read() if os.path.exists(path) else None
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
         if old != text:
             stale.append(rel)
             if not check:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                open(path, "w").write(text)
+                open(path, "w", encoding="utf-8").write(text)
     if check and stale:
         print("generated files are out of date: " + ", ".join(stale) + " (run python3 Tools/codegen/generate.py)")
         sys.exit(1)
