@@ -22,7 +22,16 @@ private func withProfileGateway<T: Sendable>(
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     try await withGateway(
-        { if secret { $0.tokenSecret = profileSecret } },
+        {
+            guard secret else { return }
+            $0.tokenSecret = profileSecret
+            // Users write their own records (the default grants) and read everyone's (`Protocol/SPEC.md` §5.10).
+            $0.defaultGrants = GrantSet(
+                GrantSet.ownDataOnly.grants + [
+                    Grant(kind: .user, pattern: ResourcePattern("*")!, permissions: [.read]),
+                    Grant(kind: .group, pattern: ResourcePattern("*")!, permissions: [.read]),
+                ])
+        },
         application: { application in
             application.areas = [.profiles]
             application.providerTimeout = timeout

@@ -1,0 +1,206 @@
+import Foundation
+import SwitchboardClient
+import SwitchboardServer
+import SwitchboardWire
+import Testing
+
+/// Privacy (`Protocol/SPEC.md` §5.10): what others do, where they are and what they store is seen only with a grant;
+/// the default grants reach the user's own data only; a batch with one resource not granted is refused whole; pushes
+/// come only through subscriptions that were checked; the reads answered from encoded bodies are checked too.
+@Suite struct AuthorizationPrivacyTests {
+    private func expectDenied(
+        _ connection: SwitchboardConnection, _ request: Request, _ needed: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async {
+        switch await outcome(connection, request) {
+        case .success(let response):
+            Issue.record("\(request.operation.name) was allowed: \(response)", sourceLocation: sourceLocation)
+        case .failure(let error):
+            #expect(error.code == .permissionDenied, "\(error)", sourceLocation: sourceLocation)
+            #expect(error.message == "permission denied: \(needed)", sourceLocation: sourceLocation)
+        }
+    }
+
+    private func expectAllowed(
+        _ connection: SwitchboardConnection, _ request: Request, sourceLocation: SourceLocation = #_sourceLocation
+    ) async {
+        if case .failure(let error) = await outcome(connection, request) {
+            Issue.record("\(request.operation.name) was refused: \(error)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test func theDefaultGrantsReachOnlyTheUsersOwnData() async throws {
+        // No defaultGrants configured: the server's default, own data only.
+        try await withGateway({ $0.tokenSecret = authorizationSecret }, application: { $0.areas = .all }) { gateway in
+            let alice = try await gateway.session("alice")
+            let item = [MetadataItem(key: "k", value: "v")]
+            await self.expectAllowed(alice, .setUserMetadata(SetUserMetadataRequest(items: item)))
+            await self.expectAllowed(alice, .getUserMetadata(GetUserMetadataRequest(userId: "alice")))
+            await self.expectAllowed(alice, .subscribeUserMetadata(SubscribeUserMetadataRequest()))
+            await self.expectAllowed(alice, .whereNow(WhereNowRequest()))
+            await self.expectAllowed(alice, .publishEvent(PublishEventRequest(value: 10_000)))
+            await self.expectAllowed(alice, .subscribeEvent(SubscribeEventRequest(expirySeconds: 600, publishers: ["alice"])))
+            await self.expectAllowed(alice, .setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "alice", name: "Alice"))))
+            await self.expectAllowed(alice, .getUserInfo(GetUserInfoRequest(userIds: ["alice"])))
+            await self.expectAllowed(alice, .clearProfile(ClearProfileRequest(kind: .user, all: true)))
+
+            await self.expectDenied(alice, .setUserMetadata(SetUserMetadataRequest(userId: "bob", items: item)), "write on user:bob")
+            await self.expectDenied(alice, .getUserMetadata(GetUserMetadataRequest(userId: "bob")), "read on user:bob")
+            await self.expectDenied(alice, .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "bob")), "read on user:bob")
+            await self.expectDenied(alice, .whereNow(WhereNowRequest(userId: "bob")), "presence on user:bob")
+            await self.expectDenied(
+                alice, .subscribeEvent(SubscribeEventRequest(expirySeconds: 600, publishers: ["bob"])), "events on publisher:bob")
+            await self.expectDenied(alice, .getUserInfo(GetUserInfoRequest(userIds: ["bob"])), "read on user:bob")
+            await self.expectDenied(
+                alice, .setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", items: item)), "write on message:lobby")
+            await self.expectDenied(alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby")), "presence on message:lobby")
+            await self.expectDenied(
+                alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby", channelType: .stream)), "presence on stream:lobby")
+            await self.expectDenied(alice, .setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: "g"))), "profileWrite on group:g")
+            // Clearing every record of a kind is an unrestricted session's; a user's `all` clears only their own.
+            await self.expectDenied(alice, .clearProfile(ClearProfileRequest(kind: .user, id: "bob")), "profileWrite on user:bob")
+        }
+    }
+
+    @Test func othersWhereaboutsStatesAndMembersNeedPresence() async throws {
+        let grants = try grants(#"[{"on":"message:lobby","allow":["presence"]}]"#)
+        try await withAuthorizationGateway(grants: grants) { gateway in
+            // bob is an admin, so he can be anywhere.
+            let bob = try await gateway.session("bob", admin: true)
+            for channel in ["lobby", "vault"] {
+                _ = try await bob.send(.subscribeChannel(SubscribeChannelRequest(channel: channel)))
+                _ = try await bob.send(.setState(SetStateRequest(channel: channel, items: [StateItem(key: "code", value: "1234")])))
+            }
+            let alice = try await gateway.session("alice")
+            await self.expectDenied(alice, .whereNow(WhereNowRequest(userId: "bob")), "presence on user:bob")
+            await self.expectDenied(alice, .whoNow(WhoNowRequest(channel: "vault", includeState: true)), "presence on message:vault")
+            await self.expectDenied(alice, .getState(GetStateRequest(channel: "vault", userId: "bob")), "presence on message:vault")
+            // Where she has presence, she sees the members and their states.
+            guard case .whoNow(let members) = try await alice.send(.whoNow(WhoNowRequest(channel: "lobby", includeState: true))) else {
+                Issue.record("no whoNow response")
+                return
+            }
+            #expect(members.users.map(\.userId) == ["bob"])
+            guard case .getState(let state) = try await alice.send(.getState(GetStateRequest(channel: "lobby", userId: "bob"))) else {
+                Issue.record("no getState response")
+                return
+            }
+            #expect(state.items.map(\.value) == ["1234"])
+        }
+    }
+
+    @Test func pushesComeOnlyThroughSubscriptionsThatWereChecked() async throws {
+        let grants = try grants(#"[{"on":"message:lobby","allow":["presence"]}]"#)
+        try await withAuthorizationGateway(grants: grants) { gateway in
+            let admin = try await gateway.session("ops", admin: true)
+            let alice = try await gateway.session("alice")
+            let pushes = PushLog(alice)
+            // Metadata or lock events of the channel need read too: refused whole, she is not even a member.
+            await self.expectDenied(
+                alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby", withMetadata: true)), "read on message:lobby")
+            await self.expectDenied(
+                alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby", withLock: true)), "read on message:lobby")
+            await self.expectDenied(alice, .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "ops")), "read on user:ops")
+            guard case .whoNow(let before) = try await admin.send(.whoNow(WhoNowRequest(channel: "lobby"))) else { return }
+            #expect(before.users.isEmpty)
+            #expect(pushes.all.isEmpty)
+            // Presence alone is allowed: she gets presence events, and no storage or lock event.
+            await self.expectAllowed(alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby")))
+            _ = try await admin.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", items: [MetadataItem(key: "k", value: "secret")])))
+            _ = try await admin.send(.setLock(SetLockRequest(channel: "lobby", lockName: "L", ttlSeconds: 60)))
+            _ = try await admin.send(.setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: "secret")])))
+            _ = try await admin.send(.subscribeChannel(SubscribeChannelRequest(channel: "lobby")))
+            let joined = await pushes.wait {
+                $0.contains { push in
+                    guard case .presenceEvent(let event) = push else { return false }
+                    return event.publisher == "ops"
+                }
+            }
+            #expect(joined, "\(pushes.all)")
+            try await Task.sleep(for: .milliseconds(200))
+            for push in pushes.all {
+                if case .presenceEvent = push { continue }
+                Issue.record("a push she never subscribed to: \(push)")
+            }
+        }
+    }
+
+    @Test func aBatchWithOneResourceNotGrantedIsRefusedWhole() async throws {
+        let grants = try grants(
+            #"[{"on":"user:friend-*","allow":["read"]},{"on":"publisher:friend-*","allow":["events"]},{"on":"group:team-*","allow":["read"]}]"#)
+        try await withAuthorizationGateway(grants: grants) { gateway in
+            let admin = try await gateway.session("ops", admin: true)
+            let alice = try await gateway.session("alice")
+            let pushes = PushLog(alice)
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "stranger", name: "secret"))))
+            await self.expectAllowed(alice, .getUserInfo(GetUserInfoRequest(userIds: ["friend-1", "friend-2"])))
+            await self.expectDenied(
+                alice, .getUserInfo(GetUserInfoRequest(userIds: ["friend-1", "stranger", "friend-2"])), "read on user:stranger")
+            await self.expectDenied(
+                alice, .getGroupInfo(GetGroupInfoRequest(groupIds: ["team-1", "staff"])), "read on group:staff")
+            await self.expectDenied(
+                alice, .subscribeEvent(SubscribeEventRequest(expirySeconds: 600, publishers: ["friend-1", "stranger"])),
+                "events on publisher:stranger")
+            await self.expectDenied(
+                alice, .queryEventSubscriptions(QueryEventSubscriptionsRequest(publishers: ["friend-1", "stranger"])),
+                "events on publisher:stranger")
+            await self.expectDenied(
+                alice, .subscribeProfiles(SubscribeProfilesRequest(userIds: ["friend-1"], groupIds: ["team-1", "staff"])),
+                "read on group:staff")
+            // Nothing of the refused batches was subscribed.
+            guard case .queryEventSubscriptions(let query) = try await alice.send(
+                .queryEventSubscriptions(QueryEventSubscriptionsRequest(publishers: ["friend-1"])))
+            else { return }
+            #expect(query.subscriptions.isEmpty)
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "friend-1", name: "new"))))
+            let publisher = try await gateway.session("friend-1", admin: true)
+            _ = try await publisher.send(.publishEvent(PublishEventRequest(value: 10_001)))
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(pushes.all.isEmpty, "\(pushes.all)")
+        }
+    }
+
+    /// `getUserMetadata`, `getChannelMetadata`, `getUserInfo` and `getGroupInfo` are answered straight from their
+    /// encoded bodies for unrestricted sessions; a restricted session's are checked all the same, also pipelined.
+    @Test func readsAnsweredFromEncodedBodiesAreCheckedToo() async throws {
+        let grants = try grants(#"[{"on":"user:friend-*","allow":["read"]},{"on":"message:open","allow":["read"]}]"#)
+        try await withAuthorizationGateway(grants: grants) { gateway in
+            let admin = try await gateway.session("ops", admin: true)
+            _ = try await admin.send(.setUserMetadata(SetUserMetadataRequest(userId: "stranger", items: [MetadataItem(key: "k", value: "secret")])))
+            _ = try await admin.send(.setChannelMetadata(SetChannelMetadataRequest(channel: "closed", items: [MetadataItem(key: "k", value: "secret")])))
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "stranger", name: "secret"))))
+            // The admin's reads take the encoded path and see everything.
+            guard case .getUserMetadata(let seen) = try await admin.send(.getUserMetadata(GetUserMetadataRequest(userId: "stranger"))) else { return }
+            #expect(seen.items.map(\.value) == ["secret"])
+            let alice = try await gateway.session("alice")
+            let requests: [(Request, String?)] = (0..<40).flatMap { index -> [(Request, String?)] in
+                [
+                    (.getUserMetadata(GetUserMetadataRequest(userId: "stranger")), "read on user:stranger"),
+                    (.getUserMetadata(GetUserMetadataRequest(userId: "friend-\(index)")), nil),
+                    (.getChannelMetadata(GetChannelMetadataRequest(channel: "closed")), "read on message:closed"),
+                    (.getChannelMetadata(GetChannelMetadataRequest(channel: "open")), nil),
+                    (.getUserInfo(GetUserInfoRequest(userIds: ["friend-\(index)", "stranger"])), "read on user:stranger"),
+                    (.getGroupInfo(GetGroupInfoRequest(groupIds: ["g\(index)"])), "read on group:g\(index)"),
+                ]
+            }
+            // Sent at once, so they arrive pipelined, many in one read.
+            let results = await withTaskGroup(of: (Int, Result<Response, SwitchboardClientError>).self) { group in
+                for (index, (request, _)) in requests.enumerated() {
+                    group.addTask { (index, await outcome(alice, request)) }
+                }
+                var results: [Int: Result<Response, SwitchboardClientError>] = [:]
+                for await (index, result) in group { results[index] = result }
+                return results
+            }
+            for (index, (request, denied)) in requests.enumerated() {
+                switch (results[index], denied) {
+                case (.success, nil): break
+                case (.failure(let error), let needed?):
+                    #expect(error.code == .permissionDenied && error.message == "permission denied: \(needed)", "\(error)")
+                default:
+                    Issue.record("\(request): \(String(describing: results[index]))")
+                }
+            }
+        }
+    }
+}
