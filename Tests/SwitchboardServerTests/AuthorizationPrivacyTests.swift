@@ -32,6 +32,8 @@ import Testing
     @Test func theDefaultGrantsReachOnlyTheUsersOwnData() async throws {
         // No defaultGrants configured: the server's default, own data only.
         try await withGateway({ $0.tokenSecret = authorizationSecret }, application: { $0.areas = .all }) { gateway in
+            let admin = try await gateway.session("ops", admin: true)
+            _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "bob", name: "Bob"))))
             let alice = try await gateway.session("alice")
             let item = [MetadataItem(key: "k", value: "v")]
             await self.expectAllowed(alice, .setUserMetadata(SetUserMetadataRequest(items: item)))
@@ -43,6 +45,12 @@ import Testing
             await self.expectAllowed(alice, .setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "alice", name: "Alice"))))
             await self.expectAllowed(alice, .getUserInfo(GetUserInfoRequest(userIds: ["alice"])))
             await self.expectAllowed(alice, .clearProfile(ClearProfileRequest(kind: .user, all: true)))
+            // Her `all` cleared her own record only.
+            guard case .getUserInfo(let left) = try await admin.send(.getUserInfo(GetUserInfoRequest(userIds: ["alice", "bob"]))) else {
+                Issue.record("no getUserInfo response")
+                return
+            }
+            #expect(left.users.map(\.userId) == ["bob"] && left.missing == ["alice"])
 
             await self.expectDenied(alice, .setUserMetadata(SetUserMetadataRequest(userId: "bob", items: item)), "write on user:bob")
             await self.expectDenied(alice, .getUserMetadata(GetUserMetadataRequest(userId: "bob")), "read on user:bob")
@@ -59,6 +67,21 @@ import Testing
             await self.expectDenied(alice, .setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: "g"))), "profileWrite on group:g")
             // Clearing every record of a kind is an unrestricted session's; a user's `all` clears only their own.
             await self.expectDenied(alice, .clearProfile(ClearProfileRequest(kind: .user, id: "bob")), "profileWrite on user:bob")
+        }
+    }
+
+    /// Ids compare byte by byte, in grants as in the stores: "é" (one code point) and "e" + a combining accent are
+    /// equal Swift strings but two users, and `{user}` of the one does not reach the other.
+    @Test func grantsMatchIdsByteByByte() async throws {
+        try await withGateway({ $0.tokenSecret = authorizationSecret }, application: { $0.areas = .all }) { gateway in
+            let composed = "caf\u{E9}"
+            let decomposed = "cafe\u{301}"
+            #expect(composed == decomposed && Array(composed.utf8) != Array(decomposed.utf8))
+            let session = try await gateway.session(composed)
+            let item = [MetadataItem(key: "k", value: "v")]
+            await self.expectAllowed(session, .setUserMetadata(SetUserMetadataRequest(userId: composed, items: item)))
+            await self.expectDenied(
+                session, .setUserMetadata(SetUserMetadataRequest(userId: decomposed, items: item)), "write on user:\(decomposed)")
         }
     }
 
