@@ -8,7 +8,8 @@ Usage (from the package root):
 Outputs:
     Sources/SwitchboardWire/Generated/*.swift       enums, structs, payloads, dispatch enums, error codes, JSON
     Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift   seeded random values of every type (fuzz tests, fuzzers)
-    Protocol/SPEC.md                                 the part between the GENERATED markers
+    Sources/SwitchboardServer/Auth/Generated/RequestAuthorization.swift   the op -> permission check (SPEC §5.10)
+    Protocol/SPEC.md                                 the parts between the GENERATED markers
     clients/python/src/switchboard/schema.json      the Python client's copy of the schema (gen_python.py)
     clients/python/src/switchboard/_generated.py    the Python client's types and operation methods (gen_python.py)
 """
