@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardWire
@@ -67,6 +68,21 @@ import Testing
             await self.expectDenied(alice, .setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: "g"))), "profileWrite on group:g")
             // Clearing every record of a kind is an unrestricted session's; a user's `all` clears only their own.
             await self.expectDenied(alice, .clearProfile(ClearProfileRequest(kind: .user, id: "bob")), "profileWrite on user:bob")
+        }
+    }
+
+    @Test func aRefusalIsLoggedWithTheOperationTheUserAndTheResource() async throws {
+        let capture = LogCapture()
+        try await withGateway(
+            { $0.tokenSecret = authorizationSecret }, application: { $0.areas = .all }, logger: capture.logger
+        ) { gateway in
+            let alice = try await gateway.session("alice")
+            await self.expectDenied(alice, .whereNow(WhereNowRequest(userId: "bob")), "presence on user:bob")
+            let record = await capture.first(seconds: 5) { $0.message == "request denied" }
+            #expect(record?.level == .debug)
+            #expect(record?.metadata["op"] == "whereNow")
+            #expect(record?.metadata["user"] == "alice")
+            #expect(record?.metadata["needed"] == "presence on user:bob")
         }
     }
 

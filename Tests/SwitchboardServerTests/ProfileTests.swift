@@ -172,7 +172,8 @@ private func clear(
             _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "Tony", name: "T2"))))
             read = try await getUsers(tony, ["Bob", "Tony"])
             #expect(read.users.map(\.name) == ["Bob", "T2"] && read.users[1].portraitUri.isEmpty && read.missing.isEmpty)
-            // Groups and member lists are admin only; member records: own or admin.
+            // Groups and member lists need profileWrite on the group (the default grants have none); member records:
+            // own (the default grants) or admin.
             await expectCode(.permissionDenied) {
                 _ = try await tony.send(.setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: "g", name: "G"))))
             }
