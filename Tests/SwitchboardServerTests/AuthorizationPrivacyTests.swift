@@ -199,6 +199,50 @@ import Testing
         }
     }
 
+    /// Event subscriptions outlive the session that made them: a later session of the same user whose grants no
+    /// longer allow `events` on the publisher gets none of its events, neither kept ones at login nor live ones.
+    @Test func eventsOfASubscriptionMadeWithWiderGrantsStopWhenTheGrantsNarrow() async throws {
+        let place = FullGatewayPlace()
+        defer { place.remove() }
+        let wide = try grants(#"[{"on":"publisher:*","allow":["events"]}]"#)
+        let configure = { (grants: GrantSet) in
+            { (configuration: inout ServerConfiguration) in configuration.defaultGrants = grants }
+        }
+        // With the wide grants alice subscribes to bob, and gets his events.
+        try await withFullGateway(at: place, secret: authorizationSecret, configure: configure(wide)) { gateway in
+            let alice = try await gateway.session("alice")
+            let pushes = PushLog(alice)
+            _ = try await alice.send(.subscribeEvent(SubscribeEventRequest(expirySeconds: 3600, publishers: ["bob"])))
+            let bob = try await gateway.session("bob", admin: true)
+            _ = try await bob.send(.publishEvent(PublishEventRequest(value: 10_001)))
+            #expect(await pushes.wait { Self.values($0).contains(10_001) }, "\(pushes.all)")
+            _ = try await bob.send(.publishEvent(PublishEventRequest(value: 10_002, onlineOnly: false)))
+            await alice.close()
+            await bob.close()
+        }
+        // Her next session has the default grants (own data only): nothing of bob's comes, kept or live; her own
+        // events still reach her other devices.
+        try await withFullGateway(at: place, secret: authorizationSecret) { gateway in
+            let alice = try await gateway.session("alice")
+            let pushes = PushLog(alice)
+            let bob = try await gateway.session("bob", admin: true)
+            _ = try await bob.send(.publishEvent(PublishEventRequest(value: 10_003)))
+            let otherDevice = try await gateway.connect(.tcp, user: "", token: authorizationToken("alice"), device: "phone")
+            _ = try await otherDevice.send(.publishEvent(PublishEventRequest(value: 10_004)))
+            #expect(await pushes.wait { Self.values($0).contains(10_004) }, "\(pushes.all)")
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(Self.values(pushes.all) == [10_004], "\(pushes.all)")
+        }
+    }
+
+    /// The values of the events among `pushes`, in order.
+    private static func values(_ pushes: [Push]) -> [UInt64] {
+        pushes.flatMap { push -> [UInt64] in
+            guard case .subscribedEvents(let events) = push else { return [] }
+            return events.events.map(\.value)
+        }
+    }
+
     /// `getUserMetadata`, `getChannelMetadata`, `getUserInfo` and `getGroupInfo` are answered straight from their
     /// encoded bodies for unrestricted sessions; a restricted session's are checked all the same, also pipelined.
     @Test func readsAnsweredFromEncodedBodiesAreCheckedToo() async throws {
