@@ -86,6 +86,23 @@ import Testing
         }
     }
 
+    /// A channel type this version does not know names a channel no grant can name: refused, even with every
+    /// permission on every message and stream channel.
+    @Test func aChannelOfAnUnknownTypeIsRefused() async throws {
+        let grants = try grants(#"[{"on":"message:*","allow":["read","write","presence"]},{"on":"stream:*","allow":["read","write","presence"]}]"#)
+        try await withAuthorizationGateway(grants: grants) { gateway in
+            let alice = try await gateway.session("alice")
+            let unknown = ChannelType(rawValue: 7)
+            await self.expectDenied(
+                alice, .getChannelMetadata(GetChannelMetadataRequest(channel: "lobby", channelType: unknown)),
+                "read on a channel of type 7")
+            await self.expectDenied(
+                alice, .subscribeChannel(SubscribeChannelRequest(channel: "lobby", channelType: unknown)),
+                "presence on a channel of type 7")
+            await self.expectAllowed(alice, .getChannelMetadata(GetChannelMetadataRequest(channel: "lobby", channelType: .stream)))
+        }
+    }
+
     /// Ids compare byte by byte, in grants as in the stores: "é" (one code point) and "e" + a combining accent are
     /// equal Swift strings but two users, and `{user}` of the one does not reach the other.
     @Test func grantsMatchIdsByteByByte() async throws {
