@@ -31,6 +31,8 @@ struct ServeSettings: Equatable, Sendable {
     /// Where ``tokenSecret`` was given, as messages name it (`--token-secret`, `SWITCHBOARD_TOKEN_SECRET_FILE`,
     /// `config file PATH: "token-secret"`); nil without a secret.
     var tokenSecretSource: String?
+    /// The grants of tokens without a `grants` claim: JSON, or `@PATH` of a file holding it (nil: own data only).
+    var defaultGrants: String?
     var maxConnections = 100_000
     var maxFrameSize = 1 << 20
     var maxInflatedSize = 1 << 20
@@ -119,6 +121,7 @@ struct ServeSettings: Equatable, Sendable {
         .integer("threads", \.threads, 1...256),
         .secret("token-secret"),
         .secret("token-secret-file"),
+        .optionalString("default-grants", \.defaultGrants),
         .integer("max-connections", \.maxConnections, 1...1_000_000),
         .integer("max-frame-size", \.maxFrameSize, 16_384...268_435_455),
         .integer("max-inflated-size", \.maxInflatedSize, 16_384...268_435_455),

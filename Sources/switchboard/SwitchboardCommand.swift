@@ -112,6 +112,9 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("token-secret-file"), help: "Read the token secret from this file: at least 32 bytes without the whitespace around them (wins over --token-secret from the same source). SIGHUP reads it again.")
     var tokenSecretFile: String?
 
+    @Option(name: .customLong("default-grants"), help: ArgumentHelp("The grants of a token without a grants claim, as a JSON array such as [{\"on\":\"message:room:*\",\"allow\":[\"read\",\"presence\"]}], or @PATH to read it from a file. Checked at start. Default: a user's own data only (Protocol/SPEC.md §5.10). Admin tokens and open development mode may do everything.", valueName: "json|@path"))
+    var defaultGrants: String?
+
     @Option(name: .customLong("max-connections"), help: "Open connections at most, 1-1000000 (error 3002) (default: \(defaults.maxConnections)).")
     var maxConnections: Int?
 
@@ -206,6 +209,7 @@ struct ServeOptions: ParsableArguments {
         put("threads", self.threads)
         put("token-secret", self.tokenSecret)
         put("token-secret-file", self.tokenSecretFile)
+        put("default-grants", self.defaultGrants)
         put("max-connections", self.maxConnections)
         put("max-frame-size", self.maxFrameSize)
         put("max-inflated-size", self.maxInflatedSize)
@@ -292,6 +296,9 @@ extension ServeSettings {
             configuration.tokenSecret = try TokenSecretLoader.load(of: self)
         } catch {
             throw ValidationError(error.description)
+        }
+        if let grants = self.defaultGrants {
+            configuration.defaultGrants = try DefaultGrantsLoader.load(grants)
         }
         configuration.limits.maxConnections = self.maxConnections
         configuration.limits.maxFrameSize = self.maxFrameSize

@@ -22,7 +22,16 @@ private func withProfileGateway<T: Sendable>(
     _ body: @Sendable (RunningGateway) async throws -> T
 ) async throws -> T {
     try await withGateway(
-        { if secret { $0.tokenSecret = profileSecret } },
+        {
+            guard secret else { return }
+            $0.tokenSecret = profileSecret
+            // Users write their own records (the default grants) and read everyone's (`Protocol/SPEC.md` §5.10).
+            $0.defaultGrants = GrantSet(
+                GrantSet.ownDataOnly.grants + [
+                    Grant(kind: .user, pattern: ResourcePattern("*")!, permissions: [.read]),
+                    Grant(kind: .group, pattern: ResourcePattern("*")!, permissions: [.read]),
+                ])
+        },
         application: { application in
             application.areas = [.profiles]
             application.providerTimeout = timeout
@@ -163,7 +172,8 @@ private func clear(
             _ = try await admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: "Tony", name: "T2"))))
             read = try await getUsers(tony, ["Bob", "Tony"])
             #expect(read.users.map(\.name) == ["Bob", "T2"] && read.users[1].portraitUri.isEmpty && read.missing.isEmpty)
-            // Groups and member lists are admin only; member records: own or admin.
+            // Groups and member lists need profileWrite on the group (the default grants have none); member records:
+            // own (the default grants) or admin.
             await expectCode(.permissionDenied) {
                 _ = try await tony.send(.setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: "g", name: "G"))))
             }

@@ -138,14 +138,20 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
     @Test func usersMayWriteOnlyTheirOwnMetadataUnlessAdmin() async throws {
         let authority = TokenAuthority(secret: Self.secret)
         let expiry = Int64(Date().timeIntervalSince1970) + 600
-        try await withStorageGateway(configure: { $0.tokenSecret = Self.secret }) { gateway, _, _ in
+        // The default grants (own data only) and reading anyone's metadata (`Protocol/SPEC.md` §5.10).
+        let grants = GrantSet(
+            GrantSet.ownDataOnly.grants + [Grant(kind: .user, pattern: ResourcePattern("*")!, permissions: [.read])])
+        try await withStorageGateway(configure: {
+            $0.tokenSecret = Self.secret
+            $0.defaultGrants = grants
+        }) { gateway, _, _ in
             let eve = try await gateway.connect(.tcp, user: "", token: authority.mint(userID: "Eve", expiresAt: expiry))
             await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
                 _ = try await eve.send(.setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "Name", value: "Eve")])))
             }
             let admin = try await gateway.connect(.tcp, user: "", token: authority.mint(userID: "ops", expiresAt: expiry, role: .admin))
             _ = try await admin.send(.setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "Name", value: "Tony")])))
-            // Reading another user's metadata is allowed.
+            // Reading another user's metadata is allowed with a read grant on them.
             guard case .getUserMetadata(let got) = try await eve.send(.getUserMetadata(GetUserMetadataRequest(userId: "Tony"))) else { return }
             #expect(got.items.first?.value == "Tony")
         }

@@ -8,7 +8,8 @@ Usage (from the package root):
 Outputs:
     Sources/SwitchboardWire/Generated/*.swift       enums, structs, payloads, dispatch enums, error codes, JSON
     Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift   seeded random values of every type (fuzz tests, fuzzers)
-    Protocol/SPEC.md                                 the part between the GENERATED markers
+    Sources/SwitchboardServer/Auth/Generated/RequestAuthorization.swift   the op -> permission check (SPEC §5.10)
+    Protocol/SPEC.md                                 the parts between the GENERATED markers
     clients/python/src/switchboard/schema.json      the Python client's copy of the schema (gen_python.py)
     clients/python/src/switchboard/_generated.py    the Python client's types and operation methods (gen_python.py)
 """
@@ -688,7 +689,9 @@ def gen_spec_tables(ops, controls, pushes):
             o.append("**Response**: the same fields as `%s`'s response.\n\n" % raw["response"])
         else:
             o.append("**Response**\n\n" + field_table(e["responseFields"]) + "\n")
-        listed = e["errors"] + ["notAuthenticated", "rateLimited", "tooManyInflight", "malformedBody", "invalidUtf8", "internal"]
+        o.append("**Authorization**: %s.\n\n" % authorize_text(e))
+        denied = [] if "always" in e["raw"]["authorize"] else ["permissionDenied"]
+        listed = e["errors"] + denied + ["notAuthenticated", "rateLimited", "tooManyInflight", "malformedBody", "invalidUtf8", "internal"]
         seen = []
         for name in listed:
             if name not in seen:
@@ -722,6 +725,174 @@ def gen_spec_tables(ops, controls, pushes):
     return "".join(o)
 
 
+# ---------------------------------------------------------------- authorization (op -> permission)
+
+AUTHORIZATION = SCHEMA["authorization"]
+PERMISSIONS = AUTHORIZATION["permissions"]
+RESOURCE_KINDS = AUTHORIZATION["resourceKinds"]
+
+
+def request_field(entry, path):
+    """The schema field a dotted request path names (`info.userId`), or None."""
+    fields = entry["requestFields"]
+    field = None
+    for part in path.split("."):
+        field = next((f for f in fields if f["name"] == part), None)
+        if field is None:
+            return None
+        fields = STRUCTS[field["type"]]["fields"] if field["type"] in STRUCTS else []
+    return field
+
+
+def check_authorize(ops):
+    """Every operation has exactly one rule, naming known permissions, kinds and request fields."""
+    problems = []
+    for e in ops:
+        rule = e["raw"].get("authorize")
+        where = "operation %s" % e["name"]
+        if not isinstance(rule, dict) or len(rule) != 1 or next(iter(rule)) not in ("always", "admin", "custom", "checks"):
+            problems.append("%s needs an \"authorize\" entry: {\"checks\": [...]}, {\"always\": why}, {\"admin\": why} "
+                            "or {\"custom\": rule} (Protocol/SPEC.md, Authorization)" % where)
+            continue
+        for check in rule.get("checks", []):
+            if check.get("allow") not in PERMISSIONS:
+                problems.append("%s: unknown permission %r" % (where, check.get("allow")))
+            on = check.get("on")
+            if on != "channel" and on not in RESOURCE_KINDS:
+                problems.append("%s: unknown resource kind %r" % (where, on))
+            path = check.get("field")
+            if on == "channel" and path != "channel":
+                problems.append("%s: a channel check reads the fields channel and channelType" % where)
+            if path is not None:
+                field = request_field(e, path)
+                if field is None or field["type"] != "string":
+                    problems.append("%s: %r is not a string field of the request" % (where, path))
+            elif on not in ("user", "publisher"):
+                problems.append("%s: a check on %s needs a field" % (where, on))
+            for when in check.get("when", []):
+                field = request_field(e, when)
+                if field is None or field["type"] != "bool":
+                    problems.append("%s: when %r is not a bool field of the request" % (where, when))
+    if problems:
+        print("\n".join(problems))
+        sys.exit(1)
+
+
+def resource_text(entry, check):
+    on, path = check["on"], check.get("field")
+    if on == "channel":
+        return "the channel"
+    if path is None:
+        return "`%s:` + the caller" % on
+    return "`%s:` + %s`%s`" % (on, "each of " if request_field(entry, path).get("repeated") else "", path)
+
+
+def authorize_text(entry):
+    rule = entry["raw"]["authorize"]
+    if "always" in rule:
+        return "always allowed (%s)" % rule["always"]
+    if "admin" in rule:
+        return "admins only (%s)" % rule["admin"]
+    if "custom" in rule:
+        return rule["custom"]
+    parts = []
+    for check in rule["checks"]:
+        text = "`%s` on %s" % (check["allow"], resource_text(entry, check))
+        if "when" in check:
+            text += " when " + " or ".join("`%s`" % w for w in check["when"])
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def gen_authorization_spec(ops):
+    o = []
+    o.append("**Permissions**\n\n| permission | allows |\n|---|---|\n")
+    for name, doc in PERMISSIONS.items():
+        o.append("| `%s` | %s |\n" % (name, doc))
+    o.append("\n**Resource kinds**\n\n| kind | names |\n|---|---|\n")
+    for name, doc in RESOURCE_KINDS.items():
+        o.append("| `%s` | %s |\n" % (name, doc))
+    o.append("\n**Operations** (SB-5.10-3). \"The channel\" is `message:CHANNEL` or `stream:CHANNEL` by the request's "
+             "`channel` and `channelType`; a user id field left empty means the caller, as the operation itself reads "
+             "it; a repeated field needs the permission on each of its values.\n\n")
+    o.append("| op | name | needs |\n|---|---|---|\n")
+    for e in ops:
+        o.append("| 0x%02X | [`%s`](#op-%s) | %s |\n" % (e["op"], e["name"], e["name"].lower(), authorize_text(e).replace("|", "\\|")))
+    o.append("\n")
+    return "".join(o)
+
+
+def gen_authorization_swift(ops):
+    o = [HEADER, "\nimport SwitchboardWire\n\n"]
+    o.append("extension RequestAuthorizer {\n")
+    o.append("    /// Checks `request` against the session's grants by the operation's rule (`Protocol/SPEC.md` §5.10, the\n"
+             "    /// `authorize` entries of Protocol/schema.json); nil: allowed. Every permission the rule names must be\n"
+             "    /// allowed on every resource the request names, or the whole request is denied.\n")
+    o.append("    func check(_ request: Request) -> AuthorizationDenial? {\n        switch request {\n")
+    for e in ops:
+        rule = e["raw"]["authorize"]
+        case = upper_first(e["name"])
+        name = e["name"]
+        if "always" in rule:
+            o.append("        case .%s:\n            return nil  // %s\n" % (name, rule["always"]))
+        elif "admin" in rule:
+            o.append("        case .%s:\n            return self.requireAdmin(.%s)  // %s\n" % (name, name, rule["admin"]))
+        elif "custom" in rule:
+            o.append("        case .%s(let body):\n            return self.check%s(body)\n" % (name, case))
+        else:
+            checks = rule["checks"]
+            uses_body = any(c["on"] == "channel" or "field" in c or "when" in c for c in checks)
+            o.append("        case .%s%s:\n" % (name, "(let body)" if uses_body else ""))
+            lines = []
+            for check in checks:
+                call = swift_call(e, check)
+                if "when" in check:
+                    condition = " || ".join("body.%s" % w for w in check["when"])
+                    lines.append("if %s, let denied = %s { return denied }" % (condition, call))
+                else:
+                    lines.append("if let denied = %s { return denied }" % call)
+            if len(lines) == 1 and "when" not in checks[0]:
+                o.append("            return %s\n" % swift_call(e, checks[0]))
+            else:
+                for line in lines:
+                    o.append("            %s\n" % line)
+                o.append("            return nil\n")
+    o.append("        }\n    }\n\n")
+    o.append("    /// Each operation's rule as the spec's table states it, by op.\n")
+    o.append("    static let rules: [Opcode: String] = [\n")
+    for e in ops:
+        o.append("        .%s: %s,\n" % (e["name"], json.dumps(authorize_text(e), ensure_ascii=False)))
+    o.append("    ]\n\n")
+    o.append("    /// The permissions of the spec's table, in its order.\n")
+    o.append("    static let specPermissions: [String] = [%s]\n\n" % ", ".join(json.dumps(p) for p in PERMISSIONS))
+    o.append("    /// The resource kinds of the spec's table, in its order.\n")
+    o.append("    static let specResourceKinds: [String] = [%s]\n" % ", ".join(json.dumps(k) for k in RESOURCE_KINDS))
+    o.append("}\n")
+    return "".join(o)
+
+
+def swift_call(entry, check):
+    perm = "." + check["allow"]
+    on, path = check["on"], check.get("field")
+    if on == "channel":
+        return "self.require(%s, channel: body.channel, body.channelType)" % perm
+    if path is None:
+        return "self.require(%s, .%s, self.session.userID)" % (perm, on)
+    parts = path.split(".")
+    if len(parts) == 1:
+        expr = "body." + path
+    else:
+        # a field of an optional message: absent reads as empty (the operation refuses it)
+        expr = "body." + parts[0] + "?." + ".".join(parts[1:]) + " ?? \"\""
+    field = request_field(entry, path)
+    if field.get("repeated"):
+        return "self.require(%s, .%s, each: %s)" % (perm, on, expr)
+    return "self.require(%s, .%s, %s)" % (perm, on, expr)
+
+
+AUTH_BEGIN = "<!-- BEGIN GENERATED AUTHORIZATION: Tools/codegen/generate.py from Protocol/schema.json -->\n"
+AUTH_END = "<!-- END GENERATED AUTHORIZATION -->\n"
+
 BEGIN = "<!-- BEGIN GENERATED: Tools/codegen/generate.py from Protocol/schema.json -->\n"
 END = "<!-- END GENERATED -->\n"
 
@@ -735,7 +906,9 @@ def main():
         for side in ("request", "response"):
             if e.get(side + "Alias"):
                 e[side] = e[side]  # alias name stays; typealias makes it concrete
+    check_authorize(ops)
     outputs = {
+        "Sources/SwitchboardServer/Auth/Generated/RequestAuthorization.swift": gen_authorization_swift(ops),
         "Sources/SwitchboardWire/Generated/Enums.swift": gen_enums(),
         "Sources/SwitchboardWire/Generated/Payloads.swift": gen_structs(all_payloads),
         "Sources/SwitchboardWire/Generated/Dispatch.swift": gen_dispatch(ops, controls, pushes),
@@ -749,7 +922,12 @@ def main():
         if BEGIN in spec and END in spec:
             head, rest = spec.split(BEGIN, 1)
             _, tail = rest.split(END, 1)
-            outputs["Protocol/SPEC.md"] = head + BEGIN + "\n" + gen_spec_tables(ops, controls, pushes) + END + tail
+            spec = head + BEGIN + "\n" + gen_spec_tables(ops, controls, pushes) + END + tail
+            outputs["Protocol/SPEC.md"] = spec
+        if AUTH_BEGIN in spec and AUTH_END in spec:
+            head, rest = spec.split(AUTH_BEGIN, 1)
+            _, tail = rest.split(AUTH_END, 1)
+            outputs["Protocol/SPEC.md"] = head + AUTH_BEGIN + "\n" + gen_authorization_spec(ops) + AUTH_END + tail
     stale = []
     for rel, text in outputs.items():
         path = os.path.join(ROOT, rel)

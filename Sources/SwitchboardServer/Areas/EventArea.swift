@@ -41,9 +41,31 @@ public final class EventArea: RequestHandler, SessionObserver {
                 }
             },
             fanOut: { events, sessions in
-                publisher.publish(.subscribedEvents(SubscribedEvents(events: events)), to: .sessions(sessions))
+                let receivers = Self.receivers(of: events, among: sessions)
+                guard !receivers.isEmpty else { return }
+                publisher.publish(.subscribedEvents(SubscribedEvents(events: events)), to: .sessions(receivers))
             },
-            send: { events, session in session.send(.subscribedEvents(SubscribedEvents(events: events))) })
+            send: { events, session in
+                let allowed = events.filter { Self.may(session, receive: $0) }
+                guard !allowed.isEmpty else { return }
+                session.send(.subscribedEvents(SubscribedEvents(events: allowed)))
+            })
+    }
+
+    /// Whether `session` may receive `event` (SB-5.10-4): its grants allow `events` on the event's publisher, or the
+    /// event is the session's user's own. Subscriptions outlive the session that made them, and a later session of the
+    /// same user may have narrower grants: it gets only what its own grants allow.
+    static func may(_ session: SessionHandle, receive event: SubscribedEvent) -> Bool {
+        let info = session.info
+        return info.grants.isUnrestricted || event.publisher.hasSameUTF8(as: info.userID)
+            || info.allows(.events, on: Resource(.publisher, event.publisher))
+    }
+
+    /// The sessions among `sessions` that may receive every one of `events` (the domain fans out one event at a time);
+    /// `sessions` itself when all are unrestricted (the common case allocates nothing).
+    private static func receivers(of events: [SubscribedEvent], among sessions: [SessionHandle]) -> [SessionHandle] {
+        guard sessions.contains(where: { !$0.info.grants.isUnrestricted }) else { return sessions }
+        return sessions.filter { session in events.allSatisfy { Self.may(session, receive: $0) } }
     }
 
     public var operations: [Opcode] { [.subscribeEvent, .unsubscribeEvent, .publishEvent, .queryEventSubscriptions] }

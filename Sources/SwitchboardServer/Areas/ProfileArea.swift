@@ -50,7 +50,13 @@ public final class ProfileArea: EncodedReadHandler, SessionObserver {
 
     public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         let session = context.session
-        let caller = ProfileCaller(userID: session.info.userID, isAdmin: session.info.isAdmin)
+        // The gateway checked the request against the session's grants before it came here (`Protocol/SPEC.md`
+        // §5.10): whose records it may write was decided there, so the directory's own owner checks let it pass.
+        // Only `clearProfile` with `all` still asks the directory whose records the caller may clear: everyone's for
+        // an unrestricted session, the caller's own for any other.
+        var unrestricted = true
+        if case .clearProfile(let clear) = request, clear.all { unrestricted = session.info.grants.isUnrestricted }
+        let caller = ProfileCaller(userID: session.info.userID, isAdmin: unrestricted)
         let now = UInt64(max(context.nowMillis, 0))
         do {
             switch request {

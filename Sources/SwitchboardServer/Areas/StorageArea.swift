@@ -157,12 +157,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         _ operation: MetadataOperation, _ write: SetUserMetadataRequest, _ context: RequestContext,
         _ response: @escaping @Sendable (SetUserMetadataResponse) -> Response
     ) -> RequestOutcome {
-        let caller = context.session.info
-        let userID = write.userId.isEmpty ? caller.userID : write.userId
-        // Byte-wise, as the store compares ids: canonically equivalent but different ids are different users.
-        guard userID.hasSameUTF8(as: caller.userID) || caller.isAdmin else {
-            return .failure(ErrorBody(.permissionDenied, "only \(userID) (or an admin) may write \(userID)'s metadata"))
-        }
+        // Whose metadata the caller may write was checked against its grants before the request came here
+        // (`Protocol/SPEC.md` §5.10).
+        let userID = write.userId.isEmpty ? context.session.info.userID : write.userId
         let request = MetadataWriteRequest(
             operation, scope: .user(userID), items: write.items, majorRevision: write.majorRevision,
             recordTs: write.recordTs, recordUserId: write.recordUserId)

@@ -1,6 +1,6 @@
 import SwitchboardWire
 
-/// What a grant allows on a resource (`Protocol/SPEC.md` §5.8 lists which operation needs which).
+/// What a grant allows on a resource (`Protocol/SPEC.md` §5.10 lists which operation needs which).
 public enum Permission: String, Sendable, Hashable, CaseIterable, Comparable {
     /// Get metadata; subscribe to storage events; read profile records.
     case read
@@ -79,7 +79,9 @@ public struct ResourcePattern: Sendable, Hashable, CustomStringConvertible {
         if pattern.hasSuffix("*") {
             return name.utf8.starts(with: pattern.utf8.dropLast())
         }
-        return name == pattern
+        // Byte by byte, as the stores compare ids: `==` on String would match canonically equivalent but different
+        // names (another user's id spelt with a combining accent).
+        return name.utf8.elementsEqual(pattern.utf8)
     }
 }
 

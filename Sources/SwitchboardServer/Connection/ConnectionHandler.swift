@@ -494,7 +494,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let info = SessionInfo(
             sessionID: "\(configuration.serverName.split(separator: "/").first ?? "sb")-\(self.connectionID)-\(UInt32.random(in: 0...UInt32.max))",
             connectionID: self.connectionID, userID: userID, role: role, clientType: hello.clientType,
-            deviceID: hello.deviceId, features: features, startedAtMs: now)
+            deviceID: hello.deviceId, features: features, startedAtMs: now,
+            // Admins and open development mode (role admin) may do everything; users what the default grants allow.
+            grants: role == .admin ? .unrestricted : configuration.defaultGrants)
         let session = SessionHandle(
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)
@@ -616,9 +618,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.metrics.recordError(.rateLimited)
             return
         }
-        // Reads a command area answers straight from the encoded body (the plain case of a batch read).
+        // Reads a command area answers straight from the encoded body (the plain case of a batch read), for
+        // unrestricted sessions: a restricted one's request is decoded and checked against its grants below.
         if let reader = self.core.encodedReader(for: op), let operation = Opcode(rawValue: op), let session = self.session,
-            var buffer = self.takeOutputForAppending(capacity: 8192)
+            session.info.grants.isUnrestricted, var buffer = self.takeOutputForAppending(capacity: 8192)
         {
             let hadOutput = buffer.readableBytes > 0
             var answer = EncodedAnswerOutput(
@@ -648,6 +651,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let session = self.session, let context = self.context else { return }
         guard let handler = self.core.handler(for: request.operation) else {
             self.reject(requestID, op, .unavailable, "\(request.operation.name) is not available on this server")
+            return
+        }
+        // Every request of a restricted session passes the op → permission table before an area sees it (SB-5.10-3).
+        if !session.info.grants.isUnrestricted, let denied = RequestAuthorizer(session: session.info).check(request) {
+            self.log(.debug, "request denied", ["op": "\(request.operation.name)", "needed": "\(denied.needed)"])
+            let body = denied.errorBody
+            self.core.metrics.recordError(body.errorCode)
+            self.send(.error(id: requestID, op: op, body))
             return
         }
         self.machine.requestStarted(id: requestID, at: now)

@@ -160,7 +160,7 @@ public enum Request: Sendable, Hashable {
     case updateChannelMetadata(UpdateChannelMetadataRequest)
     /// Removes the named items, or the whole set when no item is named. Removing an item or set that does not exist fails. Item values are ignored.
     case removeChannelMetadata(RemoveChannelMetadataRequest)
-    /// Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's.
+    /// Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
     case setUserMetadata(SetUserMetadataRequest)
     /// Returns a user's whole metadata set. An empty userId means the caller. A user without metadata returns majorRevision 0 and no items.
     case getUserMetadata(GetUserMetadataRequest)
@@ -206,23 +206,23 @@ public enum Request: Sendable, Hashable {
     case publishEvent(PublishEventRequest)
     /// The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.
     case queryEventSubscriptions(QueryEventSubscriptionsRequest)
-    /// Stores (replaces) a user's profile record. A user may set only their own; a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this is also the refresh operation).
+    /// Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.
     indirect case setUserInfo(SetUserInfoRequest)
     /// User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.
     case getUserInfo(GetUserInfoRequest)
-    /// Stores (replaces) a group's record. Admin only.
+    /// Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).
     indirect case setGroupInfo(SetGroupInfoRequest)
     /// Group records for up to 100 group ids, from the directory or the group-info provider.
     case getGroupInfo(GetGroupInfoRequest)
-    /// Stores (replaces) a user's record in a group. A user may set their own; admins anyone's.
+    /// Stores (replaces) a user's record in a group. Needs profileWrite on the record's user (§5.10; the default grants: a user's own).
     indirect case setGroupMemberInfo(SetGroupMemberInfoRequest)
     /// Member records of up to 100 users in one group, from the directory or the group-member provider.
     case getGroupMemberInfo(GetGroupMemberInfoRequest)
-    /// Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.
+    /// Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).
     case updateGroupMembers(UpdateGroupMembersRequest)
     /// One page of a group's member list (user ids in ascending byte order), from the directory or the member-list provider.
     case getGroupMembers(GetGroupMembersRequest)
-    /// Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear. Users may clear their own records; admins any.
+    /// Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).
     case clearProfile(ClearProfileRequest)
     /// Subscribes to change events of the named users' and groups' records (including member records and member lists of those groups).
     case subscribeProfiles(SubscribeProfilesRequest)
@@ -536,7 +536,7 @@ public enum Response: Sendable, Hashable {
     case updateChannelMetadata(UpdateChannelMetadataResponse)
     /// Removes the named items, or the whole set when no item is named. Removing an item or set that does not exist fails. Item values are ignored.
     case removeChannelMetadata(RemoveChannelMetadataResponse)
-    /// Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's.
+    /// Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
     case setUserMetadata(SetUserMetadataResponse)
     /// Returns a user's whole metadata set. An empty userId means the caller. A user without metadata returns majorRevision 0 and no items.
     case getUserMetadata(GetUserMetadataResponse)
@@ -582,23 +582,23 @@ public enum Response: Sendable, Hashable {
     case publishEvent(PublishEventResponse)
     /// The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.
     case queryEventSubscriptions(QueryEventSubscriptionsResponse)
-    /// Stores (replaces) a user's profile record. A user may set only their own; a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this is also the refresh operation).
+    /// Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.
     case setUserInfo(EmptyBody)
     /// User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.
     case getUserInfo(GetUserInfoResponse)
-    /// Stores (replaces) a group's record. Admin only.
+    /// Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).
     case setGroupInfo(EmptyBody)
     /// Group records for up to 100 group ids, from the directory or the group-info provider.
     case getGroupInfo(GetGroupInfoResponse)
-    /// Stores (replaces) a user's record in a group. A user may set their own; admins anyone's.
+    /// Stores (replaces) a user's record in a group. Needs profileWrite on the record's user (§5.10; the default grants: a user's own).
     case setGroupMemberInfo(EmptyBody)
     /// Member records of up to 100 users in one group, from the directory or the group-member provider.
     case getGroupMemberInfo(GetGroupMemberInfoResponse)
-    /// Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.
+    /// Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).
     case updateGroupMembers(UpdateGroupMembersResponse)
     /// One page of a group's member list (user ids in ascending byte order), from the directory or the member-list provider.
     case getGroupMembers(GetGroupMembersResponse)
-    /// Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear. Users may clear their own records; admins any.
+    /// Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).
     case clearProfile(ClearProfileResponse)
     /// Subscribes to change events of the named users' and groups' records (including member records and member lists of those groups).
     case subscribeProfiles(EmptyBody)

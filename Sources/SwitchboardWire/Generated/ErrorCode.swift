@@ -46,7 +46,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let invalidToken = ErrorCode(rawValue: 2001)
     /// 2002: The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let tokenExpired = ErrorCode(rawValue: 2002)
-    /// 2003: The caller may not do this (another user's metadata or profile, an admin-only call).
+    /// 2003: The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the resource), or an admin-only call.
     public static let permissionDenied = ErrorCode(rawValue: 2003)
     /// 3000: The connection's request rate is over its token bucket.
     public static let rateLimited = ErrorCode(rawValue: 3000)

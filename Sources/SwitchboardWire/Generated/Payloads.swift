@@ -1466,7 +1466,7 @@ extension GetChannelMetadataResponse: JSONRepresentable {
     }
 }
 
-/// Request of `setUserMetadata` (op 0x0C). Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's.
+/// Request of `setUserMetadata` (op 0x0C). Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -1567,7 +1567,7 @@ extension SetUserMetadataRequest: JSONRepresentable {
     }
 }
 
-/// Response of `setUserMetadata` (op 0x0C). Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's.
+/// Response of `setUserMetadata` (op 0x0C). Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -3624,7 +3624,7 @@ extension QueryEventSubscriptionsResponse: JSONRepresentable {
     }
 }
 
-/// Request of `setUserInfo` (op 0x28). Stores (replaces) a user's profile record. A user may set only their own; a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this is also the refresh operation).
+/// Request of `setUserInfo` (op 0x28). Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -3811,7 +3811,7 @@ extension GetUserInfoResponse: JSONRepresentable {
     }
 }
 
-/// Request of `setGroupInfo` (op 0x2A). Stores (replaces) a group's record. Admin only.
+/// Request of `setGroupInfo` (op 0x2A). Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -3998,7 +3998,7 @@ extension GetGroupInfoResponse: JSONRepresentable {
     }
 }
 
-/// Request of `setGroupMemberInfo` (op 0x2C). Stores (replaces) a user's record in a group. A user may set their own; admins anyone's.
+/// Request of `setGroupMemberInfo` (op 0x2C). Stores (replaces) a user's record in a group. Needs profileWrite on the record's user (§5.10; the default grants: a user's own).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -4195,7 +4195,7 @@ extension GetGroupMemberInfoResponse: JSONRepresentable {
     }
 }
 
-/// Request of `updateGroupMembers` (op 0x2E). Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.
+/// Request of `updateGroupMembers` (op 0x2E). Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -4288,7 +4288,7 @@ extension UpdateGroupMembersRequest: JSONRepresentable {
     }
 }
 
-/// Response of `updateGroupMembers` (op 0x2E). Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.
+/// Response of `updateGroupMembers` (op 0x2E). Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -4498,7 +4498,7 @@ extension GetGroupMembersResponse: JSONRepresentable {
     }
 }
 
-/// Request of `clearProfile` (op 0x30). Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear. Users may clear their own records; admins any.
+/// Request of `clearProfile` (op 0x30). Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -4585,7 +4585,7 @@ extension ClearProfileRequest: JSONRepresentable {
     }
 }
 
-/// Response of `clearProfile` (op 0x30). Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear. Users may clear their own records; admins any.
+/// Response of `clearProfile` (op 0x30). Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).
 ///
 /// | # | field | type |
 /// |---|---|---|

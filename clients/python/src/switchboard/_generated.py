@@ -140,7 +140,9 @@ class ErrorCode(enum.IntEnum):
     response (renewToken, requests during shutdown) the connection stays open.
     """
     permissionDenied = 2003
-    """The caller may not do this (another user's metadata or profile, an admin-only call)."""
+    """The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the
+    resource), or an admin-only call.
+    """
     rateLimited = 3000
     """The connection's request rate is over its token bucket."""
     tooManyInflight = 3001
@@ -839,10 +841,10 @@ class Operations:
         timeout: Optional[float] = None,
     ) -> SetUserMetadataResponse:
         """`setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as
-        setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's. Fields left
-        None are not sent (the server uses their defaults). Errors: revisionConflict, itemRevisionConflict,
-        permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong,
-        invalidRevision, duplicateKey, storageFailure.
+        setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
+        Fields left None are not sent (the server uses their defaults). Errors: revisionConflict,
+        itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
+        identifierTooLong, invalidRevision, duplicateKey, storageFailure.
         """
         body: Dict[str, Any] = {}
         if user_id is not None:
@@ -1244,10 +1246,10 @@ class Operations:
         self,
         info: UserInfoArg, *, timeout: Optional[float] = None,
     ) -> None:
-        """`setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record. A user may set only their own;
-        a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's
-        (this is also the refresh operation). Fields left None are not sent (the server uses their defaults).
-        Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
+        """`setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record (this is also the refresh
+        operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused
+        record changes nothing. Fields left None are not sent (the server uses their defaults). Errors:
+        permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
         """
         body: Dict[str, Any] = {}
         body["info"] = dict(info)
@@ -1270,9 +1272,9 @@ class Operations:
         self,
         info: GroupInfoArg, *, timeout: Optional[float] = None,
     ) -> None:
-        """`setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Admin only. Fields left None are not
-        sent (the server uses their defaults). Errors: permissionDenied, invalidArgument, valueTooLong,
-        identifierTooLong, storageFailure.
+        """`setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Needs profileWrite on the group
+        (§5.10). Fields left None are not sent (the server uses their defaults). Errors: permissionDenied,
+        invalidArgument, valueTooLong, identifierTooLong, storageFailure.
         """
         body: Dict[str, Any] = {}
         body["info"] = dict(info)
@@ -1295,9 +1297,9 @@ class Operations:
         self,
         info: GroupMemberInfoArg, *, timeout: Optional[float] = None,
     ) -> None:
-        """`setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. A user may set their
-        own; admins anyone's. Fields left None are not sent (the server uses their defaults). Errors:
-        permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
+        """`setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. Needs profileWrite on
+        the record's user (§5.10; the default grants: a user's own). Fields left None are not sent (the server uses
+        their defaults). Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
         """
         body: Dict[str, Any] = {}
         body["info"] = dict(info)
@@ -1323,9 +1325,9 @@ class Operations:
         replace: Optional[bool] = None, timeout: Optional[float] = None,
     ) -> UpdateGroupMembersResponse:
         """`updateGroupMembers` (op 0x2E, profile). Changes a group's member list: with replace the list becomes
-        exactly add; otherwise add and remove are applied. Admin only. Fields left None are not sent (the server
-        uses their defaults). Errors: permissionDenied, memberListTooLarge, batchTooLarge, invalidArgument,
-        storageFailure.
+        exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10). Fields left None
+        are not sent (the server uses their defaults). Errors: permissionDenied, memberListTooLarge, batchTooLarge,
+        invalidArgument, storageFailure.
         """
         body: Dict[str, Any] = {}
         body["groupId"] = group_id
@@ -1359,9 +1361,9 @@ class Operations:
         member_user_id: Optional[str] = None, all: Optional[bool] = None, timeout: Optional[float] = None,
     ) -> ClearProfileResponse:
         """`clearProfile` (op 0x30, profile). Removes one record (kind and id; groupId and userId for a member), or
-        with all every record of that kind the caller may clear. Users may clear their own records; admins any.
-        Fields left None are not sent (the server uses their defaults). Errors: permissionDenied, profileNotFound,
-        invalidArgument, storageFailure.
+        with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's
+        own for any other (§5.10). Fields left None are not sent (the server uses their defaults). Errors:
+        permissionDenied, profileNotFound, invalidArgument, storageFailure.
         """
         body: Dict[str, Any] = {}
         if kind is not None:

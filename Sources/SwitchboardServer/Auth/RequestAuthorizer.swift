@@ -1,0 +1,84 @@
+import SwitchboardWire
+
+/// A request the session's grants do not allow (`Protocol/SPEC.md` §5.10): answered with `2003 permissionDenied`.
+///
+/// It names what was needed (a permission and the resource, or the admin role) and nothing of the data.
+struct AuthorizationDenial: Sendable, Hashable, CustomStringConvertible {
+    /// What the request needed and the session lacks: `write on message:lobby`, `the admin role`.
+    var needed: String
+
+    /// A denial of `permission` on `resource`.
+    init(_ permission: Permission, on resource: Resource) {
+        self.needed = "\(permission.rawValue) on \(resource)"
+    }
+
+    /// A denial of what `needed` says.
+    init(needed: String) {
+        self.needed = needed
+    }
+
+    /// The error response.
+    var errorBody: ErrorBody { ErrorBody(.permissionDenied, "permission denied: \(self.needed)") }
+
+    var description: String { self.needed }
+}
+
+/// Checks requests against one session's grants by the op → permission table (`Protocol/SPEC.md` §5.10).
+///
+/// ``check(_:)`` is generated from the `authorize` entries of `Protocol/schema.json`
+/// (`Generated/RequestAuthorization.swift`); this file holds what it calls: the checks of one permission on the
+/// resources a request names, and the rules data cannot state (`custom` entries: ``checkClearProfile(_:)``). The
+/// connection handler runs it on every request of a restricted session, after decoding and before any area sees the
+/// request; unrestricted sessions (admins, open development mode) skip it.
+struct RequestAuthorizer {
+    /// The session whose request is checked.
+    let session: SessionInfo
+
+    /// `permission` on the channel a request names: `message:NAME` or `stream:NAME` by its type. A channel type this
+    /// version does not know is refused (no grant can name it).
+    func require(_ permission: Permission, channel: String, _ type: ChannelType) -> AuthorizationDenial? {
+        switch type {
+        case .message: return self.require(permission, Resource(.message, channel))
+        case .stream: return self.require(permission, Resource(.stream, channel))
+        default: return AuthorizationDenial(needed: "\(permission.rawValue) on a channel of type \(type.rawValue)")
+        }
+    }
+
+    /// `permission` on the resource of `kind` named `name`; an empty user or publisher id is the caller, as the
+    /// operations read it.
+    func require(_ permission: Permission, _ kind: ResourceKind, _ name: String) -> AuthorizationDenial? {
+        let name = name.isEmpty && (kind == .user || kind == .publisher) ? self.session.userID : name
+        return self.require(permission, Resource(kind, name))
+    }
+
+    /// `permission` on every resource of `kind` a batch names: one refused refuses the whole request.
+    func require(_ permission: Permission, _ kind: ResourceKind, each names: [String]) -> AuthorizationDenial? {
+        for name in names {
+            if let denied = self.require(permission, kind, name) { return denied }
+        }
+        return nil
+    }
+
+    private func require(_ permission: Permission, _ resource: Resource) -> AuthorizationDenial? {
+        self.session.allows(permission, on: resource) ? nil : AuthorizationDenial(permission, on: resource)
+    }
+
+    /// The admin role, for the operations no grant allows.
+    func requireAdmin(_ operation: Opcode) -> AuthorizationDenial? {
+        self.session.isAdmin ? nil : AuthorizationDenial(needed: "the admin role for \(operation.name)")
+    }
+
+    /// `clearProfile`: `profileWrite` on the record's owner (the user of a user or member record, the group of a
+    /// group record or member list; an empty id is the caller). With `all` an unrestricted session clears every
+    /// record of the kind and any other session its own records, which needs `profileWrite` on itself.
+    func checkClearProfile(_ request: ClearProfileRequest) -> AuthorizationDenial? {
+        if request.all {
+            return self.session.grants.isUnrestricted ? nil : self.require(.profileWrite, .user, self.session.userID)
+        }
+        switch request.kind {
+        case .user: return self.require(.profileWrite, .user, request.id)
+        case .groupMember: return self.require(.profileWrite, .user, request.memberUserId)
+        default: return self.require(.profileWrite, .group, request.id)  // group, memberList (others are refused later)
+        }
+    }
+}
