@@ -287,20 +287,7 @@ final class HTTPTestSocket: @unchecked Sendable {
     let fd: Int32
 
     init(port: Int) throws {
-        self.fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port)).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(self.fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard result == 0 else { throw LoopbackHTTP.Failure(description: "connect failed") }
-        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(self.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        self.fd = try connectedLoopbackSocket(port: port)
     }
 
     deinit { close(self.fd) }

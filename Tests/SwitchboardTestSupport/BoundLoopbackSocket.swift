@@ -46,3 +46,27 @@ public final class BoundLoopbackSocket: Sendable {
         try BoundLoopbackSocket().port
     }
 }
+
+/// A blocking TCP connection to `127.0.0.1:port` with 200 ms send and receive timeouts, for tests that speak raw
+/// bytes; its descriptor, which the caller closes.
+/// - Throws: ``BoundLoopbackSocket/BindError`` when the connection is refused.
+public func connectedLoopbackSocket(port: Int) throws -> Int32 {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port)).bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    guard result == 0 else {
+        Glibc.close(descriptor)
+        throw BoundLoopbackSocket.BindError(description: "connect: \(String(cString: strerror(errno)))")
+    }
+    var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    return descriptor
+}
