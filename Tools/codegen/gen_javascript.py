@@ -133,10 +133,14 @@ class JavaScriptGenerator:
             o.append("   * @param {import('./generated').%s} [args]\n" % self.request_type(op))
             o.append("   * @param {{timeout?: number}} [options] timeout in milliseconds\n")
             response = self.fields_of(op, "response")
-            o.append("   * @returns {Promise<%s>}\n   */\n" % (
-                "import('./generated').%s" % self.response_type(op) if response else "{}"))
-            o.append("  %s(args = {}, options = {}) {\n    return this.call(\"%s\", args, options);\n  }\n" % (
-                name, name))
+            if response:
+                o.append("   * @returns {Promise<import('./generated').%s>}\n   */\n" % self.response_type(op))
+                o.append("  %s(args = {}, options = {}) {\n    return this.call(\"%s\", args, options);\n  }\n" % (
+                    name, name))
+            else:
+                o.append("   * @returns {Promise<void>}\n   */\n")
+                o.append("  async %s(args = {}, options = {}) {\n    await this.call(\"%s\", args, options);\n  }\n" % (
+                    name, name))
         o.append("}\n")
         return "".join(o)
 
@@ -181,7 +185,7 @@ class JavaScriptGenerator:
             response = self.fields_of(op, "response")
             o.append(comment(self.op_doc(op), "  "))
             o.append("  %s(args?: %s, options?: CallOptions): Promise<%s>;\n" % (
-                op["name"], self.request_type(op), self.response_type(op) if response else "{}"))
+                op["name"], self.request_type(op), self.response_type(op) if response else "void"))
         o.append("}\n")
         return "".join(o)
 

@@ -1148,7 +1148,7 @@ export declare class Operations {
    * `logout` (op 0x01, session). Ends the session normally. The server answers, then sends GOAWAY and closes.
    * Presence sees a leave and online-state subscribers see value 2 (logout).
    */
-  logout(args?: LogoutRequest, options?: CallOptions): Promise<{}>;
+  logout(args?: LogoutRequest, options?: CallOptions): Promise<void>;
   /**
    * `renewToken` (op 0x02, session). Replaces the session's token before it expires. The token must be for the same
    * user. Errors: invalidToken, tokenExpired, permissionDenied.
@@ -1211,32 +1211,32 @@ export declare class Operations {
    * first pushes a snapshot storage event, then one event per change. Errors: tooManySubscriptions,
    * identifierTooLong.
    */
-  subscribeUserMetadata(args?: SubscribeUserMetadataRequest, options?: CallOptions): Promise<{}>;
+  subscribeUserMetadata(args?: SubscribeUserMetadataRequest, options?: CallOptions): Promise<void>;
   /** `unsubscribeUserMetadata` (op 0x11, storage). Ends a subscribeUserMetadata subscription. Errors: notSubscribed. */
-  unsubscribeUserMetadata(args?: UnsubscribeUserMetadataRequest, options?: CallOptions): Promise<{}>;
+  unsubscribeUserMetadata(args?: UnsubscribeUserMetadataRequest, options?: CallOptions): Promise<void>;
   /**
    * `setLock` (op 0x12, lock). Creates a named lock on a channel. Channel subscribers with lock events get a set
    * event. Errors: lockAlreadyExists, tooManyLocks, invalidLockTtl, invalidArgument, identifierTooLong.
    */
-  setLock(args?: SetLockRequest, options?: CallOptions): Promise<{}>;
+  setLock(args?: SetLockRequest, options?: CallOptions): Promise<void>;
   /**
    * `acquireLock` (op 0x13, lock). Takes a lock. With retry the request waits in line until the lock is free
    * (answered when acquired); without it, a held lock fails at once with lockHeld. Errors: lockNotFound, lockHeld,
    * invalidArgument.
    */
-  acquireLock(args?: AcquireLockRequest, options?: CallOptions): Promise<{}>;
+  acquireLock(args?: AcquireLockRequest, options?: CallOptions): Promise<void>;
   /**
    * `releaseLock` (op 0x14, lock). Releases a lock the caller holds. Errors: lockNotFound, lockNotHeld,
    * invalidArgument.
    */
-  releaseLock(args?: ReleaseLockRequest, options?: CallOptions): Promise<{}>;
+  releaseLock(args?: ReleaseLockRequest, options?: CallOptions): Promise<void>;
   /** `removeLock` (op 0x15, lock). Deletes a lock, held or not. Errors: lockNotFound, invalidArgument. */
-  removeLock(args?: RemoveLockRequest, options?: CallOptions): Promise<{}>;
+  removeLock(args?: RemoveLockRequest, options?: CallOptions): Promise<void>;
   /**
    * `revokeLock` (op 0x16, lock). Forces a lock away from its holder; the lock becomes free. Errors: lockNotFound,
    * lockNotHeld, invalidArgument.
    */
-  revokeLock(args?: RevokeLockRequest, options?: CallOptions): Promise<{}>;
+  revokeLock(args?: RevokeLockRequest, options?: CallOptions): Promise<void>;
   /** `getLocks` (op 0x17, lock). Lists a channel's locks with their holders. Errors: invalidArgument. */
   getLocks(args?: GetLocksRequest, options?: CallOptions): Promise<GetLocksResponse>;
   /**
@@ -1245,12 +1245,12 @@ export declare class Operations {
    * snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error). Errors:
    * tooManyChannels, invalidArgument, identifierTooLong.
    */
-  subscribeChannel(args?: SubscribeChannelRequest, options?: CallOptions): Promise<{}>;
+  subscribeChannel(args?: SubscribeChannelRequest, options?: CallOptions): Promise<void>;
   /**
    * `unsubscribeChannel` (op 0x19, channel). Leaves a channel. The user stays a member while another of their
    * sessions is in it. Errors: notSubscribed, invalidArgument.
    */
-  unsubscribeChannel(args?: UnsubscribeChannelRequest, options?: CallOptions): Promise<{}>;
+  unsubscribeChannel(args?: UnsubscribeChannelRequest, options?: CallOptions): Promise<void>;
   /**
    * `whoNow` (op 0x1A, presence). Who is in a channel, one page of at most 100 users at a time. Works without being
    * a member. totalOccupancy is always set. Errors: invalidArgument, invalidPage.
@@ -1266,14 +1266,14 @@ export declare class Operations {
    * (other keys are kept). Members with presence events get a remoteStateChanged event. Errors: notSubscribed,
    * stateTooLarge, keyTooLong, duplicateKey, invalidArgument.
    */
-  setState(args?: SetStateRequest, options?: CallOptions): Promise<{}>;
+  setState(args?: SetStateRequest, options?: CallOptions): Promise<void>;
   /** `getState` (op 0x1D, presence). A user's temporary state in a channel. Errors: userNotPresent, invalidArgument. */
   getState(args?: GetStateRequest, options?: CallOptions): Promise<GetStateResponse>;
   /**
    * `removeState` (op 0x1E, presence). Removes keys from the caller's temporary state in a channel; no keys removes
    * all of it. Errors: notSubscribed, invalidArgument.
    */
-  removeState(args?: RemoveStateRequest, options?: CallOptions): Promise<{}>;
+  removeState(args?: RemoveStateRequest, options?: CallOptions): Promise<void>;
   /**
    * `subscribeEvent` (op 0x20, event). Subscribes to events of up to 100 publishers for expirySeconds. Renewing a
    * subscription resets its expiry. With syncEnabled the caller at once gets each publisher's current unexpired
@@ -1285,7 +1285,7 @@ export declare class Operations {
    * `unsubscribeEvent` (op 0x21, event). Removes subscriptions to the named publishers; with no publishers, every
    * subscription of that event type. Errors: unsupportedEventType, tooManyPublishers.
    */
-  unsubscribeEvent(args?: UnsubscribeEventRequest, options?: CallOptions): Promise<{}>;
+  unsubscribeEvent(args?: UnsubscribeEventRequest, options?: CallOptions): Promise<void>;
   /**
    * `publishEvent` (op 0x22, event). Publishes an event to the caller's subscribers. The server assigns eventId,
    * publisher and timestamp. Errors: unsupportedEventType, reservedEventValue, invalidExpiry, valueTooLong.
@@ -1302,7 +1302,7 @@ export declare class Operations {
    * is also the refresh operation). Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
    * storageFailure.
    */
-  setUserInfo(args?: SetUserInfoRequest, options?: CallOptions): Promise<{}>;
+  setUserInfo(args?: SetUserInfoRequest, options?: CallOptions): Promise<void>;
   /**
    * `getUserInfo` (op 0x29, profile). User records for up to 100 user ids. Ids the directory does not hold are
    * asked of the user-info provider, if one is registered; ids still unknown are listed in missing. Errors:
@@ -1313,7 +1313,7 @@ export declare class Operations {
    * `setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Admin only. Errors: permissionDenied,
    * invalidArgument, valueTooLong, identifierTooLong, storageFailure.
    */
-  setGroupInfo(args?: SetGroupInfoRequest, options?: CallOptions): Promise<{}>;
+  setGroupInfo(args?: SetGroupInfoRequest, options?: CallOptions): Promise<void>;
   /**
    * `getGroupInfo` (op 0x2B, profile). Group records for up to 100 group ids, from the directory or the group-info
    * provider. Errors: batchTooLarge, invalidArgument, providerTimeout.
@@ -1324,7 +1324,7 @@ export declare class Operations {
    * own; admins anyone's. Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
    * storageFailure.
    */
-  setGroupMemberInfo(args?: SetGroupMemberInfoRequest, options?: CallOptions): Promise<{}>;
+  setGroupMemberInfo(args?: SetGroupMemberInfoRequest, options?: CallOptions): Promise<void>;
   /**
    * `getGroupMemberInfo` (op 0x2D, profile). Member records of up to 100 users in one group, from the directory or
    * the group-member provider. Errors: batchTooLarge, invalidArgument, providerTimeout.
@@ -1353,18 +1353,18 @@ export declare class Operations {
    * (including member records and member lists of those groups). Errors: batchTooLarge, tooManySubscriptions,
    * invalidArgument.
    */
-  subscribeProfiles(args?: SubscribeProfilesRequest, options?: CallOptions): Promise<{}>;
+  subscribeProfiles(args?: SubscribeProfilesRequest, options?: CallOptions): Promise<void>;
   /** `unsubscribeProfiles` (op 0x32, profile). Ends profile subscriptions. Errors: batchTooLarge. */
-  unsubscribeProfiles(args?: UnsubscribeProfilesRequest, options?: CallOptions): Promise<{}>;
+  unsubscribeProfiles(args?: UnsubscribeProfilesRequest, options?: CallOptions): Promise<void>;
   /**
    * `registerProvider` (op 0x33, profile). Registers the session as the provider of the named kinds of record
    * (admin only). The latest registration of a kind wins; it ends with the session. Errors: permissionDenied,
    * invalidArgument.
    */
-  registerProvider(args?: RegisterProviderRequest, options?: CallOptions): Promise<{}>;
+  registerProvider(args?: RegisterProviderRequest, options?: CallOptions): Promise<void>;
   /**
    * `answerProvider` (op 0x34, profile). A provider's answer to a providerRequest push. found false means the
    * provider does not know the record. Errors: permissionDenied, notFound, invalidArgument.
    */
-  answerProvider(args?: AnswerProviderRequest, options?: CallOptions): Promise<{}>;
+  answerProvider(args?: AnswerProviderRequest, options?: CallOptions): Promise<void>;
 }

@@ -3023,10 +3023,10 @@ export class Operations {
    * server uses their defaults).
    * @param {import('./generated').LogoutRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  logout(args = {}, options = {}) {
-    return this.call("logout", args, options);
+  async logout(args = {}, options = {}) {
+    await this.call("logout", args, options);
   }
 
   /**
@@ -3153,10 +3153,10 @@ export class Operations {
    * identifierTooLong. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SubscribeUserMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  subscribeUserMetadata(args = {}, options = {}) {
-    return this.call("subscribeUserMetadata", args, options);
+  async subscribeUserMetadata(args = {}, options = {}) {
+    await this.call("subscribeUserMetadata", args, options);
   }
 
   /**
@@ -3164,10 +3164,10 @@ export class Operations {
    * Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').UnsubscribeUserMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  unsubscribeUserMetadata(args = {}, options = {}) {
-    return this.call("unsubscribeUserMetadata", args, options);
+  async unsubscribeUserMetadata(args = {}, options = {}) {
+    await this.call("unsubscribeUserMetadata", args, options);
   }
 
   /**
@@ -3176,10 +3176,10 @@ export class Operations {
    * out are not sent (the server uses their defaults).
    * @param {import('./generated').SetLockRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  setLock(args = {}, options = {}) {
-    return this.call("setLock", args, options);
+  async setLock(args = {}, options = {}) {
+    await this.call("setLock", args, options);
   }
 
   /**
@@ -3188,10 +3188,10 @@ export class Operations {
    * invalidArgument. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').AcquireLockRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  acquireLock(args = {}, options = {}) {
-    return this.call("acquireLock", args, options);
+  async acquireLock(args = {}, options = {}) {
+    await this.call("acquireLock", args, options);
   }
 
   /**
@@ -3199,10 +3199,10 @@ export class Operations {
    * invalidArgument. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').ReleaseLockRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  releaseLock(args = {}, options = {}) {
-    return this.call("releaseLock", args, options);
+  async releaseLock(args = {}, options = {}) {
+    await this.call("releaseLock", args, options);
   }
 
   /**
@@ -3210,10 +3210,10 @@ export class Operations {
    * out are not sent (the server uses their defaults).
    * @param {import('./generated').RemoveLockRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  removeLock(args = {}, options = {}) {
-    return this.call("removeLock", args, options);
+  async removeLock(args = {}, options = {}) {
+    await this.call("removeLock", args, options);
   }
 
   /**
@@ -3221,10 +3221,10 @@ export class Operations {
    * lockNotHeld, invalidArgument. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').RevokeLockRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  revokeLock(args = {}, options = {}) {
-    return this.call("revokeLock", args, options);
+  async revokeLock(args = {}, options = {}) {
+    await this.call("revokeLock", args, options);
   }
 
   /**
@@ -3246,10 +3246,10 @@ export class Operations {
    * defaults).
    * @param {import('./generated').SubscribeChannelRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  subscribeChannel(args = {}, options = {}) {
-    return this.call("subscribeChannel", args, options);
+  async subscribeChannel(args = {}, options = {}) {
+    await this.call("subscribeChannel", args, options);
   }
 
   /**
@@ -3258,10 +3258,10 @@ export class Operations {
    * defaults).
    * @param {import('./generated').UnsubscribeChannelRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  unsubscribeChannel(args = {}, options = {}) {
-    return this.call("unsubscribeChannel", args, options);
+  async unsubscribeChannel(args = {}, options = {}) {
+    await this.call("unsubscribeChannel", args, options);
   }
 
   /**
@@ -3294,10 +3294,10 @@ export class Operations {
    * defaults).
    * @param {import('./generated').SetStateRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  setState(args = {}, options = {}) {
-    return this.call("setState", args, options);
+  async setState(args = {}, options = {}) {
+    await this.call("setState", args, options);
   }
 
   /**
@@ -3317,10 +3317,10 @@ export class Operations {
    * defaults).
    * @param {import('./generated').RemoveStateRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  removeState(args = {}, options = {}) {
-    return this.call("removeState", args, options);
+  async removeState(args = {}, options = {}) {
+    await this.call("removeState", args, options);
   }
 
   /**
@@ -3342,10 +3342,10 @@ export class Operations {
    * (the server uses their defaults).
    * @param {import('./generated').UnsubscribeEventRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  unsubscribeEvent(args = {}, options = {}) {
-    return this.call("unsubscribeEvent", args, options);
+  async unsubscribeEvent(args = {}, options = {}) {
+    await this.call("unsubscribeEvent", args, options);
   }
 
   /**
@@ -3379,10 +3379,10 @@ export class Operations {
    * storageFailure. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SetUserInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  setUserInfo(args = {}, options = {}) {
-    return this.call("setUserInfo", args, options);
+  async setUserInfo(args = {}, options = {}) {
+    await this.call("setUserInfo", args, options);
   }
 
   /**
@@ -3403,10 +3403,10 @@ export class Operations {
    * their defaults).
    * @param {import('./generated').SetGroupInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  setGroupInfo(args = {}, options = {}) {
-    return this.call("setGroupInfo", args, options);
+  async setGroupInfo(args = {}, options = {}) {
+    await this.call("setGroupInfo", args, options);
   }
 
   /**
@@ -3427,10 +3427,10 @@ export class Operations {
    * storageFailure. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SetGroupMemberInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  setGroupMemberInfo(args = {}, options = {}) {
-    return this.call("setGroupMemberInfo", args, options);
+  async setGroupMemberInfo(args = {}, options = {}) {
+    await this.call("setGroupMemberInfo", args, options);
   }
 
   /**
@@ -3488,10 +3488,10 @@ export class Operations {
    * invalidArgument. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SubscribeProfilesRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  subscribeProfiles(args = {}, options = {}) {
-    return this.call("subscribeProfiles", args, options);
+  async subscribeProfiles(args = {}, options = {}) {
+    await this.call("subscribeProfiles", args, options);
   }
 
   /**
@@ -3499,10 +3499,10 @@ export class Operations {
    * are not sent (the server uses their defaults).
    * @param {import('./generated').UnsubscribeProfilesRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  unsubscribeProfiles(args = {}, options = {}) {
-    return this.call("unsubscribeProfiles", args, options);
+  async unsubscribeProfiles(args = {}, options = {}) {
+    await this.call("unsubscribeProfiles", args, options);
   }
 
   /**
@@ -3511,10 +3511,10 @@ export class Operations {
    * invalidArgument. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').RegisterProviderRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  registerProvider(args = {}, options = {}) {
-    return this.call("registerProvider", args, options);
+  async registerProvider(args = {}, options = {}) {
+    await this.call("registerProvider", args, options);
   }
 
   /**
@@ -3523,9 +3523,9 @@ export class Operations {
    * sent (the server uses their defaults).
    * @param {import('./generated').AnswerProviderRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
-   * @returns {Promise<{}>}
+   * @returns {Promise<void>}
    */
-  answerProvider(args = {}, options = {}) {
-    return this.call("answerProvider", args, options);
+  async answerProvider(args = {}, options = {}) {
+    await this.call("answerProvider", args, options);
   }
 }

@@ -1,7 +1,8 @@
 // Declarations of the client's public API (hand-written; the schema's types are in generated.d.ts, generated).
-import type { CallOptions, GoAway as GoAwayBody, Operations, PushBodies, PushKind, Welcome } from "./generated";
+import { Operations } from "./generated.js";
+import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, Welcome } from "./generated.js";
 
-export * from "./generated";
+export * from "./generated.js";
 
 /** "host:port", "tcp://host:port", "unix:PATH", "ws://host:port/path", "wss://...", or an object form. */
 export type Endpoint = string | { host: string; port: number } | { path: string } | { url: string };

@@ -54,12 +54,12 @@ test("an error response rejects with a ServerError carrying the wire code and th
 test("a request without an answer in time rejects with RequestTimeout (8003); its late answer is dropped", async () => {
   const client = new Client(open.tcp, { userId: "slow", reconnect: ReconnectPolicy.never() });
   await client.connect();
-  open.process.kill("SIGSTOP");
+  await open.pause();
   let error;
   try {
     error = await client.getUserMetadata({}, { timeout: 300 }).then(() => null, (e) => e);
   } finally {
-    open.process.kill("SIGCONT");
+    open.resume();
   }
   assert.ok(error instanceof RequestTimeout, String(error));
   assert.equal(error.code, 8003);
@@ -77,12 +77,12 @@ test("requests beyond WELCOME.maxInflight wait for a free slot and are not sent 
     const welcome = await client.connect();
     assert.equal(welcome.maxInflight, 2);
     const before = client.connection.stats.framesSent;
-    gateway.process.kill("SIGSTOP");
+    await gateway.pause();
     let results;
     try {
       results = await Promise.all([1, 2, 3].map(() => client.getUserMetadata({}, { timeout: 400 }).then(() => null, (e) => e)));
     } finally {
-      gateway.process.kill("SIGCONT");
+      gateway.resume();
     }
     assert.equal(client.connection.stats.framesSent - before, 2);
     assert.ok(results.every((e) => e instanceof RequestTimeout));
@@ -104,12 +104,12 @@ test("heartbeats: an idle connection is pinged, a silent one ends with 1009 and 
     assert.equal(welcome.heartbeatMs, 1000);
     await pause(1600);
     assert.ok(client.stats.pingsSent >= 1, `pings sent: ${client.stats.pingsSent}`);
-    gateway.process.kill("SIGSTOP");
+    await gateway.pause();
     let lost;
     try {
       lost = await nextEvent(events, "disconnected", 8000);
     } finally {
-      gateway.process.kill("SIGCONT");
+      gateway.resume();
     }
     assert.equal(lost.error.code, ErrorCode.heartbeatTimeout);
     assert.equal(lost.willReconnect, true);

@@ -6,7 +6,7 @@
  * they never skip.
  */
 import { spawn, execFileSync } from "node:child_process";
-import { accessSync, constants, existsSync, mkdtempSync, openSync, readFileSync, rmSync, closeSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, closeSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -108,6 +108,29 @@ export class Gateway {
   async restart() {
     await this.stop();
     await this.start();
+  }
+
+  /** SIGSTOP, and waits until every thread of the process has stopped: the gateway then reads and answers nothing
+   * (its sockets stay open) until resume(). */
+  async pause() {
+    this.process.kill("SIGSTOP");
+    const tasks = `/proc/${this.process.pid}/task`;
+    for (let i = 0; i < 500; i++) {
+      const states = readdirSync(tasks).map((id) => {
+        try {
+          return readFileSync(`${tasks}/${id}/stat`, "utf8").replace(/^.*\) /s, "")[0];
+        } catch {
+          return "T";
+        }
+      });
+      if (states.every((s) => s === "T" || s === "t")) return;
+      await pause(10);
+    }
+    throw new Error("the gateway did not stop within 5 s of SIGSTOP");
+  }
+
+  resume() {
+    this.process.kill("SIGCONT");
   }
 
   token(user, { admin = false, ttl = "1h" } = {}) {
