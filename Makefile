@@ -21,7 +21,7 @@ test:
 	swift test --skip-build --filter SwitchboardServerTests.ReadAfterCommitTests
 	swift test --skip-build --filter SwitchboardClusterTests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
-	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit clients/javascript/test/
+	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
 
 ## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
 fuzz: deps

@@ -182,6 +182,21 @@ test("tokens: a provider is asked for every session; a refused token ends the cl
       await client.logout();
     }
 
+    const stale = new Client(gateway.unix, { token: gateway.token("bob"), reconnect: FAST });
+    let staleAttempts = 0;
+    stale.on("connection", (event) => { if (event.kind === "reconnecting") staleAttempts += 1; });
+    await stale.connect();
+    gateway.secret = `${SECRET}-rotated`;                   // bob's token no longer verifies
+    await gateway.restart();
+    const ended = await Promise.race([stale.closed(), pause(10000).then(() => "still reconnecting")]);
+    assert.ok(ended instanceof GoAwayError, String(ended));
+    assert.equal(ended.code, ErrorCode.invalidToken);
+    assert.equal(stale.state, "closed");
+    const attemptsAtEnd = staleAttempts;
+    assert.ok(attemptsAtEnd >= 1);
+    await pause(700);                                      // longer than the backoff: no attempt after the refusal
+    assert.equal(staleAttempts, attemptsAtEnd);
+
     const forged = new Client(gateway.tcp, { token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtIn0.bm9wZQ", reconnect: FAST });
     const refusal = await forged.connect().then(() => null, (e) => e);
     assert.ok(refusal instanceof GoAwayError, String(refusal));
