@@ -1183,7 +1183,7 @@ export declare class Operations {
   removeChannelMetadata(args?: RemoveChannelMetadataRequest, options?: CallOptions): Promise<RemoveChannelMetadataResponse>;
   /**
    * `setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as setChannelMetadata
-   * does for channels. Users may write only their own metadata; admins anyone's. Errors: revisionConflict,
+   * does for channels. Needs write on the user (§5.10; the default grants: a user's own). Errors: revisionConflict,
    * itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
    * identifierTooLong, invalidRevision, duplicateKey, storageFailure.
    */
@@ -1297,10 +1297,9 @@ export declare class Operations {
    */
   queryEventSubscriptions(args?: QueryEventSubscriptionsRequest, options?: CallOptions): Promise<QueryEventSubscriptionsResponse>;
   /**
-   * `setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record. A user may set only their own; a
-   * record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this
-   * is also the refresh operation). Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
-   * storageFailure.
+   * `setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record (this is also the refresh
+   * operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record
+   * changes nothing. Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
    */
   setUserInfo(args?: SetUserInfoRequest, options?: CallOptions): Promise<void>;
   /**
@@ -1310,8 +1309,8 @@ export declare class Operations {
    */
   getUserInfo(args?: GetUserInfoRequest, options?: CallOptions): Promise<GetUserInfoResponse>;
   /**
-   * `setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Admin only. Errors: permissionDenied,
-   * invalidArgument, valueTooLong, identifierTooLong, storageFailure.
+   * `setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).
+   * Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
    */
   setGroupInfo(args?: SetGroupInfoRequest, options?: CallOptions): Promise<void>;
   /**
@@ -1320,9 +1319,9 @@ export declare class Operations {
    */
   getGroupInfo(args?: GetGroupInfoRequest, options?: CallOptions): Promise<GetGroupInfoResponse>;
   /**
-   * `setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. A user may set their
-   * own; admins anyone's. Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
-   * storageFailure.
+   * `setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. Needs profileWrite on
+   * the record's user (§5.10; the default grants: a user's own). Errors: permissionDenied, invalidArgument,
+   * valueTooLong, identifierTooLong, storageFailure.
    */
   setGroupMemberInfo(args?: SetGroupMemberInfoRequest, options?: CallOptions): Promise<void>;
   /**
@@ -1332,8 +1331,8 @@ export declare class Operations {
   getGroupMemberInfo(args?: GetGroupMemberInfoRequest, options?: CallOptions): Promise<GetGroupMemberInfoResponse>;
   /**
    * `updateGroupMembers` (op 0x2E, profile). Changes a group's member list: with replace the list becomes exactly
-   * add; otherwise add and remove are applied. Admin only. Errors: permissionDenied, memberListTooLarge,
-   * batchTooLarge, invalidArgument, storageFailure.
+   * add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10). Errors: permissionDenied,
+   * memberListTooLarge, batchTooLarge, invalidArgument, storageFailure.
    */
   updateGroupMembers(args?: UpdateGroupMembersRequest, options?: CallOptions): Promise<UpdateGroupMembersResponse>;
   /**
@@ -1344,8 +1343,8 @@ export declare class Operations {
   getGroupMembers(args?: GetGroupMembersRequest, options?: CallOptions): Promise<GetGroupMembersResponse>;
   /**
    * `clearProfile` (op 0x30, profile). Removes one record (kind and id; groupId and userId for a member), or with
-   * all every record of that kind the caller may clear. Users may clear their own records; admins any. Errors:
-   * permissionDenied, profileNotFound, invalidArgument, storageFailure.
+   * all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for
+   * any other (§5.10). Errors: permissionDenied, profileNotFound, invalidArgument, storageFailure.
    */
   clearProfile(args?: ClearProfileRequest, options?: CallOptions): Promise<ClearProfileResponse>;
   /**

@@ -664,12 +664,34 @@ export const SCHEMA = {
       ]
     }
   ],
+  "authorization": {
+    "doc": "What a session's grants may allow (Protocol/SPEC.md §5.10). Each operation's `authorize` entry says what it needs: `checks` (every one must pass; `on` is a resource kind, or `channel` for message:/stream: by channelType; `field` is the request field naming the resource, empty user ids meaning the caller; `when` a bool field that turns the check on), `always`, `admin` (admins only) or `custom` (hand-written in RequestAuthorizer).",
+    "permissions": {
+      "read": "Get metadata, list locks, subscribe to storage and lock events; read profile records and member lists.",
+      "write": "Set, update and remove metadata.",
+      "presence": "On a channel: join it (subscribeChannel), see its members and their states (whoNow, getState), set and remove one's own state there. On a user: see where they are (whereNow).",
+      "lock": "Acquire and release locks on a channel.",
+      "lockAdmin": "Set, remove and revoke locks on a channel.",
+      "events": "Subscribe to and query the events a publisher publishes.",
+      "publish": "Publish events as that publisher (only the caller's own publisher id is ever checked).",
+      "profileWrite": "Write profile records: a user's user info and group member records, a group's info and member list.",
+      "moderate": "Moderation operations (ending others' sessions, force-unsubscribing, revoking tokens, listing channels, last-seen times)."
+    },
+    "resourceKinds": {
+      "message": "A message channel, by name.",
+      "stream": "A stream channel, by name.",
+      "user": "A user, by id: their metadata, whereabouts and profile records.",
+      "publisher": "An event publisher, by user id.",
+      "group": "A profile group, by id."
+    }
+  },
   "operations": [
     {
       "op": 1,
       "name": "logout",
       "area": "session",
       "doc": "Ends the session normally. The server answers, then sends GOAWAY and closes. Presence sees a leave and online-state subscribers see value 2 (logout).",
+      "authorize": {"always": "ends the caller's own session"},
       "request": [],
       "response": [],
       "errors": []
@@ -679,6 +701,7 @@ export const SCHEMA = {
       "name": "renewToken",
       "area": "session",
       "doc": "Replaces the session's token before it expires. The token must be for the same user.",
+      "authorize": {"always": "the new token is verified as at login, for the same user and role"},
       "request": [
         {
           "n": 1,
@@ -707,6 +730,7 @@ export const SCHEMA = {
       "name": "setChannelMetadata",
       "area": "storage",
       "doc": "Adds items to a channel's metadata set and overwrites items whose key exists, in call order. Creates the set when absent. Atomic: all items or none.",
+      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -782,6 +806,7 @@ export const SCHEMA = {
       "name": "getChannelMetadata",
       "area": "storage",
       "doc": "Returns the channel's whole metadata set with each item's revision, timestamp and author. A channel without metadata returns majorRevision 0 and no items.",
+      "authorize": {"checks": [{"allow": "read", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -821,6 +846,7 @@ export const SCHEMA = {
       "name": "updateChannelMetadata",
       "area": "storage",
       "doc": "Changes existing items only. Fails with itemNotFound, changing nothing, if any named item does not exist.",
+      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
       "request": "setChannelMetadata",
       "response": "setChannelMetadata",
       "errors": [
@@ -845,6 +871,7 @@ export const SCHEMA = {
       "name": "removeChannelMetadata",
       "area": "storage",
       "doc": "Removes the named items, or the whole set when no item is named. Removing an item or set that does not exist fails. Item values are ignored.",
+      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
       "request": "setChannelMetadata",
       "response": "setChannelMetadata",
       "errors": [
@@ -866,7 +893,8 @@ export const SCHEMA = {
       "op": 12,
       "name": "setUserMetadata",
       "area": "storage",
-      "doc": "Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Users may write only their own metadata; admins anyone's.",
+      "doc": "Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).",
+      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
       "request": [
         {
           "n": 1,
@@ -927,6 +955,7 @@ export const SCHEMA = {
       "name": "getUserMetadata",
       "area": "storage",
       "doc": "Returns a user's whole metadata set. An empty userId means the caller. A user without metadata returns majorRevision 0 and no items.",
+      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userId"}]},
       "request": [
         {
           "n": 1,
@@ -964,6 +993,7 @@ export const SCHEMA = {
       "name": "updateUserMetadata",
       "area": "storage",
       "doc": "Changes existing items of a user's set only; fails if any named item does not exist.",
+      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
       "request": "setUserMetadata",
       "response": "setUserMetadata",
       "errors": [
@@ -987,6 +1017,7 @@ export const SCHEMA = {
       "name": "removeUserMetadata",
       "area": "storage",
       "doc": "Removes the named items of a user's set, or the whole set when no item is named.",
+      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
       "request": "setUserMetadata",
       "response": "setUserMetadata",
       "errors": [
@@ -1008,6 +1039,7 @@ export const SCHEMA = {
       "name": "subscribeUserMetadata",
       "area": "storage",
       "doc": "Subscribes the session to a user's metadata changes. The server first pushes a snapshot storage event, then one event per change.",
+      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userId"}]},
       "request": [
         {
           "n": 1,
@@ -1028,6 +1060,7 @@ export const SCHEMA = {
       "name": "unsubscribeUserMetadata",
       "area": "storage",
       "doc": "Ends a subscribeUserMetadata subscription.",
+      "authorize": {"always": "ends one of the caller's own subscriptions"},
       "request": [
         {
           "n": 1,
@@ -1046,6 +1079,7 @@ export const SCHEMA = {
       "name": "setLock",
       "area": "lock",
       "doc": "Creates a named lock on a channel. Channel subscribers with lock events get a set event.",
+      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1089,6 +1123,7 @@ export const SCHEMA = {
       "name": "acquireLock",
       "area": "lock",
       "doc": "Takes a lock. With retry the request waits in line until the lock is free (answered when acquired); without it, a held lock fails at once with lockHeld.",
+      "authorize": {"checks": [{"allow": "lock", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1126,6 +1161,7 @@ export const SCHEMA = {
       "name": "releaseLock",
       "area": "lock",
       "doc": "Releases a lock the caller holds.",
+      "authorize": {"checks": [{"allow": "lock", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1158,6 +1194,7 @@ export const SCHEMA = {
       "name": "removeLock",
       "area": "lock",
       "doc": "Deletes a lock, held or not.",
+      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
       "request": "releaseLock",
       "response": [],
       "errors": [
@@ -1170,6 +1207,7 @@ export const SCHEMA = {
       "name": "revokeLock",
       "area": "lock",
       "doc": "Forces a lock away from its holder; the lock becomes free.",
+      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1209,6 +1247,7 @@ export const SCHEMA = {
       "name": "getLocks",
       "area": "lock",
       "doc": "Lists a channel's locks with their holders.",
+      "authorize": {"checks": [{"allow": "read", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1240,6 +1279,7 @@ export const SCHEMA = {
       "name": "subscribeChannel",
       "area": "channel",
       "doc": "Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error).",
+      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}, {"allow": "read", "on": "channel", "field": "channel", "when": ["withMetadata", "withLock"]}]},
       "request": [
         {
           "n": 1,
@@ -1292,6 +1332,7 @@ export const SCHEMA = {
       "name": "unsubscribeChannel",
       "area": "channel",
       "doc": "Leaves a channel. The user stays a member while another of their sessions is in it.",
+      "authorize": {"always": "the caller leaves a channel"},
       "request": [
         {
           "n": 1,
@@ -1317,6 +1358,7 @@ export const SCHEMA = {
       "name": "whoNow",
       "area": "presence",
       "doc": "Who is in a channel, one page of at most 100 users at a time. Works without being a member. totalOccupancy is always set.",
+      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1379,6 +1421,7 @@ export const SCHEMA = {
       "name": "whereNow",
       "area": "presence",
       "doc": "Every channel a user is in, with its type. Not paged.",
+      "authorize": {"checks": [{"allow": "presence", "on": "user", "field": "userId"}]},
       "request": [
         {
           "n": 1,
@@ -1409,6 +1452,7 @@ export const SCHEMA = {
       "name": "setState",
       "area": "presence",
       "doc": "Sets key/value pairs of the caller's temporary state in a channel they are in (other keys are kept). Members with presence events get a remoteStateChanged event.",
+      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1444,6 +1488,7 @@ export const SCHEMA = {
       "name": "getState",
       "area": "presence",
       "doc": "A user's temporary state in a channel.",
+      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1487,6 +1532,7 @@ export const SCHEMA = {
       "name": "removeState",
       "area": "presence",
       "doc": "Removes keys from the caller's temporary state in a channel; no keys removes all of it.",
+      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
       "request": [
         {
           "n": 1,
@@ -1518,6 +1564,7 @@ export const SCHEMA = {
       "name": "subscribeEvent",
       "area": "event",
       "doc": "Subscribes to events of up to 100 publishers for expirySeconds. Renewing a subscription resets its expiry. With syncEnabled the caller at once gets each publisher's current unexpired event state.",
+      "authorize": {"checks": [{"allow": "events", "on": "publisher", "field": "publishers"}]},
       "request": [
         {
           "n": 1,
@@ -1568,6 +1615,7 @@ export const SCHEMA = {
       "name": "unsubscribeEvent",
       "area": "event",
       "doc": "Removes subscriptions to the named publishers; with no publishers, every subscription of that event type.",
+      "authorize": {"always": "ends the caller's own subscriptions"},
       "request": [
         {
           "n": 1,
@@ -1594,6 +1642,7 @@ export const SCHEMA = {
       "name": "publishEvent",
       "area": "event",
       "doc": "Publishes an event to the caller's subscribers. The server assigns eventId, publisher and timestamp.",
+      "authorize": {"checks": [{"allow": "publish", "on": "publisher"}]},
       "request": [
         {
           "n": 1,
@@ -1660,6 +1709,7 @@ export const SCHEMA = {
       "name": "queryEventSubscriptions",
       "area": "event",
       "doc": "The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.",
+      "authorize": {"checks": [{"allow": "events", "on": "publisher", "field": "publishers"}]},
       "request": [
         {
           "n": 1,
@@ -1693,7 +1743,8 @@ export const SCHEMA = {
       "op": 40,
       "name": "setUserInfo",
       "area": "profile",
-      "doc": "Stores (replaces) a user's profile record. A user may set only their own; a record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this is also the refresh operation).",
+      "doc": "Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.",
+      "authorize": {"checks": [{"allow": "profileWrite", "on": "user", "field": "info.userId"}]},
       "request": [
         {
           "n": 1,
@@ -1716,6 +1767,7 @@ export const SCHEMA = {
       "name": "getUserInfo",
       "area": "profile",
       "doc": "User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.",
+      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userIds"}]},
       "request": [
         {
           "n": 1,
@@ -1749,7 +1801,8 @@ export const SCHEMA = {
       "op": 42,
       "name": "setGroupInfo",
       "area": "profile",
-      "doc": "Stores (replaces) a group's record. Admin only.",
+      "doc": "Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).",
+      "authorize": {"checks": [{"allow": "profileWrite", "on": "group", "field": "info.groupId"}]},
       "request": [
         {
           "n": 1,
@@ -1772,6 +1825,7 @@ export const SCHEMA = {
       "name": "getGroupInfo",
       "area": "profile",
       "doc": "Group records for up to 100 group ids, from the directory or the group-info provider.",
+      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupIds"}]},
       "request": [
         {
           "n": 1,
@@ -1805,7 +1859,8 @@ export const SCHEMA = {
       "op": 44,
       "name": "setGroupMemberInfo",
       "area": "profile",
-      "doc": "Stores (replaces) a user's record in a group. A user may set their own; admins anyone's.",
+      "doc": "Stores (replaces) a user's record in a group. Needs profileWrite on the record's user (§5.10; the default grants: a user's own).",
+      "authorize": {"checks": [{"allow": "profileWrite", "on": "user", "field": "info.userId"}]},
       "request": [
         {
           "n": 1,
@@ -1828,6 +1883,7 @@ export const SCHEMA = {
       "name": "getGroupMemberInfo",
       "area": "profile",
       "doc": "Member records of up to 100 users in one group, from the directory or the group-member provider.",
+      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupId"}]},
       "request": [
         {
           "n": 1,
@@ -1867,7 +1923,8 @@ export const SCHEMA = {
       "op": 46,
       "name": "updateGroupMembers",
       "area": "profile",
-      "doc": "Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Admin only.",
+      "doc": "Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).",
+      "authorize": {"checks": [{"allow": "profileWrite", "on": "group", "field": "groupId"}]},
       "request": [
         {
           "n": 1,
@@ -1915,6 +1972,7 @@ export const SCHEMA = {
       "name": "getGroupMembers",
       "area": "profile",
       "doc": "One page of a group's member list (user ids in ascending byte order), from the directory or the member-list provider.",
+      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupId"}]},
       "request": [
         {
           "n": 1,
@@ -1965,7 +2023,8 @@ export const SCHEMA = {
       "op": 48,
       "name": "clearProfile",
       "area": "profile",
-      "doc": "Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear. Users may clear their own records; admins any.",
+      "doc": "Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).",
+      "authorize": {"custom": "`profileWrite` on the record's owner: `user:id` (kind user), `group:id` (group, memberList), `user:memberUserId` (groupMember); an empty id or memberUserId is the caller. With `all`, an unrestricted session clears every record of the kind, any other clears its own records (`profileWrite` on `user:` + the caller)"},
       "request": [
         {
           "n": 1,
@@ -2010,6 +2069,7 @@ export const SCHEMA = {
       "name": "subscribeProfiles",
       "area": "profile",
       "doc": "Subscribes to change events of the named users' and groups' records (including member records and member lists of those groups).",
+      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userIds"}, {"allow": "read", "on": "group", "field": "groupIds"}]},
       "request": [
         {
           "n": 1,
@@ -2038,6 +2098,7 @@ export const SCHEMA = {
       "name": "unsubscribeProfiles",
       "area": "profile",
       "doc": "Ends profile subscriptions.",
+      "authorize": {"always": "ends the caller's own subscriptions"},
       "request": "subscribeProfiles",
       "response": [],
       "errors": [
@@ -2049,6 +2110,7 @@ export const SCHEMA = {
       "name": "registerProvider",
       "area": "profile",
       "doc": "Registers the session as the provider of the named kinds of record (admin only). The latest registration of a kind wins; it ends with the session.",
+      "authorize": {"admin": "providers answer for the whole directory"},
       "request": [
         {
           "n": 1,
@@ -2069,6 +2131,7 @@ export const SCHEMA = {
       "name": "answerProvider",
       "area": "profile",
       "doc": "A provider's answer to a providerRequest push. found false means the provider does not know the record.",
+      "authorize": {"admin": "only a registered provider answers, and only admins register"},
       "request": [
         {
           "n": 1,
@@ -2558,7 +2621,7 @@ export const SCHEMA = {
       "code": 2003,
       "name": "permissionDenied",
       "open": true,
-      "doc": "The caller may not do this (another user's metadata or profile, an admin-only call)."
+      "doc": "The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the resource), or an admin-only call."
     },
     {
       "code": 3000,
@@ -2877,7 +2940,10 @@ export const ErrorCode = Object.freeze({
    * response (renewToken, requests during shutdown) the connection stays open.
    */
   tokenExpired: 2002,
-  /** The caller may not do this (another user's metadata or profile, an admin-only call). */
+  /**
+   * The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the
+   * resource), or an admin-only call.
+   */
   permissionDenied: 2003,
   /** The connection's request rate is over its token bucket. */
   rateLimited: 3000,
@@ -3097,7 +3163,7 @@ export class Operations {
 
   /**
    * `setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as setChannelMetadata
-   * does for channels. Users may write only their own metadata; admins anyone's. Errors: revisionConflict,
+   * does for channels. Needs write on the user (§5.10; the default grants: a user's own). Errors: revisionConflict,
    * itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
    * identifierTooLong, invalidRevision, duplicateKey, storageFailure. Fields left out are not sent (the server uses
    * their defaults).
@@ -3373,10 +3439,10 @@ export class Operations {
   }
 
   /**
-   * `setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record. A user may set only their own; a
-   * record with another user id is refused with permissionDenied and changes nothing. Admins may set anyone's (this
-   * is also the refresh operation). Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
-   * storageFailure. Fields left out are not sent (the server uses their defaults).
+   * `setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record (this is also the refresh
+   * operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record
+   * changes nothing. Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure.
+   * Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SetUserInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<void>}
@@ -3398,9 +3464,9 @@ export class Operations {
   }
 
   /**
-   * `setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Admin only. Errors: permissionDenied,
-   * invalidArgument, valueTooLong, identifierTooLong, storageFailure. Fields left out are not sent (the server uses
-   * their defaults).
+   * `setGroupInfo` (op 0x2A, profile). Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).
+   * Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong, storageFailure. Fields left out are
+   * not sent (the server uses their defaults).
    * @param {import('./generated').SetGroupInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<void>}
@@ -3422,9 +3488,9 @@ export class Operations {
   }
 
   /**
-   * `setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. A user may set their
-   * own; admins anyone's. Errors: permissionDenied, invalidArgument, valueTooLong, identifierTooLong,
-   * storageFailure. Fields left out are not sent (the server uses their defaults).
+   * `setGroupMemberInfo` (op 0x2C, profile). Stores (replaces) a user's record in a group. Needs profileWrite on
+   * the record's user (§5.10; the default grants: a user's own). Errors: permissionDenied, invalidArgument,
+   * valueTooLong, identifierTooLong, storageFailure. Fields left out are not sent (the server uses their defaults).
    * @param {import('./generated').SetGroupMemberInfoRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<void>}
@@ -3447,8 +3513,9 @@ export class Operations {
 
   /**
    * `updateGroupMembers` (op 0x2E, profile). Changes a group's member list: with replace the list becomes exactly
-   * add; otherwise add and remove are applied. Admin only. Errors: permissionDenied, memberListTooLarge,
-   * batchTooLarge, invalidArgument, storageFailure. Fields left out are not sent (the server uses their defaults).
+   * add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10). Errors: permissionDenied,
+   * memberListTooLarge, batchTooLarge, invalidArgument, storageFailure. Fields left out are not sent (the server
+   * uses their defaults).
    * @param {import('./generated').UpdateGroupMembersRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').UpdateGroupMembersResponse>}
@@ -3471,9 +3538,9 @@ export class Operations {
 
   /**
    * `clearProfile` (op 0x30, profile). Removes one record (kind and id; groupId and userId for a member), or with
-   * all every record of that kind the caller may clear. Users may clear their own records; admins any. Errors:
-   * permissionDenied, profileNotFound, invalidArgument, storageFailure. Fields left out are not sent (the server
-   * uses their defaults).
+   * all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for
+   * any other (§5.10). Errors: permissionDenied, profileNotFound, invalidArgument, storageFailure. Fields left out
+   * are not sent (the server uses their defaults).
    * @param {import('./generated').ClearProfileRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').ClearProfileResponse>}
