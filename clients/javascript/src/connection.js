@@ -285,7 +285,7 @@ export class Connection {
     } catch (e) {
       if (!(e instanceof wire.WireError)) throw e;
       this.sendControl("goAway", { code: e.code, message: e.detail });
-      this.close(this.welcome === null && this.handshake ? new ProtocolViolation(e.code, e.detail) : new ProtocolViolation(e.code, e.detail));
+      this.close(new ProtocolViolation(e.code, e.detail));
     }
   }
 

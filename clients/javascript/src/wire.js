@@ -523,12 +523,7 @@ export function frameToMessage(frame, body) {
 /** Header checks, decompression and body decoding of one frame (the bytes after its length field). */
 export async function parseFrame(data, direction = "any", limits = DEFAULT_LIMITS) {
   const frame = parseHeader(data, direction, limits);
-  let body;
-  try {
-    body = await frameBody(frame, limits);
-  } catch (e) {
-    throw e;                                        // compression errors are fatal whatever the class (SPEC 4)
-  }
+  const body = await frameBody(frame, limits);      // compression errors are fatal whatever the class (SPEC 4)
   return { message: frameToMessage(frame, body), compressed: (frame.flags & F_COMPRESSED) !== 0 };
 }
 

@@ -208,6 +208,28 @@ test("tokens: a provider is asked for every session; a refused token ends the cl
   }
 });
 
+test("a token that expires soon is renewed from the token provider (serverNotice 2002, renewToken)", async () => {
+  const gateway = await new Gateway({ secret: SECRET }).start();
+  const ttls = ["20s", "1h"];                              // the first expires within the server's 60 s notice lead
+  const client = new Client(gateway.tcp, {
+    tokenProvider: async () => gateway.token("tina", { ttl: ttls.length > 1 ? ttls.shift() : ttls[0] }),
+    reconnect: ReconnectPolicy.never(),
+  });
+  try {
+    const events = client.connectionEvents(), notices = client.pushes("serverNotice");
+    await client.connect();
+    const notice = await notices.next(5000);
+    assert.equal(notice.body.code, ErrorCode.tokenExpired);
+    assert.ok(notice.body.atMs > 0);
+    const renewed = await nextEvent(events, "tokenRenewed", 5000);
+    assert.equal(renewed.kind, "tokenRenewed");
+    assert.equal((await client.getUserMetadata()).userId, "tina");
+  } finally {
+    await client.logout();
+    await gateway.remove();
+  }
+});
+
 test("logout: the server's GOAWAY (code 0, reason logout) ends the client; later calls reject with ClientClosed", async () => {
   const client = new Client(open.tcp, { userId: "bye" });
   await client.connect();
