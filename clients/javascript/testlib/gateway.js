@@ -38,9 +38,10 @@ export function freePort() {
 
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function canConnect(port) {
+/** Whether a listener accepts connections at {host, port} or {path} (a socket file exists before it listens). */
+function canConnect(options) {
   return new Promise((resolve) => {
-    const socket = connect({ host: "127.0.0.1", port });
+    const socket = connect(options);
     socket.once("connect", () => { socket.destroy(); resolve(true); });
     socket.once("error", () => resolve(false));
   });
@@ -87,7 +88,8 @@ export class Gateway {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`the gateway exited with ${exited}:\n${this.log()}`);
-      if (existsSync(this.socket) && (await canConnect(this.port))) return this;
+      if (existsSync(this.socket) && (await canConnect({ path: this.socket }))
+        && (await canConnect({ host: "127.0.0.1", port: this.port }))) return this;
       await pause(50);
     }
     await this.stop();
