@@ -13,7 +13,7 @@ run: deps
 ## held-commit reads, which hold SQLite's write lock within its 5 s busy timeout, each run on their own after the
 ## others: on two cores their load, or the others', would otherwise stretch the timing checks).
 test:
-	@Tools/ensure-system-packages.sh redis-server postgresql tmux
+	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium
 	python3 Tools/codegen/generate.py --check
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test --skip SwitchboardClusterTests --skip SessionEndScalingTests --skip SwitchboardServerTests.ReadAfterCommitTests
@@ -21,6 +21,7 @@ test:
 	swift test --skip-build --filter SwitchboardServerTests.ReadAfterCommitTests
 	swift test --skip-build --filter SwitchboardClusterTests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
+	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
 
 ## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
 fuzz: deps

@@ -12,11 +12,14 @@ Outputs:
     Protocol/SPEC.md                                 the parts between the GENERATED markers
     clients/python/src/switchboard/schema.json      the Python client's copy of the schema (gen_python.py)
     clients/python/src/switchboard/_generated.py    the Python client's types and operation methods (gen_python.py)
+    clients/javascript/src/generated.js             the JavaScript client's schema tables and operation methods
+    clients/javascript/src/generated.d.ts           and their TypeScript declarations (gen_javascript.py)
 """
 import json
 import os
 import sys
 
+import gen_javascript
 import gen_python
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -916,6 +919,7 @@ def main():
         "Tools/fuzz/SwitchboardFuzzing/Generated/RandomValues.swift": gen_random(all_payloads, ops, controls, pushes),
     }
     outputs.update(gen_python.outputs(ROOT, SCHEMA_TEXT))
+    outputs.update(gen_javascript.outputs(ROOT, SCHEMA_TEXT))
     spec_path = os.path.join(ROOT, "Protocol", "SPEC.md")
     if os.path.exists(spec_path):
         spec = open(spec_path).read()
