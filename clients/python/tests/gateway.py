@@ -73,10 +73,15 @@ class Gateway:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 pytest.fail("the gateway exited with %s:\n%s" % (self.process.returncode, self.log()), pytrace=False)
+            # The socket file exists from bind(), before listen(): started means both listeners accept.
             if os.path.exists(self.socket):
                 try:
                     with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return self
+                        pass
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                        probe.settimeout(1)
+                        probe.connect(self.socket)
+                    return self
                 except OSError:
                     pass
             time.sleep(0.05)
