@@ -139,6 +139,39 @@ import Testing
         }
     }
 
+    @Test func clientMethodsModerateAndAForcedUnsubscriptionIsNotRestored() async throws {
+        try await withFullGateway(secret: Self.secret) { gateway in
+            let ops = makeClient(gateway, .tcp, user: "ops", configure: { $0.token = Self.token("ops", role: .admin) })
+            let eve = makeClient(gateway, .tcp, user: "eve", configure: { $0.token = Self.token("eve", jti: "e-9", iat: Self.now) })
+            _ = try await ops.connect()
+            _ = try await eve.connect()
+            let unsubscriptions = Recorder(eve.unsubscriptions)
+            try await eve.subscribeChannel(channel: "room")
+            try await eve.subscribeChannel(channel: "hall")
+            #expect(eve.restorableSubscriptions.count == 2)
+            let listed = try await ops.listChannels(type: .message, prefix: "", limit: 10)
+            #expect(listed.channels.map(\.channel) == ["hall", "room"])
+            #expect(try await ops.lastSeen(["eve"]) == [LastSeen(userId: "eve", online: true)])
+            let forced = try await ops.forceUnsubscribe("eve", channel: "room", reason: "quiet please")
+            #expect(forced.sessionsUnsubscribed == 1)
+            let notice = await unsubscriptions.first(seconds: 5) { _ in true }
+            #expect(notice == Unsubscribed(channel: "room", channelType: .message, reason: "quiet please"))
+            // The ledger forgot the channel: a reconnect restores only the other one.
+            #expect(
+                await eventually(seconds: 5) {
+                    eve.restorableSubscriptions == [.channel(SubscribeChannelRequest(channel: "hall"))]
+                })
+            let revoked = try await ops.revokeToken(id: "e-9")
+            #expect(revoked.sessionsEnded == 1)
+            let kicked = try await ops.kickUser("nobody", reason: "", banSeconds: 1)
+            #expect(kicked.sessionsEnded == 0 && kicked.bannedUntilMs > 0)
+            let byUser = try await ops.revokeTokens(ofUser: "nobody", issuedBeforeMs: UInt64(systemNowMillis()))
+            #expect(byUser.sessionsEnded == 0)
+            await eve.close()
+            await ops.close()
+        }
+    }
+
     // MARK: revocation
 
     @Test func revocationByTokenIDEndsItsSessionsWithinOneSecondAndRefusesLogins() async throws {
