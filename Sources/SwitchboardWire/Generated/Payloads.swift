@@ -5338,7 +5338,7 @@ extension ForceUnsubscribeResponse: JSONRepresentable {
     }
 }
 
-/// Request of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of the token's live sessions; without any, admin only).
+/// Request of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -5415,7 +5415,7 @@ extension RevokeTokensRequest: JSONRepresentable {
     }
 }
 
-/// Response of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of the token's live sessions; without any, admin only).
+/// Response of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
 ///
 /// | # | field | type |
 /// |---|---|---|

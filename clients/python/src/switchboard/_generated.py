@@ -1569,9 +1569,9 @@ class Operations:
         within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as
         a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the
         30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate
-        permission on user:<userId> (by jti: on the user of the token's live sessions; without any, admin only).
-        Fields left None are not sent (the server uses their defaults). Errors: permissionDenied, invalidArgument,
-        identifierTooLong, valueTooLong, storageFailure.
+        permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or,
+        when none is live on the node, on user:* — every user). Fields left None are not sent (the server uses their
+        defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong, storageFailure.
         """
         body: Dict[str, Any] = {}
         if token_id is not None:
