@@ -7,7 +7,7 @@ import SwitchboardWire
 import Synchronization
 
 /// A cluster's ``ModerationBackend``: bans and revocations in `sb_moderation_*`, last-seen times in `sb_last_seen`,
-/// and every kick and revocation carried to the other nodes as a `moderation` row of the change feed, appended in
+/// and every kick, revocation and forced unsubscription carried to the other nodes as a `moderation` row of the change feed, appended in
 /// the transaction that persists it.
 ///
 /// The feed is how a kick made on one node ends the sessions on the others within 1 s: the commit's `NOTIFY` wakes
@@ -75,7 +75,7 @@ final class PostgresModerationBackend: ModerationBackend {
             try await connection.query("BEGIN", logger: self.logger)
             do {
                 switch action {
-                case .kick(_, _, nil):
+                case .kick(_, _, nil), .unsubscribe:
                     break
                 case .kick(let user, _, let until?):
                     try await connection.query(

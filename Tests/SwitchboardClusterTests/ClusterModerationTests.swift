@@ -70,6 +70,39 @@ struct ClusterModerationTests {
         }
     }
 
+    @Test("a forced unsubscription made on node 1 takes the channel from the user's sessions on nodes 2 and 3")
+    func aForcedUnsubscriptionOnOneNodeReachesEveryNode() async throws {
+        try await ClusterProcessTests.withNodes(3, arguments: ["--token-secret", Self.secret]) { _, nodes in
+            let ops = try await Self.connect(nodes[0], token: Self.token("ops", role: .admin))
+            var recorders: [PushCollector<Push>] = []
+            var sessions: [SwitchboardConnection] = []
+            for node in nodes[1...] {
+                let eve = try await Self.connect(node, token: Self.token("eve"))
+                recorders.append(PushCollector(eve.pushes))
+                _ = try await eve.send(.subscribeChannel(SubscribeChannelRequest(channel: "room", withMetadata: true)))
+                sessions.append(eve)
+            }
+            let start = ContinuousClock.now
+            _ = try await ops.send(
+                .forceUnsubscribe(ForceUnsubscribeRequest(userId: "eve", channel: "room", reason: "moved")))
+            for recorder in recorders {
+                let told = await recorder.waitFor(seconds: 1) {
+                    if case .unsubscribed(let notice) = $0 { notice.channel == "room" && notice.reason == "moved" } else { false }
+                }
+                #expect(told)
+            }
+            #expect(ContinuousClock.now - start < .seconds(2))
+            // Every node sees eve gone from the channel.
+            #expect(
+                try await eventually(seconds: 5) {
+                    let response = try await ops.send(.whoNow(WhoNowRequest(channel: "room", includeUserId: true)))
+                    guard case .whoNow(let body) = response else { return false }
+                    return body.users.isEmpty
+                })
+            for session in sessions { try await session.ping() }  // unsubscribed, not kicked
+        }
+    }
+
     @Test("revocations made on node 1 end the sessions they cover on nodes 2 and 3 within 1 s and hold for logins there")
     func revocationsOnOneNodeEndSessionsEverywhere() async throws {
         try await ClusterProcessTests.withNodes(3, arguments: ["--token-secret", Self.secret]) { _, nodes in

@@ -8,7 +8,7 @@ import SwitchboardWire
 /// Every operation needs the `moderate` permission on its target (`user:<id>` for kicks, revocations and last-seen
 /// times; the channel for `forceUnsubscribe` and `listChannels`), checked before anything is touched.
 ///
-/// Kicks and revocations are applied here at once (the sessions they end get GOAWAY on their loops), recorded in the
+/// Kicks, revocations and forced unsubscriptions are applied here at once (the sessions they end get GOAWAY on their loops), recorded in the
 /// ``ModerationBackend`` (persisted; in a cluster the other nodes apply them from the change feed within moments),
 /// then answered. Bans and revocations are refused at login by the ``ModerationLedger``. As a session observer the
 /// area records when each user's last session on this node ends (last-seen times).
@@ -56,7 +56,7 @@ public final class ModerationArea: RequestHandler, SessionObserver {
         do throws(RequestRejection) {
             switch request {
             case .kickUser(let body): return try self.kick(body, context: context)
-            case .forceUnsubscribe(let body): return .response(try self.forceUnsubscribe(body, context: context))
+            case .forceUnsubscribe(let body): return try self.forceUnsubscribe(body, context: context)
             case .revokeTokens(let body): return try self.revoke(body, context: context)
             case .listChannels(let body): return .response(try self.listChannels(body, context: context))
             case .getLastSeen(let body): return try self.lastSeen(body, context: context)
@@ -121,6 +121,12 @@ public final class ModerationArea: RequestHandler, SessionObserver {
                 ended += 1
             }
             return ended
+        case .unsubscribe(let user, let channel, let type, let reason):
+            let key = ChannelKey(name: channel, type: type)
+            let removed = self.presence?.forceUnsubscribe(userID: user, from: key, now: self.nowMillis()) ?? []
+            let push = Push.unsubscribed(Unsubscribed(channel: channel, channelType: type, reason: reason))
+            for session in removed { session.send(push) }
+            return removed.count
         }
     }
 
@@ -201,7 +207,7 @@ public final class ModerationArea: RequestHandler, SessionObserver {
     }
 
     private func forceUnsubscribe(_ request: ForceUnsubscribeRequest, context: RequestContext) throws(RequestRejection)
-        -> Response
+        -> RequestOutcome
     {
         try Self.checkUserID(request.userId)
         try Self.checkReason(request.reason)
@@ -212,11 +218,11 @@ public final class ModerationArea: RequestHandler, SessionObserver {
             throw RequestRejection(error.body)
         }
         try self.requireModerate(on: Self.resource(key), .forceUnsubscribe, context)
-        let removed = self.presence?.forceUnsubscribe(userID: request.userId, from: key, now: context.nowMillis) ?? []
-        let push = Push.unsubscribed(
-            Unsubscribed(channel: request.channel, channelType: request.channelType, reason: request.reason))
-        for session in removed { session.send(push) }
-        return .forceUnsubscribe(ForceUnsubscribeResponse(sessionsUnsubscribed: UInt64(removed.count)))
+        let action = ModerationAction.unsubscribe(
+            user: request.userId, channel: key.name, channelType: key.type, reason: request.reason)
+        return self.applyAndRecord(action, context: context) { removed in
+            .forceUnsubscribe(ForceUnsubscribeResponse(sessionsUnsubscribed: UInt64(removed)))
+        }
     }
 
     /// A page cursor: the last channel's type and name.

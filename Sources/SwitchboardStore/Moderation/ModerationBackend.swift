@@ -1,7 +1,7 @@
 import SwitchboardWire
 
-/// A moderation decision that outlives the request that made it: a kick (with or without a ban) or a revocation.
-/// Each is applied on every node of a cluster; bans and revocations are also persisted.
+/// A moderation decision applied on every node of a cluster: a kick (with or without a ban), a revocation, a forced
+/// unsubscription. Bans and revocations are also persisted.
 public enum ModerationAction: Sendable, Hashable {
     /// End every session of `user`; with `bannedUntilMs`, refuse their logins until then.
     case kick(user: String, reason: String, bannedUntilMs: Int64?)
@@ -10,6 +10,8 @@ public enum ModerationAction: Sendable, Hashable {
     /// Refuse `user`'s tokens issued before `beforeMs` (and end the sessions that logged in with one) until
     /// `keptUntilMs`.
     case revokeIssuedBefore(user: String, beforeMs: Int64, keptUntilMs: Int64)
+    /// Take `channel` from every session of `user` and tell them `reason` (nothing persisted).
+    case unsubscribe(user: String, channel: String, channelType: ChannelType, reason: String)
 
     /// The action as JSON (how a cluster's change feed carries it).
     public var json: JSONValue {
@@ -22,6 +24,11 @@ public enum ModerationAction: Sendable, Hashable {
             return .object([("jti", .string(id)), ("kept", .int(kept))])
         case .revokeIssuedBefore(let user, let before, let kept):
             return .object([("user", .string(user)), ("before", .int(before)), ("kept", .int(kept))])
+        case .unsubscribe(let user, let channel, let type, let reason):
+            return .object([
+                ("unsubscribe", .string(user)), ("channel", .string(channel)), ("type", .uint(UInt64(type.rawValue))),
+                ("reason", .string(reason)),
+            ])
         }
     }
 
@@ -29,6 +36,12 @@ public enum ModerationAction: Sendable, Hashable {
     public init?(json: JSONValue) {
         if let user = json["kick"]?.stringValue {
             self = .kick(user: user, reason: json["reason"]?.stringValue ?? "", bannedUntilMs: json["until"]?.int64Value)
+        } else if let user = json["unsubscribe"]?.stringValue, let channel = json["channel"]?.stringValue,
+            let type = json["type"]?.int64Value, let rawType = UInt32(exactly: type)
+        {
+            self = .unsubscribe(
+                user: user, channel: channel, channelType: ChannelType(rawValue: rawType),
+                reason: json["reason"]?.stringValue ?? "")
         } else if let id = json["jti"]?.stringValue, let kept = json["kept"]?.int64Value {
             self = .revokeToken(id: id, keptUntilMs: kept)
         } else if let user = json["user"]?.stringValue, let before = json["before"]?.int64Value,
@@ -72,6 +85,8 @@ public struct ModerationSnapshot: Sendable, Equatable {
             let old = self.revokedBefore[user]
             self.revokedBefore[user] = RevokedBefore(
                 beforeMs: max(old?.beforeMs ?? .min, before), keptUntilMs: max(old?.keptUntilMs ?? .min, kept))
+        case .unsubscribe:
+            break
         }
     }
 
@@ -88,7 +103,7 @@ public struct ModerationSnapshot: Sendable, Equatable {
 public protocol ModerationBackend: Sendable {
     /// The bans and revocations in force at `nowMillis` (deleting lapsed ones).
     func load(nowMillis: Int64) throws -> ModerationSnapshot
-    /// Persists `action` (a kick without a ban persists nothing) and, in a cluster, tells the other nodes; returns
+    /// Persists `action` (a kick without a ban and a forced unsubscription persist nothing) and, in a cluster, tells the other nodes; returns
     /// once that is done.
     func record(_ action: ModerationAction) async throws
     /// Records that `user`'s last session (on this node) ended at `atMs`; an earlier time never replaces a later one.

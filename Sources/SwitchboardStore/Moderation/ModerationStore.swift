@@ -55,7 +55,7 @@ public final class ModerationStore: ModerationBackend {
 
     public func record(_ action: ModerationAction) async throws {
         switch action {
-        case .kick(_, _, nil):
+        case .kick(_, _, nil), .unsubscribe:
             return
         case .kick(let user, _, let until?):
             try await self.writer.write { db in

@@ -5197,7 +5197,7 @@ extension KickUserResponse: JSONRepresentable {
     }
 }
 
-/// Request of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user on this node (in a cluster: the node the request reaches): they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+/// Request of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -5283,12 +5283,13 @@ extension ForceUnsubscribeRequest: JSONRepresentable {
     }
 }
 
-/// Response of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user on this node (in a cluster: the node the request reaches): they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+/// Response of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
 ///
 /// | # | field | type |
 /// |---|---|---|
 /// | 1 | sessionsUnsubscribed | uint |
 public struct ForceUnsubscribeResponse: WireCodable {
+    /// Sessions this node took out (other nodes take theirs too).
     public var sessionsUnsubscribed: UInt64
 
     /// Creates a value; every field defaults to its wire default.

@@ -1542,12 +1542,11 @@ class Operations:
         user_id: str, channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None,
         reason: Optional[str] = None, timeout: Optional[float] = None,
     ) -> ForceUnsubscribeResponse:
-        """`forceUnsubscribe` (op 0x36, moderation). Takes a channel from every session of a user on this node (in a
-        cluster: the node the request reaches): they stop receiving its storage, lock and presence events, other
-        members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a
-        grant change keeps them out). Needs the moderate permission on the channel. Fields left None are not sent
-        (the server uses their defaults). Errors: permissionDenied, invalidArgument, identifierTooLong,
-        valueTooLong.
+        """`forceUnsubscribe` (op 0x36, moderation). Takes a channel from every session of a user, on every node of a
+        cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each
+        session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out).
+        Needs the moderate permission on the channel. Fields left None are not sent (the server uses their
+        defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong.
         """
         body: Dict[str, Any] = {}
         body["userId"] = user_id
