@@ -50,7 +50,7 @@ final class GatewayCore: Sendable {
         self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
-        for handler in [SessionArea(credentials: credentials, observers: observers)] + handlers {
+        for handler in [SessionArea(credentials: credentials, observers: observers, loginPolicy: loginPolicy)] + handlers {
             let reader = handler as? any EncodedReadHandler
             let encoded = Set(reader?.encodedReadOperations ?? [])
             for op in handler.operations {

@@ -185,6 +185,9 @@ import Testing
             #expect(body.keptUntilMs > UInt64(systemNowMillis() + ModerationArea.maxTokenLifetimeMs))
             try await second.ping()
             await expectClientError(.tokenRevoked) { _ = try await Self.connect(gateway, "eve", token: revoked) }
+            // Nor can a live session take the revoked token up through renewToken.
+            await expectClientError(.tokenRevoked) { _ = try await second.send(.renewToken(RenewTokenRequest(token: revoked))) }
+            try await second.ping()
             try await Self.connect(gateway, "eve", token: kept).ping()
         }
     }
