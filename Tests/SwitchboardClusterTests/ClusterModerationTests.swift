@@ -72,7 +72,9 @@ struct ClusterModerationTests {
 
     @Test("a forced unsubscription made on node 1 takes the channel from the user's sessions on nodes 2 and 3")
     func aForcedUnsubscriptionOnOneNodeReachesEveryNode() async throws {
-        try await ClusterProcessTests.withNodes(3, arguments: ["--token-secret", Self.secret]) { _, nodes in
+        let members = #"[{"on":"message:*","allow":["read","presence"]}]"#
+        let arguments = ["--token-secret", Self.secret, "--default-grants", members]
+        try await ClusterProcessTests.withNodes(3, arguments: arguments) { _, nodes in
             let ops = try await Self.connect(nodes[0], token: Self.token("ops", role: .admin))
             var recorders: [PushCollector<Push>] = []
             var sessions: [SwitchboardConnection] = []

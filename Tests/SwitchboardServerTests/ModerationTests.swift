@@ -18,6 +18,15 @@ import Testing
         Self.authority.mint(userID: user, expiresAt: Self.now + 3600, role: role, tokenID: jti, issuedAt: iat)
     }
 
+    /// What every user may do in these tests: join, read and write any channel, and their own data; no moderation.
+    static let memberGrantsJSON =
+        #"{"on":"message:*","allow":["read","write","presence"]},{"on":"stream:*","allow":["read","write","presence"]},"#
+        + #"{"on":"user:{user}","allow":["read","write","presence","profileWrite"]}"#
+
+    static func members(_ configuration: inout ServerConfiguration) {
+        configuration.defaultGrants = try! GrantSet(jsonText: "[" + Self.memberGrantsJSON + "]")
+    }
+
     static func connect(_ gateway: RunningGateway, _ user: String, token: String? = nil) async throws
         -> SwitchboardConnection
     {
@@ -88,7 +97,7 @@ import Testing
     // MARK: forceUnsubscribe
 
     @Test func forceUnsubscribeStopsPushesAndDeliversThePush() async throws {
-        try await withFullGateway(secret: Self.secret) { gateway in
+        try await withFullGateway(secret: Self.secret, configure: Self.members) { gateway in
             let ops = try await Self.admin(gateway)
             let eve = try await Self.connect(gateway, "eve")
             let bob = try await Self.connect(gateway, "bob")
@@ -134,7 +143,7 @@ import Testing
     }
 
     @Test func clientMethodsModerateAndAForcedUnsubscriptionIsNotRestored() async throws {
-        try await withFullGateway(secret: Self.secret) { gateway in
+        try await withFullGateway(secret: Self.secret, configure: Self.members) { gateway in
             let ops = makeClient(gateway, .tcp, user: "ops", configure: { $0.token = Self.token("ops", role: .admin) })
             let eve = makeClient(gateway, .tcp, user: "eve", configure: { $0.token = Self.token("eve", jti: "e-9", iat: Self.now) })
             _ = try await ops.connect()
@@ -268,7 +277,7 @@ import Testing
     // MARK: listChannels
 
     @Test func listChannelsPagesChannelsWithTheirOccupancyInOrder() async throws {
-        try await withFullGateway(secret: Self.secret) { gateway in
+        try await withFullGateway(secret: Self.secret, configure: Self.members) { gateway in
             let ops = try await Self.admin(gateway)
             let eve1 = try await Self.connect(gateway, "eve")
             let eve2 = try await Self.connect(gateway, "eve")
@@ -320,7 +329,8 @@ import Testing
     /// Default grants that make every user a moderator of `message:room:a` and of user `eve` only.
     static func partialModerator(_ configuration: inout ServerConfiguration) {
         configuration.defaultGrants = try! GrantSet(
-            jsonText: #"[{"on":"message:room:a","allow":["moderate"]},{"on":"user:eve","allow":["moderate"]}]"#)
+            jsonText: #"[{"on":"message:room:a","allow":["moderate"]},{"on":"user:eve","allow":["moderate"]},"#
+                + Self.memberGrantsJSON + "]")
     }
 
     @Test func grantsLimitWhatAModeratorMayDoAndList() async throws {
@@ -349,7 +359,7 @@ import Testing
     }
 
     @Test func deniedModerationLeavesEverythingAsItWas() async throws {
-        try await withFullGateway(secret: Self.secret) { gateway in
+        try await withFullGateway(secret: Self.secret, configure: Self.members) { gateway in
             let mallory = try await Self.connect(gateway, "mallory")  // the default grants: own data only
             let eve = try await Self.connect(gateway, "eve", token: Self.token("eve", jti: "e-1", iat: Self.now))
             _ = try await eve.send(.subscribeChannel(SubscribeChannelRequest(channel: "room")))
