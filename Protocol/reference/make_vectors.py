@@ -202,6 +202,11 @@ REQUESTS = {
     "registerProvider": {"kinds": ["user", "group"]},
     "answerProvider": {"providerRequestId": 42, "found": True,
                        "user": {"userId": "ghost", "name": "Ghost", "updatedAtMs": T0}},
+    "kickUser": {"userId": "Eve", "reason": "spam", "banSeconds": 3600},
+    "forceUnsubscribe": {"userId": "Eve", "channel": "stage-1", "channelType": "stream", "reason": "off topic"},
+    "revokeTokens": {"userId": "Eve", "issuedBeforeMs": T0},
+    "listChannels": {"channelType": "message", "prefix": "room:", "cursor": "1:room:b", "limit": 2},
+    "getLastSeen": {"userIds": ["Ann", "Eve"]},
 }
 
 RESPONSES = {
@@ -239,6 +244,12 @@ RESPONSES = {
     "updateGroupMembers": {"memberCount": 3},
     "getGroupMembers": {"userIds": ["Ann", "Bob"], "nextPage": "m1.Qm9i", "totalMembers": 3},
     "clearProfile": {"removed": 1},
+    "kickUser": {"sessionsEnded": 2, "bannedUntilMs": T0 + 3600000},
+    "forceUnsubscribe": {"sessionsUnsubscribed": 1},
+    "revokeTokens": {"sessionsEnded": 1, "keptUntilMs": T0 + 2592030000},
+    "listChannels": {"channels": [{"channel": "room:c", "users": 2, "sessions": 3},
+                                  {"channel": "room:d", "users": 1, "sessions": 1}], "nextCursor": "1:room:d"},
+    "getLastSeen": {"users": [{"userId": "Ann", "online": True}, {"userId": "Eve", "lastSeenMs": T0}]},
 }
 
 
@@ -345,6 +356,8 @@ def frames_file():
               P("providerRequest", {"providerRequestId": 43, "kind": "groupMember", "id": "g1", "memberUserId": "Ann"})),
         valid("push.serverNotice", "Token expires soon.",
               P("serverNotice", {"code": 2002, "message": "token expires in 60 s", "atMs": T0 + 60000})),
+        valid("push.unsubscribed", "A moderator took the session out of a stream channel.",
+              P("unsubscribed", {"channel": "stage-1", "channelType": "stream", "reason": "off topic"})),
     ]
     # error responses
     vs += [
@@ -824,7 +837,7 @@ def unknown_file():
         valid("errorForUnknownOp", "The server's answer to unknown op 63: ERROR flag, same op and request id.",
               E(63, 6, 1013, message="unknown op 0x3f")),
     ]
-    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (53, 11)):
+    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (58, 11)):
         vs.append(invalid("unknownOp.%d" % op, "A request with op %d, which v1 does not define: answered with error "
                           "1013 (same op and request id); the connection stays open. The body is not parsed." % op,
                           req(op, rid, fs(1, "x")), 1013, rid))

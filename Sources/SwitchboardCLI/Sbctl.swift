@@ -20,7 +20,9 @@ public struct Sbctl: ParsableCommand {
         subcommands: [
             UserMetaCommand.self, ChannelMetaCommand.self, LockCommand.self, ChannelCommand.self,
             WhoNowCommand.self, WhereNowCommand.self, StateCommand.self, EventsCommand.self, ProfileCommand.self,
-            ProviderCommand.self, TokenCommand.self, LogoutCommand.self, CallCommand.self, WatchCommand.self,
+            ProviderCommand.self, KickCommand.self, UnsubscribeUserCommand.self, RevokeCommand.self,
+            ChannelsCommand.self, LastSeenCommand.self, TokenCommand.self, LogoutCommand.self, CallCommand.self,
+            WatchCommand.self,
             PingCommand.self, InfoCommand.self, ShellCommand.self,
         ])
 

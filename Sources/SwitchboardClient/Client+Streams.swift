@@ -20,6 +20,8 @@ extension SwitchboardClient {
     public var providerRequests: AsyncStream<ProviderRequest> { self.router.providerRequests.lifetime }
     /// Notices about the session: token expiring (2002), shutdown coming (8002), too slow (3004).
     public var serverNotices: AsyncStream<ServerNotice> { self.router.serverNotices.lifetime }
+    /// Channels a moderator took this session out of (`forceUnsubscribe`); they are not restored after a reconnect.
+    public var unsubscriptions: AsyncStream<Unsubscribed> { self.router.unsubscriptions.lifetime }
 
     /// A new stream of storage events from now on.
     public func makeStorageEventStream() -> AsyncStream<StorageEvent> { self.router.storageEvents.makeStream() }
@@ -39,6 +41,8 @@ extension SwitchboardClient {
     }
     /// A new stream of server notices from now on.
     public func makeServerNoticeStream() -> AsyncStream<ServerNotice> { self.router.serverNotices.makeStream() }
+    /// A new stream of forced unsubscriptions from now on.
+    public func makeUnsubscriptionStream() -> AsyncStream<Unsubscribed> { self.router.unsubscriptions.makeStream() }
     /// A new stream of every push, of all areas, in arrival order, from now on.
     public func makePushStream() -> AsyncStream<Push> { self.router.all.makeStream() }
 }

@@ -11,6 +11,7 @@ final class PushRouter: Sendable {
     let profileChanges: Broadcast<ProfileChanged>
     let providerRequests: Broadcast<ProviderRequest>
     let serverNotices: Broadcast<ServerNotice>
+    let unsubscriptions: Broadcast<Unsubscribed>
     let all: Broadcast<Push>
     let drops: DroppedPushes
 
@@ -23,6 +24,7 @@ final class PushRouter: Sendable {
         self.profileChanges = Broadcast(bufferLimit: bufferLimit, name: "profileChanges", drops: drops)
         self.providerRequests = Broadcast(bufferLimit: bufferLimit, name: "providerRequests", drops: drops)
         self.serverNotices = Broadcast(bufferLimit: bufferLimit, name: "serverNotices", drops: drops)
+        self.unsubscriptions = Broadcast(bufferLimit: bufferLimit, name: "unsubscriptions", drops: drops)
         self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false, name: "pushes", drops: drops)
     }
 
@@ -36,6 +38,7 @@ final class PushRouter: Sendable {
         case .profileChanged(let change): self.profileChanges.yield(change)
         case .providerRequest(let request): self.providerRequests.yield(request)
         case .serverNotice(let notice): self.serverNotices.yield(notice)
+        case .unsubscribed(let notice): self.unsubscriptions.yield(notice)
         }
     }
 
@@ -47,6 +50,7 @@ final class PushRouter: Sendable {
         self.profileChanges.finish()
         self.providerRequests.finish()
         self.serverNotices.finish()
+        self.unsubscriptions.finish()
         self.all.finish()
     }
 }

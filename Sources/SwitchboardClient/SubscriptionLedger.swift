@@ -27,6 +27,11 @@ struct SubscriptionLedger: Sendable {
     private(set) var profileGroups: Set<String> = []
     private(set) var providerKinds: Set<ProfileKind> = []
 
+    /// Forgets a channel the server took the session out of (the `unsubscribed` push).
+    mutating func forgetChannel(_ name: String, type: ChannelType) {
+        self.channels[ChannelID(name: name, type: type)] = nil
+    }
+
     /// Updates the ledger with a request's outcome.
     mutating func record(_ request: Request, outcome: Result<Response, SwitchboardClientError>) {
         let succeeded: Bool

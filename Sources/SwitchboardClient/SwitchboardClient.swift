@@ -436,6 +436,10 @@ public final class SwitchboardClient: Sendable {
     func startForwarding(_ connection: SwitchboardConnection) -> Task<Void, Never> {
         Task {
             for await push in connection.pushes {
+                if case .unsubscribed(let notice) = push {
+                    // A moderator ended the subscription: a reconnect must not make it again.
+                    self.core.withLock { $0.ledger.forgetChannel(notice.channel, type: notice.channelType) }
+                }
                 self.router.route(push)
                 if case .serverNotice(let notice) = push, notice.code == UInt64(ErrorCode.tokenExpired.rawValue),
                     self.tokenProvider != nil

@@ -19,6 +19,8 @@ enum ChangeFeedRows {
         case event = 4
         /// A profile-directory change or a provider exchange.
         case profile = 5
+        /// A kick or a token revocation (``ModerationAction`` as JSON text).
+        case moderation = 6
     }
 
     /// One row to append.

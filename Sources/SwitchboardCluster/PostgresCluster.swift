@@ -47,6 +47,8 @@ public struct PostgresCluster: ClusterEngine {
     private let feedProgress = FeedProgress()
     /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
     private let eventBackend = EventBackendBox()
+    /// The moderation backend ``openModerationBackend(logger:)`` opened.
+    private let moderationBackend = ModerationBackendBox()
     private let presenceStore: any PresenceStore
     /// What the node knows of PostgreSQL, Redis and the cluster (``statusReport``).
     private let state: ClusterState
@@ -137,6 +139,15 @@ public struct PostgresCluster: ClusterEngine {
         return backend
     }
 
+    /// Loads the bans and revocations in force (after ``join(logger:)``); kicks and revocations reach the other nodes
+    /// through the change feed.
+    public func openModerationBackend(logger: Logger) async throws -> (any ModerationBackend)? {
+        let backend = try await PostgresModerationBackend.open(
+            location: self.location, nodeID: self.nodeID, nowMillis: systemNowMillis(), logger: logger)
+        self.moderationBackend.value = backend
+        return backend
+    }
+
     /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
     /// publishes their events through its publisher.
     public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
@@ -160,6 +171,9 @@ public struct PostgresCluster: ClusterEngine {
                         store: store, sessions: services.sessions, location: self.location, nodeID: self.nodeID,
                         logger: logger))
             }
+        }
+        if services.moderation != nil, let moderation = self.moderationBackend.value {
+            consumers[.moderation] = ModerationFeedConsumer(backend: moderation)
         }
         if let area = services.presence {
             // The other nodes' sessions as they were when the node joined; the store brings what changed since.
@@ -224,6 +238,16 @@ private final class EventBackendBox: Sendable {
     private let backend = Mutex<PostgresEventBackend?>(nil)
 
     var value: PostgresEventBackend? {
+        get { self.backend.withLock { $0 } }
+        set { self.backend.withLock { $0 = newValue } }
+    }
+}
+
+/// The moderation backend a node opened.
+private final class ModerationBackendBox: Sendable {
+    private let backend = Mutex<PostgresModerationBackend?>(nil)
+
+    var value: PostgresModerationBackend? {
         get { self.backend.withLock { $0 } }
         set { self.backend.withLock { $0 = newValue } }
     }

@@ -28,6 +28,9 @@ import PostgresNIO
 /// - `sb_event_subscription`, `sb_event_kept`, `sb_event_online`, `sb_event_offline`, `sb_event_drop`: the event area
 ///   (``PostgresEventBackend``): subscriptions, kept events (the latest 100 per publisher), each publisher's current
 ///   online state (its wire body), when each user's last session ended, and abnormal ends in their grace period.
+/// - `sb_moderation_ban`, `sb_moderation_revoked_token`, `sb_moderation_revoked_before`: bans and token revocations
+///   (``PostgresModerationBackend``), each row deleted once it lapsed; `sb_last_seen`: when each user's last session on
+///   a node ended.
 ///
 /// Names, keys, values and user ids are `bytea`: they are compared by their UTF-8 bytes (as on the wire and in
 /// SQLite) and may hold any code point, NUL included, which `text` cannot.
@@ -217,6 +220,16 @@ enum PostgresSchema {
             PRIMARY KEY (user_id, client_type)
         )
         """,
+        "CREATE TABLE IF NOT EXISTS sb_moderation_ban (user_id bytea PRIMARY KEY, until_ms bigint NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS sb_moderation_revoked_token (token_id bytea PRIMARY KEY, kept_until_ms bigint NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_moderation_revoked_before (
+            user_id bytea PRIMARY KEY,
+            before_ms bigint NOT NULL,
+            kept_until_ms bigint NOT NULL
+        )
+        """,
+        "CREATE TABLE IF NOT EXISTS sb_last_seen (user_id bytea PRIMARY KEY, at_ms bigint NOT NULL)",
     ]
 
     /// Creates the tables that do not exist yet.

@@ -40,8 +40,10 @@ public struct GatewayApplication: Service {
         public static let events = Areas(rawValue: 1 << 2)
         /// The profile directory and providers (§13.5), on the `.profiles` database.
         public static let profiles = Areas(rawValue: 1 << 3)
+        /// Moderation (kicks, bans, revocations, channel listing, last-seen times), on the `.moderation` database.
+        public static let moderation = Areas(rawValue: 1 << 4)
         /// Every area, as `switchboard serve` runs.
-        public static let all: Areas = [.storage, .presence, .events, .profiles]
+        public static let all: Areas = [.storage, .presence, .events, .profiles, .moderation]
     }
 
     /// What an application is built from.
@@ -90,6 +92,11 @@ public struct GatewayApplication: Service {
             self.inMemory ? nil : self.eventDatabase ?? self.server.databasePath + ".events"
         }
 
+        /// The moderation database the application opens (nil in memory): bans, revocations, last-seen times.
+        public var moderationDatabasePath: String? {
+            self.inMemory ? nil : self.server.databasePath + ".moderation"
+        }
+
         /// The profile database the application opens (nil in memory).
         public var profileDatabasePath: String? {
             self.inMemory ? nil : self.profileDatabase ?? self.server.databasePath + ".profiles"
@@ -125,6 +132,8 @@ public struct GatewayApplication: Service {
         public let events: EventArea?
         /// The profile area.
         public let profiles: ProfileArea?
+        /// The moderation area, with ``Areas/moderation``.
+        public let moderation: ModerationArea?
         /// The areas, then the extra handlers the application was given.
         public let handlers: [any RequestHandler]
         /// The areas, then the extra observers the application was given.
@@ -232,6 +241,7 @@ public struct GatewayApplication: Service {
             var clusterStore: MetadataStore?
             var clusterProfiles: (any ProfileBackend)?
             var clusterEvents: (any EventBackend)?
+            var clusterModeration: (any ModerationBackend)?
             if let cluster = self.configuration.cluster {
                 try await cluster.join(logger: self.logger)
                 if self.configuration.areas.contains(.storage) {
@@ -241,6 +251,9 @@ public struct GatewayApplication: Service {
                 if self.configuration.areas.contains(.profiles) {
                     clusterProfiles = try await cluster.openProfileBackend(logger: self.logger)
                 }
+                if self.configuration.areas.contains(.moderation) {
+                    clusterModeration = try await cluster.openModerationBackend(logger: self.logger)
+                }
                 if self.configuration.areas.contains(.events) {
                     clusterEvents = try await cluster.openEventBackend(
                         gracePeriod: .nanoseconds(self.configuration.eventGracePeriod.nanoseconds), logger: self.logger)
@@ -248,7 +261,7 @@ public struct GatewayApplication: Service {
             }
             let services = try self.makeServices(
                 eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, eventBackend: clusterEvents,
-                profileBackend: clusterProfiles,
+                profileBackend: clusterProfiles, moderationBackend: clusterModeration,
                 metricsFactory: metricsFactory)
             health.sessions = services.sessions
             let gatewayBox = GatewayBox()
@@ -256,7 +269,7 @@ public struct GatewayApplication: Service {
             let gateway = SwitchboardGateway(
                 configuration: self.configuration.server, handlers: services.handlers, observers: services.observers,
                 registry: services.sessions, metrics: GatewayMetrics(factory: metricsFactory), logger: self.logger,
-                nowMillis: self.nowMillis, eventLoopGroup: eventLoopGroup,
+                nowMillis: self.nowMillis, eventLoopGroup: eventLoopGroup, loginPolicy: services.moderation?.ledger,
                 onRunning: { addresses in
                     health.isRunning = true
                     guard let gateway = gatewayBox.gateway else { return }
@@ -306,6 +319,12 @@ public struct GatewayApplication: Service {
         if configuration.areas.contains(.profiles), configuration.cluster == nil, let path = configuration.profileDatabasePath {
             files.append(path)
         }
+        // A cluster keeps moderation in PostgreSQL, like the events.
+        if configuration.areas.contains(.moderation), configuration.cluster == nil,
+            let path = configuration.moderationDatabasePath
+        {
+            files.append(path)
+        }
         guard !files.isEmpty else { return nil }
         do {
             return try DatabaseLock(paths: files)
@@ -328,6 +347,7 @@ public struct GatewayApplication: Service {
     package func makeServices(
         eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
         eventBackend sharedEvents: (any EventBackend)? = nil, profileBackend: (any ProfileBackend)? = nil,
+        moderationBackend: (any ModerationBackend)? = nil,
         metricsFactory: (any MetricsFactory)? = nil
     ) throws -> Services {
         let configuration = self.configuration
@@ -400,14 +420,23 @@ public struct GatewayApplication: Service {
                 store: backend, providerTimeout: configuration.providerTimeout, publisher: publisher,
                 logger: self.logger)
         }
+        // Bans, revocations and last-seen times persist in their own SQLite file too (a cluster's in PostgreSQL).
+        var moderation: ModerationArea?
+        if areas.contains(.moderation) {
+            let backend = try moderationBackend ?? ModerationStore(path: configuration.moderationDatabasePath)
+            moderation = try ModerationArea(
+                backend: backend, sessions: sessions, presence: presence, logger: self.logger, nowMillis: nowMillis)
+        }
         var built: [any RequestHandler & SessionObserver] = []
         if let storage { built.append(storage) }
         if let presence { built.append(presence) }
         if let events { built.append(events) }
         if let profiles { built.append(profiles) }
+        if let moderation { built.append(moderation) }
         return Services(
             sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore, eventStore: eventStore,
             profileStore: profileStore, storage: storage, presence: presence, events: events, profiles: profiles,
+            moderation: moderation,
             handlers: built.map { $0 as any RequestHandler } + self.handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }

@@ -53,6 +53,7 @@ public final class SwitchboardGateway: Service, Sendable {
     ///   - eventLoopGroup: the loops connections run on, owned by the caller (``GatewayApplication`` shares them
     ///     with the areas' timers and shuts them down after its stores); nil: the gateway makes
     ///     ``ServerConfiguration/eventLoopThreads`` loops and shuts them down when it stops.
+    ///   - loginPolicy: consulted by every handshake once the credentials are good (bans, revoked tokens).
     ///   - onRunning: called with the bound addresses once the listeners are up.
     public init(
         configuration: ServerConfiguration,
@@ -63,6 +64,7 @@ public final class SwitchboardGateway: Service, Sendable {
         logger: Logger = Logger(label: "switchboard"),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
         eventLoopGroup: MultiThreadedEventLoopGroup? = nil,
+        loginPolicy: (any LoginPolicy)? = nil,
         onRunning: @escaping @Sendable (BoundAddresses) -> Void = { _ in }
     ) {
         self.configuration = configuration
@@ -73,7 +75,7 @@ public final class SwitchboardGateway: Service, Sendable {
             configuration: configuration, registry: registry,
             handlers: handlers, observers: observers, metrics: metrics,
             logger: logger, nowMillis: nowMillis, flushBatches: FlushBatches(group: self.eventLoopGroup),
-            inboxes: LoopInboxes(group: self.eventLoopGroup))
+            inboxes: LoopInboxes(group: self.eventLoopGroup), loginPolicy: loginPolicy)
         self.onRunning = onRunning
     }
 

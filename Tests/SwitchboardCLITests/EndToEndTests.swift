@@ -56,6 +56,30 @@ struct EndToEndTests {
         }
     }
 
+    @Test("channels, last-seen and kick from the command line: a member listed, online, kicked, then last seen")
+    func moderationFromTheCommandLine() async throws {
+        try await withChildGateway { gateway in
+            let ann = try gateway.start(["shell"], user: "Ann", pipeInput: true)
+            try ann.send("channel subscribe lobby")
+            #expect(await eventually { ann.outputLines.contains("ok") }, "\(ann.output)\(ann.errorOutput)")
+
+            let channels = try await gateway.sbctl(["channels"])
+            #expect(channels.status == 0, "\(channels.errorOutput)")
+            #expect(channels.outputLines == ["lobby  message  users=1 sessions=1"])
+            #expect(try await gateway.sbctl(["last-seen", "Ann", "Nobody"]).outputLines == ["Ann  online", "Nobody  never"])
+
+            let kick = try await gateway.sbctl(["kick", "Ann", "--reason", "closing time"])
+            #expect(kick.status == 0, "\(kick.errorOutput)")
+            #expect(kick.outputLines == ["sessionsEnded 1"])
+            #expect(await ann.exitStatus() != nil)
+            #expect(
+                await eventually {
+                    (try? await gateway.sbctl(["last-seen", "Ann"]))?.outputLines.first?.hasPrefix("Ann  lastSeen=") == true
+                })
+            #expect(try await gateway.sbctl(["channels"]).outputLines == ["no channels"])
+        }
+    }
+
     @Test("who-now --state lists a member whose state a piped shell session set")
     func whoNowShowsState() async throws {
         try await withChildGateway { gateway in

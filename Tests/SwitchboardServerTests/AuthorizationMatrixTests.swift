@@ -49,6 +49,7 @@ import Testing
     /// Operations every session may call, whatever its grants.
     static let alwaysAllowed: Set<Opcode> = [
         .logout, .renewToken, .unsubscribeUserMetadata, .unsubscribeChannel, .unsubscribeEvent, .unsubscribeProfiles,
+        .listChannels,
     ]
     /// Operations only admins may call.
     static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider]
@@ -322,9 +323,40 @@ import Testing
                     _ = try await stage.admin.send(.setUserInfo(SetUserInfoRequest(info: UserInfo(userId: friend, name: "poke"))))
                     _ = try await stage.admin.send(.setGroupInfo(SetGroupInfoRequest(info: GroupInfo(groupId: team, name: "poke"))))
                 })
+        case .kickUser:
+            return Scenario(
+                needs: [Need(permission: .moderate, kind: .user, name: friend)],
+                request: .kickUser(KickUserRequest(userId: friend, banSeconds: 60)),
+                readBack: { stage in await Self.logsIn(stage, friend) })
+        case .revokeTokens:
+            return Scenario(
+                needs: [Need(permission: .moderate, kind: .user, name: friend)],
+                request: .revokeTokens(RevokeTokensRequest(userId: friend, issuedBeforeMs: UInt64(systemNowMillis()))),
+                readBack: { stage in await Self.logsIn(stage, friend) })
+        case .forceUnsubscribe:
+            return Scenario(
+                needs: [channel(.moderate)],
+                request: .forceUnsubscribe(ForceUnsubscribeRequest(userId: friend, channel: room)),
+                setup: { stage, _ in
+                    let member = try await stage.gateway.session(friend, admin: true)
+                    _ = try await member.send(.subscribeChannel(SubscribeChannelRequest(channel: room)))
+                    return [member]
+                },
+                readBack: { try await read($0.admin, .whoNow(WhoNowRequest(channel: room, includeUserId: true))) })
+        case .getLastSeen:
+            return Scenario(
+                needs: [Need(permission: .moderate, kind: .user, name: friend)],
+                request: .getLastSeen(GetLastSeenRequest(userIds: [friend])))
         default:
             return nil
         }
+    }
+
+    /// Whether `user` can log in now (a kick's ban or a revocation would refuse it).
+    static func logsIn(_ stage: Stage, _ user: String) async -> String {
+        guard let connection = try? await stage.gateway.session(user) else { return "refused" }
+        await connection.close()
+        return "logged in"
     }
 
     /// The operations with a case of grants (all but the always-allowed and admin-only ones).
@@ -433,6 +465,7 @@ import Testing
                 .unsubscribeEvent(UnsubscribeEventRequest()),
                 .unsubscribeProfiles(SubscribeProfilesRequest(userIds: ["someone"])),
                 .logout(EmptyBody()),
+                .listChannels(ListChannelsRequest()),  // lists only what the caller may moderate
             ]
             #expect(Set(requests.map(\.operation)) == Self.alwaysAllowed)
             let session = try await gateway.session("nobody")

@@ -16,7 +16,7 @@ public struct TemporaryPath: Sendable, CustomStringConvertible {
 
     /// Everything a gateway keeps next to its metadata database: that database, the event store (`.events`) and the
     /// profile store (`.profiles`), each with its SQLite files (``sqliteSuffixes``).
-    public static let siblingSuffixes = ["", ".events", ".profiles"].flatMap { store in
+    public static let siblingSuffixes = ["", ".events", ".profiles", ".moderation"].flatMap { store in
         Self.sqliteSuffixes.map { store + $0 }
     }
 

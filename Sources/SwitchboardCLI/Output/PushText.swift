@@ -12,6 +12,10 @@ public enum PushText {
         case .profileChanged(let change): return Self.profile(change)
         case .providerRequest(let request): return Self.provider(request)
         case .serverNotice(let notice): return Self.notice(notice)
+        case .unsubscribed(let notice):
+            var line = "unsubscribed \(Self.channelName(notice.channel, notice.channelType))"
+            if !notice.reason.isEmpty { line += " reason=\(TextQuoting.quoted(notice.reason))" }
+            return line
         }
     }
 

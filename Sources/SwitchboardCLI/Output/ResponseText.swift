@@ -46,6 +46,20 @@ public enum ResponseText {
             return lines
         case .clearProfile(let body):
             return ["removed \(body.removed)"]
+        case .kickUser(let body):
+            var line = "sessionsEnded \(body.sessionsEnded)"
+            if body.bannedUntilMs != 0 { line += " bannedUntil=\(TextQuoting.instant(milliseconds: body.bannedUntilMs))" }
+            return [line]
+        case .forceUnsubscribe(let body):
+            return ["sessionsUnsubscribed \(body.sessionsUnsubscribed)"]
+        case .revokeTokens(let body):
+            return ["sessionsEnded \(body.sessionsEnded) keptUntil=\(TextQuoting.instant(milliseconds: body.keptUntilMs))"]
+        case .listChannels(let body):
+            var lines = body.channels.isEmpty ? ["no channels"] : body.channels.map(Self.occupancy)
+            if !body.nextCursor.isEmpty { lines.append("nextCursor \(TextQuoting.quoted(body.nextCursor))") }
+            return lines
+        case .getLastSeen(let body):
+            return body.users.map(Self.lastSeen)
         case .renewToken(let body):
             if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
             return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]
@@ -78,6 +92,18 @@ public enum ResponseText {
 
     static func channel(_ channel: ChannelRef) -> String {
         "\(TextQuoting.quoted(channel.channel))  \(channel.channelType)"
+    }
+
+    /// `"room"  message  users=2 sessions=3`.
+    static func occupancy(_ row: ChannelOccupancy) -> String {
+        "\(TextQuoting.quoted(row.channel))  \(row.channelType)  users=\(row.users) sessions=\(row.sessions)"
+    }
+
+    /// `ann  online` or `ann  lastSeen=<instant>` (`never` when never seen).
+    static func lastSeen(_ row: LastSeen) -> String {
+        let state = row.online
+            ? "online" : row.lastSeenMs == 0 ? "never" : "lastSeen=\(TextQuoting.instant(milliseconds: row.lastSeenMs))"
+        return "\(TextQuoting.quoted(row.userId))  \(state)"
     }
 
     static func subscription(_ subscription: EventSubscription) -> String {

@@ -226,6 +226,30 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         return .unsubscribeChannel(EmptyBody())
     }
 
+    /// Takes `key` from every session of `userID` on this gateway (`forceUnsubscribe`), as if each had sent
+    /// `unsubscribeChannel`: their user leaves (others get `remoteLeave`) and they stop getting the channel's events.
+    ///
+    /// - Returns: the sessions taken out (the caller tells them).
+    public func forceUnsubscribe(userID: String, from key: ChannelKey, now: Int64) -> [SessionHandle] {
+        let subscriptions = self.subscriptions
+        let replication = self.replication
+        var removed: [SessionHandle] = []
+        for session in subscriptions.members(of: key) where session.info.userID == userID {
+            let info = session.info
+            do throws(SwitchboardStoreError) {
+                try self.domain.unsubscribe(ObjectIdentifier(session), userID: userID, from: key, now: now) {
+                    _ = subscriptions.leave(session, channel: key)
+                    replication?.sessionLeft(info.connectionID, userID: userID, channel: key, exit: .left)
+                }
+            } catch {
+                continue  // it left meanwhile
+            }
+            session.releaseSubscriptions()
+            removed.append(session)
+        }
+        return removed
+    }
+
     // MARK: pushes
 
     /// The encoded form of `pushes`, made once and kept with them (a cached snapshot is sent to many joiners).

@@ -81,4 +81,11 @@ struct RequestAuthorizer {
         default: return self.require(.profileWrite, .group, request.id)  // group, memberList (others are refused later)
         }
     }
+
+    /// `revokeTokens`: by user, `moderate` on that user. By `tokenId` the token's user is known only from the live
+    /// sessions that logged in with it, which the moderation area holds: it checks `moderate` on each of their users,
+    /// or on `user:*` when none is live.
+    func checkRevokeTokens(_ request: RevokeTokensRequest) -> AuthorizationDenial? {
+        request.tokenId.isEmpty ? self.require(.moderate, .user, request.userId) : nil
+    }
 }

@@ -66,11 +66,16 @@ public struct TokenAuthority: Sendable {
         self.secret = Array(secret)
     }
 
-    /// Mints a token.
-    public func mint(userID: String, expiresAt: Int64, role: SessionRole = .user) -> String {
-        let payload: JSONValue = .object([
+    /// Mints a token; `tokenID` and `issuedAt` (seconds) become its jti and iat, by which it can be revoked.
+    public func mint(
+        userID: String, expiresAt: Int64, role: SessionRole = .user, tokenID: String? = nil, issuedAt: Int64? = nil
+    ) -> String {
+        var members: [(key: String, value: JSONValue)] = [
             ("u", .string(userID)), ("e", .int(expiresAt)), ("r", .string(role.rawValue)),
-        ])
+        ]
+        if let tokenID { members.append(("j", .string(tokenID))) }
+        if let issuedAt { members.append(("i", .int(issuedAt))) }
+        let payload: JSONValue = .object(members)
         let encodedPayload = Base64URL.encode(Array(payload.description.utf8))
         let signingInput = Self.prefix + encodedPayload
         let signature = HMAC<SHA256>.authenticationCode(for: Array(signingInput.utf8), using: self.key)
@@ -115,7 +120,10 @@ public struct TokenAuthority: Sendable {
             throw SwitchboardWireError(.invalidToken, "token payload is malformed")
         }
         guard expiresAt > now else { throw SwitchboardWireError(.tokenExpired, "token expired at \(expiresAt)") }
-        return AccessToken(userID: userID, expiresAt: expiresAt, role: role)
+        var token = AccessToken(userID: userID, expiresAt: expiresAt, role: role)
+        token.tokenID = payload["j"]?.stringValue
+        token.issuedAt = payload["i"]?.int64Value
+        return token
     }
 
     /// The role a payload's `r` claim grants: absent means `user`; anything but the string `"user"` or `"admin"`

@@ -39,6 +39,10 @@ public protocol ClusterEngine: Sendable {
     ///   subscribers see value 3.
     func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)?
 
+    /// The moderation backend this node serves (bans, revocations, last-seen times in the shared database; actions
+    /// carried to the other nodes), loaded after ``join(logger:)``; nil: the node's own `.moderation` SQLite file.
+    func openModerationBackend(logger: Logger) async throws -> (any ModerationBackend)?
+
     /// What the node knows now of its dependencies and of the cluster (`/health`, the `switchboard_cluster_*`
     /// metrics); nil: nothing to report.
     var statusReport: ClusterStatusReport? { get }
@@ -50,6 +54,9 @@ extension ClusterEngine {
 
     /// Events stay in the node's own SQLite file.
     public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? { nil }
+
+    /// Moderation stays in the node's own SQLite file.
+    public func openModerationBackend(logger: Logger) async throws -> (any ModerationBackend)? { nil }
 
     /// Nothing to report.
     public var statusReport: ClusterStatusReport? { nil }

@@ -477,7 +477,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let now = self.core.nowMillis()
         let accepted: AcceptedHello
         switch Handshake.accept(
-            hello, authority: self.core.authority, heartbeat: self.core.configuration.heartbeat, nowMillis: now)
+            hello, authority: self.core.authority, heartbeat: self.core.configuration.heartbeat, nowMillis: now,
+            policy: self.core.loginPolicy)
         {
         case .success(let terms):
             accepted = terms
@@ -496,7 +497,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             connectionID: self.connectionID, userID: userID, role: role, clientType: hello.clientType,
             deviceID: hello.deviceId, features: features, startedAtMs: now,
             // Admins and open development mode (role admin) may do everything; users what the default grants allow.
-            grants: role == .admin ? .unrestricted : configuration.defaultGrants)
+            grants: role == .admin ? .unrestricted : configuration.defaultGrants,
+            tokenID: accepted.token?.tokenID, tokenIssuedAt: accepted.token?.issuedAt)
         let session = SessionHandle(
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)

@@ -12,6 +12,8 @@ struct AcceptedHello: Equatable {
     var features: [String]
     /// The heartbeat interval granted: the client's wish clamped to the server's range, or the server's default.
     var heartbeatInterval: TimeAmount
+    /// The verified token (nil in open development mode).
+    var token: AccessToken? = nil
 
     /// Whether frames may be compressed (the client asked for zlib).
     var supportsCompression: Bool { self.features.contains("zlib") }
@@ -27,9 +29,12 @@ enum Handshake {
     /// at), the protocol version, then the credentials (a token when the server has an `authority`, a user id in
     /// open development mode).
     ///
-    /// - Parameter nowMillis: server time, for the token's expiry.
+    /// - Parameters:
+    ///   - nowMillis: server time, for the token's expiry.
+    ///   - policy: consulted last, once the credentials are good (bans, revoked tokens).
     static func accept(
-        _ hello: Hello, authority: TokenAuthority?, heartbeat: ServerConfiguration.Heartbeat, nowMillis: Int64
+        _ hello: Hello, authority: TokenAuthority?, heartbeat: ServerConfiguration.Heartbeat, nowMillis: Int64,
+        policy: (any LoginPolicy)? = nil
     ) -> Result<AcceptedHello, SwitchboardWireError> {
         if let violation = self.limitViolation(hello) { return .failure(violation) }
         guard hello.protocolVersion == 1 else {
@@ -40,6 +45,7 @@ enum Handshake {
         let userID: String
         let role: SessionRole
         var tokenExpiresAtMs: Int64?
+        var verified: AccessToken?
         if let authority {
             let token: AccessToken
             do {
@@ -53,6 +59,7 @@ enum Handshake {
             userID = token.userID
             role = token.role
             tokenExpiresAtMs = token.expiresAtMillis
+            verified = token
         } else {
             guard !hello.userId.isEmpty else {
                 return .failure(SwitchboardWireError(.notAuthenticated, "open mode: HELLO.userId is required"))
@@ -60,11 +67,12 @@ enum Handshake {
             userID = hello.userId
             role = .admin  // open development mode: no roles to check
         }
+        if let refusal = policy?.refusal(of: verified, userID: userID, nowMillis: nowMillis) { return .failure(refusal) }
         return .success(
             AcceptedHello(
                 userID: userID, role: role, tokenExpiresAtMs: tokenExpiresAtMs,
                 features: Set(hello.features).intersection(self.supportedFeatures).sorted(),
-                heartbeatInterval: self.heartbeatInterval(requestedMs: hello.heartbeatMs, heartbeat)))
+                heartbeatInterval: self.heartbeatInterval(requestedMs: hello.heartbeatMs, heartbeat), token: verified))
     }
 
     /// The first limit of SB-5.1 a HELLO breaks, if any: the error that ends the connection.

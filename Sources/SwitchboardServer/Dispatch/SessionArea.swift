@@ -6,6 +6,8 @@ struct SessionArea: RequestHandler {
     let credentials: GatewayCredentials
     /// Told of a logout before it is answered (``SessionObserver/sessionLoggingOut(_:)``).
     var observers: [any SessionObserver] = []
+    /// Refuses a new token as it refuses a login with it (a revoked token, a banned user).
+    var loginPolicy: (any LoginPolicy)? = nil
 
     var operations: [Opcode] { [.logout, .renewToken] }
 
@@ -23,6 +25,9 @@ struct SessionArea: RequestHandler {
                 let token = try authority.verify(renew.token, now: context.nowMillis / 1000)
                 guard token.userID == context.session.info.userID, token.role == context.session.info.role else {
                     return .failure(ErrorBody(.permissionDenied, "the new token is for another user or role"))
+                }
+                if let refusal = self.loginPolicy?.refusal(of: token, userID: token.userID, nowMillis: context.nowMillis) {
+                    return .failure(ErrorBody(refusal.code, refusal.message))
                 }
                 context.session.tokenRenewed(expiresAtMs: token.expiresAtMillis)
                 return .response(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(token.expiresAtMillis, 0)))))

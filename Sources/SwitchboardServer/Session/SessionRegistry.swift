@@ -56,6 +56,11 @@ public final class SessionRegistry: Sendable {
         self.state.withLock { Array(($0.sessionsByUser[userID] ?? [:]).values) }
     }
 
+    /// Every session on this gateway (revocation checks each one's token).
+    public func allSessions() -> [SessionHandle] {
+        self.state.withLock { state in state.sessionsByUser.values.flatMap(\.values) }
+    }
+
     /// Whether `userID` has a session on this gateway (O(1), unlike ``sessions(ofUser:)``, which copies them).
     public func hasSessions(ofUser userID: String) -> Bool {
         self.state.withLock { $0.sessionsByUser[userID] != nil }

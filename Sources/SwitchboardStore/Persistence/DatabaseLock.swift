@@ -49,7 +49,7 @@ public final class DatabaseLock: Sendable {
 
     /// The database files of a gateway whose metadata database is `databasePath`.
     public static func gatewayFiles(databasePath: String) -> [String] {
-        [databasePath, databasePath + ".events", databasePath + ".profiles"]
+        [databasePath, databasePath + ".events", databasePath + ".profiles", databasePath + ".moderation"]
     }
 
     deinit {

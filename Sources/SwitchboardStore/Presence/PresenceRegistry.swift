@@ -242,6 +242,32 @@ public final class PresenceRegistry: Sendable {
         }
     }
 
+    // MARK: occupancy
+
+    /// One channel's occupancy (``occupancy()``).
+    public struct Occupancy: Sendable, Hashable {
+        public var key: ChannelKey
+        /// Members, each user once (quiet ones and ones within their presence timeout included).
+        public var users: Int
+        /// Sessions in the channel, other nodes' included.
+        public var sessions: Int
+    }
+
+    /// Every channel with members and how many, in no order (`listChannels` sorts and pages them). Takes each shard's
+    /// lock in turn: a channel that changes meanwhile is counted as it was when its shard was read.
+    public func occupancy() -> [Occupancy] {
+        var result: [Occupancy] = []
+        for shard in self.shards {
+            shard.state.withLock { state in
+                for (key, channel) in state.channels where !channel.members.isEmpty {
+                    let sessions = channel.members.values.reduce(0) { $0 + $1.sessions.count }
+                    result.append(Occupancy(key: key, users: channel.members.count, sessions: sessions))
+                }
+            }
+        }
+        return result
+    }
+
     // MARK: sessions of other nodes
 
     /// Adds a session another node of a cluster holds (`session` is an id the caller keeps for it) to `key`, as

@@ -45,6 +45,11 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case unsubscribeProfiles = 50
     case registerProvider = 51
     case answerProvider = 52
+    case kickUser = 53
+    case forceUnsubscribe = 54
+    case revokeTokens = 55
+    case listChannels = 56
+    case getLastSeen = 57
 
     /// The op's name in the spec.
     public var name: String {
@@ -91,6 +96,11 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .unsubscribeProfiles: return "unsubscribeProfiles"
         case .registerProvider: return "registerProvider"
         case .answerProvider: return "answerProvider"
+        case .kickUser: return "kickUser"
+        case .forceUnsubscribe: return "forceUnsubscribe"
+        case .revokeTokens: return "revokeTokens"
+        case .listChannels: return "listChannels"
+        case .getLastSeen: return "getLastSeen"
         }
     }
 
@@ -141,6 +151,11 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "unsubscribeProfiles": self = .unsubscribeProfiles
         case "registerProvider": self = .registerProvider
         case "answerProvider": self = .answerProvider
+        case "kickUser": self = .kickUser
+        case "forceUnsubscribe": self = .forceUnsubscribe
+        case "revokeTokens": self = .revokeTokens
+        case "listChannels": self = .listChannels
+        case "getLastSeen": self = .getLastSeen
         default: return nil
         }
     }
@@ -232,6 +247,16 @@ public enum Request: Sendable, Hashable {
     case registerProvider(RegisterProviderRequest)
     /// A provider's answer to a providerRequest push. found false means the provider does not know the record.
     indirect case answerProvider(AnswerProviderRequest)
+    /// Ends every session of a user, on every node of a cluster, within 1 s: each gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps it). Needs the moderate permission on user:<userId>.
+    case kickUser(KickUserRequest)
+    /// Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+    case forceUnsubscribe(ForceUnsubscribeRequest)
+    /// Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
+    case revokeTokens(RevokeTokensRequest)
+    /// Channels that have members now, with their occupancy, in order of (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the caller has the moderate permission on are listed. A cluster node lists the channels of every node.
+    case listChannels(ListChannelsRequest)
+    /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
+    case getLastSeen(GetLastSeenRequest)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -278,6 +303,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles
         case .registerProvider: return .registerProvider
         case .answerProvider: return .answerProvider
+        case .kickUser: return .kickUser
+        case .forceUnsubscribe: return .forceUnsubscribe
+        case .revokeTokens: return .revokeTokens
+        case .listChannels: return .listChannels
+        case .getLastSeen: return .getLastSeen
         }
     }
 
@@ -326,6 +356,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles(let body): return body.wireSize
         case .registerProvider(let body): return body.wireSize
         case .answerProvider(let body): return body.wireSize
+        case .kickUser(let body): return body.wireSize
+        case .forceUnsubscribe(let body): return body.wireSize
+        case .revokeTokens(let body): return body.wireSize
+        case .listChannels(let body): return body.wireSize
+        case .getLastSeen(let body): return body.wireSize
         }
     }
 
@@ -374,6 +409,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles(let body): body.encode(to: &writer)
         case .registerProvider(let body): body.encode(to: &writer)
         case .answerProvider(let body): body.encode(to: &writer)
+        case .kickUser(let body): body.encode(to: &writer)
+        case .forceUnsubscribe(let body): body.encode(to: &writer)
+        case .revokeTokens(let body): body.encode(to: &writer)
+        case .listChannels(let body): body.encode(to: &writer)
+        case .getLastSeen(let body): body.encode(to: &writer)
         }
     }
 
@@ -422,6 +462,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles(try UnsubscribeProfilesRequest(from: &reader))
         case .registerProvider: return .registerProvider(try RegisterProviderRequest(from: &reader))
         case .answerProvider: return .answerProvider(try AnswerProviderRequest(from: &reader))
+        case .kickUser: return .kickUser(try KickUserRequest(from: &reader))
+        case .forceUnsubscribe: return .forceUnsubscribe(try ForceUnsubscribeRequest(from: &reader))
+        case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(from: &reader))
+        case .listChannels: return .listChannels(try ListChannelsRequest(from: &reader))
+        case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(from: &reader))
         }
     }
 
@@ -470,6 +515,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles(let body): return body.jsonValue
         case .registerProvider(let body): return body.jsonValue
         case .answerProvider(let body): return body.jsonValue
+        case .kickUser(let body): return body.jsonValue
+        case .forceUnsubscribe(let body): return body.jsonValue
+        case .revokeTokens(let body): return body.jsonValue
+        case .listChannels(let body): return body.jsonValue
+        case .getLastSeen(let body): return body.jsonValue
         }
     }
 
@@ -518,6 +568,11 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles(try UnsubscribeProfilesRequest(json: body))
         case .registerProvider: return .registerProvider(try RegisterProviderRequest(json: body))
         case .answerProvider: return .answerProvider(try AnswerProviderRequest(json: body))
+        case .kickUser: return .kickUser(try KickUserRequest(json: body))
+        case .forceUnsubscribe: return .forceUnsubscribe(try ForceUnsubscribeRequest(json: body))
+        case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(json: body))
+        case .listChannels: return .listChannels(try ListChannelsRequest(json: body))
+        case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(json: body))
         }
     }
 }
@@ -608,6 +663,16 @@ public enum Response: Sendable, Hashable {
     case registerProvider(EmptyBody)
     /// A provider's answer to a providerRequest push. found false means the provider does not know the record.
     case answerProvider(EmptyBody)
+    /// Ends every session of a user, on every node of a cluster, within 1 s: each gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps it). Needs the moderate permission on user:<userId>.
+    case kickUser(KickUserResponse)
+    /// Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+    case forceUnsubscribe(ForceUnsubscribeResponse)
+    /// Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
+    case revokeTokens(RevokeTokensResponse)
+    /// Channels that have members now, with their occupancy, in order of (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the caller has the moderate permission on are listed. A cluster node lists the channels of every node.
+    case listChannels(ListChannelsResponse)
+    /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
+    case getLastSeen(GetLastSeenResponse)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -654,6 +719,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles
         case .registerProvider: return .registerProvider
         case .answerProvider: return .answerProvider
+        case .kickUser: return .kickUser
+        case .forceUnsubscribe: return .forceUnsubscribe
+        case .revokeTokens: return .revokeTokens
+        case .listChannels: return .listChannels
+        case .getLastSeen: return .getLastSeen
         }
     }
 
@@ -702,6 +772,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles(let body): return body.wireSize
         case .registerProvider(let body): return body.wireSize
         case .answerProvider(let body): return body.wireSize
+        case .kickUser(let body): return body.wireSize
+        case .forceUnsubscribe(let body): return body.wireSize
+        case .revokeTokens(let body): return body.wireSize
+        case .listChannels(let body): return body.wireSize
+        case .getLastSeen(let body): return body.wireSize
         }
     }
 
@@ -750,6 +825,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles(let body): body.encode(to: &writer)
         case .registerProvider(let body): body.encode(to: &writer)
         case .answerProvider(let body): body.encode(to: &writer)
+        case .kickUser(let body): body.encode(to: &writer)
+        case .forceUnsubscribe(let body): body.encode(to: &writer)
+        case .revokeTokens(let body): body.encode(to: &writer)
+        case .listChannels(let body): body.encode(to: &writer)
+        case .getLastSeen(let body): body.encode(to: &writer)
         }
     }
 
@@ -798,6 +878,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles(try EmptyBody(from: &reader))
         case .registerProvider: return .registerProvider(try EmptyBody(from: &reader))
         case .answerProvider: return .answerProvider(try EmptyBody(from: &reader))
+        case .kickUser: return .kickUser(try KickUserResponse(from: &reader))
+        case .forceUnsubscribe: return .forceUnsubscribe(try ForceUnsubscribeResponse(from: &reader))
+        case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(from: &reader))
+        case .listChannels: return .listChannels(try ListChannelsResponse(from: &reader))
+        case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(from: &reader))
         }
     }
 
@@ -846,6 +931,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles(let body): return body.jsonValue
         case .registerProvider(let body): return body.jsonValue
         case .answerProvider(let body): return body.jsonValue
+        case .kickUser(let body): return body.jsonValue
+        case .forceUnsubscribe(let body): return body.jsonValue
+        case .revokeTokens(let body): return body.jsonValue
+        case .listChannels(let body): return body.jsonValue
+        case .getLastSeen(let body): return body.jsonValue
         }
     }
 
@@ -894,6 +984,11 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeProfiles: return .unsubscribeProfiles(try EmptyBody(json: body))
         case .registerProvider: return .registerProvider(try EmptyBody(json: body))
         case .answerProvider: return .answerProvider(try EmptyBody(json: body))
+        case .kickUser: return .kickUser(try KickUserResponse(json: body))
+        case .forceUnsubscribe: return .forceUnsubscribe(try ForceUnsubscribeResponse(json: body))
+        case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(json: body))
+        case .listChannels: return .listChannels(try ListChannelsResponse(json: body))
+        case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(json: body))
         }
     }
 }
@@ -1021,6 +1116,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
     case profileChanged = 5
     case providerRequest = 6
     case serverNotice = 7
+    case unsubscribed = 8
 
     /// The name in the spec.
     public var name: String {
@@ -1032,6 +1128,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case .profileChanged: return "profileChanged"
         case .providerRequest: return "providerRequest"
         case .serverNotice: return "serverNotice"
+        case .unsubscribed: return "unsubscribed"
         }
     }
 
@@ -1047,6 +1144,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case "profileChanged": self = .profileChanged
         case "providerRequest": self = .providerRequest
         case "serverNotice": self = .serverNotice
+        case "unsubscribed": self = .unsubscribed
         default: return nil
         }
     }
@@ -1068,6 +1166,8 @@ public enum Push: Sendable, Hashable {
     case providerRequest(ProviderRequest)
     /// Something the client should know about its session: the server is shutting down, the token expires soon, the session is about to be cut for being slow.
     case serverNotice(ServerNotice)
+    /// A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the channel's events.
+    case unsubscribed(Unsubscribed)
 
     /// The op this value travels under.
     public var pushCode: PushCode {
@@ -1079,6 +1179,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged: return .profileChanged
         case .providerRequest: return .providerRequest
         case .serverNotice: return .serverNotice
+        case .unsubscribed: return .unsubscribed
         }
     }
 
@@ -1092,6 +1193,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged(let body): return body.wireSize
         case .providerRequest(let body): return body.wireSize
         case .serverNotice(let body): return body.wireSize
+        case .unsubscribed(let body): return body.wireSize
         }
     }
 
@@ -1105,6 +1207,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged(let body): body.encode(to: &writer)
         case .providerRequest(let body): body.encode(to: &writer)
         case .serverNotice(let body): body.encode(to: &writer)
+        case .unsubscribed(let body): body.encode(to: &writer)
         }
     }
 
@@ -1118,6 +1221,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged: return .profileChanged(try ProfileChanged(from: &reader))
         case .providerRequest: return .providerRequest(try ProviderRequest(from: &reader))
         case .serverNotice: return .serverNotice(try ServerNotice(from: &reader))
+        case .unsubscribed: return .unsubscribed(try Unsubscribed(from: &reader))
         }
     }
 
@@ -1131,6 +1235,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged(let body): return body.jsonValue
         case .providerRequest(let body): return body.jsonValue
         case .serverNotice(let body): return body.jsonValue
+        case .unsubscribed(let body): return body.jsonValue
         }
     }
 
@@ -1144,6 +1249,7 @@ public enum Push: Sendable, Hashable {
         case .profileChanged: return .profileChanged(try ProfileChanged(json: body))
         case .providerRequest: return .providerRequest(try ProviderRequest(json: body))
         case .serverNotice: return .serverNotice(try ServerNotice(json: body))
+        case .unsubscribed: return .unsubscribed(try Unsubscribed(json: body))
         }
     }
 }

@@ -48,6 +48,10 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let tokenExpired = ErrorCode(rawValue: 2002)
     /// 2003: The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the resource), or an admin-only call.
     public static let permissionDenied = ErrorCode(rawValue: 2003)
+    /// 2004: A moderator removed the user (kickUser): the code of the GOAWAY that ends their sessions (reason kicked), and, while a ban lasts, of the GOAWAY that refuses their logins (the message says until when).
+    public static let loginRefused = ErrorCode(rawValue: 2004)
+    /// 2005: The token was revoked (revokeTokens): in GOAWAY at login, or ending a live session that logged in with it.
+    public static let tokenRevoked = ErrorCode(rawValue: 2005)
     /// 3000: The connection's request rate is over its token bucket.
     public static let rateLimited = ErrorCode(rawValue: 3000)
     /// 3001: More unanswered requests than maxInflight.
@@ -156,6 +160,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .invalidToken,
         .tokenExpired,
         .permissionDenied,
+        .loginRefused,
+        .tokenRevoked,
         .rateLimited,
         .tooManyInflight,
         .tooManyConnections,
@@ -223,6 +229,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 2001: return "invalidToken"
         case 2002: return "tokenExpired"
         case 2003: return "permissionDenied"
+        case 2004: return "loginRefused"
+        case 2005: return "tokenRevoked"
         case 3000: return "rateLimited"
         case 3001: return "tooManyInflight"
         case 3002: return "tooManyConnections"
@@ -292,6 +300,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "invalidToken": self = .invalidToken
         case "tokenExpired": self = .tokenExpired
         case "permissionDenied": self = .permissionDenied
+        case "loginRefused": self = .loginRefused
+        case "tokenRevoked": self = .tokenRevoked
         case "rateLimited": self = .rateLimited
         case "tooManyInflight": self = .tooManyInflight
         case "tooManyConnections": self = .tooManyConnections

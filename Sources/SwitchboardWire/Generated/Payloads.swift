@@ -1041,6 +1041,170 @@ extension ErrorBody: JSONRepresentable {
     }
 }
 
+/// A channel and who is in it (listChannels).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channel | string |
+/// | 2 | channelType | ChannelType |
+/// | 3 | users | uint |
+/// | 4 | sessions | uint |
+public struct ChannelOccupancy: WireCodable {
+    public var channel: String
+    public var channelType: ChannelType
+    /// Users joined (each counted once, however many sessions they have; quiet members and members within their presence timeout included).
+    public var users: UInt64
+    /// Sessions joined, on every node of a cluster.
+    public var sessions: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channel: String = "", channelType: ChannelType = .message, users: UInt64 = 0, sessions: UInt64 = 0) {
+        self.channel = channel
+        self.channelType = channelType
+        self.users = users
+        self.sessions = sessions
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.channel = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.users = try reader.readVarint()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.sessions = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(1, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(2, UInt64(self.channelType.rawValue)) }
+        if !(self.users == 0) { size += WireField.varintFieldSize(3, self.users) }
+        if !(self.sessions == 0) { size += WireField.varintFieldSize(4, self.sessions) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.users == 0) { writer.writeVarintField(3, self.users) }
+        if !(self.sessions == 0) { writer.writeVarintField(4, self.sessions) }
+    }
+}
+
+extension ChannelOccupancy: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.users == 0) { members.append(("users", .uint(self.users))) }
+        if !(self.sessions == 0) { members.append(("sessions", .uint(self.sessions))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ChannelOccupancy") {
+            switch member.key {
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "users": self.users = try JSONField.uint64(member.value, "users")
+            case "sessions": self.sessions = try JSONField.uint64(member.value, "sessions")
+            default: throw SwitchboardWireError(.malformedBody, "json: ChannelOccupancy has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Whether a user is online, or when their last session ended (getLastSeen).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | userId | string |
+/// | 2 | online | bool |
+/// | 3 | lastSeenMs | uint |
+public struct LastSeen: WireCodable {
+    public var userId: String
+    /// The user has a session now (on any node of a cluster).
+    public var online: Bool
+    /// When the user's last session ended (server ms); 0 when online or never seen.
+    public var lastSeenMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(userId: String = "", online: Bool = false, lastSeenMs: UInt64 = 0) {
+        self.userId = userId
+        self.online = online
+        self.lastSeenMs = lastSeenMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.userId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.online = try reader.readBool()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.lastSeenMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(1, self.userId) }
+        if !(!self.online) { size += WireField.varintFieldSize(2, (self.online ? 1 : 0)) }
+        if !(self.lastSeenMs == 0) { size += WireField.varintFieldSize(3, self.lastSeenMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        if !(!self.online) { writer.writeVarintField(2, (self.online ? 1 : 0)) }
+        if !(self.lastSeenMs == 0) { writer.writeVarintField(3, self.lastSeenMs) }
+    }
+}
+
+extension LastSeen: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(!self.online) { members.append(("online", .bool(self.online))) }
+        if !(self.lastSeenMs == 0) { members.append(("lastSeenMs", .uint(self.lastSeenMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "LastSeen") {
+            switch member.key {
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "online": self.online = try JSONField.bool(member.value, "online")
+            case "lastSeenMs": self.lastSeenMs = try JSONField.uint64(member.value, "lastSeenMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: LastSeen has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Request of `renewToken` (op 0x02). Replaces the session's token before it expires. The token must be for the same user.
 ///
 /// | # | field | type |
@@ -4889,6 +5053,713 @@ extension AnswerProviderRequest: JSONRepresentable {
     }
 }
 
+/// Request of `kickUser` (op 0x35). Ends every session of a user, on every node of a cluster, within 1 s: each gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps it). Needs the moderate permission on user:<userId>.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | userId | string |
+/// | 2 | reason | string |
+/// | 3 | banSeconds | uint |
+public struct KickUserRequest: WireCodable {
+    public var userId: String
+    /// Sent in the GOAWAY message.
+    public var reason: String
+    /// 0: no ban.
+    public var banSeconds: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(userId: String = "", reason: String = "", banSeconds: UInt64 = 0) {
+        self.userId = userId
+        self.reason = reason
+        self.banSeconds = banSeconds
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.userId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.reason = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.banSeconds = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(1, self.userId) }
+        if !(self.reason.isEmpty) { size += WireField.stringFieldSize(2, self.reason) }
+        if !(self.banSeconds == 0) { size += WireField.varintFieldSize(3, self.banSeconds) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        if !(self.reason.isEmpty) { writer.writeStringField(2, self.reason) }
+        if !(self.banSeconds == 0) { writer.writeVarintField(3, self.banSeconds) }
+    }
+}
+
+extension KickUserRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(self.reason.isEmpty) { members.append(("reason", .string(self.reason))) }
+        if !(self.banSeconds == 0) { members.append(("banSeconds", .uint(self.banSeconds))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "KickUserRequest") {
+            switch member.key {
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "reason": self.reason = try JSONField.string(member.value, "reason")
+            case "banSeconds": self.banSeconds = try JSONField.uint64(member.value, "banSeconds")
+            default: throw SwitchboardWireError(.malformedBody, "json: KickUserRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `kickUser` (op 0x35). Ends every session of a user, on every node of a cluster, within 1 s: each gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps it). Needs the moderate permission on user:<userId>.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | sessionsEnded | uint |
+/// | 2 | bannedUntilMs | uint |
+public struct KickUserResponse: WireCodable {
+    /// Sessions this node ended (other nodes end theirs too).
+    public var sessionsEnded: UInt64
+    /// When the ban lapses (server ms); 0 without one.
+    public var bannedUntilMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(sessionsEnded: UInt64 = 0, bannedUntilMs: UInt64 = 0) {
+        self.sessionsEnded = sessionsEnded
+        self.bannedUntilMs = bannedUntilMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.sessionsEnded = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.bannedUntilMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.sessionsEnded == 0) { size += WireField.varintFieldSize(1, self.sessionsEnded) }
+        if !(self.bannedUntilMs == 0) { size += WireField.varintFieldSize(2, self.bannedUntilMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.sessionsEnded == 0) { writer.writeVarintField(1, self.sessionsEnded) }
+        if !(self.bannedUntilMs == 0) { writer.writeVarintField(2, self.bannedUntilMs) }
+    }
+}
+
+extension KickUserResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.sessionsEnded == 0) { members.append(("sessionsEnded", .uint(self.sessionsEnded))) }
+        if !(self.bannedUntilMs == 0) { members.append(("bannedUntilMs", .uint(self.bannedUntilMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "KickUserResponse") {
+            switch member.key {
+            case "sessionsEnded": self.sessionsEnded = try JSONField.uint64(member.value, "sessionsEnded")
+            case "bannedUntilMs": self.bannedUntilMs = try JSONField.uint64(member.value, "bannedUntilMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: KickUserResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | userId | string |
+/// | 2 | channel | string |
+/// | 3 | channelType | ChannelType |
+/// | 4 | reason | string |
+public struct ForceUnsubscribeRequest: WireCodable {
+    public var userId: String
+    public var channel: String
+    public var channelType: ChannelType
+    /// Sent in the unsubscribed push.
+    public var reason: String
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(userId: String = "", channel: String = "", channelType: ChannelType = .message, reason: String = "") {
+        self.userId = userId
+        self.channel = channel
+        self.channelType = channelType
+        self.reason = reason
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.userId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.channel = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 4:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 4)
+                self.reason = try reader.readString()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(1, self.userId) }
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(2, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(3, UInt64(self.channelType.rawValue)) }
+        if !(self.reason.isEmpty) { size += WireField.stringFieldSize(4, self.reason) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        if !(self.channel.isEmpty) { writer.writeStringField(2, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(3, UInt64(self.channelType.rawValue)) }
+        if !(self.reason.isEmpty) { writer.writeStringField(4, self.reason) }
+    }
+}
+
+extension ForceUnsubscribeRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.reason.isEmpty) { members.append(("reason", .string(self.reason))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ForceUnsubscribeRequest") {
+            switch member.key {
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "reason": self.reason = try JSONField.string(member.value, "reason")
+            default: throw SwitchboardWireError(.malformedBody, "json: ForceUnsubscribeRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `forceUnsubscribe` (op 0x36). Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | sessionsUnsubscribed | uint |
+public struct ForceUnsubscribeResponse: WireCodable {
+    /// Sessions this node took out (other nodes take theirs too).
+    public var sessionsUnsubscribed: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(sessionsUnsubscribed: UInt64 = 0) {
+        self.sessionsUnsubscribed = sessionsUnsubscribed
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.sessionsUnsubscribed = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.sessionsUnsubscribed == 0) { size += WireField.varintFieldSize(1, self.sessionsUnsubscribed) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.sessionsUnsubscribed == 0) { writer.writeVarintField(1, self.sessionsUnsubscribed) }
+    }
+}
+
+extension ForceUnsubscribeResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.sessionsUnsubscribed == 0) { members.append(("sessionsUnsubscribed", .uint(self.sessionsUnsubscribed))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ForceUnsubscribeResponse") {
+            switch member.key {
+            case "sessionsUnsubscribed": self.sessionsUnsubscribed = try JSONField.uint64(member.value, "sessionsUnsubscribed")
+            default: throw SwitchboardWireError(.malformedBody, "json: ForceUnsubscribeResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | tokenId | string |
+/// | 2 | userId | string |
+/// | 3 | issuedBeforeMs | uint |
+public struct RevokeTokensRequest: WireCodable {
+    /// The jti to revoke; or leave empty and give userId and issuedBeforeMs.
+    public var tokenId: String
+    public var userId: String
+    /// With userId: tokens issued before this time (server ms).
+    public var issuedBeforeMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(tokenId: String = "", userId: String = "", issuedBeforeMs: UInt64 = 0) {
+        self.tokenId = tokenId
+        self.userId = userId
+        self.issuedBeforeMs = issuedBeforeMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.tokenId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.userId = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.issuedBeforeMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.tokenId.isEmpty) { size += WireField.stringFieldSize(1, self.tokenId) }
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(2, self.userId) }
+        if !(self.issuedBeforeMs == 0) { size += WireField.varintFieldSize(3, self.issuedBeforeMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.tokenId.isEmpty) { writer.writeStringField(1, self.tokenId) }
+        if !(self.userId.isEmpty) { writer.writeStringField(2, self.userId) }
+        if !(self.issuedBeforeMs == 0) { writer.writeVarintField(3, self.issuedBeforeMs) }
+    }
+}
+
+extension RevokeTokensRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.tokenId.isEmpty) { members.append(("tokenId", .string(self.tokenId))) }
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(self.issuedBeforeMs == 0) { members.append(("issuedBeforeMs", .uint(self.issuedBeforeMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "RevokeTokensRequest") {
+            switch member.key {
+            case "tokenId": self.tokenId = try JSONField.string(member.value, "tokenId")
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "issuedBeforeMs": self.issuedBeforeMs = try JSONField.uint64(member.value, "issuedBeforeMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: RevokeTokensRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `revokeTokens` (op 0x37). Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | sessionsEnded | uint |
+/// | 2 | keptUntilMs | uint |
+public struct RevokeTokensResponse: WireCodable {
+    /// Sessions this node ended.
+    public var sessionsEnded: UInt64
+    /// When the revocation is forgotten.
+    public var keptUntilMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(sessionsEnded: UInt64 = 0, keptUntilMs: UInt64 = 0) {
+        self.sessionsEnded = sessionsEnded
+        self.keptUntilMs = keptUntilMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.sessionsEnded = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.keptUntilMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.sessionsEnded == 0) { size += WireField.varintFieldSize(1, self.sessionsEnded) }
+        if !(self.keptUntilMs == 0) { size += WireField.varintFieldSize(2, self.keptUntilMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.sessionsEnded == 0) { writer.writeVarintField(1, self.sessionsEnded) }
+        if !(self.keptUntilMs == 0) { writer.writeVarintField(2, self.keptUntilMs) }
+    }
+}
+
+extension RevokeTokensResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.sessionsEnded == 0) { members.append(("sessionsEnded", .uint(self.sessionsEnded))) }
+        if !(self.keptUntilMs == 0) { members.append(("keptUntilMs", .uint(self.keptUntilMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "RevokeTokensResponse") {
+            switch member.key {
+            case "sessionsEnded": self.sessionsEnded = try JSONField.uint64(member.value, "sessionsEnded")
+            case "keptUntilMs": self.keptUntilMs = try JSONField.uint64(member.value, "keptUntilMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: RevokeTokensResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `listChannels` (op 0x38). Channels that have members now, with their occupancy, in order of (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the caller has the moderate permission on are listed. A cluster node lists the channels of every node.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channelType | ChannelType |
+/// | 2 | prefix | string |
+/// | 3 | cursor | string |
+/// | 4 | limit | uint |
+public struct ListChannelsRequest: WireCodable {
+    /// 0 (absent): both types.
+    public var channelType: ChannelType
+    /// Only names that start with it.
+    public var prefix: String
+    /// nextCursor of the previous page; empty for the first.
+    public var cursor: String
+    public var limit: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channelType: ChannelType = ChannelType(rawValue: 0), prefix: String = "", cursor: String = "", limit: UInt64 = 100) {
+        self.channelType = channelType
+        self.prefix = prefix
+        self.cursor = cursor
+        self.limit = limit
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.prefix = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 3)
+                self.cursor = try reader.readString()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.limit = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channelType == ChannelType(rawValue: 0)) { size += WireField.varintFieldSize(1, UInt64(self.channelType.rawValue)) }
+        if !(self.prefix.isEmpty) { size += WireField.stringFieldSize(2, self.prefix) }
+        if !(self.cursor.isEmpty) { size += WireField.stringFieldSize(3, self.cursor) }
+        if !(self.limit == 100) { size += WireField.varintFieldSize(4, self.limit) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channelType == ChannelType(rawValue: 0)) { writer.writeVarintField(1, UInt64(self.channelType.rawValue)) }
+        if !(self.prefix.isEmpty) { writer.writeStringField(2, self.prefix) }
+        if !(self.cursor.isEmpty) { writer.writeStringField(3, self.cursor) }
+        if !(self.limit == 100) { writer.writeVarintField(4, self.limit) }
+    }
+}
+
+extension ListChannelsRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channelType == ChannelType(rawValue: 0)) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.prefix.isEmpty) { members.append(("prefix", .string(self.prefix))) }
+        if !(self.cursor.isEmpty) { members.append(("cursor", .string(self.cursor))) }
+        if !(self.limit == 100) { members.append(("limit", .uint(self.limit))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ListChannelsRequest") {
+            switch member.key {
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "prefix": self.prefix = try JSONField.string(member.value, "prefix")
+            case "cursor": self.cursor = try JSONField.string(member.value, "cursor")
+            case "limit": self.limit = try JSONField.uint64(member.value, "limit")
+            default: throw SwitchboardWireError(.malformedBody, "json: ListChannelsRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `listChannels` (op 0x38). Channels that have members now, with their occupancy, in order of (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the caller has the moderate permission on are listed. A cluster node lists the channels of every node.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channels | repeated ChannelOccupancy |
+/// | 2 | nextCursor | string |
+public struct ListChannelsResponse: WireCodable {
+    public var channels: [ChannelOccupancy]
+    /// Empty on the last page.
+    public var nextCursor: String
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channels: [ChannelOccupancy] = [], nextCursor: String = "") {
+        self.channels = channels
+        self.nextCursor = nextCursor
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.channels.count, field: 1)
+                self.channels.append(try reader.readMessage(ChannelOccupancy.self))
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.nextCursor = try reader.readString()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.channels { size += WireField.lengthDelimitedFieldSize(1, length: element.wireSize) }
+        if !(self.nextCursor.isEmpty) { size += WireField.stringFieldSize(2, self.nextCursor) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.channels { writer.writeMessageField(1, element) }
+        if !(self.nextCursor.isEmpty) { writer.writeStringField(2, self.nextCursor) }
+    }
+}
+
+extension ListChannelsResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.channels.isEmpty { members.append(("channels", .array(self.channels.map { $0.jsonValue }))) }
+        if !(self.nextCursor.isEmpty) { members.append(("nextCursor", .string(self.nextCursor))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ListChannelsResponse") {
+            switch member.key {
+            case "channels":
+                for element in try JSONField.array(member.value, "channels") {
+                    self.channels.append(try ChannelOccupancy(json: element))
+                }
+            case "nextCursor": self.nextCursor = try JSONField.string(member.value, "nextCursor")
+            default: throw SwitchboardWireError(.malformedBody, "json: ListChannelsResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `getLastSeen` (op 0x39). For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | userIds | repeated string |
+public struct GetLastSeenRequest: WireCodable {
+    public var userIds: [String]
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(userIds: [String] = []) {
+        self.userIds = userIds
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.userIds.count, field: 1)
+                self.userIds.append(try reader.readString())
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.userIds { size += WireField.stringFieldSize(1, element) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.userIds { writer.writeStringField(1, element) }
+    }
+}
+
+extension GetLastSeenRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.userIds.isEmpty { members.append(("userIds", .array(self.userIds.map { .string($0) }))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "GetLastSeenRequest") {
+            switch member.key {
+            case "userIds":
+                for element in try JSONField.array(member.value, "userIds") {
+                    self.userIds.append(try JSONField.string(element, "userIds"))
+                }
+            default: throw SwitchboardWireError(.malformedBody, "json: GetLastSeenRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `getLastSeen` (op 0x39). For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | users | repeated LastSeen |
+public struct GetLastSeenResponse: WireCodable {
+    /// In the order asked.
+    public var users: [LastSeen]
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(users: [LastSeen] = []) {
+        self.users = users
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.users.count, field: 1)
+                self.users.append(try reader.readMessage(LastSeen.self))
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.users { size += WireField.lengthDelimitedFieldSize(1, length: element.wireSize) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.users { writer.writeMessageField(1, element) }
+    }
+}
+
+extension GetLastSeenResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.users.isEmpty { members.append(("users", .array(self.users.map { $0.jsonValue }))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "GetLastSeenResponse") {
+            switch member.key {
+            case "users":
+                for element in try JSONField.array(member.value, "users") {
+                    self.users.append(try LastSeen(json: element))
+                }
+            default: throw SwitchboardWireError(.malformedBody, "json: GetLastSeenResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Control frame `hello` (control op 0x01). First frame a client sends. Opens the session: protocol version, features, credentials, who the client is.
 ///
 /// | # | field | type |
@@ -6210,6 +7081,82 @@ extension ServerNotice: JSONRepresentable {
             case "message": self.message = try JSONField.string(member.value, "message")
             case "atMs": self.atMs = try JSONField.uint64(member.value, "atMs")
             default: throw SwitchboardWireError(.malformedBody, "json: ServerNotice has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Push `unsubscribed` (push code 0x08). A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the channel's events.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channel | string |
+/// | 2 | channelType | ChannelType |
+/// | 3 | reason | string |
+public struct Unsubscribed: WireCodable {
+    public var channel: String
+    public var channelType: ChannelType
+    /// The moderator's text.
+    public var reason: String
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channel: String = "", channelType: ChannelType = .message, reason: String = "") {
+        self.channel = channel
+        self.channelType = channelType
+        self.reason = reason
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.channel = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 3)
+                self.reason = try reader.readString()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(1, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(2, UInt64(self.channelType.rawValue)) }
+        if !(self.reason.isEmpty) { size += WireField.stringFieldSize(3, self.reason) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.reason.isEmpty) { writer.writeStringField(3, self.reason) }
+    }
+}
+
+extension Unsubscribed: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.reason.isEmpty) { members.append(("reason", .string(self.reason))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "Unsubscribed") {
+            switch member.key {
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "reason": self.reason = try JSONField.string(member.value, "reason")
+            default: throw SwitchboardWireError(.malformedBody, "json: Unsubscribed has no field \(member.key)")
             }
         }
     }

@@ -56,6 +56,8 @@ export declare const ErrorCode: {
   readonly invalidToken: 2001;
   readonly tokenExpired: 2002;
   readonly permissionDenied: 2003;
+  readonly loginRefused: 2004;
+  readonly tokenRevoked: 2005;
   readonly rateLimited: 3000;
   readonly tooManyInflight: 3001;
   readonly tooManyConnections: 3002;
@@ -383,6 +385,52 @@ export interface ErrorBodyArg {
   currentRevision?: Int;
   /** The item key, lock name or publisher the error is about, when there is one. */
   key?: string;
+}
+
+/** A channel and who is in it (listChannels). */
+export interface ChannelOccupancy {
+  channel: string;
+  /** Default: "message". */
+  channelType: ChannelType | number;
+  /**
+   * Users joined (each counted once, however many sessions they have; quiet members and members within their
+   * presence timeout included).
+   */
+  users: Int;
+  /** Sessions joined, on every node of a cluster. */
+  sessions: Int;
+}
+
+/** ChannelOccupancy as an argument: every key optional. */
+export interface ChannelOccupancyArg {
+  channel?: string;
+  /** Default: "message". */
+  channelType?: ChannelType | number;
+  /**
+   * Users joined (each counted once, however many sessions they have; quiet members and members within their
+   * presence timeout included).
+   */
+  users?: Int;
+  /** Sessions joined, on every node of a cluster. */
+  sessions?: Int;
+}
+
+/** Whether a user is online, or when their last session ended (getLastSeen). */
+export interface LastSeen {
+  userId: string;
+  /** The user has a session now (on any node of a cluster). */
+  online: boolean;
+  /** When the user's last session ended (server ms); 0 when online or never seen. */
+  lastSeenMs: Int;
+}
+
+/** LastSeen as an argument: every key optional. */
+export interface LastSeenArg {
+  userId?: string;
+  /** The user has a session now (on any node of a cluster). */
+  online?: boolean;
+  /** When the user's last session ended (server ms); 0 when online or never seen. */
+  lastSeenMs?: Int;
 }
 
 /** The request body of `logout`: every key optional. */
@@ -917,6 +965,91 @@ export interface AnswerProviderRequest {
   memberUserIds?: ReadonlyArray<string>;
 }
 
+/** The request body of `kickUser`: every key optional. */
+export interface KickUserRequest {
+  /** Limit: 1-64 bytes. */
+  userId?: string;
+  /** Sent in the GOAWAY message. Limit: at most 256 bytes. */
+  reason?: string;
+  /** 0: no ban. Limit: at most 2592000 (30 days). */
+  banSeconds?: Int;
+}
+
+/** The response of `kickUser`. */
+export interface KickUserResponse {
+  /** Sessions this node ended (other nodes end theirs too). */
+  sessionsEnded: Int;
+  /** When the ban lapses (server ms); 0 without one. */
+  bannedUntilMs: Int;
+}
+
+/** The request body of `forceUnsubscribe`: every key optional. */
+export interface ForceUnsubscribeRequest {
+  /** Limit: 1-64 bytes. */
+  userId?: string;
+  /** Limit: 1-64 bytes. */
+  channel?: string;
+  /** Default: "message". */
+  channelType?: ChannelType | number;
+  /** Sent in the unsubscribed push. Limit: at most 256 bytes. */
+  reason?: string;
+}
+
+/** The response of `forceUnsubscribe`. */
+export interface ForceUnsubscribeResponse {
+  /** Sessions this node took out (other nodes take theirs too). */
+  sessionsUnsubscribed: Int;
+}
+
+/** The request body of `revokeTokens`: every key optional. */
+export interface RevokeTokensRequest {
+  /** The jti to revoke; or leave empty and give userId and issuedBeforeMs. Limit: at most 256 bytes. */
+  tokenId?: string;
+  /** Limit: at most 64 bytes. */
+  userId?: string;
+  /** With userId: tokens issued before this time (server ms). */
+  issuedBeforeMs?: Int;
+}
+
+/** The response of `revokeTokens`. */
+export interface RevokeTokensResponse {
+  /** Sessions this node ended. */
+  sessionsEnded: Int;
+  /** When the revocation is forgotten. */
+  keptUntilMs: Int;
+}
+
+/** The request body of `listChannels`: every key optional. */
+export interface ListChannelsRequest {
+  /** 0 (absent): both types. */
+  channelType?: ChannelType | number;
+  /** Only names that start with it. Limit: at most 64 bytes. */
+  prefix?: string;
+  /** nextCursor of the previous page; empty for the first. */
+  cursor?: string;
+  /** Limit: 1-100. Default: 100. */
+  limit?: Int;
+}
+
+/** The response of `listChannels`. */
+export interface ListChannelsResponse {
+  channels: Array<ChannelOccupancy>;
+  /** Empty on the last page. */
+  nextCursor: string;
+}
+
+/** The request body of `getLastSeen`: every key optional. */
+export interface GetLastSeenRequest {
+  /** Limit: 1-100 ids of 1-64 bytes. */
+  userIds?: ReadonlyArray<string>;
+}
+
+/** The response of `getLastSeen`. */
+export interface GetLastSeenResponse {
+  /** In the order asked. */
+  users: Array<LastSeen>;
+}
+
 /**
  * Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that asked
  * for metadata events, or to sessions that subscribed to the user's metadata.
@@ -1031,6 +1164,18 @@ export interface ServerNotice {
 }
 
 /**
+ * Push `unsubscribed`. A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the
+ * channel's events.
+ */
+export interface Unsubscribed {
+  channel: string;
+  /** Default: "message". */
+  channelType: ChannelType | number;
+  /** The moderator's text. */
+  reason: string;
+}
+
+/**
  * Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
  * who the client is.
  */
@@ -1121,7 +1266,7 @@ export interface GoAway {
 }
 
 /** The push kinds (SPEC 8). */
-export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice";
+export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice" | "unsubscribed";
 
 /** The body type of each push kind. */
 export interface PushBodies {
@@ -1132,6 +1277,7 @@ export interface PushBodies {
   profileChanged: ProfileChanged;
   providerRequest: ProviderRequest;
   serverNotice: ServerNotice;
+  unsubscribed: Unsubscribed;
 }
 
 /** Options of one request. */
@@ -1366,4 +1512,45 @@ export declare class Operations {
    * provider does not know the record. Errors: permissionDenied, notFound, invalidArgument.
    */
   answerProvider(args?: AnswerProviderRequest, options?: CallOptions): Promise<void>;
+  /**
+   * `kickUser` (op 0x35, moderation). Ends every session of a user, on every node of a cluster, within 1 s: each
+   * gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused
+   * with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps
+   * it). Needs the moderate permission on user:<userId>. Errors: permissionDenied, invalidArgument,
+   * identifierTooLong, valueTooLong, storageFailure.
+   */
+  kickUser(args?: KickUserRequest, options?: CallOptions): Promise<KickUserResponse>;
+  /**
+   * `forceUnsubscribe` (op 0x36, moderation). Takes a channel from every session of a user, on every node of a
+   * cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session
+   * gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the
+   * moderate permission on the channel. Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong.
+   */
+  forceUnsubscribe(args?: ForceUnsubscribeRequest, options?: CallOptions): Promise<ForceUnsubscribeResponse>;
+  /**
+   * `revokeTokens` (op 0x37, moderation). Revokes one token by its jti (tokenId), or every token of a user issued
+   * (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a
+   * revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1
+   * s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it
+   * covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock
+   * skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on
+   * user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on
+   * the node, on user:* — every user). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong,
+   * storageFailure.
+   */
+  revokeTokens(args?: RevokeTokensRequest, options?: CallOptions): Promise<RevokeTokensResponse>;
+  /**
+   * `listChannels` (op 0x38, moderation). Channels that have members now, with their occupancy, in order of
+   * (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the
+   * caller has the moderate permission on are listed. A cluster node lists the channels of every node. Errors:
+   * invalidArgument, invalidPage, valueTooLong.
+   */
+  listChannels(args?: ListChannelsRequest, options?: CallOptions): Promise<ListChannelsResponse>;
+  /**
+   * `getLastSeen` (op 0x39, moderation). For each user: online now (any node of a cluster), or when their last
+   * session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made).
+   * Needs the moderate permission on user:<id> of every user asked about. Errors: permissionDenied,
+   * invalidArgument, identifierTooLong, storageFailure.
+   */
+  getLastSeen(args?: GetLastSeenRequest, options?: CallOptions): Promise<GetLastSeenResponse>;
 }

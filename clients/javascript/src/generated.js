@@ -439,6 +439,58 @@ export const SCHEMA = {
           "doc": "The item key, lock name or publisher the error is about, when there is one."
         }
       ]
+    },
+    "ChannelOccupancy": {
+      "doc": "A channel and who is in it (listChannels).",
+      "fields": [
+        {
+          "n": 1,
+          "name": "channel",
+          "type": "string",
+          "req": true
+        },
+        {
+          "n": 2,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 3,
+          "name": "users",
+          "type": "uint",
+          "doc": "Users joined (each counted once, however many sessions they have; quiet members and members within their presence timeout included)."
+        },
+        {
+          "n": 4,
+          "name": "sessions",
+          "type": "uint",
+          "doc": "Sessions joined, on every node of a cluster."
+        }
+      ]
+    },
+    "LastSeen": {
+      "doc": "Whether a user is online, or when their last session ended (getLastSeen).",
+      "fields": [
+        {
+          "n": 1,
+          "name": "userId",
+          "type": "string",
+          "req": true
+        },
+        {
+          "n": 2,
+          "name": "online",
+          "type": "bool",
+          "doc": "The user has a session now (on any node of a cluster)."
+        },
+        {
+          "n": 3,
+          "name": "lastSeenMs",
+          "type": "uint",
+          "doc": "When the user's last session ended (server ms); 0 when online or never seen."
+        }
+      ]
     }
   },
   "controls": [
@@ -691,7 +743,9 @@ export const SCHEMA = {
       "name": "logout",
       "area": "session",
       "doc": "Ends the session normally. The server answers, then sends GOAWAY and closes. Presence sees a leave and online-state subscribers see value 2 (logout).",
-      "authorize": {"always": "ends the caller's own session"},
+      "authorize": {
+        "always": "ends the caller's own session"
+      },
       "request": [],
       "response": [],
       "errors": []
@@ -701,7 +755,9 @@ export const SCHEMA = {
       "name": "renewToken",
       "area": "session",
       "doc": "Replaces the session's token before it expires. The token must be for the same user.",
-      "authorize": {"always": "the new token is verified as at login, for the same user and role"},
+      "authorize": {
+        "always": "the new token is verified as at login, for the same user and role"
+      },
       "request": [
         {
           "n": 1,
@@ -730,7 +786,15 @@ export const SCHEMA = {
       "name": "setChannelMetadata",
       "area": "storage",
       "doc": "Adds items to a channel's metadata set and overwrites items whose key exists, in call order. Creates the set when absent. Atomic: all items or none.",
-      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -806,7 +870,15 @@ export const SCHEMA = {
       "name": "getChannelMetadata",
       "area": "storage",
       "doc": "Returns the channel's whole metadata set with each item's revision, timestamp and author. A channel without metadata returns majorRevision 0 and no items.",
-      "authorize": {"checks": [{"allow": "read", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -846,7 +918,15 @@ export const SCHEMA = {
       "name": "updateChannelMetadata",
       "area": "storage",
       "doc": "Changes existing items only. Fails with itemNotFound, changing nothing, if any named item does not exist.",
-      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": "setChannelMetadata",
       "response": "setChannelMetadata",
       "errors": [
@@ -871,7 +951,15 @@ export const SCHEMA = {
       "name": "removeChannelMetadata",
       "area": "storage",
       "doc": "Removes the named items, or the whole set when no item is named. Removing an item or set that does not exist fails. Item values are ignored.",
-      "authorize": {"checks": [{"allow": "write", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": "setChannelMetadata",
       "response": "setChannelMetadata",
       "errors": [
@@ -894,7 +982,15 @@ export const SCHEMA = {
       "name": "setUserMetadata",
       "area": "storage",
       "doc": "Adds or overwrites items of a user's metadata set, as setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).",
-      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -955,7 +1051,15 @@ export const SCHEMA = {
       "name": "getUserMetadata",
       "area": "storage",
       "doc": "Returns a user's whole metadata set. An empty userId means the caller. A user without metadata returns majorRevision 0 and no items.",
-      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -993,7 +1097,15 @@ export const SCHEMA = {
       "name": "updateUserMetadata",
       "area": "storage",
       "doc": "Changes existing items of a user's set only; fails if any named item does not exist.",
-      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": "setUserMetadata",
       "response": "setUserMetadata",
       "errors": [
@@ -1017,7 +1129,15 @@ export const SCHEMA = {
       "name": "removeUserMetadata",
       "area": "storage",
       "doc": "Removes the named items of a user's set, or the whole set when no item is named.",
-      "authorize": {"checks": [{"allow": "write", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "write",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": "setUserMetadata",
       "response": "setUserMetadata",
       "errors": [
@@ -1039,7 +1159,15 @@ export const SCHEMA = {
       "name": "subscribeUserMetadata",
       "area": "storage",
       "doc": "Subscribes the session to a user's metadata changes. The server first pushes a snapshot storage event, then one event per change.",
-      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1060,7 +1188,9 @@ export const SCHEMA = {
       "name": "unsubscribeUserMetadata",
       "area": "storage",
       "doc": "Ends a subscribeUserMetadata subscription.",
-      "authorize": {"always": "ends one of the caller's own subscriptions"},
+      "authorize": {
+        "always": "ends one of the caller's own subscriptions"
+      },
       "request": [
         {
           "n": 1,
@@ -1079,7 +1209,15 @@ export const SCHEMA = {
       "name": "setLock",
       "area": "lock",
       "doc": "Creates a named lock on a channel. Channel subscribers with lock events get a set event.",
-      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "lockAdmin",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1123,7 +1261,15 @@ export const SCHEMA = {
       "name": "acquireLock",
       "area": "lock",
       "doc": "Takes a lock. With retry the request waits in line until the lock is free (answered when acquired); without it, a held lock fails at once with lockHeld.",
-      "authorize": {"checks": [{"allow": "lock", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "lock",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1161,7 +1307,15 @@ export const SCHEMA = {
       "name": "releaseLock",
       "area": "lock",
       "doc": "Releases a lock the caller holds.",
-      "authorize": {"checks": [{"allow": "lock", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "lock",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1194,7 +1348,15 @@ export const SCHEMA = {
       "name": "removeLock",
       "area": "lock",
       "doc": "Deletes a lock, held or not.",
-      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "lockAdmin",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": "releaseLock",
       "response": [],
       "errors": [
@@ -1207,7 +1369,15 @@ export const SCHEMA = {
       "name": "revokeLock",
       "area": "lock",
       "doc": "Forces a lock away from its holder; the lock becomes free.",
-      "authorize": {"checks": [{"allow": "lockAdmin", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "lockAdmin",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1247,7 +1417,15 @@ export const SCHEMA = {
       "name": "getLocks",
       "area": "lock",
       "doc": "Lists a channel's locks with their holders.",
-      "authorize": {"checks": [{"allow": "read", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1279,7 +1457,24 @@ export const SCHEMA = {
       "name": "subscribeChannel",
       "area": "channel",
       "doc": "Subscribes to a message channel or joins a stream channel. With presence events the session first gets a snapshot presence event; with metadata a snapshot storage event; with locks a snapshot lock event. Subscribing again to a channel the session is in replaces its options (no error).",
-      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}, {"allow": "read", "on": "channel", "field": "channel", "when": ["withMetadata", "withLock"]}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          },
+          {
+            "allow": "read",
+            "on": "channel",
+            "field": "channel",
+            "when": [
+              "withMetadata",
+              "withLock"
+            ]
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1332,7 +1527,9 @@ export const SCHEMA = {
       "name": "unsubscribeChannel",
       "area": "channel",
       "doc": "Leaves a channel. The user stays a member while another of their sessions is in it.",
-      "authorize": {"always": "the caller leaves a channel"},
+      "authorize": {
+        "always": "the caller leaves a channel"
+      },
       "request": [
         {
           "n": 1,
@@ -1358,7 +1555,15 @@ export const SCHEMA = {
       "name": "whoNow",
       "area": "presence",
       "doc": "Who is in a channel, one page of at most 100 users at a time. Works without being a member. totalOccupancy is always set.",
-      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1421,7 +1626,15 @@ export const SCHEMA = {
       "name": "whereNow",
       "area": "presence",
       "doc": "Every channel a user is in, with its type. Not paged.",
-      "authorize": {"checks": [{"allow": "presence", "on": "user", "field": "userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1452,7 +1665,15 @@ export const SCHEMA = {
       "name": "setState",
       "area": "presence",
       "doc": "Sets key/value pairs of the caller's temporary state in a channel they are in (other keys are kept). Members with presence events get a remoteStateChanged event.",
-      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1488,7 +1709,15 @@ export const SCHEMA = {
       "name": "getState",
       "area": "presence",
       "doc": "A user's temporary state in a channel.",
-      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1532,7 +1761,15 @@ export const SCHEMA = {
       "name": "removeState",
       "area": "presence",
       "doc": "Removes keys from the caller's temporary state in a channel; no keys removes all of it.",
-      "authorize": {"checks": [{"allow": "presence", "on": "channel", "field": "channel"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1564,7 +1801,15 @@ export const SCHEMA = {
       "name": "subscribeEvent",
       "area": "event",
       "doc": "Subscribes to events of up to 100 publishers for expirySeconds. Renewing a subscription resets its expiry. With syncEnabled the caller at once gets each publisher's current unexpired event state.",
-      "authorize": {"checks": [{"allow": "events", "on": "publisher", "field": "publishers"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "events",
+            "on": "publisher",
+            "field": "publishers"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1615,7 +1860,9 @@ export const SCHEMA = {
       "name": "unsubscribeEvent",
       "area": "event",
       "doc": "Removes subscriptions to the named publishers; with no publishers, every subscription of that event type.",
-      "authorize": {"always": "ends the caller's own subscriptions"},
+      "authorize": {
+        "always": "ends the caller's own subscriptions"
+      },
       "request": [
         {
           "n": 1,
@@ -1642,7 +1889,14 @@ export const SCHEMA = {
       "name": "publishEvent",
       "area": "event",
       "doc": "Publishes an event to the caller's subscribers. The server assigns eventId, publisher and timestamp.",
-      "authorize": {"checks": [{"allow": "publish", "on": "publisher"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "publish",
+            "on": "publisher"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1709,7 +1963,15 @@ export const SCHEMA = {
       "name": "queryEventSubscriptions",
       "area": "event",
       "doc": "The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.",
-      "authorize": {"checks": [{"allow": "events", "on": "publisher", "field": "publishers"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "events",
+            "on": "publisher",
+            "field": "publishers"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1744,7 +2006,15 @@ export const SCHEMA = {
       "name": "setUserInfo",
       "area": "profile",
       "doc": "Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.",
-      "authorize": {"checks": [{"allow": "profileWrite", "on": "user", "field": "info.userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "profileWrite",
+            "on": "user",
+            "field": "info.userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1767,7 +2037,15 @@ export const SCHEMA = {
       "name": "getUserInfo",
       "area": "profile",
       "doc": "User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.",
-      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userIds"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "user",
+            "field": "userIds"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1802,7 +2080,15 @@ export const SCHEMA = {
       "name": "setGroupInfo",
       "area": "profile",
       "doc": "Stores (replaces) a group's record. Needs profileWrite on the group (§5.10).",
-      "authorize": {"checks": [{"allow": "profileWrite", "on": "group", "field": "info.groupId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "profileWrite",
+            "on": "group",
+            "field": "info.groupId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1825,7 +2111,15 @@ export const SCHEMA = {
       "name": "getGroupInfo",
       "area": "profile",
       "doc": "Group records for up to 100 group ids, from the directory or the group-info provider.",
-      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupIds"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "group",
+            "field": "groupIds"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1860,7 +2154,15 @@ export const SCHEMA = {
       "name": "setGroupMemberInfo",
       "area": "profile",
       "doc": "Stores (replaces) a user's record in a group. Needs profileWrite on the record's user (§5.10; the default grants: a user's own).",
-      "authorize": {"checks": [{"allow": "profileWrite", "on": "user", "field": "info.userId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "profileWrite",
+            "on": "user",
+            "field": "info.userId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1883,7 +2185,15 @@ export const SCHEMA = {
       "name": "getGroupMemberInfo",
       "area": "profile",
       "doc": "Member records of up to 100 users in one group, from the directory or the group-member provider.",
-      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "group",
+            "field": "groupId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1924,7 +2234,15 @@ export const SCHEMA = {
       "name": "updateGroupMembers",
       "area": "profile",
       "doc": "Changes a group's member list: with replace the list becomes exactly add; otherwise add and remove are applied. Needs profileWrite on the group (§5.10).",
-      "authorize": {"checks": [{"allow": "profileWrite", "on": "group", "field": "groupId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "profileWrite",
+            "on": "group",
+            "field": "groupId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -1972,7 +2290,15 @@ export const SCHEMA = {
       "name": "getGroupMembers",
       "area": "profile",
       "doc": "One page of a group's member list (user ids in ascending byte order), from the directory or the member-list provider.",
-      "authorize": {"checks": [{"allow": "read", "on": "group", "field": "groupId"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "group",
+            "field": "groupId"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -2024,7 +2350,9 @@ export const SCHEMA = {
       "name": "clearProfile",
       "area": "profile",
       "doc": "Removes one record (kind and id; groupId and userId for a member), or with all every record of that kind the caller may clear: every one for an unrestricted session, the caller's own for any other (§5.10).",
-      "authorize": {"custom": "`profileWrite` on the record's owner: `user:id` (kind user), `group:id` (group, memberList), `user:memberUserId` (groupMember); an empty id or memberUserId is the caller. With `all`, an unrestricted session clears every record of the kind, any other clears its own records (`profileWrite` on `user:` + the caller)"},
+      "authorize": {
+        "custom": "`profileWrite` on the record's owner: `user:id` (kind user), `group:id` (group, memberList), `user:memberUserId` (groupMember); an empty id or memberUserId is the caller. With `all`, an unrestricted session clears every record of the kind, any other clears its own records (`profileWrite` on `user:` + the caller)"
+      },
       "request": [
         {
           "n": 1,
@@ -2069,7 +2397,20 @@ export const SCHEMA = {
       "name": "subscribeProfiles",
       "area": "profile",
       "doc": "Subscribes to change events of the named users' and groups' records (including member records and member lists of those groups).",
-      "authorize": {"checks": [{"allow": "read", "on": "user", "field": "userIds"}, {"allow": "read", "on": "group", "field": "groupIds"}]},
+      "authorize": {
+        "checks": [
+          {
+            "allow": "read",
+            "on": "user",
+            "field": "userIds"
+          },
+          {
+            "allow": "read",
+            "on": "group",
+            "field": "groupIds"
+          }
+        ]
+      },
       "request": [
         {
           "n": 1,
@@ -2098,7 +2439,9 @@ export const SCHEMA = {
       "name": "unsubscribeProfiles",
       "area": "profile",
       "doc": "Ends profile subscriptions.",
-      "authorize": {"always": "ends the caller's own subscriptions"},
+      "authorize": {
+        "always": "ends the caller's own subscriptions"
+      },
       "request": "subscribeProfiles",
       "response": [],
       "errors": [
@@ -2110,7 +2453,9 @@ export const SCHEMA = {
       "name": "registerProvider",
       "area": "profile",
       "doc": "Registers the session as the provider of the named kinds of record (admin only). The latest registration of a kind wins; it ends with the session.",
-      "authorize": {"admin": "providers answer for the whole directory"},
+      "authorize": {
+        "admin": "providers answer for the whole directory"
+      },
       "request": [
         {
           "n": 1,
@@ -2131,7 +2476,9 @@ export const SCHEMA = {
       "name": "answerProvider",
       "area": "profile",
       "doc": "A provider's answer to a providerRequest push. found false means the provider does not know the record.",
-      "authorize": {"admin": "only a registered provider answers, and only admins register"},
+      "authorize": {
+        "admin": "only a registered provider answers, and only admins register"
+      },
       "request": [
         {
           "n": 1,
@@ -2171,6 +2518,269 @@ export const SCHEMA = {
         "permissionDenied",
         "notFound",
         "invalidArgument"
+      ]
+    },
+    {
+      "op": 53,
+      "name": "kickUser",
+      "area": "moderation",
+      "doc": "Ends every session of a user, on every node of a cluster, within 1 s: each gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps it). Needs the moderate permission on user:<userId>.",
+      "authorize": {
+        "checks": [
+          {
+            "allow": "moderate",
+            "on": "user",
+            "field": "userId"
+          }
+        ]
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "userId",
+          "type": "string",
+          "req": true,
+          "limit": "1-64 bytes"
+        },
+        {
+          "n": 2,
+          "name": "reason",
+          "type": "string",
+          "limit": "at most 256 bytes",
+          "doc": "Sent in the GOAWAY message."
+        },
+        {
+          "n": 3,
+          "name": "banSeconds",
+          "type": "uint",
+          "limit": "at most 2592000 (30 days)",
+          "doc": "0: no ban."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "sessionsEnded",
+          "type": "uint",
+          "doc": "Sessions this node ended (other nodes end theirs too)."
+        },
+        {
+          "n": 2,
+          "name": "bannedUntilMs",
+          "type": "uint",
+          "doc": "When the ban lapses (server ms); 0 without one."
+        }
+      ],
+      "errors": [
+        "permissionDenied",
+        "invalidArgument",
+        "identifierTooLong",
+        "valueTooLong",
+        "storageFailure"
+      ]
+    },
+    {
+      "op": 54,
+      "name": "forceUnsubscribe",
+      "area": "moderation",
+      "doc": "Takes a channel from every session of a user, on every node of a cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the moderate permission on the channel.",
+      "authorize": {
+        "checks": [
+          {
+            "allow": "moderate",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "userId",
+          "type": "string",
+          "req": true,
+          "limit": "1-64 bytes"
+        },
+        {
+          "n": 2,
+          "name": "channel",
+          "type": "string",
+          "req": true,
+          "limit": "1-64 bytes"
+        },
+        {
+          "n": 3,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 4,
+          "name": "reason",
+          "type": "string",
+          "limit": "at most 256 bytes",
+          "doc": "Sent in the unsubscribed push."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "sessionsUnsubscribed",
+          "type": "uint",
+          "doc": "Sessions this node took out (other nodes take theirs too)."
+        }
+      ],
+      "errors": [
+        "permissionDenied",
+        "invalidArgument",
+        "identifierTooLong",
+        "valueTooLong"
+      ]
+    },
+    {
+      "op": 55,
+      "name": "revokeTokens",
+      "area": "moderation",
+      "doc": "Revokes one token by its jti (tokenId), or every token of a user issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on the node, on user:* — every user).",
+      "authorize": {
+        "custom": "by `userId`: `moderate` on `user:` + `userId`; by `tokenId`: `moderate` on `user:` + the user of each live session that logged in with the token, or on `user:*` when none is live on the node (checked by the moderation area, which knows the sessions)"
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "tokenId",
+          "type": "string",
+          "limit": "at most 256 bytes",
+          "doc": "The jti to revoke; or leave empty and give userId and issuedBeforeMs."
+        },
+        {
+          "n": 2,
+          "name": "userId",
+          "type": "string",
+          "limit": "at most 64 bytes"
+        },
+        {
+          "n": 3,
+          "name": "issuedBeforeMs",
+          "type": "uint",
+          "doc": "With userId: tokens issued before this time (server ms)."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "sessionsEnded",
+          "type": "uint",
+          "doc": "Sessions this node ended."
+        },
+        {
+          "n": 2,
+          "name": "keptUntilMs",
+          "type": "uint",
+          "doc": "When the revocation is forgotten."
+        }
+      ],
+      "errors": [
+        "permissionDenied",
+        "invalidArgument",
+        "identifierTooLong",
+        "valueTooLong",
+        "storageFailure"
+      ]
+    },
+    {
+      "op": 56,
+      "name": "listChannels",
+      "area": "moderation",
+      "doc": "Channels that have members now, with their occupancy, in order of (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the caller has the moderate permission on are listed. A cluster node lists the channels of every node.",
+      "authorize": {
+        "always": "lists only the channels the caller has `moderate` on"
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "channelType",
+          "type": "ChannelType",
+          "doc": "0 (absent): both types."
+        },
+        {
+          "n": 2,
+          "name": "prefix",
+          "type": "string",
+          "limit": "at most 64 bytes",
+          "doc": "Only names that start with it."
+        },
+        {
+          "n": 3,
+          "name": "cursor",
+          "type": "string",
+          "doc": "nextCursor of the previous page; empty for the first."
+        },
+        {
+          "n": 4,
+          "name": "limit",
+          "type": "uint",
+          "default": 100,
+          "limit": "1-100"
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "channels",
+          "type": "ChannelOccupancy",
+          "repeated": true
+        },
+        {
+          "n": 2,
+          "name": "nextCursor",
+          "type": "string",
+          "doc": "Empty on the last page."
+        }
+      ],
+      "errors": [
+        "invalidArgument",
+        "invalidPage",
+        "valueTooLong"
+      ]
+    },
+    {
+      "op": 57,
+      "name": "getLastSeen",
+      "area": "moderation",
+      "doc": "For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.",
+      "authorize": {
+        "checks": [
+          {
+            "allow": "moderate",
+            "on": "user",
+            "field": "userIds"
+          }
+        ]
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "userIds",
+          "type": "string",
+          "repeated": true,
+          "limit": "1-100 ids of 1-64 bytes"
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "users",
+          "type": "LastSeen",
+          "repeated": true,
+          "doc": "In the order asked."
+        }
+      ],
+      "errors": [
+        "permissionDenied",
+        "invalidArgument",
+        "identifierTooLong",
+        "storageFailure"
       ]
     }
   ],
@@ -2464,6 +3074,30 @@ export const SCHEMA = {
           "doc": "When the announced thing happens, if it is in the future."
         }
       ]
+    },
+    {
+      "code": 8,
+      "name": "unsubscribed",
+      "doc": "A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the channel's events.",
+      "fields": [
+        {
+          "n": 1,
+          "name": "channel",
+          "type": "string"
+        },
+        {
+          "n": 2,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 3,
+          "name": "reason",
+          "type": "string",
+          "doc": "The moderator's text."
+        }
+      ]
     }
   ],
   "errorClasses": [
@@ -2622,6 +3256,18 @@ export const SCHEMA = {
       "name": "permissionDenied",
       "open": true,
       "doc": "The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the resource), or an admin-only call."
+    },
+    {
+      "code": 2004,
+      "name": "loginRefused",
+      "open": true,
+      "doc": "A moderator removed the user (kickUser): the code of the GOAWAY that ends their sessions (reason kicked), and, while a ban lasts, of the GOAWAY that refuses their logins (the message says until when)."
+    },
+    {
+      "code": 2005,
+      "name": "tokenRevoked",
+      "open": true,
+      "doc": "The token was revoked (revokeTokens): in GOAWAY at login, or ending a live session that logged in with it."
     },
     {
       "code": 3000,
@@ -2945,6 +3591,13 @@ export const ErrorCode = Object.freeze({
    * resource), or an admin-only call.
    */
   permissionDenied: 2003,
+  /**
+   * A moderator removed the user (kickUser): the code of the GOAWAY that ends their sessions (reason kicked), and,
+   * while a ban lasts, of the GOAWAY that refuses their logins (the message says until when).
+   */
+  loginRefused: 2004,
+  /** The token was revoked (revokeTokens): in GOAWAY at login, or ending a live session that logged in with it. */
+  tokenRevoked: 2005,
   /** The connection's request rate is over its token bucket. */
   rateLimited: 3000,
   /** More unanswered requests than maxInflight. */
@@ -3065,6 +3718,7 @@ export const PUSH_NAMES = Object.freeze([
   "profileChanged",
   "providerRequest",
   "serverNotice",
+  "unsubscribed",
 ]);
 
 /**
@@ -3594,5 +4248,78 @@ export class Operations {
    */
   async answerProvider(args = {}, options = {}) {
     await this.call("answerProvider", args, options);
+  }
+
+  /**
+   * `kickUser` (op 0x35, moderation). Ends every session of a user, on every node of a cluster, within 1 s: each
+   * gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are refused
+   * with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it, 0 keeps
+   * it). Needs the moderate permission on user:<userId>. Errors: permissionDenied, invalidArgument,
+   * identifierTooLong, valueTooLong, storageFailure. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').KickUserRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').KickUserResponse>}
+   */
+  kickUser(args = {}, options = {}) {
+    return this.call("kickUser", args, options);
+  }
+
+  /**
+   * `forceUnsubscribe` (op 0x36, moderation). Takes a channel from every session of a user, on every node of a
+   * cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each session
+   * gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out). Needs the
+   * moderate permission on the channel. Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong.
+   * Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').ForceUnsubscribeRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').ForceUnsubscribeResponse>}
+   */
+  forceUnsubscribe(args = {}, options = {}) {
+    return this.call("forceUnsubscribe", args, options);
+  }
+
+  /**
+   * `revokeTokens` (op 0x37, moderation). Revokes one token by its jti (tokenId), or every token of a user issued
+   * (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins with a
+   * revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end within 1
+   * s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as a token it
+   * covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the 30 s clock
+   * skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate permission on
+   * user:<userId> (by jti: on the user of each live session that logged in with the token, or, when none is live on
+   * the node, on user:* — every user). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong,
+   * storageFailure. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').RevokeTokensRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').RevokeTokensResponse>}
+   */
+  revokeTokens(args = {}, options = {}) {
+    return this.call("revokeTokens", args, options);
+  }
+
+  /**
+   * `listChannels` (op 0x38, moderation). Channels that have members now, with their occupancy, in order of
+   * (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels the
+   * caller has the moderate permission on are listed. A cluster node lists the channels of every node. Errors:
+   * invalidArgument, invalidPage, valueTooLong. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').ListChannelsRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').ListChannelsResponse>}
+   */
+  listChannels(args = {}, options = {}) {
+    return this.call("listChannels", args, options);
+  }
+
+  /**
+   * `getLastSeen` (op 0x39, moderation). For each user: online now (any node of a cluster), or when their last
+   * session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made).
+   * Needs the moderate permission on user:<id> of every user asked about. Errors: permissionDenied,
+   * invalidArgument, identifierTooLong, storageFailure. Fields left out are not sent (the server uses their
+   * defaults).
+   * @param {import('./generated').GetLastSeenRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').GetLastSeenResponse>}
+   */
+  getLastSeen(args = {}, options = {}) {
+    return this.call("getLastSeen", args, options);
   }
 }

@@ -96,6 +96,16 @@ extension RequestAuthorizer {
             return self.requireAdmin(.registerProvider)  // providers answer for the whole directory
         case .answerProvider:
             return self.requireAdmin(.answerProvider)  // only a registered provider answers, and only admins register
+        case .kickUser(let body):
+            return self.require(.moderate, .user, body.userId)
+        case .forceUnsubscribe(let body):
+            return self.require(.moderate, channel: body.channel, body.channelType)
+        case .revokeTokens(let body):
+            return self.checkRevokeTokens(body)
+        case .listChannels:
+            return nil  // lists only the channels the caller has `moderate` on
+        case .getLastSeen(let body):
+            return self.require(.moderate, .user, each: body.userIds)
         }
     }
 
@@ -143,6 +153,11 @@ extension RequestAuthorizer {
         .unsubscribeProfiles: "always allowed (ends the caller's own subscriptions)",
         .registerProvider: "admins only (providers answer for the whole directory)",
         .answerProvider: "admins only (only a registered provider answers, and only admins register)",
+        .kickUser: "`moderate` on `user:` + `userId`",
+        .forceUnsubscribe: "`moderate` on the channel",
+        .revokeTokens: "by `userId`: `moderate` on `user:` + `userId`; by `tokenId`: `moderate` on `user:` + the user of each live session that logged in with the token, or on `user:*` when none is live on the node (checked by the moderation area, which knows the sessions)",
+        .listChannels: "always allowed (lists only the channels the caller has `moderate` on)",
+        .getLastSeen: "`moderate` on `user:` + each of `userIds`",
     ]
 
     /// The permissions of the spec's table, in its order.

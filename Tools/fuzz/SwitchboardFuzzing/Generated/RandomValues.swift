@@ -141,6 +141,29 @@ extension ErrorBody {
     }
 }
 
+extension ChannelOccupancy {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ChannelOccupancy {
+        var value = ChannelOccupancy()
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.users = generator.uint64() }
+        if generator.bool() { value.sessions = generator.uint64() }
+        return value
+    }
+}
+
+extension LastSeen {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> LastSeen {
+        var value = LastSeen()
+        if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.online = generator.bool() }
+        if generator.bool() { value.lastSeenMs = generator.uint64() }
+        return value
+    }
+}
+
 extension RenewTokenRequest {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
@@ -695,6 +718,109 @@ extension AnswerProviderRequest {
     }
 }
 
+extension KickUserRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> KickUserRequest {
+        var value = KickUserRequest()
+        if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.reason = generator.string() }
+        if generator.bool() { value.banSeconds = generator.uint64() }
+        return value
+    }
+}
+
+extension KickUserResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> KickUserResponse {
+        var value = KickUserResponse()
+        if generator.bool() { value.sessionsEnded = generator.uint64() }
+        if generator.bool() { value.bannedUntilMs = generator.uint64() }
+        return value
+    }
+}
+
+extension ForceUnsubscribeRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ForceUnsubscribeRequest {
+        var value = ForceUnsubscribeRequest()
+        if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.reason = generator.string() }
+        return value
+    }
+}
+
+extension ForceUnsubscribeResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ForceUnsubscribeResponse {
+        var value = ForceUnsubscribeResponse()
+        if generator.bool() { value.sessionsUnsubscribed = generator.uint64() }
+        return value
+    }
+}
+
+extension RevokeTokensRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RevokeTokensRequest {
+        var value = RevokeTokensRequest()
+        if generator.bool() { value.tokenId = generator.string() }
+        if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.issuedBeforeMs = generator.uint64() }
+        return value
+    }
+}
+
+extension RevokeTokensResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RevokeTokensResponse {
+        var value = RevokeTokensResponse()
+        if generator.bool() { value.sessionsEnded = generator.uint64() }
+        if generator.bool() { value.keptUntilMs = generator.uint64() }
+        return value
+    }
+}
+
+extension ListChannelsRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ListChannelsRequest {
+        var value = ListChannelsRequest()
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.prefix = generator.string() }
+        if generator.bool() { value.cursor = generator.string() }
+        if generator.bool() { value.limit = generator.uint64() }
+        return value
+    }
+}
+
+extension ListChannelsResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ListChannelsResponse {
+        var value = ListChannelsResponse()
+        for _ in 0..<generator.count() { value.channels.append(ChannelOccupancy.random(using: &generator)) }
+        if generator.bool() { value.nextCursor = generator.string() }
+        return value
+    }
+}
+
+extension GetLastSeenRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetLastSeenRequest {
+        var value = GetLastSeenRequest()
+        for _ in 0..<generator.count() { value.userIds.append(generator.string()) }
+        return value
+    }
+}
+
+extension GetLastSeenResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetLastSeenResponse {
+        var value = GetLastSeenResponse()
+        for _ in 0..<generator.count() { value.users.append(LastSeen.random(using: &generator)) }
+        return value
+    }
+}
+
 extension Hello {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> Hello {
@@ -861,10 +987,21 @@ extension ServerNotice {
     }
 }
 
+extension Unsubscribed {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Unsubscribed {
+        var value = Unsubscribed()
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.reason = generator.string() }
+        return value
+    }
+}
+
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 42) {
+        switch generator.index(below: 47) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
@@ -906,7 +1043,12 @@ extension Request {
         case 38: return .subscribeProfiles(SubscribeProfilesRequest.random(using: &generator))
         case 39: return .unsubscribeProfiles(UnsubscribeProfilesRequest.random(using: &generator))
         case 40: return .registerProvider(RegisterProviderRequest.random(using: &generator))
-        default: return .answerProvider(AnswerProviderRequest.random(using: &generator))
+        case 41: return .answerProvider(AnswerProviderRequest.random(using: &generator))
+        case 42: return .kickUser(KickUserRequest.random(using: &generator))
+        case 43: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
+        case 44: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
+        case 45: return .listChannels(ListChannelsRequest.random(using: &generator))
+        default: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
         }
     }
 }
@@ -914,7 +1056,7 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 42) {
+        switch generator.index(below: 47) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
@@ -956,7 +1098,12 @@ extension Response {
         case 38: return .subscribeProfiles(EmptyBody.random(using: &generator))
         case 39: return .unsubscribeProfiles(EmptyBody.random(using: &generator))
         case 40: return .registerProvider(EmptyBody.random(using: &generator))
-        default: return .answerProvider(EmptyBody.random(using: &generator))
+        case 41: return .answerProvider(EmptyBody.random(using: &generator))
+        case 42: return .kickUser(KickUserResponse.random(using: &generator))
+        case 43: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
+        case 44: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
+        case 45: return .listChannels(ListChannelsResponse.random(using: &generator))
+        default: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
         }
     }
 }
@@ -977,14 +1124,15 @@ extension Control {
 extension Push {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Push {
-        switch generator.index(below: 7) {
+        switch generator.index(below: 8) {
         case 0: return .storageEvent(StorageEvent.random(using: &generator))
         case 1: return .lockEvent(LockEvent.random(using: &generator))
         case 2: return .presenceEvent(PresenceEvent.random(using: &generator))
         case 3: return .subscribedEvents(SubscribedEvents.random(using: &generator))
         case 4: return .profileChanged(ProfileChanged.random(using: &generator))
         case 5: return .providerRequest(ProviderRequest.random(using: &generator))
-        default: return .serverNotice(ServerNotice.random(using: &generator))
+        case 6: return .serverNotice(ServerNotice.random(using: &generator))
+        default: return .unsubscribed(Unsubscribed.random(using: &generator))
         }
     }
 }

@@ -143,6 +143,12 @@ class ErrorCode(enum.IntEnum):
     """The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the
     resource), or an admin-only call.
     """
+    loginRefused = 2004
+    """A moderator removed the user (kickUser): the code of the GOAWAY that ends their sessions (reason kicked), and,
+    while a ban lasts, of the GOAWAY that refuses their logins (the message says until when).
+    """
+    tokenRevoked = 2005
+    """The token was revoked (revokeTokens): in GOAWAY at login, or ending a live session that logged in with it."""
     rateLimited = 3000
     """The connection's request rate is over its token bucket."""
     tooManyInflight = 3001
@@ -436,6 +442,36 @@ class ErrorBodyArg(TypedDict, total=False):
     key: str
 
 
+class ChannelOccupancy(TypedDict):
+    """A channel and who is in it (listChannels)."""
+    channel: str
+    channelType: Union[ChannelType, int]
+    users: int
+    sessions: int
+
+
+class ChannelOccupancyArg(TypedDict, total=False):
+    """ChannelOccupancy as an argument: every key optional."""
+    channel: str
+    channelType: Union[ChannelType, int]
+    users: int
+    sessions: int
+
+
+class LastSeen(TypedDict):
+    """Whether a user is online, or when their last session ended (getLastSeen)."""
+    userId: str
+    online: bool
+    lastSeenMs: int
+
+
+class LastSeenArg(TypedDict, total=False):
+    """LastSeen as an argument: every key optional."""
+    userId: str
+    online: bool
+    lastSeenMs: int
+
+
 class RenewTokenResponse(TypedDict):
     """The response of `renewToken`."""
     expiresAtMs: int
@@ -559,6 +595,34 @@ class ClearProfileResponse(TypedDict):
     removed: int
 
 
+class KickUserResponse(TypedDict):
+    """The response of `kickUser`."""
+    sessionsEnded: int
+    bannedUntilMs: int
+
+
+class ForceUnsubscribeResponse(TypedDict):
+    """The response of `forceUnsubscribe`."""
+    sessionsUnsubscribed: int
+
+
+class RevokeTokensResponse(TypedDict):
+    """The response of `revokeTokens`."""
+    sessionsEnded: int
+    keptUntilMs: int
+
+
+class ListChannelsResponse(TypedDict):
+    """The response of `listChannels`."""
+    channels: List[ChannelOccupancy]
+    nextCursor: str
+
+
+class GetLastSeenResponse(TypedDict):
+    """The response of `getLastSeen`."""
+    users: List[LastSeen]
+
+
 class StorageEvent(TypedDict):
     """Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that
     asked for metadata events, or to sessions that subscribed to the user's metadata.
@@ -636,6 +700,15 @@ class ServerNotice(TypedDict):
     atMs: int
 
 
+class Unsubscribed(TypedDict):
+    """Push `unsubscribed`. A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the
+    channel's events.
+    """
+    channel: str
+    channelType: Union[ChannelType, int]
+    reason: str
+
+
 class Hello(TypedDict):
     """Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
     who the client is.
@@ -697,6 +770,7 @@ PUSH_NAMES = (
     "profileChanged",
     "providerRequest",
     "serverNotice",
+    "unsubscribed",
 )
 """The push kinds (SPEC 8), in code order."""
 
@@ -1443,3 +1517,102 @@ class Operations:
         if member_user_ids is not None:
             body["memberUserIds"] = list(member_user_ids)
         await self.call("answerProvider", body, timeout=timeout)
+
+    async def kick_user(
+        self,
+        user_id: str, *, reason: Optional[str] = None, ban_seconds: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> KickUserResponse:
+        """`kickUser` (op 0x35, moderation). Ends every session of a user, on every node of a cluster, within 1 s: each
+        gets GOAWAY with reason kicked (SessionEndReason 3) and the text. With banSeconds the user's logins are
+        refused with loginRefused (2004) until the ban lapses (persisted; a later kick with banSeconds replaces it,
+        0 keeps it). Needs the moderate permission on user:<userId>. Fields left None are not sent (the server uses
+        their defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong, storageFailure.
+        """
+        body: Dict[str, Any] = {}
+        body["userId"] = user_id
+        if reason is not None:
+            body["reason"] = reason
+        if ban_seconds is not None:
+            body["banSeconds"] = ban_seconds
+        return cast(KickUserResponse, await self.call("kickUser", body, timeout=timeout))
+
+    async def force_unsubscribe(
+        self,
+        user_id: str, channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None,
+        reason: Optional[str] = None, timeout: Optional[float] = None,
+    ) -> ForceUnsubscribeResponse:
+        """`forceUnsubscribe` (op 0x36, moderation). Takes a channel from every session of a user, on every node of a
+        cluster: they stop receiving its storage, lock and presence events, other members get a leave, and each
+        session gets an unsubscribed push. The user may subscribe again (kick or a grant change keeps them out).
+        Needs the moderate permission on the channel. Fields left None are not sent (the server uses their
+        defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong.
+        """
+        body: Dict[str, Any] = {}
+        body["userId"] = user_id
+        body["channel"] = channel
+        if channel_type is not None:
+            body["channelType"] = channel_type
+        if reason is not None:
+            body["reason"] = reason
+        return cast(ForceUnsubscribeResponse, await self.call("forceUnsubscribe", body, timeout=timeout))
+
+    async def revoke_tokens(
+        self,
+        *, token_id: Optional[str] = None, user_id: Optional[str] = None, issued_before_ms: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> RevokeTokensResponse:
+        """`revokeTokens` (op 0x37, moderation). Revokes one token by its jti (tokenId), or every token of a user
+        issued (iat) before issuedBeforeMs (a token without iat counts as issued before any time). Persisted; logins
+        with a revoked token are refused with tokenRevoked (2005), and the live sessions that logged in with one end
+        within 1 s (GOAWAY tokenRevoked, reason kicked), on every node of a cluster. A revocation is kept as long as
+        a token it covers can be valid: 30 days (the longest token life Switchboard honours for revocation) and the
+        30 s clock skew after the revocation (by jti) or after issuedBeforeMs (by user). Needs the moderate
+        permission on user:<userId> (by jti: on the user of each live session that logged in with the token, or,
+        when none is live on the node, on user:* — every user). Fields left None are not sent (the server uses their
+        defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, valueTooLong, storageFailure.
+        """
+        body: Dict[str, Any] = {}
+        if token_id is not None:
+            body["tokenId"] = token_id
+        if user_id is not None:
+            body["userId"] = user_id
+        if issued_before_ms is not None:
+            body["issuedBeforeMs"] = issued_before_ms
+        return cast(RevokeTokensResponse, await self.call("revokeTokens", body, timeout=timeout))
+
+    async def list_channels(
+        self,
+        *, channel_type: Optional[Union[ChannelType, int]] = None, prefix: Optional[str] = None,
+        cursor: Optional[str] = None, limit: Optional[int] = None, timeout: Optional[float] = None,
+    ) -> ListChannelsResponse:
+        """`listChannels` (op 0x38, moderation). Channels that have members now, with their occupancy, in order of
+        (channelType, name bytes), paged: pass the previous page's nextCursor to get the next page. Only channels
+        the caller has the moderate permission on are listed. A cluster node lists the channels of every node.
+        Fields left None are not sent (the server uses their defaults). Errors: invalidArgument, invalidPage,
+        valueTooLong.
+        """
+        body: Dict[str, Any] = {}
+        if channel_type is not None:
+            body["channelType"] = channel_type
+        if prefix is not None:
+            body["prefix"] = prefix
+        if cursor is not None:
+            body["cursor"] = cursor
+        if limit is not None:
+            body["limit"] = limit
+        return cast(ListChannelsResponse, await self.call("listChannels", body, timeout=timeout))
+
+    async def get_last_seen(
+        self,
+        *, user_ids: Optional[Sequence[str]] = None, timeout: Optional[float] = None,
+    ) -> GetLastSeenResponse:
+        """`getLastSeen` (op 0x39, moderation). For each user: online now (any node of a cluster), or when their last
+        session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made).
+        Needs the moderate permission on user:<id> of every user asked about. Fields left None are not sent (the
+        server uses their defaults). Errors: permissionDenied, invalidArgument, identifierTooLong, storageFailure.
+        """
+        body: Dict[str, Any] = {}
+        if user_ids is not None:
+            body["userIds"] = list(user_ids)
+        return cast(GetLastSeenResponse, await self.call("getLastSeen", body, timeout=timeout))
