@@ -35,7 +35,7 @@ final class GatewayCore: Sendable {
         nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches, inboxes: LoopInboxes,
         credentials: GatewayCredentials? = nil
     ) {
-        let credentials = credentials ?? GatewayCredentials(tokenSecret: configuration.tokenSecret)
+        let credentials = credentials ?? GatewayCredentials(configuration)
         self.configuration = configuration
         self.registry = registry
         self.credentials = credentials
@@ -47,7 +47,7 @@ final class GatewayCore: Sendable {
         self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
-        for handler in [SessionArea(credentials: credentials, observers: observers)] + handlers {
+        for handler in [SessionArea(credentials: credentials, observers: observers, defaultGrants: configuration.defaultGrants)] + handlers {
             let reader = handler as? any EncodedReadHandler
             let encoded = Set(reader?.encodedReadOperations ?? [])
             for op in handler.operations {
