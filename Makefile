@@ -13,7 +13,7 @@ run: deps
 ## held-commit reads, which hold SQLite's write lock within its 5 s busy timeout, each run on their own after the
 ## others: on two cores their load, or the others', would otherwise stretch the timing checks).
 test:
-	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium
+	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium py:jwt=PyJWT py:cryptography=cryptography
 	python3 Tools/codegen/generate.py --check
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test --skip SwitchboardClusterTests --skip SessionEndScalingTests --skip SwitchboardServerTests.ReadAfterCommitTests
