@@ -127,7 +127,7 @@ import Testing
             let calls = Atomic<Int>(0)
             let tony = makeClient(gateway, .unix, user: "Tony") {
                 // A valid token first, then a forged one: the reconnect is refused with 2001.
-                calls.add(1, ordering: .relaxed).newValue == 1 ? Self.token("Tony") : "sb1.e30.forged"
+                calls.add(1, ordering: .relaxed).newValue == 1 ? Self.token("Tony") : "e30.e30.forged"
             }
             let events = Recorder(tony.connectionEvents)
             try await tony.connect()

@@ -157,6 +157,20 @@ import Testing
         }
     }
 
+    /// SPEC §14.11's token, made by the Python reference (`sbwire.mint_token`), is byte for byte what `mint` makes,
+    /// and verifies.
+    @Test func theSpecsWorkedTokenIsWhatMintMakes() async throws {
+        let spec = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Protocol/SPEC.md")
+        let text = try String(contentsOf: spec, encoding: .utf8)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("token     ") })
+        let token = line.dropFirst("token".count).trimmingCharacters(in: .whitespaces)
+        let authority = TokenAuthority(secret: Array("demo-secret-of-thirty-two-bytes!".utf8))
+        #expect(authority.mint(AccessToken(userID: "Tony", expiresAt: 1_798_761_600, role: .user, issuedAt: 1_798_758_000)) == token)
+        let claims = try await authority.verify(token, now: 1_798_758_000)
+        #expect(claims.userID == "Tony" && claims.issuedAt == 1_798_758_000 && claims.role == .user)
+    }
+
     @Test func theSessionGetsTheTokensGrantsJtiAndIatOrTheDefaults() async throws {
         let roomGrants = try GrantSet(jsonText: #"[{"on":"message:room:*","allow":["read","write"]}]"#)
         let defaults = try GrantSet(jsonText: #"[{"on":"message:lobby","allow":["read"]}]"#)
