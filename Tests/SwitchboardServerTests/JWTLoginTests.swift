@@ -305,3 +305,38 @@ import Testing
         }
     }
 }
+
+/// What `--jwks-file` and `--token-key` accept (``TokenKey``): every refusal names the key and why.
+@Suite struct TokenKeyFileTests {
+    @Test(arguments: [
+        (#"{"keys":[{"kty":"oct","k":"c2VjcmV0LW9mLWF0LWxlYXN0LTMyLWJ5dGVzLWxvbmctLS0"}]}"#, "key 0 has no kid"),
+        (#"{"keys":[{"kty":"oct","kid":"a","k":"c2Vj"},{"kty":"oct","kid":"a","k":"c2Vj"}]}"#, "kid a names two keys"),
+        (#"{"keys":[{"kty":"oct","kid":"a","k":"c2Vj","use":"enc"}]}"#, "key a is not for signatures"),
+        (#"{"keys":[{"kty":"oct","kid":"a","k":"c2VjcmV0LW9mLWF0LWxlYXN0LTMyLWJ5dGVzLWxvbmctLS0","alg":"RS256"}]}"#, "alg \"RS256\" is not one"),
+        (#"{"keys":[{"kty":"EC","crv":"P-384","kid":"a","x":"AA","y":"AA"}]}"#, "only EC keys on P-256"),
+        (#"{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB"}]}"#, "key a is not a usable RSA key"),
+        (#"{"keys":[{"kty":"XYZ","kid":"a"}]}"#, "kty XYZ is not supported"),
+        (#"{"nokeys":[]}"#, "it is not a JWKS"),
+    ])
+    func aJWKSKeyThatCannotBeUsedIsRefusedByName(json: String, message: String) {
+        #expect(throws: TokenKeyError.self) { _ = try TokenKey.jwks(json: json) }
+        do {
+            _ = try TokenKey.jwks(json: json)
+        } catch {
+            #expect(error.message.contains(message), "\(error.message)")
+        }
+    }
+
+    @Test func aJWKSGivesEveryKeyItsAlgorithms() throws {
+        let ec = TokenKeyFixtures.ec.jwk(kid: "e")
+        let ed = TokenKeyFixtures.ed25519.jwk(kid: "d")
+        let secret64 = TokenKeyPair.base64URL(Array(repeating: UInt8(7), count: 64))
+        let keys = try TokenKey.jwks(json: #"{"keys":[\#(ec),\#(ed),{"kty":"oct","kid":"h","k":"\#(secret64)"}]}"#)
+        #expect(keys["e"]?.algorithms == ["ES256"] && keys["d"]?.algorithms == ["EdDSA"])
+        #expect(keys["h"]?.algorithms == ["HS256", "HS384", "HS512"])
+        #expect(TokenKey.hmac(secret: Array(repeating: UInt8(1), count: 40)).algorithms == ["HS256"])
+        #expect(TokenKey.hmac(secret: Array(repeating: UInt8(1), count: 31)).algorithms == [])
+        #expect(try TokenKey.publicKey(pem: TokenKeyFixtures.rsa.publicPEM).algorithms == ["RS256"])
+        #expect(throws: TokenKeyError.self) { _ = try TokenKey.publicKey(pem: TokenKeyFixtures.rsa.privatePEM) }
+    }
+}
