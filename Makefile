@@ -23,7 +23,8 @@ test:
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
 
-## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
+## A bounded libFuzzer run of the frame decoder, the request handlers and the token verifier (FUZZ_SECONDS in all,
+## default 60).
 fuzz: deps
 	Tools/fuzz/run.sh $${FUZZ_SECONDS:-60} all
 

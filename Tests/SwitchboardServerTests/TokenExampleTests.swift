@@ -5,30 +5,6 @@ import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
-/// The result of a short program run to its end.
-struct ProgramRun: Sendable {
-    var status: Int32
-    var output: String
-    var errors: String
-}
-
-/// Runs `executable` with `arguments` to its end (a few seconds at most: minting a token, a failing start).
-func runProgram(_ executable: String, _ arguments: [String]) throws -> ProgramRun {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let (output, errors) = (Pipe(), Pipe())
-    process.standardOutput = output
-    process.standardError = errors
-    try process.run()
-    let outputData = output.fileHandleForReading.readDataToEndOfFile()
-    let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ProgramRun(
-        status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-        errors: String(decoding: errorData, as: UTF8.self))
-}
-
 /// Docs/examples mints tokens as an app's backend would, in Python with PyJWT and in Node with its built-in crypto
 /// alone; the tokens they mint log in (`make test` installs PyJWT and cryptography: Tools/ensure-system-packages.sh).
 @Suite struct TokenExampleTests {
@@ -40,7 +16,7 @@ func runProgram(_ executable: String, _ arguments: [String]) throws -> ProgramRu
     static func mintAndLogIn(
         _ gateway: RunningGateway, _ program: String, _ arguments: [String], user: String = "ann"
     ) async throws -> SessionInfo? {
-        let run = try runProgram("/usr/bin/env", [program] + arguments)
+        let run = try await ProcessRun.run("/usr/bin/env", [program] + arguments)
         #expect(run.status == 0, "\(program) \(arguments): \(run.errors)")
         let token = run.output.trimmingCharacters(in: .whitespacesAndNewlines)
         let connection = try await gateway.connect(.tcp, user: "", token: token)

@@ -11,8 +11,8 @@ import Testing
     static var executable: String { ProcessTests.executable.path }
 
     /// `switchboard token ...` (the secret or key among `arguments`); the token it prints.
-    static func mint(_ arguments: [String]) throws -> String {
-        let run = try runProgram(Self.executable, ["token"] + arguments)
+    static func mint(_ arguments: [String]) async throws -> String {
+        let run = try await ProcessRun.run(Self.executable, ["token"] + arguments)
         #expect(run.status == 0, "switchboard token \(arguments): \(run.errors)")
         return run.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -44,11 +44,11 @@ import Testing
                 ])
             // Every key logs in: the default secret, the HMAC file under hm, the PEM under pem-ec, both JWKS keys.
             let tokens = [
-                "default": try Self.mint(["--user", "ann", "--token-secret-file", secretFile]),
-                "hm": try Self.mint(["--user", "ann", "--token-secret-file", hmacFile, "--kid", "hm"]),
-                "pem-ec": try Self.mint(["--user", "ann", "--private-key", ecFiles.privatePath, "--kid", "pem-ec"]),
-                "jw-ed": try Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed"]),
-                "jw-ec": try Self.mint(["--user", "ann", "--private-key", ecFiles.privatePath, "--kid", "jw-ec"]),
+                "default": try await Self.mint(["--user", "ann", "--token-secret-file", secretFile]),
+                "hm": try await Self.mint(["--user", "ann", "--token-secret-file", hmacFile, "--kid", "hm"]),
+                "pem-ec": try await Self.mint(["--user", "ann", "--private-key", ecFiles.privatePath, "--kid", "pem-ec"]),
+                "jw-ed": try await Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed"]),
+                "jw-ec": try await Self.mint(["--user", "ann", "--private-key", ecFiles.privatePath, "--kid", "jw-ec"]),
             ]
             var sessions: [String: SwitchboardConnection] = [:]
             for (kid, token) in tokens.sorted(by: { $0.key < $1.key }) {
@@ -62,7 +62,7 @@ import Testing
                 await CredentialReloadProcessTests.waitForLog(gateway, "token keys (hm, jw-ec, jw-ed2, pem-ec)", count: 1),
                 "\(gateway.log)")
             await expectClientError(.invalidToken, kind: .goAway) { _ = try await Self.connect(gateway, tokens["jw-ed"]!) }
-            let rotated = try await Self.connect(gateway, try Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed2"]))
+            let rotated = try await Self.connect(gateway, try await Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed2"]))
             try await rotated.ping()
             // The session that logged in with the removed key stays, as do the others.
             for (kid, session) in sessions.sorted(by: { $0.key < $1.key }) {
@@ -74,7 +74,7 @@ import Testing
             gateway.process.signal(SIGHUP)
             #expect(await CredentialReloadProcessTests.waitForLog(gateway, "the token secret and keys were not reloaded", count: 1), "\(gateway.log)")
             #expect(gateway.log.contains("key 0 has no kid"), "\(gateway.log)")
-            let still = try await Self.connect(gateway, try Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed2"]))
+            let still = try await Self.connect(gateway, try await Self.mint(["--user", "ann", "--private-key", edFiles.privatePath, "--kid", "jw-ed2"]))
             try await still.ping()
             #expect(await gateway.stop() == 0)
         }
@@ -95,7 +95,7 @@ import Testing
                 (["--jwks-file", directory + "/nokid.jwks"], "--jwks-file \(directory)/nokid.jwks: key 0 has no kid"),
             ]
             for (arguments, message) in cases {
-                let run = try runProgram(
+                let run = try await ProcessRun.run(
                     Self.executable,
                     ["--tcp", "127.0.0.1:0", "--unix-socket", "off", "--database", directory + "/db.sqlite"] + arguments)
                 #expect(run.status == 64, "\(arguments): \(run.errors)")
@@ -111,7 +111,7 @@ import Testing
             try secret.write(toFile: directory + "/secret", atomically: true, encoding: .utf8)
             let now = Int64(Date().timeIntervalSince1970)
             let grants = #"[{"on":"stream:feed:*","allow":["read"]}]"#
-            let token = try Self.mint([
+            let token = try await Self.mint([
                 "--user", "ann", "--token-secret-file", directory + "/secret", "--grants", grants, "--jti", "j-1",
                 "--kid", "k1", "--not-before", "\(now - 5)", "--expires", "\(now + 600)", "--admin",
             ])
@@ -121,15 +121,15 @@ import Testing
             #expect(claims.grants == (try GrantSet(jsonText: grants)) && claims.tokenID == "j-1")
             #expect(claims.issuedAt.map { abs($0 - now) <= 5 } == true)
             // nbf is in the token: far ahead, it is refused.
-            let later = try Self.mint(["--user", "ann", "--token-secret-file", directory + "/secret", "--not-before", "\(now + 3600)"])
+            let later = try await Self.mint(["--user", "ann", "--token-secret-file", directory + "/secret", "--not-before", "\(now + 3600)"])
             await #expect(throws: SwitchboardWireError.self) { _ = try await TokenAuthority(secret: Array(secret.utf8)).verify(later, now: now) }
             // Signed with a private key, verified with its public half.
             let files = try TokenKeyFixtures.ed25519.write(to: directory)
-            let signed = try Self.mint(["--user", "ann", "--private-key", files.privatePath, "--kid", "ed"])
+            let signed = try await Self.mint(["--user", "ann", "--private-key", files.privatePath, "--kid", "ed"])
             let byKey = TokenAuthority(secret: nil, keys: ["ed": try TokenKeyFixtures.publicKey(TokenKeyFixtures.ed25519)])
             #expect(try await byKey.verify(signed, now: now).userID == "ann")
             // Grants the gateway would refuse are refused here too.
-            let bad = try runProgram(Self.executable, ["token", "--user", "ann", "--token-secret-file", directory + "/secret", "--grants", #"[{"on":"room","allow":["read"]}]"#])
+            let bad = try await ProcessRun.run(Self.executable, ["token", "--user", "ann", "--token-secret-file", directory + "/secret", "--grants", #"[{"on":"room","allow":["read"]}]"#])
             #expect(bad.status == 64 && bad.errors.contains("--grants"), "\(bad.errors)")
         }
     }
