@@ -80,6 +80,35 @@ import Testing
         }
     }
 
+    /// `token-key` and `jwks-file` come from the environment and the configuration file too (pairs separated by
+    /// commas in one string).
+    @Test func tokenKeysFromTheEnvironmentAndTheConfigurationFile() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the switchboard product first")
+        try await withTemporaryDirectory("sb-keyenv") { directory in
+            let ec = try TokenKeyFixtures.ec.write(to: directory)
+            let ed = try TokenKeyFixtures.ed25519.write(to: directory)
+            let hmacFile = directory + "/hmac"
+            try "an-hmac-key-file-secret-of-at-least-32-bytes".write(toFile: hmacFile, atomically: true, encoding: .utf8)
+            try Self.jwks([TokenKeyFixtures.ed25519.jwk(kid: "from-jwks")])
+                .write(toFile: directory + "/keys.jwks", atomically: true, encoding: .utf8)
+            try #"{"jwks-file": "\#(directory)/keys.jwks"}"#.write(toFile: directory + "/config.json", atomically: true, encoding: .utf8)
+            let gateway = try await GatewayProcess.start(
+                executable: Self.executable, arguments: ["--config", directory + "/config.json"],
+                environment: ["SWITCHBOARD_TOKEN_KEY": "env-ec=\(ec.publicPath), env-h=hmac:\(hmacFile)"])
+            for (kid, key) in [("env-ec", ["--private-key", ec.privatePath]), ("env-h", ["--token-secret-file", hmacFile]),
+                ("from-jwks", ["--private-key", ed.privatePath])]
+            {
+                let connection = try await Self.connect(gateway, try await Self.mint(["--user", "ann", "--kid", kid] + key))
+                try await connection.ping()
+            }
+            // No default key: a token without kid is refused.
+            await expectClientError(.invalidToken, kind: .goAway) {
+                _ = try await Self.connect(gateway, try await Self.mint(["--user", "ann", "--token-secret-file", hmacFile]))
+            }
+            #expect(await gateway.stop() == 0)
+        }
+    }
+
     @Test func aKeyFileThatCannotBeUsedStopsTheStartNamingIt() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.executable), "build the switchboard product first")
         try await withTemporaryDirectory("sb-badkeys") { directory in
