@@ -267,12 +267,12 @@ import Testing
 
     /// Refuses the users it names, and records what it was asked.
     final class BanList: LoginPolicy {
-        let banned: Set<String>
+        let banned: Mutex<Set<String>>
         let asked = Mutex<[(token: AccessToken?, user: String)]>([])
-        init(_ banned: Set<String>) { self.banned = banned }
+        init(_ banned: Set<String>) { self.banned = Mutex(banned) }
         func refusal(of token: AccessToken?, userID: String, nowMillis: Int64) -> SwitchboardWireError? {
             self.asked.withLock { $0.append((token, userID)) }
-            return self.banned.contains(userID) ? SwitchboardWireError(.permissionDenied, "banned") : nil
+            return self.banned.withLock { $0.contains(userID) } ? SwitchboardWireError(.permissionDenied, "banned") : nil
         }
     }
 
@@ -290,6 +290,14 @@ import Testing
             let asked = policy.asked.withLock { $0 }
             #expect(asked.map(\.user) == ["mallory", "ann"])
             #expect(asked.first?.token?.tokenID == "m-1")
+            // A renewal asks it too: banned after logging in, the user cannot renew (the session goes on until its
+            // token ends).
+            let connection = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(Self.claims("eve")))
+            policy.banned.withLock { _ = $0.insert("eve") }
+            await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
+                _ = try await connection.send(.renewToken(RenewTokenRequest(token: Self.authority.mint(Self.claims("eve")))))
+            }
+            try await connection.ping()
         }
         let open = BanList(["mallory"])
         try await withGateway { gateway in
