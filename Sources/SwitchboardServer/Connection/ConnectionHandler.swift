@@ -64,8 +64,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var decodeResumeScheduled = false
     /// The client shut down its side of the stream while decoding was paused; handled once the rest is decoded.
     private var inputEnded = false
-    /// HELLO's token is being verified off the loop: frames that arrive meanwhile wait undecoded in ``cumulation``,
-    /// and reading stops until the answer is back (``helloVerified(_:_:)``).
+    /// HELLO's token is being verified (asynchronously, in a task): frames that arrive meanwhile wait undecoded in
+    /// ``cumulation``, and reading stops until the answer is back (``helloVerified(_:_:)``).
     private var verifyingHello = false
     /// Closes the connection at the end of the closing grace period if the client has not closed it before.
     private var closingDeadline: Scheduled<Void>?

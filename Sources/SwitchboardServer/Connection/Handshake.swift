@@ -36,7 +36,7 @@ struct AcceptedHello: Equatable {
 
 /// The server's side of SB-5.1 and SB-5.3: a HELLO in, the session's terms or the error that ends the connection
 /// out. No I/O, no clock of its own; the connection handler sends WELCOME or GOAWAY. Three steps, because the second
-/// is asynchronous when the server requires tokens (jwt-kit verifies off the event loop): ``precheck(_:)`` (limits
+/// is asynchronous when the server requires tokens (jwt-kit's verification is async): ``precheck(_:)`` (limits
 /// and version), ``verify(_:authority:policy:defaultGrants:nowMillis:)`` or ``openIdentity(_:policy:nowMillis:)``
 /// (credentials), ``terms(_:identity:heartbeat:)``.
 enum Handshake {
