@@ -13,7 +13,7 @@ run: deps
 ## held-commit reads, which hold SQLite's write lock within its 5 s busy timeout, each run on their own after the
 ## others: on two cores their load, or the others', would otherwise stretch the timing checks).
 test:
-	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium
+	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium py:jwt=PyJWT py:cryptography=cryptography
 	python3 Tools/codegen/generate.py --check
 	python3 Protocol/reference/sbwire.py --selftest
 	swift test --skip SwitchboardClusterTests --skip SessionEndScalingTests --skip SwitchboardServerTests.ReadAfterCommitTests
@@ -23,7 +23,8 @@ test:
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
 
-## A bounded libFuzzer run of the frame decoder and of the request handlers (FUZZ_SECONDS in all, default 60).
+## A bounded libFuzzer run of the frame decoder, the request handlers and the token verifier (FUZZ_SECONDS in all,
+## default 60).
 fuzz: deps
 	Tools/fuzz/run.sh $${FUZZ_SECONDS:-60} all
 

@@ -21,7 +21,7 @@ SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "SPEC.md")
 BEGIN = "<!-- BEGIN EXAMPLES: Protocol/reference/make_examples.py -->\n"
 END = "<!-- END EXAMPLES -->\n"
 T0 = 1767225600000
-SECRET = b"demo-secret"
+SECRET = b"demo-secret-of-thirty-two-bytes!"
 
 
 def block(data, direction, check=True):
@@ -38,10 +38,11 @@ def example(title, text, msg, direction, compress=False):
 
 
 def main():
-    token = w.mint_token(SECRET, "Tony", 1798761600)           # 2027-01-01T00:00:00Z
-    payload = token.split(".")[1]
+    token = w.mint_token(SECRET, "Tony", 1798761600, iat=1798758000)  # 2027-01-01T00:00:00Z, issued an hour before
+    header, payload = token.split(".")[:2]
+    header_json = base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)).decode()
     claims = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
-    assert w.verify_token(SECRET, token, now=T0 // 1000)["u"] == "Tony"
+    assert w.verify_token(SECRET, token, now=T0 // 1000)["sub"] == "Tony"
     hello = {"kind": "control", "op": "hello", "body": {
         "protocolVersion": 1, "features": ["zlib"], "token": token, "clientType": "ios", "heartbeatMs": 15000,
         "clientName": "demo/1.0"}}
@@ -77,7 +78,7 @@ def main():
     big_frame = w.encode(big, "auto")
     assert big_frame[len(w.uvarint(w.peek_varint(big_frame, 0, 4)[0]))] & w.F_COMPRESSED
     plain_len = len(w.encode(big))
-    signing = "sb1." + payload
+    signing = header + "." + payload
     signature = hmac.new(SECRET, signing.encode("ascii"), hashlib.sha256).digest()
 
     out = [BEGIN, "## 14. Worked examples\n\n",
@@ -110,14 +111,15 @@ def main():
                + block(unknown_op, "c2s", check=False)
                + "\nThe server answers with error 1013 under the same op and request id and keeps the connection:\n\n"
                + block(w.encode(unknown_answer), "s2c") + "\n")
-    out.append("### 14.11 Token\n\nSecret `demo-secret` (11 ASCII bytes), user Tony, role user, expiry 1798761600 "
-               "(2027-01-01T00:00:00Z).\n\n```\n"
+    out.append("### 14.11 Token\n\nAn HS256 JWT (§5.3). Secret `%s` (%d ASCII bytes, the gateway's default key: no "
+               "`kid`), user Tony, role user (the default, so no `role` claim), issued 2026-12-31T23:00:00Z, expiry "
+               "1798761600 (2027-01-01T00:00:00Z).\n\n```\n"
+               "header    %s\n"
                "claims    %s\n"
-               "payload   %s\n"
                "signed    %s\n"
                "HMAC      %s\n"
                "token     %s\n```\n\n"
-               % (claims, payload, signing, signature.hex(), token))
+               % (SECRET.decode(), len(SECRET), header_json, claims, signing, signature.hex(), token))
     out.append(END)
     text = open(SPEC, encoding="utf-8").read()
     head, rest = text.split(BEGIN, 1)

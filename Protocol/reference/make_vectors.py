@@ -156,7 +156,7 @@ VECTOR_USER = "vector"     # the user of the session vectors' HELLOs (open devel
 
 REQUESTS = {
     "logout": {},
-    "renewToken": {"token": "sb1.eyJ1IjoiVG9ueSIsImUiOjE3NjcyMjU2MDAsInIiOiJ1c2VyIn0.c2lnbmF0dXJl"},
+    "renewToken": {"token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJUb255IiwiZXhwIjoxNzY3MjI1NjAwfQ.c2lnbmF0dXJl"},
     "setChannelMetadata": {"channel": "lobby", "items": [{"key": "Apple", "value": "100", "revision": 3},
                                                          {"key": "Banana", "value": "200"}],
                            "majorRevision": 3, "recordTs": True, "recordUserId": True, "lock": "editor"},

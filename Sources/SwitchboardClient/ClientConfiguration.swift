@@ -28,7 +28,7 @@ public struct ClientConfiguration: Sendable {
     public var tls: TLS? = nil
     /// User to log in as (open development mode), or to check against the token.
     public var userID: String
-    /// Login token (`sb1....`); empty in open development mode.
+    /// Login token (a JWT, `Docs/tokens.md`); empty in open development mode.
     public var token: String = ""
     /// This device's id.
     public var deviceID: String = ""

@@ -16,8 +16,6 @@ final class GatewayCore: Sendable {
     let metrics: GatewayMetrics
     let logger: Logger
     let observers: [any SessionObserver]
-    /// Consulted by every handshake once the credentials are good (bans, revoked tokens).
-    let loginPolicy: (any LoginPolicy)?
     /// Handlers indexed by op (0...63).
     private let handlers: [(any RequestHandler)?]
     /// Handlers that answer an op from its encoded body, indexed by op (0...63).
@@ -37,8 +35,9 @@ final class GatewayCore: Sendable {
         nowMillis: @escaping @Sendable () -> Int64, flushBatches: FlushBatches, inboxes: LoopInboxes,
         credentials: GatewayCredentials? = nil, loginPolicy: (any LoginPolicy)? = nil
     ) {
-        self.loginPolicy = loginPolicy
-        let credentials = credentials ?? GatewayCredentials(tokenSecret: configuration.tokenSecret)
+        // `loginPolicy` is held by the credentials, where ``SwitchboardGateway/setLoginPolicy(_:)`` can replace it.
+        let credentials = credentials ?? GatewayCredentials(configuration)
+        if let loginPolicy { credentials.loginPolicy = loginPolicy }
         self.configuration = configuration
         self.registry = registry
         self.credentials = credentials
@@ -50,7 +49,7 @@ final class GatewayCore: Sendable {
         self.inboxes = inboxes
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         var readers: [(any EncodedReadHandler)?] = Array(repeating: nil, count: 64)
-        for handler in [SessionArea(credentials: credentials, observers: observers, loginPolicy: loginPolicy)] + handlers {
+        for handler in [SessionArea(credentials: credentials, observers: observers, defaultGrants: configuration.defaultGrants)] + handlers {
             let reader = handler as? any EncodedReadHandler
             let encoded = Set(reader?.encodedReadOperations ?? [])
             for op in handler.operations {

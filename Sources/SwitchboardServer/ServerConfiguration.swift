@@ -17,8 +17,11 @@ public struct ServerConfiguration: Sendable {
     public var databasePath: String = "./switchboard.sqlite"
     /// Event loop threads for connections. One is best when the load generator shares two cores.
     public var eventLoopThreads: Int = 1
-    /// HMAC secret for login tokens; nil runs the open development mode (any user id, loopback only).
+    /// HMAC secret for login tokens: the default key, which verifies tokens without a `kid`. With neither it nor
+    /// ``tokenKeys`` the gateway runs the open development mode (any user id, loopback only).
     public var tokenSecret: [UInt8]? = nil
+    /// Further keys for login tokens, by `kid` (`Docs/tokens.md`).
+    public var tokenKeys: [String: TokenKey] = [:]
     /// The grants of a session whose token has no `grants` claim (not used in open development mode, where every
     /// session may do everything, nor for admin tokens). Default: a user's own data only.
     public var defaultGrants: GrantSet = .ownDataOnly
@@ -37,6 +40,10 @@ public struct ServerConfiguration: Sendable {
 
     /// Creates the default configuration.
     public init() {}
+
+    /// Whether logins need a token: there is a token secret or a key. Fixed at start (a reload replaces keys, never
+    /// turns tokens on or off).
+    public var requiresTokens: Bool { self.tokenSecret != nil || !self.tokenKeys.isEmpty }
 
     /// The certificate chain and private key that turn on TLS for the TCP listener.
     ///

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Foundation
 import Logging
 import NIOCore
 import NIOPosix
@@ -92,7 +93,7 @@ public final class SwitchboardGateway: Service, Sendable {
 
     private func runListeners() async throws {
         let configuration = self.configuration
-        if configuration.tokenSecret == nil, let host = configuration.tcpHost, !Self.isLoopback(host) {
+        if !configuration.requiresTokens, let host = configuration.tcpHost, !Self.isLoopback(host) {
             throw GatewayStartError(
                 description: "open development mode (no token secret) only listens on loopback, not \(host)")
         }
@@ -127,7 +128,7 @@ public final class SwitchboardGateway: Service, Sendable {
             metadata: [
                 "tcp": "\(bound.tcp.map { "\($0)" } ?? "off")", "unix": "\(bound.unixSocketPath ?? "off")",
                 "tls": "\(tlsContext == nil ? "off" : "on (TCP)")",
-                "auth": "\(configuration.tokenSecret == nil ? "open development mode (any user id)" : "tokens")",
+                "auth": "\(!configuration.requiresTokens ? "open development mode (any user id)" : "tokens")",
             ])
         self.onRunning(bound)
 
@@ -252,7 +253,24 @@ public final class SwitchboardGateway: Service, Sendable {
     @discardableResult
     public func replaceTokenSecret(_ secret: [UInt8]) -> Bool {
         self.core.credentials.replaceTokenSecret(secret)
-        return self.configuration.tokenSecret != nil
+        return self.configuration.requiresTokens
+    }
+
+    /// Makes logins and token renewals from now on verify tokens with `secret` (the default key, for tokens
+    /// without a `kid`; nil: none) and `keys` by `kid`: a key added takes effect for new logins, a key removed
+    /// refuses them; sessions already logged in stay. Does nothing for a gateway in open development mode.
+    ///
+    /// - Returns: whether the gateway requires tokens (and now verifies them with these keys).
+    @discardableResult
+    public func replaceTokenKeys(secret: [UInt8]?, keys: [String: TokenKey]) -> Bool {
+        self.core.credentials.replaceKeys(secret: secret, keys: keys)
+        return self.configuration.requiresTokens
+    }
+
+    /// Sets what may refuse a login or token renewal after its token verified (nil: nothing does): revoked tokens,
+    /// banned users. Takes effect for the logins that start afterwards.
+    public func setLoginPolicy(_ policy: (any LoginPolicy)?) {
+        self.core.credentials.loginPolicy = policy
     }
 
     static func isLoopback(_ host: String) -> Bool {
@@ -261,9 +279,9 @@ public final class SwitchboardGateway: Service, Sendable {
 
     /// Removes a socket file left by a crashed run; refuses to steal one a live server is listening on.
     static func removeStaleSocket(at path: String) throws {
-        var status = stat()
-        guard lstat(path, &status) == 0 else { return }  // nothing there
-        guard (status.st_mode & S_IFMT) == S_IFSOCK else {
+        // lstat through FileManager (`struct stat` itself is out of reach here since jwt-kit loads CoreFoundation).
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path) else { return }  // nothing there
+        guard attributes[.type] as? FileAttributeType == .typeSocket else {
             throw GatewayStartError(description: "\(path) exists and is not a socket")
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)

@@ -2,13 +2,15 @@ import Foundation
 import Logging
 import SwitchboardServer
 
-/// SIGHUP: the running gateway reads its TLS certificate and key files (`--tls-cert`, `--tls-key`) and its token
-/// secret file (`--token-secret-file`) again, without dropping a connection.
+/// SIGHUP: the running gateway reads its TLS certificate and key files (`--tls-cert`, `--tls-key`), its token
+/// secret file (`--token-secret-file`) and its token key files (`--token-key`, `--jwks-file`) again, without
+/// dropping a connection.
 ///
 /// Connections accepted afterwards get the new certificate, and logins and token renewals are verified with the new
-/// secret (a token signed with the old one is refused from then on); connections and sessions already open stay.
-/// Each part that cannot be reloaded (a file that cannot be read, a certificate or key that cannot be used, a
-/// secret shorter than ``TokenAuthority/minimumSecretBytes``) is logged as an error and keeps what it had. An
+/// secret and keys (a token signed with a key no longer there is refused from then on); connections and sessions
+/// already open stay. Each part that cannot be reloaded (a file that cannot be read, a certificate or key that
+/// cannot be used, a secret shorter than ``TokenAuthority/minimumSecretBytes``) is logged as an error and keeps
+/// what it had (the token secret and keys are one part). An
 /// inline secret (`--token-secret`, `SWITCHBOARD_TOKEN_SECRET`, the configuration file's `token-secret`) is not
 /// read again: the process was given it once.
 enum CredentialReload {
@@ -32,14 +34,21 @@ enum CredentialReload {
             failed = true
             logger.error("SIGHUP: the TLS certificate and key were not reloaded; the previous ones stay: \(error)")
         }
-        if case .file = settings.tokenSecret {
+        let secretFromFile = if case .file = settings.tokenSecret { true } else { false }
+        if secretFromFile || settings.tokenKeys != nil || settings.jwksFile != nil {
+            // All or nothing: a secret or key file that cannot be used keeps every previous key.
             do {
-                if let secret = try TokenSecretLoader.load(of: settings), gateway.replaceTokenSecret(secret) {
-                    reloaded.append("token-secret-file")
+                let secret = try TokenSecretLoader.load(of: settings)
+                let keys = try TokenKeyLoader.load(of: settings)
+                if gateway.replaceTokenKeys(secret: secret, keys: keys) {
+                    if secretFromFile { reloaded.append("token-secret-file") }
+                    if settings.tokenKeys != nil || settings.jwksFile != nil {
+                        reloaded.append("token keys (\(keys.keys.sorted().joined(separator: ", ")))")
+                    }
                 }
             } catch {
                 failed = true
-                logger.error("SIGHUP: the token secret was not reloaded; the previous one stays: \(error)")
+                logger.error("SIGHUP: the token secret and keys were not reloaded; the previous ones stay: \(error)")
             }
         }
         let what = reloaded.isEmpty ? "nothing" : reloaded.joined(separator: ", ")

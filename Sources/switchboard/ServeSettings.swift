@@ -33,6 +33,10 @@ struct ServeSettings: Equatable, Sendable {
     var tokenSecretSource: String?
     /// The grants of tokens without a `grants` claim: JSON, or `@PATH` of a file holding it (nil: own data only).
     var defaultGrants: String?
+    /// `KID=PATH` pairs separated by commas (`--token-key`, repeatable on the command line; ``TokenKeyLoader``).
+    var tokenKeys: String?
+    /// A JWKS file of token keys (`--jwks-file`).
+    var jwksFile: String?
     var maxConnections = 100_000
     var maxFrameSize = 1 << 20
     var maxInflatedSize = 1 << 20
@@ -122,6 +126,8 @@ struct ServeSettings: Equatable, Sendable {
         .secret("token-secret"),
         .secret("token-secret-file"),
         .optionalString("default-grants", \.defaultGrants),
+        .optionalString("token-key", \.tokenKeys),
+        .optionalString("jwks-file", \.jwksFile),
         .integer("max-connections", \.maxConnections, 1...1_000_000),
         .integer("max-frame-size", \.maxFrameSize, 16_384...268_435_455),
         .integer("max-inflated-size", \.maxInflatedSize, 16_384...268_435_455),
@@ -335,6 +341,8 @@ enum SettingsError: Error, Equatable, CustomStringConvertible {
     case conflict(String)
     /// A token secret that cannot be used (``TokenSecretLoader``), as a sentence naming its source.
     case unusableTokenSecret(String)
+    /// A token key or JWKS that cannot be used (``TokenKeyLoader``), as a sentence naming its file.
+    case unusableTokenKey(String)
 
     var description: String {
         switch self {
@@ -346,7 +354,7 @@ enum SettingsError: Error, Equatable, CustomStringConvertible {
             return "config file \(path): \(reason)"
         case .outOfRange(let setting, let value, let range):
             return "\(setting) must be \(range.lowerBound)-\(range.upperBound), not \(value)"
-        case .conflict(let sentence), .unusableTokenSecret(let sentence):
+        case .conflict(let sentence), .unusableTokenSecret(let sentence), .unusableTokenKey(let sentence):
             return sentence
         }
     }

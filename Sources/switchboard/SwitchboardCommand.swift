@@ -32,7 +32,7 @@ struct SwitchboardCommand: AsyncParsableCommand {
             configuration file named by --config or SWITCHBOARD_CONFIG ({"max-connections": 1000}). The command \
             line wins over the environment, the environment over the file, the file over the defaults. A number \
             outside its range stops the start (exit status 64). SIGTERM or SIGINT stops the gateway gracefully; \
-            SIGHUP reloads the TLS certificate and key and the --token-secret-file.
+            SIGHUP reloads the TLS certificate and key, the --token-secret-file, the --token-key files and the --jwks-file.
             """,
         version: SwitchboardVersion.current,
         subcommands: [Serve.self, Token.self])
@@ -114,6 +114,12 @@ struct ServeOptions: ParsableArguments {
 
     @Option(name: .customLong("default-grants"), help: ArgumentHelp("The grants of a token without a grants claim, as a JSON array such as [{\"on\":\"message:room:*\",\"allow\":[\"read\",\"presence\"]}], or @PATH to read it from a file. Checked at start. Default: a user's own data only (Protocol/SPEC.md §5.10). Admin tokens and open development mode may do everything.", valueName: "json|@path"))
     var defaultGrants: String?
+
+    @Option(name: .customLong("token-key"), help: ArgumentHelp("A further key for login tokens, chosen by the tokens' kid header: KID=PATH for a PEM public key (RSA: RS256, EC P-256: ES256, Ed25519: EdDSA), KID=hmac:PATH for a file holding an HMAC secret of at least 32 bytes (HS256/384/512). Repeatable; in SWITCHBOARD_TOKEN_KEY or the configuration file one string of pairs separated by commas. SIGHUP reads the files again (Docs/tokens.md).", valueName: "kid=path"))
+    var tokenKey: [String] = []
+
+    @Option(name: .customLong("jwks-file"), help: "Login token keys from a JWKS file (RSA, EC P-256, OKP Ed25519, oct keys; each needs a kid). SIGHUP reads it again.")
+    var jwksFile: String?
 
     @Option(name: .customLong("max-connections"), help: "Open connections at most, 1-1000000 (error 3002) (default: \(defaults.maxConnections)).")
     var maxConnections: Int?
@@ -210,6 +216,8 @@ struct ServeOptions: ParsableArguments {
         put("token-secret", self.tokenSecret)
         put("token-secret-file", self.tokenSecretFile)
         put("default-grants", self.defaultGrants)
+        put("token-key", self.tokenKey.isEmpty ? nil : self.tokenKey.joined(separator: ","))
+        put("jwks-file", self.jwksFile)
         put("max-connections", self.maxConnections)
         put("max-frame-size", self.maxFrameSize)
         put("max-inflated-size", self.maxInflatedSize)
@@ -294,6 +302,7 @@ extension ServeSettings {
         configuration.eventLoopThreads = self.threads
         do {
             configuration.tokenSecret = try TokenSecretLoader.load(of: self)
+            configuration.tokenKeys = try TokenKeyLoader.load(of: self)
         } catch {
             throw ValidationError(error.description)
         }
@@ -365,8 +374,8 @@ extension ServeSettings {
             applicationConfiguration.metricsHost = host
             metricsPrometheus = metrics
         }
-        if configuration.tokenSecret == nil {
-            logger.warning("no token secret: open development mode, any user id is accepted (loopback only)")
+        if !configuration.requiresTokens {
+            logger.warning("no token secret or key: open development mode, any user id is accepted (loopback only)")
         }
         var storeConfiguration = StoreConfiguration()
         storeConfiguration.durability = self.durability == "commit" ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
@@ -414,7 +423,7 @@ extension ServeSettings {
             onServerRunning: { [self] running in
                 SecondSignal.exitImmediately(logger: logger)
                 startLine.log(
-                    running, tls: configuration.tls != nil, tokens: configuration.tokenSecret != nil, logger: logger)
+                    running, tls: configuration.tls != nil, tokens: configuration.requiresTokens, logger: logger)
                 CredentialReload.install(gateway: running.gateway, settings: self, logger: logger)
             })
         do {
@@ -463,9 +472,9 @@ enum SecondSignal {
 
 struct Token: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Mints a login token with the gateway's secret: --token-secret-file or --token-secret, else SWITCHBOARD_TOKEN_SECRET_FILE or SWITCHBOARD_TOKEN_SECRET, else the configuration file's (--config or SWITCHBOARD_CONFIG).",
-        usage: "switchboard token --user <user> [--ttl <ttl>] [--admin] (--token-secret-file <path> | --token-secret <secret> | --config <path>)",
-        discussion: "The secret must be at least 32 bytes (a file's without the whitespace around it), as the gateway requires; --token-secret-file, --token-secret and --config are the gateway's options (switchboard --help).")
+        abstract: "Mints a login token (a JWT) with the gateway's secret (HS256): --token-secret-file or --token-secret, else SWITCHBOARD_TOKEN_SECRET_FILE or SWITCHBOARD_TOKEN_SECRET, else the configuration file's (--config or SWITCHBOARD_CONFIG); or with a private key (--private-key).",
+        usage: "switchboard token --user <user> [--ttl <ttl> | --expires <time>] [--admin] [--grants <json>] [--jti <id>] [--kid <kid>] [--not-before <time>] (--token-secret-file <path> | --token-secret <secret> | --config <path> | --private-key <path>)",
+        discussion: "The secret must be at least 32 bytes (a file's without the whitespace around it), as the gateway requires; --token-secret-file, --token-secret and --config are the gateway's options (switchboard --help). The token carries sub, exp, iat, and the other claims when given (Docs/tokens.md).")
 
     @Option(help: "The user the token is for.")
     var user: String
@@ -473,14 +482,85 @@ struct Token: AsyncParsableCommand {
     @Option(help: "Time to live: seconds, or with a unit: 90s, 30m, 1h, 7d.")
     var ttl = "1h"
 
+    @Option(help: "Expiry as a Unix time in seconds (instead of --ttl).")
+    var expires: Int64?
+
     @Flag(help: "Grant the admin role (act for any user).")
     var admin = false
+
+    @Option(help: ArgumentHelp("The grants claim, JSON: [{\"on\":\"message:room:*\",\"allow\":[\"read\",\"write\"]}]. Without it the gateway gives the token its default grants.", valueName: "json"))
+    var grants: String?
+
+    @Option(help: "The jti claim: an id by which the token can be revoked.")
+    var jti: String?
+
+    @Option(help: "The kid header: the key the gateway verifies the token with (--token-key, --jwks-file). Without it, the gateway's token secret.")
+    var kid: String?
+
+    @Option(name: .customLong("not-before"), help: "The nbf claim: the token is not valid before this Unix time in seconds.")
+    var notBefore: Int64?
+
+    @Option(name: .customLong("private-key"), help: "Sign with this PEM private key instead of the secret: RSA (RS256), EC P-256 (ES256) or Ed25519 (EdDSA).")
+    var privateKey: String?
 
     /// The secret's options, `--token-secret-file`, `--token-secret` and `--config`, are the gateway's: the root
     /// command parses its serve options (``ServeOptions``) wherever they stand, after `token` too.
     @ParentCommand var gateway: SwitchboardCommand
 
     func run() async throws {
+        guard !self.user.isEmpty, self.user.utf8.count <= TokenAuthority.maxUserIDBytes else {
+            throw ValidationError("--user must be 1 to \(TokenAuthority.maxUserIDBytes) bytes")
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        let expiresAt: Int64
+        if let expires = self.expires {
+            guard expires > now, expires <= Self.latestExpiry else {
+                throw ValidationError("--expires must be a Unix time in seconds after now and before \(Self.latestExpiry)")
+            }
+            expiresAt = expires
+        } else {
+            guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
+                throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")
+            }
+            guard seconds <= Self.latestExpiry - now else {
+                throw ValidationError("--ttl is too long: a token must expire within \(Self.latestExpiry - now) s")
+            }
+            expiresAt = now + seconds
+        }
+        var claims = AccessToken(
+            userID: self.user, expiresAt: expiresAt, role: self.admin ? .admin : .user, tokenID: self.jti, issuedAt: now)
+        if let text = self.grants {
+            do {
+                claims.grants = try GrantSet(jsonText: text)
+            } catch {
+                throw ValidationError("--grants: \(error.message)")
+            }
+        }
+        if let jti = self.jti, jti.isEmpty || jti.utf8.count > 256 {
+            throw ValidationError("--jti must be 1 to 256 bytes")
+        }
+        if let kid = self.kid, kid.isEmpty || kid.utf8.count > 256 {
+            throw ValidationError("--kid must be 1 to 256 bytes")
+        }
+        if let path = self.privateKey {
+            guard case .success(let bytes) = TokenSecretLoader.readSmallFile(path),
+                let pem = String(validating: bytes, as: UTF8.self)
+            else {
+                throw ValidationError("--private-key \(path) cannot be read as text")
+            }
+            do {
+                print(try await TokenSigner.sign(claims, notBefore: self.notBefore, keyID: self.kid, privateKeyPEM: pem))
+            } catch {
+                throw ValidationError("--private-key \(path): \(error.message)")
+            }
+            return
+        }
+        let secret = try await self.secret()
+        print(TokenAuthority(secret: secret).mint(claims, notBefore: self.notBefore, keyID: self.kid))
+    }
+
+    /// The gateway's token secret, from its options, environment or configuration file.
+    private func secret() async throws -> [UInt8] {
         let environment = ProcessInfo.processInfo.environment
         var commandLine: [String: ConfigContent] = [:]
         let options = self.gateway.options
@@ -496,27 +576,16 @@ struct Token: AsyncParsableCommand {
         } catch {
             throw ValidationError(error.description)
         }
-        let secret: [UInt8]
         do {
             guard let key = try TokenSecretLoader.load(of: resolved) else {
                 throw ValidationError(
-                    "no secret: give --token-secret, --token-secret-file, SWITCHBOARD_TOKEN_SECRET or a configuration file with one")
+                    "no secret: give --token-secret, --token-secret-file, SWITCHBOARD_TOKEN_SECRET or a configuration file with one (or --private-key)")
             }
-            secret = key
+            return key
         } catch let error as SettingsError {
             // The gateway refuses this secret at start: a token signed with it would never log in.
             throw ValidationError(error.description)
         }
-        guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
-            throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")
-        }
-        let now = Int64(Date().timeIntervalSince1970)
-        guard seconds <= Self.latestExpiry - now else {
-            throw ValidationError("--ttl is too long: a token must expire within \(Self.latestExpiry - now) s")
-        }
-        let expiresAt = now + seconds
-        let authority = TokenAuthority(secret: secret)
-        print(authority.mint(userID: self.user, expiresAt: expiresAt, role: self.admin ? .admin : .user))
     }
 
     /// The latest token expiry (s since the epoch) whose value in ms still fits an `Int64`, as the gateway keeps it.

@@ -45,16 +45,16 @@ struct ConnectionOptionsTests {
     @Test("user, token, device and timeout come from options, then SWITCHBOARD_* variables")
     func loginFromOptionsAndEnvironment() throws {
         let environment = [
-            "SWITCHBOARD_USER": "envUser", "SWITCHBOARD_TOKEN": "sb1.env", "SWITCHBOARD_DEVICE": "envDevice",
+            "SWITCHBOARD_USER": "envUser", "SWITCHBOARD_TOKEN": "eyJ.env", "SWITCHBOARD_DEVICE": "envDevice",
             "SWITCHBOARD_TIMEOUT": "2.5", "USER": "login",
         ]
         let fromEnvironment = try Self.options().clientConfiguration(environment: environment) { _ in false }
-        #expect(fromEnvironment.userID == "envUser" && fromEnvironment.token == "sb1.env")
+        #expect(fromEnvironment.userID == "envUser" && fromEnvironment.token == "eyJ.env")
         #expect(fromEnvironment.deviceID == "envDevice")
         #expect(fromEnvironment.requestTimeout == .milliseconds(2500))
-        let fromOptions = try Self.options("--user", "Ann", "--token", "sb1.opt", "--device", "d", "--timeout", "4")
+        let fromOptions = try Self.options("--user", "Ann", "--token", "eyJ.opt", "--device", "d", "--timeout", "4")
             .clientConfiguration(environment: environment) { _ in false }
-        #expect(fromOptions.userID == "Ann" && fromOptions.token == "sb1.opt" && fromOptions.deviceID == "d")
+        #expect(fromOptions.userID == "Ann" && fromOptions.token == "eyJ.opt" && fromOptions.deviceID == "d")
         #expect(fromOptions.requestTimeout == .seconds(4) && fromOptions.connectTimeout == .seconds(4))
     }
 
@@ -62,7 +62,7 @@ struct ConnectionOptionsTests {
     func defaultUser() throws {
         let open = try Self.options().clientConfiguration(environment: ["USER": "login"]) { _ in false }
         #expect(open.userID == "login")
-        let withToken = try Self.options("--token", "sb1.x").clientConfiguration(environment: ["USER": "login"]) { _ in false }
+        let withToken = try Self.options("--token", "eyJ.x").clientConfiguration(environment: ["USER": "login"]) { _ in false }
         #expect(withToken.userID == "")
     }
 

@@ -81,7 +81,7 @@ struct EventAndProfileMappingTests {
 
     @Test("token renew and logout map to the session operations")
     func sessionCommandsMap() throws {
-        #expect(try request("token", "renew", "sb1.a.b") == .renewToken(RenewTokenRequest(token: "sb1.a.b")))
+        #expect(try request("token", "renew", "eyJ.a.b") == .renewToken(RenewTokenRequest(token: "eyJ.a.b")))
         #expect(try request("logout") == .logout(EmptyBody()))
     }
 }

@@ -97,7 +97,7 @@ import Testing
                 ["token", "--user", "Ann", "--admin"] + arguments, environment: SwitchboardExecutable.environment(environment))
             #expect(run.status == 64, "\(run.errors)")
             #expect(run.errors.contains(message), "expected \(message)\n\(run.errors)")
-            #expect(!run.output.contains("sb1."), "it minted a token: \(run.output)")
+            #expect(!run.output.contains("eyJ"), "it minted a token: \(run.output)")
         }
     }
 
@@ -120,7 +120,7 @@ import Testing
             let mint = try await SwitchboardExecutable.run(["token", "--user", "Ann", "--token-secret-file", secretFile])
             #expect(mint.status == 0, "\(mint.errors)")
             let token = mint.output.trimmingCharacters(in: .whitespacesAndNewlines)
-            let verified = try TokenAuthority(secret: Array(secret.utf8)).verify(token, now: Int64(Date().timeIntervalSince1970))
+            let verified = try await TokenAuthority(secret: Array(secret.utf8)).verify(token, now: Int64(Date().timeIntervalSince1970))
             #expect(verified.userID == "Ann")
         }
     }

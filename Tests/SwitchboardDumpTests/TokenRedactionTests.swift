@@ -4,7 +4,7 @@ import SwitchboardWire
 import Testing
 
 @Suite struct TokenRedactionTests {
-    static let token = "sb1.eyJ1IjoiVG9ueSJ9.c2lnbmF0dXJl"  // 33 bytes
+    static let token = "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0"  // 33 bytes
 
     /// HELLO with a token, a renewToken request, and HELLO without a token, as one client-to-server stream.
     static let stream: ByteBuffer = {
@@ -47,7 +47,7 @@ import Testing
 
     @Test("redaction changes only the token: other messages come back unchanged")
     func redactionTouchesOnlyTokens() {
-        let get = SwitchboardMessage.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "sb1.not-a-token")))
+        let get = SwitchboardMessage.request(id: 7, .getUserMetadata(GetUserMetadataRequest(userId: "eyJ.not-a-token")))
         #expect(TokenRedaction.redacted(get) == get)
         let hello = SwitchboardMessage.control(.hello(Hello(protocolVersion: 1, token: "abc", userId: "Tony", deviceId: "d")))
         #expect(

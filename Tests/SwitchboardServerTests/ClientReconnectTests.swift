@@ -9,7 +9,7 @@ import Testing
 /// ``SwitchboardClient``'s reconnects: after a gateway restart and a kick it comes back, restores and says so;
 /// after logout, a fatal refusal or too many attempts it does not.
 @Suite struct ClientReconnectTests {
-    static let secret = Array("client-reconnect-secret".utf8)
+    static let secret = Array("client-reconnect-secret-of-at-least-32-bytes".utf8)
     static let authority = TokenAuthority(secret: secret)
     static func token(_ user: String, seconds: Int64 = 3600) -> String {
         Self.authority.mint(userID: user, expiresAt: Int64(Date().timeIntervalSince1970) + seconds)
@@ -127,7 +127,7 @@ import Testing
             let calls = Atomic<Int>(0)
             let tony = makeClient(gateway, .unix, user: "Tony") {
                 // A valid token first, then a forged one: the reconnect is refused with 2001.
-                calls.add(1, ordering: .relaxed).newValue == 1 ? Self.token("Tony") : "sb1.e30.forged"
+                calls.add(1, ordering: .relaxed).newValue == 1 ? Self.token("Tony") : "e30.e30.forged"
             }
             let events = Recorder(tony.connectionEvents)
             try await tony.connect()
@@ -148,7 +148,7 @@ import Testing
     @Test("a refused first connection throws the server's code and leaves the client unconnected")
     func refusedFirstConnection() async throws {
         try await withFullGateway(secret: Self.secret) { gateway in
-            let tony = makeClient(gateway, .tcp, user: "Tony", configure: { $0.token = Self.token("Tony", seconds: -10) })
+            let tony = makeClient(gateway, .tcp, user: "Tony", configure: { $0.token = Self.token("Tony", seconds: -10 - TokenAuthority.clockSkewSeconds) })
             let events = Recorder(tony.connectionEvents)
             await expectClientError(.tokenExpired, kind: .goAway) { try await tony.connect() }
             #expect(tony.state == .notConnected)
@@ -244,10 +244,12 @@ import Testing
     func renewsExpiringToken() async throws {
         try await withFullGateway(secret: Self.secret) { gateway in
             let calls = Atomic<Int>(0)
-            // The first token expires within six seconds (less than the notice's minute), so the server's notice
-            // comes at once; later ones last. Six, not fewer: the renewal must beat the expiry on a loaded machine.
+            // The first token's session ends within six seconds (its exp plus the skew allowance; less than the
+            // notice's minute), so the server's notice comes at once; later ones last. Six, not fewer: the renewal
+            // must beat the expiry on a loaded machine.
             let tony = makeClient(gateway, .tcp, user: "Tony") {
-                calls.add(1, ordering: .relaxed).newValue == 1 ? Self.token("Tony", seconds: 6) : Self.token("Tony")
+                calls.add(1, ordering: .relaxed).newValue == 1
+                    ? Self.token("Tony", seconds: 6 - TokenAuthority.clockSkewSeconds) : Self.token("Tony")
             }
             let events = Recorder(tony.connectionEvents)
             let notices = Recorder(tony.serverNotices)

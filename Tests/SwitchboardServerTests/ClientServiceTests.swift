@@ -70,9 +70,9 @@ import Testing
     }
 
     @Test func runThrowsWhenTheGatewayRefusesTheLogin() async throws {
-        let secret = Array("client-service-secret".utf8)
+        let secret = Array("client-service-secret-of-at-least-32-bytes".utf8)
         try await withFullGateway(secret: secret) { gateway in
-            let forged = TokenAuthority(secret: Array("another secret".utf8))
+            let forged = TokenAuthority(secret: Array("another secret of at least thirty-two bytes".utf8))
                 .mint(userID: "Tony", expiresAt: Int64(Date().timeIntervalSince1970) + 3600)
             var configuration = ClientConfiguration(endpoint: gateway.endpoint(.tcp), userID: "Tony", token: forged)
             configuration.requestTimeout = .seconds(5)

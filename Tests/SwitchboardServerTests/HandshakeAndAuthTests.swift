@@ -7,7 +7,7 @@ import SwitchboardWire
 import Testing
 
 @Suite struct HandshakeAndAuthTests {
-    static let secret = Array("test-secret-0123456789".utf8)
+    static let secret = Array("test-secret-0123456789-of-at-least-32-bytes".utf8)
     static let authority = TokenAuthority(secret: secret)
     static var now: Int64 { Int64(Date().timeIntervalSince1970) }
 
@@ -88,19 +88,19 @@ import Testing
     @Test(arguments: Transport.allCases)
     func expiredForgedAndMalformedTokensAreRefused(transport: Transport) async throws {
         try await withGateway({ $0.tokenSecret = Self.secret }) { gateway in
-            let expired = Self.authority.mint(userID: "Tony", expiresAt: Self.now - 1)
+            let expired = Self.authority.mint(userID: "Tony", expiresAt: Self.now - TokenAuthority.clockSkewSeconds - 1)
             await #expect(throws: SwitchboardClientError(code: .tokenExpired, message: "")) {
                 _ = try await gateway.connect(transport, user: "", token: expired)
             }
-            let forged = TokenAuthority(secret: Array("another-secret".utf8)).mint(userID: "Tony", expiresAt: Self.now + 60)
+            let forged = TokenAuthority(secret: Array("another-secret-of-at-least-32-bytes".utf8)).mint(userID: "Tony", expiresAt: Self.now + 60)
             await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
                 _ = try await gateway.connect(transport, user: "", token: forged)
             }
             // A valid token whose payload was edited to claim admin: the signature no longer matches.
             let valid = Self.authority.mint(userID: "Tony", expiresAt: Self.now + 60)
             let parts = valid.split(separator: ".")
-            let claims = #"{"u":"Tony","e":\#(Self.now + 60),"r":"admin"}"#
-            let edited = "sb1." + Data(claims.utf8).base64EncodedString()
+            let claims = #"{"sub":"Tony","exp":\#(Self.now + 60),"role":"admin"}"#
+            let edited = String(parts[0]) + "." + Data(claims.utf8).base64EncodedString()
                 .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
                 .replacingOccurrences(of: "/", with: "_") + "." + parts[2]
             await #expect(throws: SwitchboardClientError(code: .invalidToken, message: "")) {
@@ -136,7 +136,8 @@ import Testing
                 Issue.record("unexpected \(response)")
                 return
             }
-            #expect(body.expiresAtMs == UInt64(expiry) * 1000)
+            // The session now ends at the new token's expiry plus the clock-skew allowance.
+            #expect(body.expiresAtMs == UInt64(expiry + TokenAuthority.clockSkewSeconds) * 1000)
             let someoneElse = Self.authority.mint(userID: "Eve", expiresAt: Self.now + 60)
             await #expect(throws: SwitchboardClientError(code: .permissionDenied, message: "")) {
                 _ = try await connection.send(.renewToken(RenewTokenRequest(token: someoneElse)))
@@ -219,7 +220,9 @@ import Testing
     @Test func sessionEndsWhenItsTokenExpiresUnlessRenewed() async throws {
         let recorder = SessionRecorder()
         try await withGateway({ $0.tokenSecret = Self.secret }, observers: [recorder]) { gateway in
-            let expiry = Self.now + 8  // room for slow handshakes on a loaded two-core machine
+            // Expired 22 s ago, within the 30 s skew allowance: accepted, and the session ends 8 s from now (room for
+            // slow handshakes on a loaded two-core machine).
+            let expiry = Self.now + 8 - TokenAuthority.clockSkewSeconds
             let expiring = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Tony", expiresAt: expiry))
             let renewing = try await gateway.connect(.tcp, user: "", token: Self.authority.mint(userID: "Amy", expiresAt: expiry))
             _ = try await renewing.send(.renewToken(RenewTokenRequest(token: Self.authority.mint(userID: "Amy", expiresAt: Self.now + 600))))
@@ -228,7 +231,9 @@ import Testing
             for await push in expiring.pushes {
                 if case .serverNotice(let received) = push { notice = received }
             }
-            #expect(notice?.code == UInt64(ErrorCode.tokenExpired.rawValue) && notice?.atMs == UInt64(expiry) * 1000)
+            #expect(
+                notice?.code == UInt64(ErrorCode.tokenExpired.rawValue)
+                    && notice?.atMs == UInt64(expiry + TokenAuthority.clockSkewSeconds) * 1000)
             await expiring.waitUntilClosed()
             #expect((await expiring.goAway)?.code == UInt64(ErrorCode.tokenExpired.rawValue))
             #expect((await expiring.goAway)?.reason == .authExpired)

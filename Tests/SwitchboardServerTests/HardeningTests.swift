@@ -282,15 +282,15 @@ import Testing
         let secret = HandshakeAndAuthTests.secret
         let expiry = HandshakeAndAuthTests.now + 3600
         let cases: [(String, String, UInt64)] = [
-            ("role claim is a number", Self.signed(#"{"u":"ann","e":\#(expiry),"r":5}"#, secret: secret), 2001),
-            ("role claim is null", Self.signed(#"{"u":"ann","e":\#(expiry),"r":null}"#, secret: secret), 2001),
-            ("role claim is unknown", Self.signed(#"{"u":"ann","e":\#(expiry),"r":"root"}"#, secret: secret), 2001),
+            ("role claim is a number", Self.signed(#"{"sub":"ann","exp":\#(expiry),"role":5}"#, secret: secret), 2001),
+            ("role claim is null", Self.signed(#"{"sub":"ann","exp":\#(expiry),"role":null}"#, secret: secret), 2001),
+            ("role claim is unknown", Self.signed(#"{"sub":"ann","exp":\#(expiry),"role":"root"}"#, secret: secret), 2001),
             (
                 "user id over 64 bytes",
-                Self.signed(#"{"u":"\#(String(repeating: "a", count: 65))","e":\#(expiry)}"#, secret: secret), 2001
+                Self.signed(#"{"sub":"\#(String(repeating: "a", count: 65))","exp":\#(expiry)}"#, secret: secret), 2001
             ),
-            ("token over 8,192 bytes", "sb1." + String(repeating: "A", count: 8200) + ".x", 7014),
-            ("expiry far in the future", Self.signed(#"{"u":"ann","e":9223372036854775807}"#, secret: secret), 0),
+            ("token over 8,192 bytes", "e30." + String(repeating: "A", count: 8200) + ".x", 7014),
+            ("expiry far in the future", Self.signed(#"{"sub":"ann","exp":9223372036854775807}"#, secret: secret), 0),
         ]
         try await withGateway({ $0.tokenSecret = secret }) { gateway in
             for (name, token, code) in cases {

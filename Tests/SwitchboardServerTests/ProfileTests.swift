@@ -9,7 +9,7 @@ import SwitchboardWire
 import Synchronization
 import Testing
 
-private let profileSecret = Array("profile-secret-0123456789".utf8)
+private let profileSecret = Array("profile-secret-0123456789-of-32-bytes-at-least".utf8)
 private let profileAuthority = TokenAuthority(secret: profileSecret)
 
 private func token(_ user: String, admin: Bool = false) -> String {

@@ -50,7 +50,7 @@ func nextStorageEvent(_ connection: SwitchboardConnection, seconds: Double = 2) 
 }
 
 @Suite struct StorageTests {
-    static let secret = Array("storage-test-secret".utf8)
+    static let secret = Array("storage-test-secret-of-at-least-32-bytes".utf8)
 
     @Test(arguments: Transport.allCases)
     func userMetadataSetGetUpdateRemoveOverSockets(transport: Transport) async throws {

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harness (Tools/fuzz/sbfuzz) with the fuzzer and address sanitizers and runs it.
-# Usage: Tools/fuzz/run.sh [seconds] [decoder|handlers|all]
+# Usage: Tools/fuzz/run.sh [seconds] [decoder|handlers|token|all]
 #   decoder   the frame decoder and message codec; corpus .build-fuzz/corpus
 #   handlers  the request handlers behind a connection (ConnectionHandler with every area over SQLite stores);
 #             corpus .build-fuzz/corpus-handlers
-#   all       both, the seconds split between them (the default)
-# Both corpora start from the Protocol/vectors frames; crashes are written to .build-fuzz/<target>-crash-*.
+#   token     login token verification (JWT parser, key and algorithm checks, claims); corpus .build-fuzz/corpus-token
+#   all       all three, the seconds split between them (the default)
+# The frame corpora start from the Protocol/vectors frames, the token corpus from a few tokens and claims; crashes
+# are written to .build-fuzz/<target>-crash-*.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
 target="${2:-all}"
 case "$target" in
-  decoder|handlers) targets=("$target"); each="$seconds" ;;
-  all) targets=(decoder handlers); each=$(( (seconds + 1) / 2 )) ;;
-  *) echo "usage: $0 [seconds] [decoder|handlers|all]"; exit 2 ;;
+  decoder|handlers|token) targets=("$target"); each="$seconds" ;;
+  all) targets=(decoder handlers token); each=$(( (seconds + 2) / 3 )) ;;
+  *) echo "usage: $0 [seconds] [decoder|handlers|token|all]"; exit 2 ;;
 esac
 scratch=.build-fuzz
 swift build --scratch-path "$scratch" --product sbfuzz \
@@ -27,6 +29,27 @@ seed_corpus() {
   python3 - "$1" "$2" <<'PY'
 import glob, json, os, sys
 out, target = sys.argv[1], sys.argv[2]
+if target == "token":
+    # Claims (the target also signs its input as claims) and whole tokens: HS256 without kid, HS384 under kid h.
+    import base64, hashlib, hmac
+    b64 = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    claims = [
+        '{"sub":"ann","exp":1900000000}',
+        '{"sub":"ann","exp":1900000000.5,"nbf":1799999990,"iat":1799999000,"jti":"j-1","role":"admin"}',
+        '{"sub":"ann","exp":1900000000,"grants":[{"on":"message:room:*","allow":["read","write"]},{"on":"user:{user}","allow":["presence"]}]}',
+        '{"sub":"","exp":"soon","role":5,"grants":{}}',
+    ]
+    secrets = {None: b"the-fuzzer's-token-secret-of-64-bytes-for-HS256-HS384-and-HS512!",
+               "h": b"a-second-hmac-key-of-at-least-32-bytes"}
+    for i, c in enumerate(claims):
+        open(os.path.join(out, "claims-%d" % i), "w").write(c)
+        for kid, alg, digest in ((None, "HS256", hashlib.sha256), ("h", "HS256", hashlib.sha256)):
+            header = {"alg": alg, "typ": "JWT"} if kid is None else {"alg": alg, "kid": kid}
+            signing = b64(json.dumps(header).encode()) + "." + b64(c.encode())
+            token = signing + "." + b64(hmac.new(secrets[kid], signing.encode(), digest).digest())
+            open(os.path.join(out, "token-%d-%s" % (i, kid or "default")), "w").write(token)
+    open(os.path.join(out, "alg-none"), "w").write(b64(b'{"alg":"none"}') + "." + b64(claims[0].encode()) + ".")
+    sys.exit(0)
 def client_frame(b):
     i = 0
     while i < len(b) and b[i] & 0x80: i += 1
@@ -55,7 +78,7 @@ for name in "${targets[@]}"; do
   # The handlers target keeps one gateway for every input: what its sessions leave behind on purpose (presence
   # timers, kept events, stored metadata) outlives an input and the process, which LeakSanitizer would report as leaks.
   leaks=1
-  [ "$name" = decoder ] || leaks=0
+  [ "$name" = handlers ] && leaks=0
   echo "fuzzing the $name target for ${each}s ($(ls "$corpus" | wc -l) corpus files)"
   # The handlers target's SQLite files live in the scratch directory (removed afterwards, however the run ended).
   ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" SBFUZZ_TARGET="$name" \

@@ -16,7 +16,7 @@ public struct TokenRenewCommand: RequestCommand {
         abstract: "Replace the session's token with a new one for the same user and role (renewToken).",
         discussion: "Useful in the shell, where the session outlives a token; mint tokens with 'switchboard token'.")
 
-    @Argument(help: "The new token (sb1...).") var newToken: String
+    @Argument(help: "The new token (a JWT: eyJ...) for the same user, role and grants.") var newToken: String
     @OptionGroup public var connection: ConnectionOptions
 
     public init() {}

@@ -17,7 +17,7 @@ public struct ConnectionOptions: ParsableArguments, Sendable {
     @Option(help: "User to log in as (open mode), or to check against the token. Default: $SWITCHBOARD_USER, else the login name.")
     public var user: String?
 
-    @Option(help: "Login token (sb1...). Default: $SWITCHBOARD_TOKEN.")
+    @Option(help: "Login token (a JWT: eyJ...). Default: $SWITCHBOARD_TOKEN.")
     public var token: String?
 
     @Option(help: "This device's id. Default: $SWITCHBOARD_DEVICE.")

@@ -1,8 +1,8 @@
 import SwitchboardWire
 
-/// Decides, after a token verified (or, in open development mode, for the user id a HELLO names), whether a login is
-/// refused all the same: a banned user, a revoked token. Consulted synchronously by the handshake, so it answers
-/// from memory.
+/// Decides, after a token verified (or, in open development mode, for the user id a HELLO names), whether a login (or a
+/// renewal) is refused all the same: a banned user, a revoked token. Consulted synchronously by the handshake and by
+/// `renewToken`, so it answers from memory.
 public protocol LoginPolicy: Sendable {
     /// The error that refuses the login (sent in GOAWAY), or nil to let it in.
     ///

@@ -32,106 +32,163 @@ public struct AccessToken: Sendable, Hashable {
         return millis
     }
 
+    /// When a session of this token ends unless renewed, in milliseconds since the Unix epoch: `exp` plus the
+    /// clock-skew allowance (saturating).
+    public var validUntilMillis: Int64 {
+        let (seconds, overflow) = self.expiresAt.addingReportingOverflow(TokenAuthority.clockSkewSeconds)
+        let (millis, overflow2) = seconds.multipliedReportingOverflow(by: 1000)
+        if overflow || overflow2 { return self.expiresAt < 0 ? .min : .max }
+        return millis
+    }
+
     /// Creates a token's claims.
-    public init(userID: String, expiresAt: Int64, role: SessionRole) {
+    public init(
+        userID: String, expiresAt: Int64, role: SessionRole, grants: GrantSet? = nil, tokenID: String? = nil,
+        issuedAt: Int64? = nil
+    ) {
         self.userID = userID
         self.expiresAt = expiresAt
         self.role = role
+        self.grants = grants
+        self.tokenID = tokenID
+        self.issuedAt = issuedAt
     }
 }
 
-/// Mints and verifies login tokens: `sb1.<payload>.<signature>` (`Protocol/SPEC.md` §5.3).
+/// Verifies login tokens, JWTs (RFC 7519; `Protocol/SPEC.md` §5.3), and mints HS256 ones.
 ///
-/// The payload is base64url (no padding) of `{"u": userId, "e": expiry seconds, "r": "user"|"admin"}`; the signature
-/// is base64url of HMAC-SHA256(secret, "sb1." + payload). Verification compares signatures in constant time.
+/// A token is verified with the key its header's `kid` names, or with the default key (the token secret) when it
+/// names none; a `kid` the authority does not hold is refused, never tried with another key. The key verifies its
+/// own algorithms only (``TokenKey/algorithms``): `alg: none`, and an HMAC algorithm on a public key's `kid`, are
+/// refused. Signatures are checked by jwt-kit (`JWTKeyCollection`, an actor: verification is async); the claims by
+/// ``TokenParser``, with a clock-skew allowance of ``clockSkewSeconds`` on `exp` and `nbf`.
 public struct TokenAuthority: Sendable {
-    private let secret: [UInt8]
-    private var key: SymmetricKey { SymmetricKey(data: self.secret) }
-
-    /// Token prefix and version.
-    public static let prefix = "sb1."
+    /// The default key's secret, which ``mint(_:notBefore:keyID:algorithm:)`` signs with.
+    private var secret: [UInt8]?
+    private var defaultKey: TokenKeyVerifier?
+    private let keys: [String: TokenKeyVerifier]
 
     /// Longest token accepted, in bytes (`Protocol/SPEC.md` §5.1, §11).
     public static let maxTokenBytes = 8192
     /// Longest user id a token may name, in bytes.
     public static let maxUserIDBytes = 64
+    /// How far the gateway's clock may be behind or ahead of the minting backend's: a token is accepted until
+    /// `exp` + this, and from `nbf` - this.
+    public static let clockSkewSeconds: Int64 = 30
 
     /// The shortest secret `switchboard` accepts, in bytes: an HMAC-SHA256 key at least as long as the hash output
     /// (RFC 7518 §3.2). A shorter key, and above all an empty one, lets anyone who guesses it mint tokens.
     public static let minimumSecretBytes = 32
 
-    /// Creates an authority for `secret` (at least ``minimumSecretBytes``; the `switchboard` executable refuses
-    /// shorter ones, tests may use any).
+    /// Creates an authority whose only key is the default one, `secret` (at least ``minimumSecretBytes``, or it
+    /// verifies nothing; ``TokenKey/algorithms``). ``mint(_:notBefore:keyID:algorithm:)`` signs with any.
     public init(secret: some Sequence<UInt8>) {
-        self.secret = Array(secret)
+        self.init(secret: Array(secret), keys: [:])
     }
 
-    /// Mints a token; `tokenID` and `issuedAt` (seconds) become its jti and iat, by which it can be revoked.
+    /// Creates an authority with a default key `secret` (nil: tokens must name a key) and `keys` by `kid`.
+    public init(secret: [UInt8]?, keys: [String: TokenKey]) {
+        self.secret = secret
+        self.defaultKey = secret.map { TokenKeyVerifier(.hmac(secret: $0)) }
+        self.keys = keys.mapValues { TokenKeyVerifier($0) }
+    }
+
+    /// The same keys with `secret` as the default key.
+    func replacingSecret(_ secret: [UInt8]) -> TokenAuthority {
+        var replaced = self
+        replaced.secret = secret
+        replaced.defaultKey = TokenKeyVerifier(.hmac(secret: secret))
+        return replaced
+    }
+
+    /// The `kid`s of the keys held besides the default one, sorted.
+    public var keyIDs: [String] { self.keys.keys.sorted() }
+
+    /// Mints an HS256 token for `userID` with the default secret; `tokenID` and `issuedAt` (seconds) become its `jti`
+    /// and `iat`, by which it can be revoked.
     public func mint(
         userID: String, expiresAt: Int64, role: SessionRole = .user, tokenID: String? = nil, issuedAt: Int64? = nil
     ) -> String {
-        var members: [(key: String, value: JSONValue)] = [
-            ("u", .string(userID)), ("e", .int(expiresAt)), ("r", .string(role.rawValue)),
-        ]
-        if let tokenID { members.append(("j", .string(tokenID))) }
-        if let issuedAt { members.append(("i", .int(issuedAt))) }
-        let payload: JSONValue = .object(members)
-        let encodedPayload = Base64URL.encode(Array(payload.description.utf8))
-        let signingInput = Self.prefix + encodedPayload
-        let signature = HMAC<SHA256>.authenticationCode(for: Array(signingInput.utf8), using: self.key)
-        return signingInput + "." + Base64URL.encode(Array(signature))
+        var claims = AccessToken(userID: userID, expiresAt: expiresAt, role: role)
+        claims.tokenID = tokenID
+        claims.issuedAt = issuedAt
+        return self.mint(claims)
     }
 
-    /// Signs `payload` (JSON text) as it stands, for tests of claims ``mint(userID:expiresAt:role:)`` cannot make.
-    func token(signingPayload payload: String) -> String {
-        let signingInput = Self.prefix + Base64URL.encode(Array(payload.utf8))
-        let signature = HMAC<SHA256>.authenticationCode(for: Array(signingInput.utf8), using: self.key)
-        return signingInput + "." + Base64URL.encode(Array(signature))
+    /// Mints a token of `claims` (`sub`, `exp`, `role` when admin, and `grants`, `jti`, `iat` when set), plus `nbf`
+    /// and a `kid` header when given, signed with the default secret under `algorithm` (HS256, HS384 or HS512).
+    /// Synchronous and cheap: our own encoder over Crypto's HMAC, for tests and `switchboard token`.
+    public func mint(
+        _ claims: AccessToken, notBefore: Int64? = nil, keyID: String? = nil, algorithm: String = "HS256"
+    ) -> String {
+        var members: [(key: String, value: JSONValue)] = [("sub", .string(claims.userID)), ("exp", .int(claims.expiresAt))]
+        if let notBefore { members.append(("nbf", .int(notBefore))) }
+        if let issuedAt = claims.issuedAt { members.append(("iat", .int(issuedAt))) }
+        if let tokenID = claims.tokenID { members.append(("jti", .string(tokenID))) }
+        if claims.role != .user { members.append(("role", .string(claims.role.rawValue))) }
+        if let grants = claims.grants { members.append(("grants", grants.json)) }
+        return self.token(signingPayload: JSONValue.object(members).description, keyID: keyID, algorithm: algorithm)
     }
 
-    /// Verifies a token's signature and expiry.
+    /// Signs `payload` (JSON text) as it stands, for tests of claims ``mint(_:notBefore:keyID:algorithm:)`` cannot
+    /// make.
+    public func token(signingPayload payload: String, keyID: String? = nil, algorithm: String = "HS256") -> String {
+        var header: [(key: String, value: JSONValue)] = [("alg", .string(algorithm)), ("typ", .string("JWT"))]
+        if let keyID { header.append(("kid", .string(keyID))) }
+        let signingInput = Base64URL.encode(Array(JSONValue.object(header).description.utf8)) + "."
+            + Base64URL.encode(Array(payload.utf8))
+        let key = SymmetricKey(data: self.secret ?? [])
+        let input = Array(signingInput.utf8)
+        let signature: [UInt8] =
+            switch algorithm {
+            case "HS384": Array(HMAC<SHA384>.authenticationCode(for: input, using: key))
+            case "HS512": Array(HMAC<SHA512>.authenticationCode(for: input, using: key))
+            default: Array(HMAC<SHA256>.authenticationCode(for: input, using: key))
+            }
+        return signingInput + "." + Base64URL.encode(signature)
+    }
+
+    /// Verifies a token: its form, its key and algorithm, its signature, then its claims and times.
     ///
     /// - Parameter now: current time, seconds since the Unix epoch.
     /// - Throws: ``ErrorCode/notAuthenticated`` for no token at all (SB-5.3-1), ``ErrorCode/valueTooLong`` for a
-    ///   token over ``maxTokenBytes``, ``ErrorCode/invalidToken`` for anything malformed or forged (also a user id
-    ///   over 64 bytes or a role claim that is not `"user"` or `"admin"`), ``ErrorCode/tokenExpired`` when expired.
-    public func verify(_ token: String, now: Int64) throws(SwitchboardWireError) -> AccessToken {
+    ///   token over ``maxTokenBytes``, ``ErrorCode/tokenExpired`` when `exp` + ``clockSkewSeconds`` has passed, and
+    ///   ``ErrorCode/invalidToken`` for anything else: not a JWT, a `kid` the server does not hold (or none when it
+    ///   has no default key), an algorithm the key does not verify, a signature that does not verify, a claim
+    ///   missing or malformed (``TokenParser/accessToken(claims:)``), or `nbf` more than the skew ahead.
+    public func verify(_ token: String, now: Int64) async throws(SwitchboardWireError) -> AccessToken {
         guard !token.isEmpty else { throw SwitchboardWireError(.notAuthenticated, "this server requires a token") }
         guard token.utf8.count <= Self.maxTokenBytes else {
             throw SwitchboardWireError(.valueTooLong, "token is longer than \(Self.maxTokenBytes) bytes")
         }
-        guard token.hasPrefix(Self.prefix) else { throw SwitchboardWireError(.invalidToken, "token is not an sb1 token") }
-        let parts = token.dropFirst(Self.prefix.count).split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let signature = Base64URL.decode(parts[1]) else {
-            throw SwitchboardWireError(.invalidToken, "token is malformed")
+        let parsed = try TokenParser.parse(token)
+        let verifier: TokenKeyVerifier
+        if let keyID = parsed.keyID {
+            guard let named = self.keys[keyID] else {
+                throw SwitchboardWireError(.invalidToken, "the token's kid names no key this server holds")
+            }
+            verifier = named
+        } else {
+            guard let defaultKey = self.defaultKey else {
+                throw SwitchboardWireError(.invalidToken, "the token has no kid and this server has no default key")
+            }
+            verifier = defaultKey
         }
-        let signingInput = Self.prefix + parts[0]
-        guard HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: Array(signingInput.utf8), using: self.key)
-        else {
+        guard verifier.key.algorithms.contains(parsed.algorithm) else {
+            throw SwitchboardWireError(
+                .invalidToken, "the token's alg is not one its key verifies (\(verifier.key.algorithms.joined(separator: ", ")))")
+        }
+        guard await verifier.verifies(token, algorithm: parsed.algorithm) else {
             throw SwitchboardWireError(.invalidToken, "token signature does not verify")
         }
-        guard let payloadBytes = Base64URL.decode(parts[0]),
-            let payloadText = String(validating: payloadBytes, as: UTF8.self),
-            let payload = try? JSONValue.parse(payloadText),
-            let userID = payload["u"]?.stringValue, !userID.isEmpty, userID.utf8.count <= Self.maxUserIDBytes,
-            let expiresAt = payload["e"]?.int64Value,
-            let role = Self.role(claim: payload["r"])
-        else {
-            throw SwitchboardWireError(.invalidToken, "token payload is malformed")
+        let (claims, notBefore) = try TokenParser.accessToken(claims: parsed.claims)
+        guard claims.expiresAt > now &- Self.clockSkewSeconds else {
+            throw SwitchboardWireError(.tokenExpired, "token expired at \(claims.expiresAt)")
         }
-        guard expiresAt > now else { throw SwitchboardWireError(.tokenExpired, "token expired at \(expiresAt)") }
-        var token = AccessToken(userID: userID, expiresAt: expiresAt, role: role)
-        token.tokenID = payload["j"]?.stringValue
-        token.issuedAt = payload["i"]?.int64Value
-        return token
-    }
-
-    /// The role a payload's `r` claim grants: absent means `user`; anything but the string `"user"` or `"admin"`
-    /// is no role (the token is invalid).
-    private static func role(claim: JSONValue?) -> SessionRole? {
-        guard let claim else { return .user }
-        guard let name = claim.stringValue else { return nil }
-        return SessionRole(rawValue: name)
+        if let notBefore, notBefore > now &+ Self.clockSkewSeconds {
+            throw SwitchboardWireError(.invalidToken, "token is not valid before \(notBefore)")
+        }
+        return claims
     }
 }
 

@@ -64,6 +64,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var decodeResumeScheduled = false
     /// The client shut down its side of the stream while decoding was paused; handled once the rest is decoded.
     private var inputEnded = false
+    /// HELLO's token is being verified (asynchronously, in a task): frames that arrive meanwhile wait undecoded in
+    /// ``cumulation``, and reading stops until the answer is back (``helloVerified(_:_:)``).
+    private var verifyingHello = false
     /// Closes the connection at the end of the closing grace period if the client has not closed it before.
     private var closingDeadline: Scheduled<Void>?
     /// Server time in ms for the requests of the current read, read from the clock once when first needed.
@@ -198,7 +201,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// The client shut down its sending side (the gateway allows half-closure): answers already due still go out.
     private func inputClosed(context: ChannelHandlerContext) {
-        if self.decodingPaused && self.machine.isOpen {
+        if (self.decodingPaused || self.verifyingHello) && self.machine.isOpen {
             self.inputEnded = true  // complete frames still wait to be decoded; handled after them
             return
         }
@@ -254,7 +257,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } else {
             self.cumulation = bytes
         }
-        if !self.decodingPaused {
+        if !self.decodingPaused && !self.verifyingHello {
             self.decodeCumulation(context: context)
         }
     }
@@ -264,7 +267,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func decodeCumulation(context: ChannelHandlerContext) {
         guard var buffer = self.cumulation else { return }
         self.cumulation = nil
-        while self.machine.isOpen {
+        while self.machine.isOpen && !self.verifyingHello {
             if self.output.pendingBytes >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
                 self.pauseDecoding(context: context)
                 break
@@ -346,7 +349,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func read(context: ChannelHandlerContext) {
         // Backpressure: while the client does not drain its replies, stop reading its requests; while a read pass's
         // output leaves, read nothing new either.
-        if self.readBlocked || self.decodingPaused {
+        if self.readBlocked || self.decodingPaused || self.verifyingHello {
             self.readPending = true
             return
         }
@@ -474,14 +477,60 @@ final class ConnectionHandler: ChannelDuplexHandler {
     // MARK: handshake
 
     private func helloReceived(_ hello: Hello) {
+        if let failure = Handshake.precheck(hello) {
+            self.fail(code: failure.code, message: failure.message, reason: .protocolError)
+            return
+        }
+        let now = self.core.nowMillis()
+        let policy = self.core.credentials.loginPolicy
+        guard let authority = self.core.authority else {
+            self.helloVerified(hello, Handshake.openIdentity(hello, policy: policy, nowMillis: now))
+            return
+        }
+        guard let context = self.context else { return }
+        // jwt-kit verifies asynchronously: in a task (on this loop's thread) and back. Until then nothing more is
+        // decoded or read (the handshake timeout still runs: the connection is awaiting HELLO's answer).
+        self.verifyingHello = true
+        let connection = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        let defaultGrants = self.core.configuration.defaultGrants
+        Task(executorPreference: EventLoopTaskExecutor(eventLoop)) {
+            let identity = await Handshake.verify(
+                hello, authority: authority, policy: policy, defaultGrants: defaultGrants, nowMillis: now)
+            eventLoop.execute { connection.value.helloVerified(hello, identity) }
+        }
+    }
+
+    /// Answers HELLO once its credentials are checked: WELCOME and the session, or GOAWAY; then decodes what
+    /// arrived meanwhile.
+    private func helloVerified(_ hello: Hello, _ identity: Result<SessionIdentity, SwitchboardWireError>) {
+        let wasVerifying = self.verifyingHello
+        self.verifyingHello = false
+        // The connection may have ended meanwhile (the handshake timeout, the client gone).
+        guard self.machine.state == .awaitingHello, self.context != nil else { return }
+        self.startSession(hello, identity)
+        guard wasVerifying, let context = self.context else { return }
+        self.inReadCycle = true
+        self.readNowMillis = nil
+        self.decodeCumulation(context: context)
+        self.inReadCycle = false
+        self.flushOutput()
+        guard !self.decodingPaused, self.machine.isOpen else { return }
+        if self.inputEnded {
+            self.inputEnded = false
+            self.inputClosed(context: context)
+        } else if self.readPending, !self.readBlocked {
+            self.readPending = false
+            context.read()
+        }
+    }
+
+    private func startSession(_ hello: Hello, _ identity: Result<SessionIdentity, SwitchboardWireError>) {
         let now = self.core.nowMillis()
         let accepted: AcceptedHello
-        switch Handshake.accept(
-            hello, authority: self.core.authority, heartbeat: self.core.configuration.heartbeat, nowMillis: now,
-            policy: self.core.loginPolicy)
-        {
-        case .success(let terms):
-            accepted = terms
+        switch identity {
+        case .success(let identity):
+            accepted = Handshake.terms(hello, identity: identity, heartbeat: self.core.configuration.heartbeat)
         case .failure(let error):
             self.fail(code: error.code, message: error.message, reason: .protocolError)
             return
@@ -495,10 +544,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let info = SessionInfo(
             sessionID: "\(configuration.serverName.split(separator: "/").first ?? "sb")-\(self.connectionID)-\(UInt32.random(in: 0...UInt32.max))",
             connectionID: self.connectionID, userID: userID, role: role, clientType: hello.clientType,
-            deviceID: hello.deviceId, features: features, startedAtMs: now,
-            // Admins and open development mode (role admin) may do everything; users what the default grants allow.
-            grants: role == .admin ? .unrestricted : configuration.defaultGrants,
-            tokenID: accepted.token?.tokenID, tokenIssuedAt: accepted.token?.issuedAt)
+            deviceID: hello.deviceId, features: features, startedAtMs: now, grants: accepted.identity.grants,
+            tokenID: accepted.identity.tokenID, tokenIssuedAt: accepted.identity.tokenIssuedAt)
         let session = SessionHandle(
             info: info, eventLoop: context.eventLoop, connection: self,
             maxSubscriptions: configuration.limits.maxSubscriptionsPerConnection)

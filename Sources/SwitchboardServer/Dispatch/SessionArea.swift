@@ -6,8 +6,8 @@ struct SessionArea: RequestHandler {
     let credentials: GatewayCredentials
     /// Told of a logout before it is answered (``SessionObserver/sessionLoggingOut(_:)``).
     var observers: [any SessionObserver] = []
-    /// Refuses a new token as it refuses a login with it (a revoked token, a banned user).
-    var loginPolicy: (any LoginPolicy)? = nil
+    /// The grants of a token without a `grants` claim (``ServerConfiguration/defaultGrants``).
+    var defaultGrants: GrantSet = .ownDataOnly
 
     var operations: [Opcode] { [.logout, .renewToken] }
 
@@ -21,21 +21,56 @@ struct SessionArea: RequestHandler {
             guard let authority = self.credentials.authority else {
                 return .response(.renewToken(RenewTokenResponse(expiresAtMs: 0)))
             }
-            do {
-                let token = try authority.verify(renew.token, now: context.nowMillis / 1000)
-                guard token.userID == context.session.info.userID, token.role == context.session.info.role else {
-                    return .failure(ErrorBody(.permissionDenied, "the new token is for another user or role"))
+            // jwt-kit verifies asynchronously: answered later, through the responder.
+            let (session, responder, now) = (context.session, context.responder, context.nowMillis)
+            let (policy, defaultGrants) = (self.credentials.loginPolicy, self.defaultGrants)
+            Task(executorPreference: EventLoopTaskExecutor(session.eventLoop)) {
+                switch await Self.renewal(
+                    renew.token, of: session.info, authority: authority, policy: policy, defaultGrants: defaultGrants,
+                    nowMillis: now)
+                {
+                case .success(let validUntilMs):
+                    session.tokenRenewed(expiresAtMs: validUntilMs)
+                    responder.succeed(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(validUntilMs, 0)))))
+                case .failure(let error):
+                    responder.fail(ErrorBody(error.code, error.message))
                 }
-                if let refusal = self.loginPolicy?.refusal(of: token, userID: token.userID, nowMillis: context.nowMillis) {
-                    return .failure(ErrorBody(refusal.code, refusal.message))
-                }
-                context.session.tokenRenewed(expiresAtMs: token.expiresAtMillis)
-                return .response(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(token.expiresAtMillis, 0)))))
-            } catch {
-                return .failure(ErrorBody(error.code, error.message))
             }
+            return .deferred
         default:
             return .failure(ErrorBody(.unavailable, "not a session operation"))
         }
+    }
+}
+
+extension SessionArea {
+    /// Checks a renewal (`Protocol/SPEC.md` §5.3): the new token verifies, the login policy lets it in, and it
+    /// gives the session exactly what it has: the same user, role and grants (a session's grants are fixed at login;
+    /// to change them, a client logs in again). Only the expiry moves.
+    ///
+    /// - Returns: when the session now ends unless renewed again (the new token's `exp` plus the skew allowance).
+    static func renewal(
+        _ token: String, of session: SessionInfo, authority: TokenAuthority, policy: (any LoginPolicy)?,
+        defaultGrants: GrantSet, nowMillis: Int64
+    ) async -> Result<Int64, SwitchboardWireError> {
+        let verified: AccessToken
+        do {
+            verified = try await authority.verify(token, now: nowMillis / 1000)
+        } catch {
+            return .failure(error)
+        }
+        let identity = Handshake.identity(of: verified, defaultGrants: defaultGrants)
+        guard identity.userID == session.userID, identity.role == session.role else {
+            return .failure(SwitchboardWireError(.permissionDenied, "the new token is for another user or role"))
+        }
+        guard identity.grants == session.grants else {
+            return .failure(
+                SwitchboardWireError(
+                    .permissionDenied, "the new token grants other permissions than the session's; log in again with it"))
+        }
+        if let refusal = policy?.refusal(of: verified, userID: verified.userID, nowMillis: nowMillis) {
+            return .failure(refusal)
+        }
+        return .success(verified.validUntilMillis)
     }
 }

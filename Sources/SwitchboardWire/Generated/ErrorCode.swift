@@ -42,9 +42,9 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let duplicateRequestId = ErrorCode(rawValue: 1014)
     /// 2000: No valid credentials were presented.
     public static let notAuthenticated = ErrorCode(rawValue: 2000)
-    /// 2001: The token is malformed or its signature does not verify. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
+    /// 2001: The token is malformed, names a key (kid) or algorithm the server does not verify it with, has a signature that does not verify or a claim that is missing or malformed, or is not yet valid (nbf). Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let invalidToken = ErrorCode(rawValue: 2001)
-    /// 2002: The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
+    /// 2002: The token's expiry (exp plus the 30 s clock-skew allowance) has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
     public static let tokenExpired = ErrorCode(rawValue: 2002)
     /// 2003: The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the resource), or an admin-only call.
     public static let permissionDenied = ErrorCode(rawValue: 2003)

@@ -1266,7 +1266,7 @@ extension RenewTokenRequest: JSONRepresentable {
 /// |---|---|---|
 /// | 1 | expiresAtMs | uint |
 public struct RenewTokenResponse: WireCodable {
-    /// Expiry of the new token; 0 in open development mode.
+    /// When the session now ends unless renewed again (server ms): the new token's exp plus the 30 s clock-skew allowance; 0 in open development mode.
     public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.

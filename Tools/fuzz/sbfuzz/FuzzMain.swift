@@ -4,7 +4,7 @@ import SwitchboardFuzzing
 // sbfuzz: the libFuzzer harness (two targets) and the remote fuzzer.
 //
 // Built with `-sanitize=fuzzer,address -DFUZZING` (see Tools/fuzz/run.sh) libFuzzer supplies the driver and calls
-// `LLVMFuzzerTestOneInput` with the target SBFUZZ_TARGET names (`decoder`, the default, or `handlers`). Built
+// `LLVMFuzzerTestOneInput` with the target SBFUZZ_TARGET names (`decoder`, the default, `handlers` or `token`). Built
 // normally, `sbfuzz [--target T] FILE|DIR...` replays inputs (a crash file, a corpus) through the same target, so a
 // finding can be reproduced and debugged without the sanitizer build. `sbfuzz remote ...` (either build) fuzzes a
 // running gateway over its sockets.
@@ -15,12 +15,14 @@ enum FuzzTarget: String, CaseIterable {
     case decoder
     /// The request handlers behind a connection (``HandlerTarget``).
     case handlers
+    /// Login token verification (``TokenTarget``).
+    case token
 
     /// The target SBFUZZ_TARGET names; the decoder when it is not set.
     static let selected: FuzzTarget = {
         guard let name = ProcessInfo.processInfo.environment["SBFUZZ_TARGET"] else { return .decoder }
         guard let target = FuzzTarget(rawValue: name) else {
-            FileHandle.standardError.write(Data("SBFUZZ_TARGET must be decoder or handlers, not \(name)\n".utf8))
+            FileHandle.standardError.write(Data("SBFUZZ_TARGET must be decoder, handlers or token, not \(name)\n".utf8))
             exit(2)
         }
         return target
@@ -31,6 +33,7 @@ enum FuzzTarget: String, CaseIterable {
         switch self {
         case .decoder: DecoderTarget.run(bytes)
         case .handlers: HandlerTarget.shared.run(bytes)
+        case .token: TokenTarget.run(bytes)
         }
     }
 }
@@ -68,12 +71,12 @@ struct FuzzMain {
     }
 
     static let usage = """
-        usage: sbfuzz [--target decoder|handlers] FILE|DIR...   replays fuzzer inputs through a target
+        usage: sbfuzz [--target decoder|handlers|token] FILE|DIR...   replays fuzzer inputs through a target
                                                                 (default: SBFUZZ_TARGET, else decoder)
                sbfuzz remote (--unix PATH | --tcp HOST:PORT) [--seconds N] [--connections C] [--seed S]
                              [--probe-every FRAMES] [--answer-timeout SECONDS]
                                                                 fuzzes a running gateway (open development mode)
-        Tools/fuzz/run.sh [seconds] [decoder|handlers|all] builds the libFuzzer harness and runs it.
+        Tools/fuzz/run.sh [seconds] [decoder|handlers|token|all] builds the libFuzzer harness and runs it.
         """
 
     /// Replays fuzzer inputs (files, or every file of a directory) through a target, without the sanitizer build.

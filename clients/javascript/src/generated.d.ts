@@ -445,7 +445,10 @@ export interface RenewTokenRequest {
 
 /** The response of `renewToken`. */
 export interface RenewTokenResponse {
-  /** Expiry of the new token; 0 in open development mode. */
+  /**
+   * When the session now ends unless renewed again (server ms): the new token's exp plus the 30 s clock-skew
+   * allowance; 0 in open development mode.
+   */
   expiresAtMs: Int;
 }
 

@@ -755,9 +755,7 @@ export const SCHEMA = {
       "name": "renewToken",
       "area": "session",
       "doc": "Replaces the session's token before it expires. The token must be for the same user.",
-      "authorize": {
-        "always": "the new token is verified as at login, for the same user and role"
-      },
+      "authorize": {"always": "the new token is verified as at login, for the same user, role and grants"},
       "request": [
         {
           "n": 1,
@@ -772,7 +770,7 @@ export const SCHEMA = {
           "n": 1,
           "name": "expiresAtMs",
           "type": "uint",
-          "doc": "Expiry of the new token; 0 in open development mode."
+          "doc": "When the session now ends unless renewed again (server ms): the new token's exp plus the 30 s clock-skew allowance; 0 in open development mode."
         }
       ],
       "errors": [
@@ -3243,13 +3241,13 @@ export const SCHEMA = {
       "code": 2001,
       "name": "invalidToken",
       "open": true,
-      "doc": "The token is malformed or its signature does not verify. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open."
+      "doc": "The token is malformed, names a key (kid) or algorithm the server does not verify it with, has a signature that does not verify or a claim that is missing or malformed, or is not yet valid (nbf). Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open."
     },
     {
       "code": 2002,
       "name": "tokenExpired",
       "open": true,
-      "doc": "The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open."
+      "doc": "The token's expiry (exp plus the 30 s clock-skew allowance) has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open."
     },
     {
       "code": 2003,
@@ -3577,13 +3575,16 @@ export const ErrorCode = Object.freeze({
   /** No valid credentials were presented. */
   notAuthenticated: 2000,
   /**
-   * The token is malformed or its signature does not verify. Sent in GOAWAY (connection closes) during the
-   * handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
+   * The token is malformed, names a key (kid) or algorithm the server does not verify it with, has a signature that
+   * does not verify or a claim that is missing or malformed, or is not yet valid (nbf). Sent in GOAWAY (connection
+   * closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the
+   * connection stays open.
    */
   invalidToken: 2001,
   /**
-   * The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error
-   * response (renewToken, requests during shutdown) the connection stays open.
+   * The token's expiry (exp plus the 30 s clock-skew allowance) has passed. Sent in GOAWAY (connection closes)
+   * during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection
+   * stays open.
    */
   tokenExpired: 2002,
   /**

@@ -11,7 +11,7 @@ extension RequestAuthorizer {
         case .logout:
             return nil  // ends the caller's own session
         case .renewToken:
-            return nil  // the new token is verified as at login, for the same user and role
+            return nil  // the new token is verified as at login, for the same user, role and grants
         case .setChannelMetadata(let body):
             return self.require(.write, channel: body.channel, body.channelType)
         case .getChannelMetadata(let body):
@@ -112,7 +112,7 @@ extension RequestAuthorizer {
     /// Each operation's rule as the spec's table states it, by op.
     static let rules: [Opcode: String] = [
         .logout: "always allowed (ends the caller's own session)",
-        .renewToken: "always allowed (the new token is verified as at login, for the same user and role)",
+        .renewToken: "always allowed (the new token is verified as at login, for the same user, role and grants)",
         .setChannelMetadata: "`write` on the channel",
         .getChannelMetadata: "`read` on the channel",
         .updateChannelMetadata: "`write` on the channel",

@@ -132,12 +132,15 @@ class ErrorCode(enum.IntEnum):
     notAuthenticated = 2000
     """No valid credentials were presented."""
     invalidToken = 2001
-    """The token is malformed or its signature does not verify. Sent in GOAWAY (connection closes) during the handshake
-    or shutdown; as an error response (renewToken, requests during shutdown) the connection stays open.
+    """The token is malformed, names a key (kid) or algorithm the server does not verify it with, has a signature that
+    does not verify or a claim that is missing or malformed, or is not yet valid (nbf). Sent in GOAWAY (connection
+    closes) during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the
+    connection stays open.
     """
     tokenExpired = 2002
-    """The token's expiry has passed. Sent in GOAWAY (connection closes) during the handshake or shutdown; as an error
-    response (renewToken, requests during shutdown) the connection stays open.
+    """The token's expiry (exp plus the 30 s clock-skew allowance) has passed. Sent in GOAWAY (connection closes)
+    during the handshake or shutdown; as an error response (renewToken, requests during shutdown) the connection
+    stays open.
     """
     permissionDenied = 2003
     """The caller may not do this: its grants do not allow it (§5.10; the message names the permission and the

@@ -596,30 +596,59 @@ def b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def mint_token(secret: bytes, user_id: str, expiry: int, role: str = "user") -> str:
-    payload = b64url(json.dumps({"u": user_id, "e": expiry, "r": role}, separators=(",", ":")).encode("utf-8"))
-    signature = hmac.new(secret, ("sb1." + payload).encode("ascii"), hashlib.sha256).digest()
-    return "sb1.%s.%s" % (payload, b64url(signature))
+JWT_HEADER = {"alg": "HS256", "typ": "JWT"}
+CLOCK_SKEW_SECONDS = 30
+
+
+def mint_token(secret: bytes, user_id: str, expiry: int, role: str = "user", **claims: Any) -> str:
+    """An HS256 JWT (RFC 7519): `sub`, `exp`, `role` when not "user", then any further claims (`iat`, `nbf`, `jti`,
+    `grants`)."""
+    payload: Dict[str, Any] = {"sub": user_id, "exp": expiry}
+    if role != "user":
+        payload["role"] = role
+    payload.update(claims)
+    signing = "%s.%s" % (b64url(json.dumps(JWT_HEADER, separators=(",", ":")).encode("utf-8")),
+                         b64url(json.dumps(payload, separators=(",", ":")).encode("utf-8")))
+    signature = hmac.new(secret, signing.encode("ascii"), hashlib.sha256).digest()
+    return "%s.%s" % (signing, b64url(signature))
 
 
 def verify_token(secret: bytes, token: str, now: Optional[float] = None) -> Dict[str, Any]:
-    """The token's claims, or WireError 2001 (malformed, bad signature) / 2002 (expired)."""
+    """The claims of an HS256 JWT verified with `secret` (the default key: no `kid`), or WireError 2001 (malformed,
+    another algorithm or key, bad signature, bad claims, not yet valid) / 2002 (expired beyond the clock skew)."""
     parts = token.split(".")
-    if len(parts) != 3 or parts[0] != "sb1":
-        raise WireError(2001, "not an sb1 token")
-    expected = hmac.new(secret, ("sb1." + parts[1]).encode("ascii"), hashlib.sha256).digest()
+    if len(parts) != 3:
+        raise WireError(2001, "not a JWT")
     try:
-        good = hmac.compare_digest(base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4)), expected)
+        header = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+        signature = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
     except (ValueError, UnicodeDecodeError):
         raise WireError(2001, "token is not base64url JSON") from None
-    if not good:
+    if not isinstance(header, dict) or header.get("alg") != "HS256" or "kid" in header or "crit" in header:
+        raise WireError(2001, "not an HS256 token for the default key")
+    expected = hmac.new(secret, ("%s.%s" % (parts[0], parts[1])).encode("ascii"), hashlib.sha256).digest()
+    if not hmac.compare_digest(signature, expected):
         raise WireError(2001, "bad signature")
-    if not (isinstance(claims, dict) and isinstance(claims.get("u"), str) and isinstance(claims.get("e"), int)
-            and claims.setdefault("r", "user") in ("user", "admin")):
+    if not isinstance(claims, dict):
         raise WireError(2001, "token claims are malformed")
-    if claims["e"] <= (time.time() if now is None else now):
+
+    def is_date(name: str) -> bool:
+        value = claims.get(name)
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+    sub = claims.get("sub")
+    if not (isinstance(sub, str) and 1 <= len(sub.encode("utf-8")) <= 64 and claims.get("exp") is not None
+            and is_date("exp") and is_date("nbf") and is_date("iat")
+            and claims.setdefault("role", "user") in ("user", "admin")
+            and (claims.get("jti") is None or isinstance(claims["jti"], str))
+            and (claims.get("grants") is None or isinstance(claims["grants"], list))):
+        raise WireError(2001, "token claims are malformed")
+    current = time.time() if now is None else now
+    if claims["exp"] <= current - CLOCK_SKEW_SECONDS:
         raise WireError(2002, "token expired")
+    if claims.get("nbf") is not None and claims["nbf"] > current + CLOCK_SKEW_SECONDS:
+        raise WireError(2001, "token not yet valid")
     return claims
 
 
