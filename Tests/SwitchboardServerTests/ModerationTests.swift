@@ -201,6 +201,24 @@ import Testing
         }
     }
 
+    @Test func revokingTheTokenASessionRenewedToEndsThatSession() async throws {
+        try await withFullGateway(secret: Self.secret) { gateway in
+            let ops = try await Self.admin(gateway)
+            let session = try await Self.connect(gateway, "eve", token: Self.token("eve", jti: "login", iat: Self.now))
+            _ = try await session.send(.renewToken(RenewTokenRequest(token: Self.token("eve", jti: "renewed", iat: Self.now))))
+            // The login's jti no longer names the session; the renewed token's does.
+            let stale = try await ops.send(.revokeTokens(RevokeTokensRequest(tokenId: "login")))
+            guard case .revokeTokens(let staleBody) = stale else { throw TestFailure("unexpected \(stale)") }
+            #expect(staleBody.sessionsEnded == 0)
+            try await session.ping()
+            let response = try await ops.send(.revokeTokens(RevokeTokensRequest(tokenId: "renewed")))
+            #expect(await Self.closes(session, within: .seconds(1)))
+            #expect(await session.goAway?.code == UInt64(ErrorCode.tokenRevoked.rawValue))
+            guard case .revokeTokens(let body) = response else { throw TestFailure("unexpected \(response)") }
+            #expect(body.sessionsEnded == 1)
+        }
+    }
+
     @Test func revocationByUserAndIssuedBeforeEndsOlderSessionsAndRefusesOlderTokens() async throws {
         try await withFullGateway(secret: Self.secret) { gateway in
             let ops = try await Self.admin(gateway)

@@ -116,7 +116,7 @@ public final class ModerationArea: RequestHandler, SessionObserver {
                 candidates = self.sessions.allSessions()
             }
             var ended = 0
-            for session in candidates where self.ledger.revokes(session.info, nowMillis: now) {
+            for session in candidates where self.ledger.revokes(session, nowMillis: now) {
                 session.disconnect(code: .tokenRevoked, reason: .kicked, message: "the session's token was revoked")
                 ended += 1
             }
@@ -183,7 +183,7 @@ public final class ModerationArea: RequestHandler, SessionObserver {
                 throw RequestRejection(.valueTooLong, "tokenId is at most 256 bytes")
             }
             // The token's user, when a session of it is live here; otherwise the moderator must moderate everyone.
-            let holders = Set(self.sessions.allSessions().filter { $0.info.tokenID == request.tokenId }.map(\.info.userID))
+            let holders = Set(self.sessions.allSessions().filter { $0.currentTokenID == request.tokenId }.map(\.info.userID))
             for user in holders.isEmpty ? ["*"] : holders.sorted() {
                 try self.requireModerate(on: Resource(.user, user), .revokeTokens, context)
             }

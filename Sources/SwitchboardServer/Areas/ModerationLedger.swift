@@ -31,11 +31,12 @@ public final class ModerationLedger: LoginPolicy {
         }
     }
 
-    /// Whether a session that logged in with a token of `tokenID` issued at `issuedAt` (seconds) is revoked.
-    public func revokes(_ info: SessionInfo, nowMillis: Int64) -> Bool {
-        self.state.withLock { state in
+    /// Whether the token `session` holds now (the login's, or the one a renewal put in its place) is revoked.
+    public func revokes(_ session: SessionHandle, nowMillis: Int64) -> Bool {
+        let (tokenID, issuedAt) = (session.currentTokenID, session.currentTokenIssuedAt)
+        return self.state.withLock { state in
             self.isRevoked(
-                tokenID: info.tokenID, issuedAt: info.tokenIssuedAt, userID: info.userID, nowMillis: nowMillis, in: state)
+                tokenID: tokenID, issuedAt: issuedAt, userID: session.info.userID, nowMillis: nowMillis, in: state)
         }
     }
 

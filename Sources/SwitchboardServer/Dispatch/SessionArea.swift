@@ -29,7 +29,9 @@ struct SessionArea: RequestHandler {
                     renew.token, of: session.info, authority: authority, policy: policy, defaultGrants: defaultGrants,
                     nowMillis: now)
                 {
-                case .success(let validUntilMs):
+                case .success(let token):
+                    let validUntilMs = token.validUntilMillis
+                    session.tokenRenewed(tokenID: token.tokenID, issuedAt: token.issuedAt)
                     session.tokenRenewed(expiresAtMs: validUntilMs)
                     responder.succeed(.renewToken(RenewTokenResponse(expiresAtMs: UInt64(max(validUntilMs, 0)))))
                 case .failure(let error):
@@ -52,7 +54,7 @@ extension SessionArea {
     static func renewal(
         _ token: String, of session: SessionInfo, authority: TokenAuthority, policy: (any LoginPolicy)?,
         defaultGrants: GrantSet, nowMillis: Int64
-    ) async -> Result<Int64, SwitchboardWireError> {
+    ) async -> Result<AccessToken, SwitchboardWireError> {
         let verified: AccessToken
         do {
             verified = try await authority.verify(token, now: nowMillis / 1000)
@@ -71,6 +73,6 @@ extension SessionArea {
         if let refusal = policy?.refusal(of: verified, userID: verified.userID, nowMillis: nowMillis) {
             return .failure(refusal)
         }
-        return .success(verified.validUntilMillis)
+        return .success(verified)
     }
 }

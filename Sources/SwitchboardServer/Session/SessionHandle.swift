@@ -48,6 +48,8 @@ public final class SessionHandle: Sendable, Hashable {
     public let info: SessionInfo
     private let connection: NIOLoopBound<ConnectionHandler>
     private let subscriptions = Atomic<Int>(0)
+    /// The `jti` and `iat` of the token a `renewToken` put in place of the login's (nil: none renewed).
+    private let renewedToken = Mutex<(tokenID: String?, issuedAt: Int64?)?>(nil)
     private let maxSubscriptions: Int
 
     init(info: SessionInfo, eventLoop: any EventLoop, connection: ConnectionHandler, maxSubscriptions: Int) {
@@ -98,6 +100,19 @@ public final class SessionHandle: Sendable, Hashable {
     /// Tells the connection its token now expires at `expiresAtMs` (after `renewToken`).
     public func tokenRenewed(expiresAtMs: Int64) {
         self.onLoop { $0.tokenRenewed(expiresAtMs: expiresAtMs) }
+    }
+
+    /// Notes the `jti` and `iat` of the token a renewal put in place, by which the session is revoked from now on.
+    public func tokenRenewed(tokenID: String?, issuedAt: Int64?) {
+        self.renewedToken.withLock { $0 = (tokenID, issuedAt) }
+    }
+
+    /// The `jti` of the token the session holds now: the renewed one's, or the login's (``SessionInfo/tokenID``).
+    public var currentTokenID: String? { self.renewedToken.withLock { $0.map(\.tokenID) } ?? self.info.tokenID }
+
+    /// The `iat` of the token the session holds now: the renewed one's, or the login's.
+    public var currentTokenIssuedAt: Int64? {
+        self.renewedToken.withLock { $0.map(\.issuedAt) } ?? self.info.tokenIssuedAt
     }
 
     /// Ends the session: the client gets GOAWAY with `code` and the connection closes.
