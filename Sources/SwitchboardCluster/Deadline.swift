@@ -130,9 +130,11 @@ extension PostgresConnection {
         }
     }
 
-    /// Closes the connection without waiting (what waits on it fails).
+    /// Closes the connection without waiting (what waits on it fails). The connection is kept until its channel has
+    /// closed: the caller may drop the last other reference at once, and postgres-nio traps (in debug builds) when a
+    /// connection is deinitialized before it is closed.
     func closeNow() {
-        _ = self.close() as EventLoopFuture<Void>
+        (self.close() as EventLoopFuture<Void>).whenComplete { _ in withExtendedLifetime(self) {} }
     }
 }
 
