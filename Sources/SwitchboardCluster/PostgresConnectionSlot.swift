@@ -44,9 +44,20 @@ final class PostgresConnectionSlot: Sendable {
         }
         var configuration = self.location.configuration(applicationName: self.name)
         configuration.options.connectTimeout = self.connectTimeout
-        let connection = try await PostgresConnection.connect(
+        let opened = try await PostgresConnection.connect(
             configuration: configuration, id: self.connectionIDs.add(1, ordering: .relaxed).newValue, logger: self.logger)
-        self.connection.withLock { $0 = connection }
+        // Another open() may have connected meanwhile: keep the first open connection and close this one (dropping
+        // an open connection unclosed would leak it, and postgres-nio traps on that in debug builds).
+        let connection = self.connection.withLock { current -> PostgresConnection in
+            if let current, !current.isClosed { return current }
+            current = opened
+            return opened
+        }
+        if connection !== opened {
+            opened.closeNow()
+            try self.location.node?.checkAlive()
+            return connection
+        }
         if self.opened.add(1, ordering: .relaxed).newValue > 1 {
             self.logger.notice("PostgreSQL connection opened again", metadata: ["connection": "\(self.name)"])
             self.onReconnect?()
