@@ -228,7 +228,8 @@ public final class SwitchboardGateway: Service, Sendable {
                                 channel.eventLoop.makeCompletedFuture {
                                     let pipeline = channel.pipeline.syncOperations
                                     if let webSocket {
-                                        try WebSocketPipeline.configure(channel, core: core, settings: webSocket, tls: tls)
+                                        try WebSocketPipeline.configure(
+                                            channel, core: core, settings: webSocket, tls: tls, descriptor: descriptor)
                                         return
                                     }
                                     guard let tls else {

@@ -156,6 +156,12 @@ final class WebSocketTestClient: Sendable {
         try await self.channel.setOption(.autoRead, value: false).get()
     }
 
+    /// Reads from the socket again.
+    func resumeReading() async throws {
+        try await self.channel.setOption(.autoRead, value: true).get()
+        self.channel.read()
+    }
+
     func close() async {
         try? await self.channel.close()
     }

@@ -321,6 +321,45 @@ private final class ByteCollector: ChannelInboundHandler {
         }
     }
 
+    /// Pushes sent to the socket directly (a message's header and bytes in one send), gathered, or queued in the
+    /// channel behind a message the socket took only in part arrive as whole messages, in order.
+    @Test func pushesArriveWholeAndInOrderWhileTheClientPausesReading() async throws {
+        let limits: @Sendable (inout ServerConfiguration) -> Void = {
+            $0.limits.outboundHighWaterMark = 64 << 20
+            $0.limits.outboundLowWaterMark = 32 << 20
+            $0.limits.outboundHardCap = 128 << 20
+        }
+        try await withGateway(webSocket(limits), handlers: [TestArea()]) { gateway in
+            let client = try await WebSocketTestClient.connect(port: gateway.webSocketPort)
+            defer { Task { await client.close() } }
+            _ = try await client.login("in-order")
+            let total = 900  // 300 of 64 KiB among them: far more than the kernel buffers
+            for round in 1...2 {
+                try await client.stopReading()
+                try await client.send(.request(id: UInt32(round), .publishEvent(PublishEventRequest(eventType: 2, value: UInt64(total)))))
+                try await Task.sleep(for: .milliseconds(150))
+                try await client.resumeReading()
+                var next = 0
+                while next < total {
+                    guard let received = await client.next() else { break }
+                    switch received {
+                    case .frame(let frame):
+                        guard case .push(.serverNotice(let notice)) = try SwitchboardMessage.decode(frame) else { continue }
+                        #expect(notice.code == UInt64(next), "push \(notice.code) arrived when \(next) was due")
+                        #expect(notice.message.utf8.count == TestArea.numberedPushSize(Int(notice.code)))
+                        next = Int(notice.code) + 1
+                    case .brokenMessage, .text, .close:
+                        Issue.record("\(received) in round \(round) after push \(next - 1)")
+                        return
+                    case .pong:
+                        continue
+                    }
+                }
+                #expect(next == total, "round \(round)")
+            }
+        }
+    }
+
     @Test func wssUsesTheGatewaysCertificate() async throws {
         try await withGateway(webSocket { $0.tls = .fixture }) { gateway in
             let client = try await WebSocketTestClient.connect(port: gateway.webSocketPort, tls: true)
@@ -372,6 +411,26 @@ private final class ByteCollector: ChannelInboundHandler {
             }
             #expect(goAway.code == UInt64(ErrorCode.shuttingDown.rawValue))
             #expect(await client.closeCode() == .some(.normalClosure))
+        }
+    }
+
+    @Test func aConnectionThatDoesNotUpgradeIsClosedAfterTheHandshakeTimeout() async throws {
+        try await withGateway(webSocket { $0.handshakeTimeout = .milliseconds(300) }) { gateway in
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: "127.0.0.1", port: gateway.webSocketPort).get()
+            let started = ContinuousClock.now
+            let closed = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { (try? await channel.closeFuture.get()) != nil }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(5))
+                    return false
+                }
+                defer { group.cancelAll() }
+                return await group.next() ?? false
+            }
+            #expect(closed, "a silent connection was kept past the handshake timeout")
+            #expect(ContinuousClock.now - started < .seconds(4))
+            channel.close(promise: nil)
         }
     }
 

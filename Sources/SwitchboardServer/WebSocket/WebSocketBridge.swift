@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import NIOCore
 import NIOWebSocket
 import SwitchboardWire
@@ -13,6 +16,10 @@ import SwitchboardWire
 /// - Outbound, every write of the connection handler (whole frames: a tick's answers, a push) is one binary
 ///   message. The connection handler's half-close after its last frame (GOAWAY) sends a close frame first; once
 ///   both sides sent theirs the connection is closed.
+/// - Without TLS the connection handler sends to the socket directly, as on TCP, through ``sendDirectly(_:on:)``:
+///   one `sendmsg` of the message's header and bytes, no trip through the pipeline per push (a fan-out to
+///   thousands of WebSocket subscribers costs what it costs on TCP plus the header). Everything else (pongs, close
+///   frames, what the socket did not take) goes through NIO's `WebSocketFrameEncoder`.
 final class WebSocketBridge: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
     typealias InboundOut = ByteBuffer
@@ -20,7 +27,15 @@ final class WebSocketBridge: ChannelDuplexHandler {
     typealias OutboundOut = WebSocketFrame
 
     /// The connection's handler, told to end the session with a GOAWAY when the client breaks the WebSocket rules.
-    private let connection: ConnectionHandler
+    weak var connection: ConnectionHandler?
+    /// The context of NIO's frame encoder: bytes that are already framed (the rest of a message sent directly in
+    /// part) are written from there, past the encoder.
+    private var encoderContext: ChannelHandlerContext?
+    /// Set after a direct send that the socket took only in part: the message header's bytes it did not take. The
+    /// connection handler's next write is the rest of that message, which goes out behind them as it is.
+    private var continuation: ByteBuffer?
+    /// The bridge's own writes (pongs) not yet written: direct sends wait for them.
+    private var ownWritesPending = 0
     /// The largest message accepted (for the GOAWAY's message).
     private let maxMessageSize: Int
     private var closeSent = false
@@ -30,9 +45,16 @@ final class WebSocketBridge: ChannelDuplexHandler {
     /// The client broke a rule: further errors of the codec (which stops decoding) are expected.
     private var violated = false
 
-    init(connection: ConnectionHandler, maxMessageSize: Int) {
-        self.connection = connection
+    init(maxMessageSize: Int) {
         self.maxMessageSize = maxMessageSize
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.encoderContext = try? context.pipeline.syncOperations.context(handlerType: WebSocketFrameEncoder.self)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.encoderContext = nil
     }
 
     // MARK: inbound
@@ -57,7 +79,10 @@ final class WebSocketBridge: ChannelDuplexHandler {
         case .ping:
             guard !self.closeSent else { return }
             let pong = WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)
-            context.writeAndFlush(self.wrapOutboundOut(pong), promise: nil)
+            self.ownWritesPending += 1
+            let written = context.eventLoop.makePromise(of: Void.self)
+            context.writeAndFlush(self.wrapOutboundOut(pong), promise: written)
+            written.futureResult.assumeIsolated().whenComplete { _ in self.ownWritesPending -= 1 }
         case .connectionClose:
             guard !self.closeReceived else { return }
             self.closeReceived = true
@@ -91,7 +116,7 @@ final class WebSocketBridge: ChannelDuplexHandler {
         guard !self.violated else { return }
         self.violated = true
         self.closeCode = close
-        self.connection.disconnect(code: code, reason: .protocolError, message: message)
+        self.connection?.disconnect(code: code, reason: .protocolError, message: message)
     }
 
     /// Whether `bytes` are whole frames: each length prefix complete, and each frame's bytes inside the message. A
@@ -126,13 +151,81 @@ final class WebSocketBridge: ChannelDuplexHandler {
             promise?.fail(ChannelError.outputClosed)
             return
         }
+        if var framed = self.continuation {
+            // The rest of a message sent directly in part.
+            self.continuation = nil
+            framed.writeImmutableBuffer(bytes)
+            self.writeFramed(framed, context: context, promise: promise)
+            return
+        }
         guard bytes.readableBytes > 0 else {
-            // The connection handler's empty write before it closes: nothing to send. What it waits for (all its
-            // output written) is what the close frame's write, behind everything, waits for too (see `close`).
-            promise?.succeed(())
+            // An empty write, whose promise tells the connection handler when everything before it is written.
+            self.writeFramed(bytes, context: context, promise: promise)
             return
         }
         context.write(self.wrapOutboundOut(WebSocketFrame(fin: true, opcode: .binary, data: bytes)), promise: promise)
+    }
+
+    /// Writes bytes that need no framing past the encoder, behind everything written before.
+    private func writeFramed(_ bytes: ByteBuffer, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
+        guard let encoder = self.encoderContext else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        encoder.write(NIOAny(bytes), promise: promise)
+    }
+
+    /// Sends `bytes` as one binary message on the socket `descriptor` (the connection handler's direct send): the
+    /// header and the bytes in one `sendmsg`.
+    ///
+    /// - Returns: how many of `bytes` the socket took (0 when it took none, or only part of the header: then the
+    ///   header's rest goes out before the bytes the connection handler writes next, see ``continuation``); nil on
+    ///   an error, as ``DirectSocketWriter/send(_:)``.
+    func sendDirectly(_ bytes: ByteBuffer, on descriptor: CInt) -> Int? {
+        // Nothing may overtake the bridge's own writes, and nothing goes after its close frame.
+        guard self.ownWritesPending == 0, !self.closeSent, self.continuation == nil, bytes.readableBytes > 0 else {
+            return 0
+        }
+        let count = bytes.readableBytes
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 10) { header in
+            // RFC 6455 §5.2: FIN and the binary opcode; no mask (server to client); the length in 7, 16 or 64 bits.
+            header[0] = 0x82
+            var headerLength = 2
+            if count < 126 {
+                header[1] = UInt8(count)
+            } else if count <= 0xFFFF {
+                header[1] = 126
+                header[2] = UInt8(count >> 8)
+                header[3] = UInt8(count & 0xFF)
+                headerLength = 4
+            } else {
+                header[1] = 127
+                for index in 0..<8 { header[2 + index] = UInt8((UInt64(count) >> (56 - 8 * UInt64(index))) & 0xFF) }
+                headerLength = 10
+            }
+            let sent = bytes.withUnsafeReadableBytes { payload -> Int in
+                withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+                    vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(header.baseAddress), iov_len: headerLength)
+                    vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress), iov_len: count)
+                    var message = msghdr()
+                    message.msg_iov = vectors.baseAddress
+                    message.msg_iovlen = 2
+                    while true {
+                        let sent = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL))
+                        if sent >= 0 || errno != EINTR { return sent }
+                    }
+                }
+            }
+            if sent < 0 { return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : nil }
+            if sent >= headerLength {
+                if sent < headerLength + count { self.continuation = ByteBuffer() }
+                return sent - headerLength
+            }
+            if sent > 0 {
+                self.continuation = ByteBuffer(bytes: UnsafeBufferPointer(rebasing: header[sent..<headerLength]))
+            }
+            return 0
+        }
     }
 
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {

@@ -16,8 +16,12 @@ enum WebSocketPipeline {
     }
 
     /// Adds the handlers of a new WebSocket connection to `channel` (on its event loop, before it is active).
+    ///
+    /// Without TLS the connection handler is told the socket's `descriptor`, and writes its messages to the socket
+    /// directly as it does on TCP (one `sendmsg` per message, ``WebSocketBridge/sendDirectly(_:on:)``).
     static func configure(
-        _ channel: any Channel, core: GatewayCore, settings: ServerConfiguration.WebSocket, tls: NIOSSLContext?
+        _ channel: any Channel, core: GatewayCore, settings: ServerConfiguration.WebSocket, tls: NIOSSLContext?,
+        descriptor: CInt
     ) throws {
         let pipeline = channel.pipeline.syncOperations
         if let tls {
@@ -34,8 +38,10 @@ enum WebSocketPipeline {
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    let connection = ConnectionHandler(core: core, socket: nil)
-                    let bridge = WebSocketBridge(connection: connection, maxMessageSize: maxMessage)
+                    let bridge = WebSocketBridge(maxMessageSize: maxMessage)
+                    let connection = ConnectionHandler(
+                        core: core, socket: tls == nil ? DirectSocketWriter(descriptor: descriptor, webSocket: bridge) : nil)
+                    bridge.connection = connection
                     try pipeline.addHandler(
                         NIOWebSocketFrameAggregator(
                             minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: Self.maxFragments,
