@@ -34,10 +34,11 @@ final class WebSocketTestClient: Sendable {
     }
 
     /// Upgrades a connection to `127.0.0.1:port` at `path`, with the `Origin` and `Sec-WebSocket-Protocol` headers
-    /// given (nil: none), through TLS trusting the test CA with `tls`.
+    /// given (nil: none), through TLS trusting the test CA with `tls`; `receiveBuffer`: the socket's receive buffer
+    /// size (a small one makes the gateway's sends stop part-way through large messages).
     static func connect(
         port: Int, path: String = "/", origin: String? = nil, subprotocol: String? = "switchboard.v1",
-        tls: Bool = false
+        tls: Bool = false, receiveBuffer: Int? = nil
     ) async throws -> WebSocketTestClient {
         let inbox = Inbox()
         let upgraded = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: HTTPHeaders.self)
@@ -64,7 +65,9 @@ final class WebSocketTestClient: Sendable {
             configuration.trustRoots = .file(TLSFixtures.caCertificatePath)
             return try NIOSSLContext(configuration: configuration)
         }() : nil
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let receiveBuffer { bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBuffer)) }
+        let channel = try await bootstrap
             .channelInitializer { channel in
                 do {
                     if let tlsContext {
