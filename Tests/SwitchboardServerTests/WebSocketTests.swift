@@ -5,6 +5,7 @@ import NIOPosix
 import NIOWebSocket
 import SwitchboardClient
 import SwitchboardServer
+import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -433,6 +434,30 @@ private final class ByteCollector: ChannelInboundHandler {
             }
             #expect(closed, "a silent connection was kept past the handshake timeout")
             #expect(ContinuousClock.now - started < .seconds(4))
+        }
+    }
+
+    /// The browser snippet of Docs/websocket.md, run by Node with Debian's `ws` package as its WebSocket (`make test`
+    /// installs nodejs and node-ws), logs in: the gateway answers its HELLO with WELCOME.
+    @Test func theDocsBrowserSnippetLogsIn() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let page = try String(contentsOf: root.appendingPathComponent("Docs/websocket.md"), encoding: .utf8)
+        let start = try #require(page.range(of: "```js\n"))
+        let end = try #require(page.range(of: "```", range: start.upperBound..<page.endIndex))
+        let snippet = String(page[start.upperBound..<end.lowerBound])
+        try await withGateway(webSocket()) { gateway in
+            let script = snippet.replacingOccurrences(
+                of: "ws://localhost:7401/", with: "ws://127.0.0.1:\(gateway.webSocketPort)/")
+            let file = TemporaryPath("sb-ws-snippet", suffix: ".cjs")
+            defer { file.remove() }
+            try ("globalThis.WebSocket = require(\"ws\");\n" + script + "\nsetTimeout(() => ws.close(), 500);\n")
+                .write(toFile: file.path, atomically: true, encoding: .utf8)
+            let run = try await ProcessRun.run(
+                "/usr/bin/env", ["NODE_PATH=/usr/share/nodejs", "node", file.path])
+            #expect(run.status == 0, "\(run.errors)")
+            #expect(run.output.contains("frame type 2"), "no WELCOME: \(run.output)")
+            #expect(run.output.contains("closed"), "\(run.output)")
         }
     }
 
