@@ -9,6 +9,8 @@ public struct ServerConfiguration: Sendable {
     public var tcpPort: Int = 7400
     /// TLS for the TCP listener, from PEM files; nil: plain TCP. The Unix socket is always plain.
     public var tls: TLS? = nil
+    /// The WebSocket listener (`--websocket`); nil: off.
+    public var webSocket: WebSocket? = nil
     /// Unix domain socket path; nil disables it.
     public var unixSocketPath: String? = "./switchboard.sock"
     /// Permissions of the Unix socket file: its owner only by default, whatever the process's umask.
@@ -59,6 +61,28 @@ public struct ServerConfiguration: Sendable {
         public init(certificateChainPath: String, privateKeyPath: String) {
             self.certificateChainPath = certificateChainPath
             self.privateKeyPath = privateKeyPath
+        }
+    }
+
+    /// The WebSocket listener: the same frames in binary WebSocket messages (`Protocol/SPEC.md` §3.4), with TLS (wss)
+    /// when ``ServerConfiguration/tls`` is set.
+    public struct WebSocket: Sendable, Hashable {
+        /// Host the listener binds.
+        public var host: String
+        /// Port (0: any free port, tests).
+        public var port: Int
+        /// The one path upgrades are accepted on (others get 404); starts with `/`.
+        public var path: String = "/"
+        /// The `Origin` header values accepted at the upgrade; requests without an `Origin` (non-browser clients)
+        /// are always accepted.
+        public var origins: WebSocketOrigins = .none
+
+        /// Creates the listener's settings.
+        public init(host: String, port: Int, path: String = "/", origins: WebSocketOrigins = .none) {
+            self.host = host
+            self.port = port
+            self.path = path
+            self.origins = origins
         }
     }
 

@@ -27,11 +27,14 @@ public final class SwitchboardGateway: Service, Sendable {
         public var tcp: SocketAddress?
         /// The Unix socket path, if on.
         public var unixSocketPath: String?
+        /// The WebSocket listener's address, if on.
+        public var webSocket: SocketAddress?
 
         /// Creates addresses (clients and tests that know where a gateway listens).
-        public init(tcp: SocketAddress? = nil, unixSocketPath: String? = nil) {
+        public init(tcp: SocketAddress? = nil, unixSocketPath: String? = nil, webSocket: SocketAddress? = nil) {
             self.tcp = tcp
             self.unixSocketPath = unixSocketPath
+            self.webSocket = webSocket
         }
     }
 
@@ -93,33 +96,42 @@ public final class SwitchboardGateway: Service, Sendable {
 
     private func runListeners() async throws {
         let configuration = self.configuration
-        if !configuration.requiresTokens, let host = configuration.tcpHost, !Self.isLoopback(host) {
+        for host in [configuration.tcpHost, configuration.webSocket?.host].compactMap({ $0 })
+        where !configuration.requiresTokens && !Self.isLoopback(host) {
             throw GatewayStartError(
                 description: "open development mode (no token secret) only listens on loopback, not \(host)")
         }
         // The TLS files are read before anything is bound: a bad file fails start-up with the file's name.
         var tlsContext: NIOSSLContext?
-        if let tls = configuration.tls, configuration.tcpHost != nil { tlsContext = try GatewayTLS.makeContext(tls) }
+        if let tls = configuration.tls, configuration.tcpHost != nil || configuration.webSocket != nil {
+            tlsContext = try GatewayTLS.makeContext(tls)
+        }
         if let tlsContext { self.core.credentials.setTLSContext(tlsContext) }
         if let warning = configuration.cleartextTokenWarning { self.core.logger.warning("\(warning)") }
         var bound = BoundAddresses()
-        // Each listener with what its connections get: TLS for TCP when configured, never for the Unix socket.
-        var listeners: [(listener: SocketListener, tls: NIOSSLContext?)] = []
+        // Each listener with what its connections get: TLS for TCP and WebSocket when configured, never for the
+        // Unix socket; the WebSocket listener's connections go through HTTP and the WebSocket codec first.
+        var listeners: [(listener: SocketListener, tls: NIOSSLContext?, webSocket: ServerConfiguration.WebSocket?)] = []
         if let host = configuration.tcpHost {
             let listener = try SocketListener.tcp(host: host, port: configuration.tcpPort, backlog: Self.backlog)
             bound.tcp = listener.localAddress
-            listeners.append((listener, tlsContext))
+            listeners.append((listener, tlsContext, nil))
+        }
+        if let webSocket = configuration.webSocket {
+            let listener = try SocketListener.tcp(host: webSocket.host, port: webSocket.port, backlog: Self.backlog)
+            bound.webSocket = listener.localAddress
+            listeners.append((listener, tlsContext, webSocket))
         }
         if let path = configuration.unixSocketPath {
             try Self.removeStaleSocket(at: path)
             let listener = try SocketListener.unix(
                 path: path, mode: configuration.unixSocketMode, backlog: Self.backlog)
-            listeners.append((listener, nil))
+            listeners.append((listener, nil, nil))
             bound.unixSocketPath = path
         }
         guard !listeners.isEmpty else { throw GatewayStartError(description: "no listener is configured") }
-        for (listener, tls) in listeners {
-            listener.start(logger: self.core.logger, accepted: self.adopter(tls: tls != nil))
+        for (listener, tls, webSocket) in listeners {
+            listener.start(logger: self.core.logger, accepted: self.adopter(tls: tls != nil, webSocket: webSocket))
         }
         let running = listeners.map(\.listener)
         self.listeners.withLock { $0 = running }
@@ -127,7 +139,8 @@ public final class SwitchboardGateway: Service, Sendable {
             "switchboard listening",
             metadata: [
                 "tcp": "\(bound.tcp.map { "\($0)" } ?? "off")", "unix": "\(bound.unixSocketPath ?? "off")",
-                "tls": "\(tlsContext == nil ? "off" : "on (TCP)")",
+                "websocket": "\(bound.webSocket.map { "\($0)\(configuration.webSocket?.path ?? "/")" } ?? "off")",
+                "tls": "\(tlsContext == nil ? "off" : "on (TCP, WebSocket)")",
                 "auth": "\(!configuration.requiresTokens ? "open development mode (any user id)" : "tokens")",
             ])
         self.onRunning(bound)
@@ -180,7 +193,9 @@ public final class SwitchboardGateway: Service, Sendable {
     /// (``GatewayCredentials``): the ``ConnectionHandler`` is not told the descriptor, so it never writes to the
     /// socket directly (that would bypass the encryption), a ``PlainClientDetector`` answers a client that speaks
     /// plain frames to the TLS port, and a ``TLSHandshakeMonitor`` counts and closes failed handshakes.
-    private func adopter(tls useTLS: Bool) -> @Sendable ([CInt]) -> Void {
+    ///
+    /// With `webSocket`, the connection speaks HTTP until its WebSocket upgrade (``WebSocketPipeline``).
+    private func adopter(tls useTLS: Bool, webSocket: ServerConfiguration.WebSocket?) -> @Sendable ([CInt]) -> Void {
         let core = self.core
         let group = self.eventLoopGroup
         let window = ConnectionHandler.writeWindow(lowWaterMark: self.configuration.limits.outboundLowWaterMark)
@@ -212,6 +227,11 @@ public final class SwitchboardGateway: Service, Sendable {
                             .channelInitializer { channel in
                                 channel.eventLoop.makeCompletedFuture {
                                     let pipeline = channel.pipeline.syncOperations
+                                    if let webSocket {
+                                        try WebSocketPipeline.configure(
+                                            channel, core: core, settings: webSocket, tls: tls, descriptor: descriptor)
+                                        return
+                                    }
                                     guard let tls else {
                                         let socket = DirectSocketWriter(descriptor: descriptor)
                                         try pipeline.addHandler(ConnectionHandler(core: core, socket: socket))
@@ -240,7 +260,8 @@ public final class SwitchboardGateway: Service, Sendable {
     /// - Returns: whether the gateway has TLS (and the files were read).
     @discardableResult
     public func reloadTLS() throws(GatewayStartError) -> Bool {
-        guard let tls = self.configuration.tls, self.configuration.tcpHost != nil else { return false }
+        guard let tls = self.configuration.tls, self.configuration.tcpHost != nil || self.configuration.webSocket != nil
+        else { return false }
         self.core.credentials.setTLSContext(try GatewayTLS.makeContext(tls))
         return true
     }

@@ -18,6 +18,12 @@ struct ServeSettings: Equatable, Sendable {
     }
 
     var tcp = "127.0.0.1:7400"
+    /// The WebSocket listener, `HOST:PORT` or `off`.
+    var websocket = "off"
+    /// The path WebSocket upgrades are accepted on.
+    var websocketPath = "/"
+    /// The browser origins the WebSocket listener accepts: `*`, or a comma-separated list (empty: none).
+    var websocketOrigins = ""
     var unixSocket = "./switchboard.sock"
     var unixSocketMode = "0600"
     var database = "./switchboard.sqlite"
@@ -115,6 +121,9 @@ struct ServeSettings: Equatable, Sendable {
         .string("tcp", \.tcp),
         .optionalString("tls-cert", \.tlsCert),
         .optionalString("tls-key", \.tlsKey),
+        .string("websocket", \.websocket),
+        .string("websocket-path", \.websocketPath),
+        .string("websocket-origins", \.websocketOrigins),
         .string("unix-socket", \.unixSocket),
         .string("unix-socket-mode", \.unixSocketMode),
         .string("database", \.database),

@@ -18,6 +18,7 @@ struct StartLine: Sendable {
             "tcp": "\(running.addresses.tcp.map(Self.hostAndPort) ?? "off")",
             "tls": "\(running.addresses.tcp != nil && tls ? "on" : "off")",
             "unix": "\(running.addresses.unixSocketPath ?? "off")",
+            "websocket": "\(running.addresses.webSocket.map { "\(tls ? "wss" : "ws")://\(Self.hostAndPort($0))" } ?? "off")",
             "metrics": "\(running.metricsAddress.map(Self.hostAndPort) ?? "off")",
             "node": "\(self.nodeID ?? "off")",
             "auth": "\(tokens ? "tokens" : "open development mode")",

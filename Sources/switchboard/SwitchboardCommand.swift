@@ -82,6 +82,15 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("tls-key"), help: ArgumentHelp("TLS for the TCP listener: the certificate's private key (PEM, unencrypted). Needs --tls-cert.", valueName: "path"))
     var tlsKey: String?
 
+    @Option(name: .customLong("websocket"), help: ArgumentHelp("WebSocket listener as host:port, or \"off\": the same frames in binary WebSocket messages, for browsers; wss with --tls-cert and --tls-key (default: \(defaults.websocket)).", valueName: "host:port"))
+    var websocket: String?
+
+    @Option(name: .customLong("websocket-path"), help: ArgumentHelp("The path the WebSocket listener accepts upgrades on; others get 404 (default: \(defaults.websocketPath)).", valueName: "path"))
+    var websocketPath: String?
+
+    @Option(name: .customLong("websocket-origins"), help: ArgumentHelp("Browser origins the WebSocket listener accepts, comma-separated (https://app.example.com,http://localhost:5173), or * for any; an upgrade with another Origin gets 403, one without an Origin header (non-browser clients) is accepted (default: none).", valueName: "origins"))
+    var websocketOrigins: String?
+
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
     var unixSocket: String?
 
@@ -205,6 +214,9 @@ struct ServeOptions: ParsableArguments {
         put("tcp", self.tcp)
         put("tls-cert", self.tlsCert)
         put("tls-key", self.tlsKey)
+        put("websocket", self.websocket)
+        put("websocket-path", self.websocketPath)
+        put("websocket-origins", self.websocketOrigins)
         put("unix-socket", self.unixSocket)
         put("unix-socket-mode", self.unixSocketMode)
         put("database", self.database)
@@ -282,10 +294,29 @@ extension ServeSettings {
             configuration.tcpHost = String(self.tcp[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
             configuration.tcpPort = port
         }
+        if self.websocket != "off" {
+            guard let colon = self.websocket.lastIndex(of: ":"),
+                let port = Int(self.websocket[self.websocket.index(after: colon)...]), (0...65_535).contains(port)
+            else {
+                throw ValidationError("websocket must be host:port or off")
+            }
+            guard self.websocketPath.hasPrefix("/"), !self.websocketPath.contains("?") else {
+                throw ValidationError("websocket-path must start with / (and hold no query), not \(self.websocketPath)")
+            }
+            let origins: WebSocketOrigins
+            do {
+                origins = try WebSocketOrigins.parse(self.websocketOrigins)
+            } catch {
+                throw ValidationError("websocket-origins: \(error.description)")
+            }
+            configuration.webSocket = ServerConfiguration.WebSocket(
+                host: String(self.websocket[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")),
+                port: port, path: self.websocketPath, origins: origins)
+        }
         switch (self.tlsCert, self.tlsKey) {
         case (let certificate?, let key?):
-            guard configuration.tcpHost != nil else {
-                throw ValidationError("--tls-cert and --tls-key are for the TCP listener, and --tcp is off")
+            guard configuration.tcpHost != nil || configuration.webSocket != nil else {
+                throw ValidationError("--tls-cert and --tls-key are for the TCP and WebSocket listeners, and both are off")
             }
             configuration.tls = ServerConfiguration.TLS(certificateChainPath: certificate, privateKeyPath: key)
         case (nil, nil):

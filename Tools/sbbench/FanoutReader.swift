@@ -198,12 +198,13 @@ struct FanoutKeepAlive: Sendable {
     /// ``BenchClient`` pings: the protocol wants a PING from a client that sent nothing for a heartbeat interval.
     /// The schedule starts when the first subscriber wrote its handshake, so no connection waits more than an
     /// interval, or the time the setup took, for its first PING.
-    static func switchboardPing(_ subscribers: [RawSubscriber]) -> FanoutKeepAlive {
+    /// On WebSocket (`webSocket`) the PING goes in a client message.
+    static func switchboardPing(_ subscribers: [RawSubscriber], webSocket: Bool = false) -> FanoutKeepAlive {
         var ping = ByteBuffer()
         FrameEncoder().encode(.control(.ping(Ping(nonce: 1))), into: &ping)
         let heartbeatMs = subscribers.map(\.heartbeatMs).min() ?? 15_000
         return FanoutKeepAlive(
-            bytes: Array(ping.readableBytesView), intervalNanoseconds: max(heartbeatMs, 2_000) / 2 * 1_000_000,
+            bytes: webSocket ? WebSocketFraming.clientMessage(ping.readableBytesView) : Array(ping.readableBytesView), intervalNanoseconds: max(heartbeatMs, 2_000) / 2 * 1_000_000,
             since: subscribers.map(\.handshakeSentAt).min() ?? monotonicNanoseconds())
     }
 }

@@ -30,16 +30,19 @@ struct RawSubscriber: Sendable {
 
     /// Opens `count` Switchboard connections, logs user `user(i)` in on connection i (HELLO as ``BenchClient``
     /// sends it) and sends `requests` on each; `check` throws for a response that means the subscription failed.
+    ///
+    /// With `webSocket`, each connection is upgraded to WebSocket first and its frames travel in binary messages
+    /// (the bytes read past the answers, ``leftover``, are then WebSocket messages again, as the reader reads them).
     static func openSwitchboard(
-        _ count: Int, target: BenchTarget, user: @escaping @Sendable (Int) -> String, requests: [Request],
-        check: @escaping @Sendable (BenchResponse) throws -> Void
+        _ count: Int, target: BenchTarget, webSocket: WebSocketUpgrade? = nil, user: @escaping @Sendable (Int) -> String,
+        requests: [Request], check: @escaping @Sendable (BenchResponse) throws -> Void
     ) async throws -> [RawSubscriber] {
         let address = try target.socketAddress()
         var ping = ByteBuffer()
         FrameEncoder().encode(.control(.ping(Ping(nonce: 1))), into: &ping)
-        let keepAlive = ping
+        let keepAlive = webSocket == nil ? ping : ByteBuffer(bytes: WebSocketFraming.clientMessage(ping.readableBytesView))
         return try await NIOThreadPool.singleton.runIfActive {
-            try Self.open(count, address: address, keepAlive: keepAlive) { index in
+            try Self.open(count, address: address, webSocket: webSocket, keepAlive: keepAlive) { index in
                 var frames = ByteBuffer()
                 let encoder = FrameEncoder()
                 encoder.encode(.control(.hello(Hello(protocolVersion: 1, userId: user(index), clientName: SwitchboardVersion.productName("sbbench")))), into: &frames)
@@ -111,8 +114,8 @@ struct RawSubscriber: Sendable {
     ///   being opened (a gateway that cuts silent sessions would otherwise close the first ones before the reader
     ///   takes over their keep-alive); the reader reads the answers later with everything else.
     private static func open(
-        _ count: Int, address: SocketAddress, keepAlive: ByteBuffer? = nil, hello: (Int) -> ByteBuffer,
-        receive: (Blocking, inout ByteBuffer) throws -> Void
+        _ count: Int, address: SocketAddress, webSocket: WebSocketUpgrade? = nil, keepAlive: ByteBuffer? = nil,
+        hello: (Int) -> ByteBuffer, receive: (Blocking, inout ByteBuffer) throws -> Void
     ) throws -> [RawSubscriber] {
         var opened: [RawSubscriber] = []
         opened.reserveCapacity(count)
@@ -129,16 +132,18 @@ struct RawSubscriber: Sendable {
                     lastKeepAlive = monotonicNanoseconds()
                 }
                 let window = opened.count..<min(opened.count + Self.window, count)
+                var sockets: [Blocking] = []
                 for index in window {
                     let socket = try Blocking.connect(to: address, index: index)
                     opened.append(RawSubscriber(descriptor: socket.descriptor, handshakeSentAt: monotonicNanoseconds()))
+                    sockets.append(socket)
+                    if let webSocket { try socket.upgrade(webSocket) }
                     try socket.write(hello(index))
                 }
-                for index in window {
-                    let socket = Blocking(descriptor: opened[index].descriptor, index: index)
+                for (index, socket) in zip(window, sockets) {
                     var buffer = ByteBuffer()
                     try receive(socket, &buffer)
-                    opened[index].leftover = Array(buffer.readableBytesView)
+                    opened[index].leftover = socket.leftover(buffer)
                     opened[index].heartbeatMs = socket.heartbeatMs
                     opened[index].lastRequestID = socket.lastRequestID
                     try socket.setBlocking(false)
@@ -152,10 +157,23 @@ struct RawSubscriber: Sendable {
     }
 }
 
+/// Where a subscriber upgrades its connection to WebSocket (`--transport websocket`).
+struct WebSocketUpgrade: Sendable, Equatable {
+    /// The Host header's value.
+    var host: String
+    /// The path of the gateway's WebSocket listener.
+    var path: String
+}
+
 /// A socket in blocking mode (with timeouts), during the handshake and the goodbye.
 private final class Blocking {
     let descriptor: Int32
     let index: Int
+    /// Whether the connection was upgraded to WebSocket: writes are sent as client messages, and reads are
+    /// unwrapped from the server's messages.
+    private var webSocket = false
+    /// On WebSocket, bytes read that do not make a whole server message yet.
+    private var raw = ByteBuffer()
     private var decoder = FrameDecoder(direction: .serverToClient)
     private(set) var heartbeatMs: UInt64 = 0
     private(set) var lastRequestID: UInt32 = 0
@@ -193,11 +211,44 @@ private final class Blocking {
         }
     }
 
+    /// Upgrades the connection to WebSocket: sends the request, reads the answer's header (101, or the run fails
+    /// with the status line) and keeps what follows it for the next reads.
+    func upgrade(_ upgrade: WebSocketUpgrade) throws {
+        try self.send(WebSocketFraming.upgradeRequest(host: upgrade.host, path: upgrade.path))
+        var answer = ByteBuffer()
+        while true {
+            let view = answer.readableBytesView
+            if let end = view.indices.first(where: { view[$0...].starts(with: [13, 10, 13, 10]) }) {
+                let header = String(decoding: view[..<end], as: UTF8.self)
+                guard header.hasPrefix("HTTP/1.1 101") else {
+                    throw BenchFailure("subscriber \(self.index): the WebSocket upgrade was answered with \(header.split(separator: "\r\n").first ?? "")")
+                }
+                answer.moveReaderIndex(to: end + 4)
+                self.raw = answer
+                self.webSocket = true
+                return
+            }
+            try self.readRaw(into: &answer)
+        }
+    }
+
+    /// The bytes read past the last answer, as the reader gets them: frames, or on WebSocket the messages they came
+    /// in (the rest of `buffer` as one message, then what does not make a whole message yet).
+    func leftover(_ buffer: ByteBuffer) -> [UInt8] {
+        guard self.webSocket else { return Array(buffer.readableBytesView) }
+        let rest = Array(buffer.readableBytesView)
+        return (rest.isEmpty ? [] : WebSocketFraming.serverMessage(rest)) + Array(self.raw.readableBytesView)
+    }
+
     func write(_ buffer: ByteBuffer) throws {
+        try self.send(self.webSocket ? ByteBuffer(bytes: WebSocketFraming.clientMessage(buffer.readableBytesView)) : buffer)
+    }
+
+    private func send(_ buffer: ByteBuffer) throws {
         try buffer.withUnsafeReadableBytes { bytes in
             var offset = 0
             while offset < bytes.count {
-                let written = send(self.descriptor, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+                let written = Glibc.send(self.descriptor, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
                 if written < 0, errno == EINTR { continue }
                 guard written > 0 else {
                     throw BenchFailure("subscriber \(self.index): write failed: \(String(cString: strerror(errno)))")
@@ -207,8 +258,21 @@ private final class Blocking {
         }
     }
 
-    /// Appends what one read returns; a closed connection or a timeout is an error.
+    /// Appends what one read returns (on WebSocket: the payloads of the messages completed); a closed connection or
+    /// a timeout is an error.
     func readMore(into buffer: inout ByteBuffer) throws {
+        guard self.webSocket else { return try self.readRaw(into: &buffer) }
+        let before = buffer.readableBytes
+        while true {
+            guard WebSocketFraming.unwrap(&self.raw, into: &buffer) else {
+                throw BenchFailure("subscriber \(self.index): the server closed the WebSocket connection")
+            }
+            if buffer.readableBytes > before { return }
+            try self.readRaw(into: &self.raw)
+        }
+    }
+
+    private func readRaw(into buffer: inout ByteBuffer) throws {
         while true {
             var result = 0
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: 16 << 10) { space in

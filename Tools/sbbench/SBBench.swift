@@ -37,6 +37,15 @@ struct SBBench: AsyncParsableCommand {
     @Option(name: .customLong("unix"), help: "Gateway Unix socket path (instead of TCP).")
     var unixSocket: String?
 
+    @Option(help: "storage-fanout: how the subscribers connect: tcp (or --unix), websocket (the gateway's WebSocket listener, --websocket), or both (the same fan-out over TCP, then over WebSocket, in one run).")
+    var transport = "tcp"
+
+    @Option(name: .customLong("websocket"), help: "The gateway's WebSocket listener, host:port (default 127.0.0.1:7401).")
+    var webSocket = "127.0.0.1:7401"
+
+    @Option(name: .customLong("websocket-path"), help: "The path of the gateway's WebSocket listener.")
+    var webSocketPath = "/"
+
     @Option(name: .customLong("writer-tcp"), help: "storage-fanout: the writer connects to this gateway (host:port) instead of the subscribers' one: another node of a cluster, for the latency of a storage event from one node to another.")
     var writerTCP: String?
 
@@ -145,6 +154,16 @@ struct SBBench: AsyncParsableCommand {
         guard (0...1).contains(self.setRatio) else { throw ValidationError("--set-ratio must be within 0...1") }
         guard ["user", "channel"].contains(self.via) else { throw ValidationError("--via must be user or channel") }
         if self.tcp != nil, self.unixSocket != nil { throw ValidationError("give --tcp or --unix, not both") }
+        guard ["tcp", "websocket", "both"].contains(self.transport) else {
+            throw ValidationError("--transport must be tcp, websocket or both")
+        }
+        if self.transport != "tcp" {
+            guard self.scenario == "storage-fanout" else {
+                throw ValidationError("--transport \(self.transport) is for storage-fanout")
+            }
+            guard !self.usesTLS else { throw ValidationError("the WebSocket subscribers do not speak TLS (wss)") }
+            _ = try self.webSocketUpgrade()
+        }
         if self.usesTLS {
             guard self.unixSocket == nil else { throw ValidationError("TLS is for TCP (--tcp), not --unix") }
             guard Self.tlsScenarios.contains(self.scenario) else {
@@ -274,6 +293,7 @@ struct SBBench: AsyncParsableCommand {
         switch self.scenario {
         case "redis-fanout": report.add("transport", "tcp")
         case "whonow-inprocess": report.add("transport", "in-process")
+        case "storage-fanout" where self.transport != "tcp": report.add("transport", self.transport)
         default: report.add("transport", try self.target().transport)
         }
 

@@ -72,9 +72,11 @@ extension ServerConfiguration {
     /// The start-up warning for a gateway whose login tokens would cross the network in the clear: it requires
     /// tokens (a token secret), listens on a TCP address that is not loopback, and has no TLS. Nil otherwise.
     package var cleartextTokenWarning: String? {
-        guard self.requiresTokens, self.tls == nil, let host = self.tcpHost, !SwitchboardGateway.isLoopback(host)
-        else { return nil }
-        return "login tokens cross the network in the clear: TCP listens on \(host), which is not loopback, without "
-            + "TLS (give a certificate and key: --tls-cert, --tls-key)"
+        guard self.requiresTokens, self.tls == nil else { return nil }
+        let exposed = [("TCP", self.tcpHost), ("WebSocket", self.webSocket?.host)]
+            .compactMap { name, host in host.map { (name, $0) } }.filter { !SwitchboardGateway.isLoopback($0.1) }
+        guard let (listener, host) = exposed.first else { return nil }
+        return "login tokens cross the network in the clear: \(listener) listens on \(host), which is not loopback, "
+            + "without TLS (give a certificate and key: --tls-cert, --tls-key)"
     }
 }
