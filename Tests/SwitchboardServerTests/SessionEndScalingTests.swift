@@ -10,13 +10,13 @@ import Testing
 /// Each session leaves the registry, the event area's online list, its presence channel and a lock's waiting queue.
 /// A linear search per session in any of them makes the ends cost O(n²) on the event loop: 10,000 sessions held
 /// every client up for 6.4 s on a release build (far longer on a debug one). With O(1) removals another client's
-/// PING is answered within 2 s throughout, on a loaded machine and a debug build.
+/// PING is answered within 3 s throughout, on a loaded machine and a debug build.
 ///
 /// `SB_GATEWAY_BINARY` runs another build (a release one, to measure; the test logs the longest PONG wait).
 @Suite struct SessionEndScalingTests {
     static let sessions = 10_000
 
-    @Test("10,000 sessions of one user ending together: another client's PING is answered within 2 s throughout")
+    @Test("10,000 sessions of one user ending together: another client's PING is answered within 3 s throughout")
     func manySessionsOfOneUserEndingTogetherKeepOthersAnswered() async throws {
         let binary = ProcessInfo.processInfo.environment["SB_GATEWAY_BINARY"] ?? ProcessTests.executable.path
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the switchboard product first")
@@ -107,7 +107,9 @@ import Testing
         print("\(Self.sessions) sessions of one user ended in \(gone); the longest PONG wait was \(Int(longest * 1000)) ms")
         #expect(!missing, "a PONG did not come back within 5 s while the sessions ended")
         #expect(answered > 10)
-        #expect(longest < 2.0, "the longest PONG wait was \(Int(longest * 1000)) ms")
+        // Linear end: well under a second in release, under 2 s in this debug build on a quiet machine; 3 s leaves room
+        // for a loaded one. The quadratic end this guards against held the loop 6.4 s in release, far longer in debug.
+        #expect(longest < 3.0, "the longest PONG wait was \(Int(longest * 1000)) ms")
 
         // Every wait ended with its session: released, the lock is free for a third user (not handed to the crowd).
         pinger.send(.request(id: 3, .releaseLock(ReleaseLockRequest(channel: "room", lockName: "L"))))
