@@ -20,8 +20,6 @@ final class PostgresModerationBackend: ModerationBackend {
     private let logger: Logger
     private let loaded: ModerationSnapshot
     private let remote = Mutex<(@Sendable (ModerationAction) -> Void)?>(nil)
-    /// The slot's one connection serves one statement sequence at a time (a transaction, a last-seen upsert, a read).
-    private let turns = ExclusiveUse()
 
     private init(slot: PostgresConnectionSlot, nodeID: String, loaded: ModerationSnapshot, logger: Logger) {
         self.slot = slot
@@ -71,10 +69,6 @@ final class PostgresModerationBackend: ModerationBackend {
     }
 
     func record(_ action: ModerationAction) async throws {
-        try await self.turns.run { try await self.recordAlone(action) }
-    }
-
-    private func recordAlone(_ action: ModerationAction) async throws {
         let (connection, watch) = try await self.slot.openWatched()
         defer { watch.end() }
         do {
@@ -121,23 +115,21 @@ final class PostgresModerationBackend: ModerationBackend {
     }
 
     func setLastSeen(user: String, atMs: Int64) {
-        let (slot, turns) = (self.slot, self.turns)
+        let slot = self.slot
         let logger = self.logger
         Task {
             do {
-                try await turns.run {
-                    let (connection, watch) = try await slot.openWatched()
-                    defer { watch.end() }
-                    do {
-                        try await connection.query(
-                            """
-                            INSERT INTO sb_last_seen (user_id, at_ms) VALUES (\(ByteBuffer(string: user)), \(atMs))
-                            ON CONFLICT (user_id) DO UPDATE SET at_ms = greatest(sb_last_seen.at_ms, excluded.at_ms)
-                            """, logger: logger)
-                    } catch {
-                        slot.forget(ifClosed: connection)
-                        throw error
-                    }
+                let (connection, watch) = try await slot.openWatched()
+                defer { watch.end() }
+                do {
+                    try await connection.query(
+                        """
+                        INSERT INTO sb_last_seen (user_id, at_ms) VALUES (\(ByteBuffer(string: user)), \(atMs))
+                        ON CONFLICT (user_id) DO UPDATE SET at_ms = greatest(sb_last_seen.at_ms, excluded.at_ms)
+                        """, logger: logger)
+                } catch {
+                    slot.forget(ifClosed: connection)
+                    throw error
                 }
             } catch {
                 logger.warning("last-seen time not recorded", metadata: ["user": "\(user)", "error": "\(error)"])
@@ -146,10 +138,6 @@ final class PostgresModerationBackend: ModerationBackend {
     }
 
     func lastSeen(of users: [String]) async throws -> [String: Int64] {
-        try await self.turns.run { try await self.lastSeenAlone(of: users) }
-    }
-
-    private func lastSeenAlone(of users: [String]) async throws -> [String: Int64] {
         let (connection, watch) = try await self.slot.openWatched()
         defer { watch.end() }
         do {
@@ -170,15 +158,13 @@ final class PostgresModerationBackend: ModerationBackend {
     /// From `sb_session`, which the event area keeps (a cluster without the event area sees only this node's users).
     func onlineElsewhere(_ users: [String]) async throws -> Set<String> {
         guard !users.isEmpty else { return [] }
-        return try await self.turns.run {
-            let (connection, watch) = try await self.slot.openWatched()
-            defer { watch.end() }
-            do {
-                return try await ClusterSessions.onlineUsers(users, on: connection, logger: self.logger)
-            } catch {
-                self.slot.forget(ifClosed: connection)
-                throw error
-            }
+        let (connection, watch) = try await self.slot.openWatched()
+        defer { watch.end() }
+        do {
+            return try await ClusterSessions.onlineUsers(users, on: connection, logger: self.logger)
+        } catch {
+            self.slot.forget(ifClosed: connection)
+            throw error
         }
     }
 
