@@ -17,6 +17,10 @@ run: deps
 ## others, because 700 tests at once keep two cores saturated for most of a minute and starve their clocks.
 TIMED_SUITES = SwitchboardServerTests\.(ClientServiceTests|ModerationTests|ProfileTests|MetricsEndpointLimitTests|PresenceMembershipTests|HandshakeAndAuthTests)
 
+## The cluster suites that load three nodes while PostgreSQL, Redis or a node fails: on their own after the other cluster
+## suites, whose 80 tests beside them left their readers too little time to read (fewer than 100 reads in a restart).
+FAULT_SUITES = SwitchboardClusterTests\.(ClusterOutageTests|ClusterHistoryTests)
+
 test:
 	@Tools/ensure-system-packages.sh redis-server postgresql tmux nodejs node-ws node-typescript chromium py:jwt=PyJWT py:cryptography=cryptography py:pytest=pytest
 	python3 Tools/codegen/generate.py --check
@@ -25,7 +29,8 @@ test:
 	swift test --skip-build --filter '$(TIMED_SUITES)'
 	swift test --skip-build --filter SessionEndScalingTests
 	swift test --skip-build --filter SwitchboardServerTests.ReadAfterCommitTests
-	swift test --skip-build --filter SwitchboardClusterTests
+	swift test --skip-build --filter SwitchboardClusterTests --skip '$(FAULT_SUITES)'
+	swift test --skip-build --filter '$(FAULT_SUITES)'
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
 
