@@ -320,11 +320,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Decodes what waited while decoding was paused, then reads again if the channel asked for a read meanwhile.
-    private func resumeDecoding(context: ChannelHandlerContext) {
-        self.decodeResumeScheduled = false
-        guard self.decodingPaused, self.machine.isOpen, !self.readBlocked else { return }
-        self.decodingPaused = false
+    /// Decodes the input held back (while decoding was paused, or a token was verified), then passes on an end of
+    /// input or reads again if the channel asked for either meanwhile.
+    private func decodeHeldInput(context: ChannelHandlerContext) {
         self.inReadCycle = true
         self.readNowMillis = nil
         self.decodeCumulation(context: context)
@@ -338,6 +336,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.readPending = false
             context.read()
         }
+    }
+
+    /// Decodes what waited while decoding was paused, then reads again if the channel asked for a read meanwhile.
+    private func resumeDecoding(context: ChannelHandlerContext) {
+        self.decodeResumeScheduled = false
+        guard self.decodingPaused, self.machine.isOpen, !self.readBlocked else { return }
+        self.decodingPaused = false
+        self.decodeHeldInput(context: context)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -510,19 +516,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard self.machine.state == .awaitingHello, self.context != nil else { return }
         self.startSession(hello, identity)
         guard wasVerifying, let context = self.context else { return }
-        self.inReadCycle = true
-        self.readNowMillis = nil
-        self.decodeCumulation(context: context)
-        self.inReadCycle = false
-        self.flushOutput()
-        guard !self.decodingPaused, self.machine.isOpen else { return }
-        if self.inputEnded {
-            self.inputEnded = false
-            self.inputClosed(context: context)
-        } else if self.readPending, !self.readBlocked {
-            self.readPending = false
-            context.read()
-        }
+        self.decodeHeldInput(context: context)
     }
 
     private func startSession(_ hello: Hello, _ identity: Result<SessionIdentity, SwitchboardWireError>) {
