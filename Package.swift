@@ -114,6 +114,7 @@ let package = Package(
         .executableTarget(
             name: "switchboard",
             dependencies: [
+                "SwitchboardCLI",
                 "SwitchboardServer",
                 "SwitchboardCluster",
                 "SwitchboardStore",
@@ -155,6 +156,7 @@ let package = Package(
             name: "SwitchboardCLI",
             dependencies: [
                 "SwitchboardClient",
+                "SwitchboardServer",
                 "SwitchboardWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

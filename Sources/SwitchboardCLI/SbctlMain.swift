@@ -40,6 +40,8 @@ public enum SbctlMain {
             return await Self.withSession(requestCommand.connection, environment: environment, console: console) {
                 session in await session.execute(request)
             }
+        case let localCommand as any LocalCommand:
+            return await localCommand.run(environment: environment, console: console)
         case let sessionCommand as any SessionCommand:
             return await Self.withSession(sessionCommand.connection, environment: environment, console: console) {
                 session in await sessionCommand.run(in: session)

@@ -6,6 +6,7 @@ import Metrics
 import NIOCore
 import Prometheus
 import ServiceLifecycle
+import SwitchboardCLI
 import SwitchboardCluster
 import SwitchboardServer
 import SwitchboardStore
@@ -507,87 +508,15 @@ struct Token: AsyncParsableCommand {
         usage: "switchboard token --user <user> [--ttl <ttl> | --expires <time>] [--admin] [--grants <json>] [--jti <id>] [--kid <kid>] [--not-before <time>] (--token-secret-file <path> | --token-secret <secret> | --config <path> | --private-key <path>)",
         discussion: "The secret must be at least 32 bytes (a file's without the whitespace around it), as the gateway requires; --token-secret-file, --token-secret and --config are the gateway's options (switchboard --help). The token carries sub, exp, iat, and the other claims when given (Docs/tokens.md).")
 
-    @Option(help: "The user the token is for.")
-    var user: String
-
-    @Option(help: "Time to live: seconds, or with a unit: 90s, 30m, 1h, 7d.")
-    var ttl = "1h"
-
-    @Option(help: "Expiry as a Unix time in seconds (instead of --ttl).")
-    var expires: Int64?
-
-    @Flag(help: "Grant the admin role (act for any user).")
-    var admin = false
-
-    @Option(help: ArgumentHelp("The grants claim, JSON: [{\"on\":\"message:room:*\",\"allow\":[\"read\",\"write\"]}]. Without it the gateway gives the token its default grants.", valueName: "json"))
-    var grants: String?
-
-    @Option(help: "The jti claim: an id by which the token can be revoked.")
-    var jti: String?
-
-    @Option(help: "The kid header: the key the gateway verifies the token with (--token-key, --jwks-file). Without it, the gateway's token secret.")
-    var kid: String?
-
-    @Option(name: .customLong("not-before"), help: "The nbf claim: the token is not valid before this Unix time in seconds.")
-    var notBefore: Int64?
-
-    @Option(name: .customLong("private-key"), help: "Sign with this PEM private key instead of the secret: RSA (RS256), EC P-256 (ES256) or Ed25519 (EdDSA).")
-    var privateKey: String?
+    /// The claims and `--private-key`: the options `sbctl token mint` shares.
+    @OptionGroup var claims: TokenClaimOptions
 
     /// The secret's options, `--token-secret-file`, `--token-secret` and `--config`, are the gateway's: the root
     /// command parses its serve options (``ServeOptions``) wherever they stand, after `token` too.
     @ParentCommand var gateway: SwitchboardCommand
 
     func run() async throws {
-        guard !self.user.isEmpty, self.user.utf8.count <= TokenAuthority.maxUserIDBytes else {
-            throw ValidationError("--user must be 1 to \(TokenAuthority.maxUserIDBytes) bytes")
-        }
-        let now = Int64(Date().timeIntervalSince1970)
-        let expiresAt: Int64
-        if let expires = self.expires {
-            guard expires > now, expires <= Self.latestExpiry else {
-                throw ValidationError("--expires must be a Unix time in seconds after now and before \(Self.latestExpiry)")
-            }
-            expiresAt = expires
-        } else {
-            guard let seconds = Self.parseDuration(self.ttl), seconds > 0 else {
-                throw ValidationError("--ttl must be like 3600, 90s, 30m, 1h or 7d")
-            }
-            guard seconds <= Self.latestExpiry - now else {
-                throw ValidationError("--ttl is too long: a token must expire within \(Self.latestExpiry - now) s")
-            }
-            expiresAt = now + seconds
-        }
-        var claims = AccessToken(
-            userID: self.user, expiresAt: expiresAt, role: self.admin ? .admin : .user, tokenID: self.jti, issuedAt: now)
-        if let text = self.grants {
-            do {
-                claims.grants = try GrantSet(jsonText: text)
-            } catch {
-                throw ValidationError("--grants: \(error.message)")
-            }
-        }
-        if let jti = self.jti, jti.isEmpty || jti.utf8.count > 256 {
-            throw ValidationError("--jti must be 1 to 256 bytes")
-        }
-        if let kid = self.kid, kid.isEmpty || kid.utf8.count > 256 {
-            throw ValidationError("--kid must be 1 to 256 bytes")
-        }
-        if let path = self.privateKey {
-            guard case .success(let bytes) = TokenSecretLoader.readSmallFile(path),
-                let pem = String(validating: bytes, as: UTF8.self)
-            else {
-                throw ValidationError("--private-key \(path) cannot be read as text")
-            }
-            do {
-                print(try await TokenSigner.sign(claims, notBefore: self.notBefore, keyID: self.kid, privateKeyPEM: pem))
-            } catch {
-                throw ValidationError("--private-key \(path): \(error.message)")
-            }
-            return
-        }
-        let secret = try await self.secret()
-        print(TokenAuthority(secret: secret).mint(claims, notBefore: self.notBefore, keyID: self.kid))
+        print(try await self.claims.mint { try await self.secret() })
     }
 
     /// The gateway's token secret, from its options, environment or configuration file.
@@ -617,19 +546,5 @@ struct Token: AsyncParsableCommand {
             // The gateway refuses this secret at start: a token signed with it would never log in.
             throw ValidationError(error.description)
         }
-    }
-
-    /// The latest token expiry (s since the epoch) whose value in ms still fits an `Int64`, as the gateway keeps it.
-    static let latestExpiry = Int64.max / 1000
-
-    /// Seconds in `text` (a number, or one with a unit s, m, h or d); nil when it is not one or does not fit an `Int64`.
-    static func parseDuration(_ text: String) -> Int64? {
-        let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
-        if let last = text.last, let unit = units[last] {
-            guard let count = Int64(text.dropLast()) else { return nil }
-            let (seconds, overflowed) = count.multipliedReportingOverflow(by: unit)
-            return overflowed ? nil : seconds
-        }
-        return Int64(text)
     }
 }

@@ -83,9 +83,9 @@ enum TokenKeyLoader {
     /// The UTF-8 text of a key file.
     private static func text(_ path: String, source: String) throws(SettingsError) -> String {
         let bytes: [UInt8]
-        switch TokenSecretLoader.readSmallFile(path) {
+        switch TokenSecretText.readSmallFile(path) {
         case .success(let read): bytes = read
-        case .failure(let reason): throw .unusableTokenKey("\(source)\(path) cannot be read: \(reason.text)")
+        case .failure(let reason): throw .unusableTokenKey("\(source)\(path) cannot be read: \(reason.message)")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw .unusableTokenKey("\(source)\(path) is not UTF-8 text")

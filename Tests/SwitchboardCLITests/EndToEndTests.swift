@@ -265,4 +265,40 @@ struct EndToEndTests {
             #expect(other.errorOutput.hasPrefix("error 2003 permissionDenied: "))
         }
     }
+
+    @Test("sbctl token mint signs grants the gateway enforces: the granted pattern is written, another channel refused with 82")
+    func mintedGrantsAreEnforced() async throws {
+        let secretFile = TemporaryPath("sbctl-secret", suffix: ".txt")
+        defer { secretFile.remove() }
+        try Data("sbctl-mint-test-secret-of-at-least-32-bytes\n".utf8).write(to: URL(fileURLWithPath: secretFile.path))
+        try await withChildGateway(extraArguments: ["--token-secret-file", secretFile.path]) { gateway in
+            let mint = try ChildProcess(Executables.sbctl, [
+                "token", "mint", "--user", "Ann", "--jti", "ann-1", "--secret-file", secretFile.path,
+                "--grants", #"[{"on":"message:room:*","allow":["read","write"]}]"#,
+            ])
+            #expect(await mint.exitStatus() == 0, "\(mint.errorOutput)")
+            let token = mint.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let environment = ["SWITCHBOARD_TOKEN": token]
+            let granted = try await gateway.sbctl(["channel-meta", "set", "room:a", "topic=hi"], user: nil, environment: environment)
+            #expect(granted.status == 0, "\(granted.errorOutput)")
+            let refused = try await gateway.sbctl(["channel-meta", "set", "lobby", "topic=hi"], user: nil, environment: environment)
+            #expect(refused.status == 82, "\(refused.output)\(refused.errorOutput)")
+            #expect(refused.errorOutput.hasPrefix("error 2003 permissionDenied: "))
+
+            // The variables the gateway reads give the secret too; a short one is refused before anything is signed.
+            let fromEnvironment = try ChildProcess(
+                Executables.sbctl, ["token", "mint", "--user", "Ann"],
+                environment: ["SWITCHBOARD_TOKEN_SECRET_FILE": secretFile.path])
+            #expect(await fromEnvironment.exitStatus() == 0, "\(fromEnvironment.errorOutput)")
+            let read = try await gateway.sbctl(
+                ["where-now"], user: nil,
+                environment: ["SWITCHBOARD_TOKEN": fromEnvironment.output.trimmingCharacters(in: .whitespacesAndNewlines)])
+            #expect(read.status == 0, "\(read.errorOutput)")
+            let short = try ChildProcess(
+                Executables.sbctl, ["token", "mint", "--user", "Ann"], environment: ["SWITCHBOARD_TOKEN_SECRET": "short"])
+            #expect(await short.exitStatus() == 64)
+            #expect(short.output.isEmpty)
+            #expect(short.errorOutput.contains("SWITCHBOARD_TOKEN_SECRET is 5 bytes long"))
+        }
+    }
 }

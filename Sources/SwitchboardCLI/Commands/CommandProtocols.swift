@@ -19,3 +19,9 @@ public protocol SessionCommand: ParsableCommand {
     /// Runs on the session and returns the exit status.
     func run(in session: CommandSession) async -> ExitStatus
 }
+
+/// A sbctl command that needs no gateway (`token mint`).
+public protocol LocalCommand: ParsableCommand {
+    /// Runs and returns the exit status.
+    func run(environment: [String: String], console: Console) async -> ExitStatus
+}

@@ -4,7 +4,8 @@ import SwitchboardWire
 /// `sbctl token`: the session's login token.
 public struct TokenCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
-        commandName: "token", abstract: "The session's login token: renew.", subcommands: [TokenRenewCommand.self])
+        commandName: "token", abstract: "Login tokens: mint one (no gateway needed), or renew the session's.",
+        subcommands: [TokenMintCommand.self, TokenRenewCommand.self])
 
     public init() {}
 }
@@ -14,7 +15,7 @@ public struct TokenRenewCommand: RequestCommand {
     public static let configuration = CommandConfiguration(
         commandName: "renew",
         abstract: "Replace the session's token with a new one for the same user and role (renewToken).",
-        discussion: "Useful in the shell, where the session outlives a token; mint tokens with 'switchboard token'.")
+        discussion: "Useful in the shell, where the session outlives a token; mint tokens with 'sbctl token mint' or 'switchboard token'.")
 
     @Argument(help: "The new token (a JWT: eyJ...) for the same user, role and grants.") var newToken: String
     @OptionGroup public var connection: ConnectionOptions

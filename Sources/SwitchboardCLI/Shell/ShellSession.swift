@@ -154,6 +154,10 @@ public struct ShellSession {
             guard let session = self.lineSession(watch.connection) else { return .proceed }
             self.lastStatus = await watch.subscribe(in: session)
             return .proceed
+        case let localCommand as any LocalCommand:
+            self.lastStatus = await localCommand.run(
+                environment: ProcessInfo.processInfo.environment, console: self.session.console)
+            return .proceed
         case let sessionCommand as any SessionCommand:
             // ping, info: they print and return.
             guard let session = self.lineSession(sessionCommand.connection) else { return .proceed }
