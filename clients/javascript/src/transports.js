@@ -98,6 +98,10 @@ export function openWebSocket(endpoint, { connectTimeout = 5000, WebSocket = glo
     }, connectTimeout);
     const transport = {
       kind: "websocket",
+      /** The subprotocol the server chose ("switchboard.v1", or "" when the client offered none). */
+      get protocol() {
+        return ws.protocol;
+      },
       ondata: () => {},
       onclose: () => {},
       send(bytes) {

@@ -1,22 +1,21 @@
-// In headless Chromium: a page logs in with the client over the browser's own WebSocket (through the node-ws
-// relay in front of a live gateway), joins a channel and sees another client's change arrive, compressed.
+// In headless Chromium: a page logs in with the client over the browser's own WebSocket to the gateway's WebSocket
+// listener (its origin on --websocket-origins), joins a channel and sees another client's change arrive, compressed;
+// a page of an origin not on the list is refused.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../src/index.js";
 import { Gateway } from "../testlib/gateway.js";
-import { Relay } from "../testlib/relay.js";
 import { Chromium, serveFiles } from "../testlib/chromium.js";
 
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
 test("a page in headless Chromium logs in, joins a channel and sees another client's change", { timeout: 90000 }, async () => {
-  const gateway = await new Gateway().start();
-  const relay = await new Relay(gateway.port).start();
   const files = await serveFiles();
+  const gateway = await new Gateway({ websocket: true, origins: [files.url] }).start();
   const chromium = await new Chromium().start();
   const tony = new Client(gateway.tcp, { userId: "tony" });
   try {
-    const evaluate = await chromium.open(`${files.url}/page.html?ws=${encodeURIComponent(relay.url)}`);
+    const evaluate = await chromium.open(`${files.url}/page.html?ws=${encodeURIComponent(gateway.websocketUrl)}`);
     let joined;
     for (let i = 0; i < 100 && joined === undefined; i++) {
       if (await evaluate("typeof window.joined === 'object'")) joined = await evaluate("window.joined");
@@ -29,12 +28,24 @@ test("a page in headless Chromium logs in, joins a channel and sees another clie
     await tony.setChannelMetadata({ channel: "lobby", items: [{ key: "topic", value: topic }] });
     assert.deepEqual(await evaluate("window.change"), { publisher: "tony", compressed: true, length: topic.length });
     assert.equal(await evaluate("document.getElementById('topic').textContent"), topic);
-    assert.deepEqual(relay.badMessages, []);
+
+    // The same page from an origin not on --websocket-origins: the gateway answers the upgrade with 403.
+    const elsewhere = await serveFiles();
+    try {
+      const foreign = await chromium.open(`${elsewhere.url}/page.html?ws=${encodeURIComponent(gateway.websocketUrl)}`);
+      let status = "starting";
+      for (let i = 0; i < 100 && status === "starting"; i++) {
+        status = (await foreign("document.getElementById('status')?.textContent")) ?? "starting";
+        if (status === "starting") await pause(100);
+      }
+      assert.match(status, /^failed: .*WebSocket closed/);
+    } finally {
+      await elsewhere.close();
+    }
   } finally {
     await tony.logout();
     await chromium.stop();
     await files.close();
-    await relay.stop();
     await gateway.remove();
   }
 });

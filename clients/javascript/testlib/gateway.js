@@ -47,13 +47,17 @@ function canConnect(options) {
   });
 }
 
-/** One gateway process: start(), stop() (SIGTERM: GOAWAY 8002 to every session), restart() on the same port, socket
- * and database, token(user) minted by `switchboard token` with the gateway's secret. */
+/** One gateway process: start(), stop() (SIGTERM: GOAWAY 8002 to every session), restart() on the same ports, socket
+ * and database, token(user) minted by `switchboard token` with the gateway's secret. With `websocket: true` it also
+ * listens for WebSocket connections (`websocketUrl`), upgrading browsers of `origins` only (a list, or "*"). */
 export class Gateway {
-  constructor({ secret = null, extra = [] } = {}) {
+  constructor({ secret = null, extra = [], websocket = false, origins = [] } = {}) {
     this.binary = binary();
     this.secret = secret;
     this.extra = extra;
+    this.websocket = websocket;
+    this.origins = origins;
+    this.websocketPort = 0;
     this.dir = mkdtempSync(join(tmpdir(), "sbjs"));         // short: a Unix socket path is at most 107 bytes
     this.socket = join(this.dir, "gw.sock");
     this.database = join(this.dir, "gw.sqlite");
@@ -74,11 +78,22 @@ export class Gateway {
     return transport === "unix" ? this.unix : this.tcp;
   }
 
+  /** The WebSocket listener's URL (a path other than the default `/`, as deployments use). */
+  get websocketUrl() {
+    return `ws://127.0.0.1:${this.websocketPort}/switchboard`;
+  }
+
   async start() {
     if (!this.port) this.port = await freePort();
     const args = ["--tcp", this.tcp, "--unix-socket", this.socket, "--database", this.database,
       "--shutdown-grace-ms", "300", "--log-level", "info", ...this.extra];
     if (this.secret !== null) args.push("--token-secret", this.secret);
+    if (this.websocket) {
+      if (!this.websocketPort) this.websocketPort = await freePort();
+      args.push("--websocket", `127.0.0.1:${this.websocketPort}`, "--websocket-path", "/switchboard");
+      const origins = this.origins === "*" ? "*" : this.origins.join(",");
+      if (origins) args.push("--websocket-origins", origins);
+    }
     const log = openSync(this.logPath, "a");
     const child = spawn(this.binary, args, { stdio: ["ignore", log, log], cwd: this.dir });
     closeSync(log);
@@ -89,7 +104,8 @@ export class Gateway {
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`the gateway exited with ${exited}:\n${this.log()}`);
       if (existsSync(this.socket) && (await canConnect({ path: this.socket }))
-        && (await canConnect({ host: "127.0.0.1", port: this.port }))) return this;
+        && (await canConnect({ host: "127.0.0.1", port: this.port }))
+        && (!this.websocket || (await canConnect({ host: "127.0.0.1", port: this.websocketPort })))) return this;
       await pause(50);
     }
     await this.stop();
