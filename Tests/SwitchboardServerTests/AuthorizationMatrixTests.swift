@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import SwitchboardClient
 import SwitchboardWire
 import Testing
@@ -10,6 +11,9 @@ import Testing
 /// permission on the same resource). Allowed requests succeed; refused ones get `2003` naming the permission and the
 /// resource and nothing else, leave the state as it was (read back by an admin), and subscribe to nothing (the pushes
 /// a subscription would bring never come).
+///
+/// The same operations also go right behind a HELLO whose token is expired, not yet valid, revoked, of an unknown
+/// `kid`, signed with another key, or tampered with: none is answered and none changes anything.
 ///
 /// Each operation acts as its own user (`u` and its op number) on resources named after that user, so one gateway per
 /// grant variant serves the whole table: its default grants are the union of every operation's grants.
@@ -452,6 +456,80 @@ import Testing
                 }
                 for connection in kept { await connection.close() }
                 await actor.close()
+            }
+        }
+    }
+
+    /// A token the gateway must refuse, and the GOAWAY code that says so.
+    enum RefusedToken: String, CaseIterable, Sendable {
+        case expired, notYetValid, revoked, unknownKeyID, wrongKey, tampered
+
+        var code: ErrorCode {
+            switch self {
+            case .expired: .tokenExpired
+            case .revoked: .tokenRevoked
+            case .notYetValid, .unknownKeyID, .wrongKey, .tampered: .invalidToken
+            }
+        }
+
+        /// The token for `user`, whose grants would allow its operation (the gateway's default grants).
+        func token(_ user: String) -> String {
+            let authority = TokenAuthority(secret: authorizationSecret)
+            let now = Int64(Date().timeIntervalSince1970)
+            let valid = AccessToken(userID: user, expiresAt: now + 3600, role: .user, tokenID: "jti-\(user)", issuedAt: now)
+            switch self {
+            case .expired:
+                var claims = valid
+                claims.expiresAt = now - 3600
+                return authority.mint(claims)
+            case .notYetValid: return authority.mint(valid, notBefore: now + 3600)
+            case .revoked: return authority.mint(valid)  // its jti is revoked before it is used
+            case .unknownKeyID: return authority.mint(valid, keyID: "nobody")
+            case .wrongKey: return TokenAuthority(secret: Array("another-secret-of-at-least-32-bytes!".utf8)).mint(valid)
+            case .tampered:
+                // The payload made admin, the signature kept.
+                var admin = valid
+                admin.role = .admin
+                let forged = authority.mint(admin).split(separator: ".")
+                let signed = authority.mint(valid).split(separator: ".")
+                return "\(signed[0]).\(forged[1]).\(signed[2])"
+            }
+        }
+    }
+
+    /// The other half of the matrix: every operation sent right behind a HELLO whose token the gateway refuses (it
+    /// would be granted with a good one). The connection gets the GOAWAY of the token's fault and no answer, and the
+    /// state is as it was.
+    @Test(arguments: RefusedToken.allCases)
+    func everyOperationBehindARefusedTokenDoesNothing(token variant: RefusedToken) async throws {
+        try await withAuthorizationGateway(grants: Self.grantSet(.exact)) { gateway in
+            let admin = try await gateway.session("ops", admin: true)
+            for op in Self.checkedOperations {
+                let scenario = try #require(Self.scenario(op))
+                let user = Self.actor(op)
+                if variant == .revoked {
+                    _ = try await admin.send(.revokeTokens(RevokeTokensRequest(tokenId: "jti-\(user)")))
+                }
+                let stage = Stage(gateway: gateway, admin: admin, actor: admin, user: user)
+                let kept = try await scenario.setup(stage, false)
+                let before = try await scenario.readBack?(stage)
+                let socket = try RawSocket(gateway, .tcp)
+                var batch = ByteBuffer()
+                let encoder = FrameEncoder()
+                encoder.encode(.control(.hello(Hello(protocolVersion: 1, token: variant.token(user)))), into: &batch)
+                encoder.encode(.request(id: 1, scenario.request), into: &batch)
+                socket.send(batch)
+                let messages = try await socket.drainUntilClosed()
+                guard messages.count == 1, case .control(.goAway(let goAway)) = messages[0] else {
+                    Issue.record("\(op.name) behind a token \(variant): expected one GOAWAY, got \(messages)")
+                    continue
+                }
+                #expect(goAway.code == UInt64(variant.code.rawValue), "\(op.name) (\(variant)): \(goAway)")
+                if let readBack = scenario.readBack {
+                    let after = try await readBack(stage)
+                    #expect(after == before, "\(op.name) behind a token \(variant) changed the state")
+                }
+                for connection in kept { await connection.close() }
             }
         }
     }
