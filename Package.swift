@@ -9,7 +9,9 @@ let strictSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "switchboard",
-    platforms: [.macOS(.v15)],
+    // The client's platforms (Docs/client.md, "Platforms"): Synchronization's Mutex and Atomic, which the client uses,
+    // need these releases. The server targets are built and tested on Linux only.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "SwitchboardWire", targets: ["SwitchboardWire"]),
         .library(name: "SwitchboardServer", targets: ["SwitchboardServer"]),
@@ -291,7 +293,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SwitchboardClientTests",
-            dependencies: ["SwitchboardClient"],
+            dependencies: ["SwitchboardClient", "SwitchboardTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

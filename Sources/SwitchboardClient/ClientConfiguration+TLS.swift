@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import NIOCore
 import NIOSSL
 import SwitchboardWire
@@ -106,9 +103,8 @@ extension ClientConfiguration {
                 configuration.trustRoots = .default
             case .pemFile(let path):
                 // NIOSSL's own error for a file it cannot open does not say why.
-                guard access(path, R_OK) == 0 else {
-                    throw Self.trustRootsError(
-                        "cannot read CA certificates from \(path): \(String(cString: strerror(errno)))")
+                if let reason = LibC.whyUnreadable(path) {
+                    throw Self.trustRootsError("cannot read CA certificates from \(path): \(reason)")
                 }
                 do {
                     configuration.trustRoots = .certificates(

@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import NIOCore
 import NIOPosix
 
@@ -42,7 +37,7 @@ enum ConnectFailure {
         case ChannelError.connectTimeout(let timeout):
             return "no answer within \(Self.seconds(timeout)): is the address right, and the gateway running?"
         case SocketAddressError.unixDomainSocketPathTooLong:
-            return "the path is too long for a Unix socket (at most 107 bytes)"
+            return "the path is too long for a Unix socket (at most \(LibC.unixSocketPathLimit) bytes)"
         case let error as SocketAddressError.UnknownHost:
             return "cannot resolve the host name '\(error.host)'"
         case SocketAddressError.failedToParseIPString(let text):
@@ -56,33 +51,33 @@ enum ConnectFailure {
     /// peer`), else the error's own description.
     static func plainWords(_ error: any Error) -> String {
         guard let error = error as? IOError else { return "\(error)" }
-        return String(cString: strerror(error.errnoCode)).lowercased()
+        return LibC.errorText(error.errnoCode)
     }
 
     private static func reason(errno code: CInt, endpoint: ClientConfiguration.Endpoint) -> String {
         let isUnix: Bool
         if case .unix = endpoint { isUnix = true } else { isUnix = false }
         switch code {
-        case ECONNREFUSED where isUnix:
+        case LibC.connectionRefused where isUnix:
             return "connection refused: the socket file exists but nothing listens on it: is the gateway running?"
-        case ECONNREFUSED:
+        case LibC.connectionRefused:
             return "connection refused: is the gateway running?"
-        case ENOENT where isUnix:
+        case LibC.noSuchFile where isUnix:
             return "no such socket file: is the gateway running, and is this its --unix-socket path?"
-        case EACCES where isUnix, EPERM where isUnix:
+        case LibC.accessDenied where isUnix, LibC.notPermitted where isUnix:
             return "permission denied: the socket file's mode (the gateway's --unix-socket-mode) does not let you in"
-        case ENOTDIR:
+        case LibC.notADirectory:
             return "a part of the path is not a directory"
-        case ETIMEDOUT:
+        case LibC.timedOut:
             return "timed out: is the address right, and the gateway running?"
-        case EHOSTUNREACH:
+        case LibC.hostUnreachable:
             return "no route to the host"
-        case ENETUNREACH:
+        case LibC.networkUnreachable:
             return "the network is unreachable"
-        case EADDRNOTAVAIL:
+        case LibC.addressNotAvailable:
             return "the address is not available on this machine"
         default:
-            return String(cString: strerror(code)).lowercased()
+            return LibC.errorText(code)
         }
     }
 

@@ -1,7 +1,11 @@
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
+// memcmp, the module's one use of the C library: Darwin on Apple platforms, Glibc or Musl on Linux
+// (Tests/SwitchboardClientTests/PlatformImportTests.swift keeps platform imports to this file).
+#if canImport(Darwin)
     import Darwin
+#elseif canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
 #endif
 
 /// Byte-wise comparison of strings, the one implementation the store and the command areas share.
