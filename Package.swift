@@ -226,6 +226,26 @@ let package = Package(
             path: "Tools/fuzz/sbfuzz",
             swiftSettings: strictSettings
         ),
+        // Docs/client.md's quick-start, word for word (Tests/SwitchboardClientTests/ClientDocTests.swift checks and runs it).
+        .executableTarget(
+            name: "switchboard-quickstart",
+            dependencies: ["SwitchboardClient"],
+            path: "Examples/quickstart",
+            swiftSettings: strictSettings
+        ),
+        // Docs/client.md's other Swift blocks, word for word between `// doc:` marks, run in the page's order.
+        .executableTarget(
+            name: "switchboard-doc-examples",
+            dependencies: [
+                "SwitchboardClient",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            path: "Examples/doc-examples",
+            swiftSettings: strictSettings
+        ),
         .target(
             name: "SwitchboardTestSupport",
             path: "Tests/SwitchboardTestSupport",
