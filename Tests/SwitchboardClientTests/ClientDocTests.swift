@@ -100,7 +100,8 @@ struct ClientDocTests {
         await gateway.stop()
         await tlsGateway.stop()
         #expect(run.status == 0, "\(run.errors)")
-        #expect(run.output.hasSuffix("ran 9 doc examples\n"), "\(run.output)")
+        // The blocks' own tasks print too, until the clients close, in any order with the last line.
+        #expect(run.output.split(separator: "\n").contains("ran 9 doc examples"), "\(run.output)")
     }
 
     @Test func theQuickstartRunsAgainstALiveGateway() async throws {
