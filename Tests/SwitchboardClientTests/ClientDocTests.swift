@@ -7,9 +7,9 @@ import Testing
 /// ClientConsumerPackageTests builds a package with); both programs run against a live gateway.
 @Suite("Docs/client.md's examples", .serialized)
 struct ClientDocTests {
-    /// The ```swift blocks of Docs/client.md, in order.
-    static func swiftBlocks() throws -> [String] {
-        let text = try Repository.text("Docs/client.md")
+    /// The ```swift blocks of `file` (default Docs/client.md), in order.
+    static func swiftBlocks(of file: String = "Docs/client.md") throws -> [String] {
+        let text = try Repository.text(file)
         var blocks: [String] = []
         var current: [Substring]?
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
@@ -29,6 +29,12 @@ struct ClientDocTests {
         let example = try Repository.text("Examples/quickstart/main.swift")
         #expect(try Self.swiftBlocks().first == example)
         #expect(example.split(separator: "\n").count <= 11)
+    }
+
+    @Test func theReadmeShowsTheQuickstartFileWordForWord() throws {
+        let example = try Repository.text("Examples/quickstart/main.swift")
+        let usage = try Self.swiftBlocks(of: "README.md").filter { $0.hasPrefix("import SwitchboardClient") }
+        #expect(usage == [example])
     }
 
     /// The `// doc:NAME` ... `// doc:end` regions of `text`, in order, each without its marks' indentation.
