@@ -65,8 +65,8 @@ public struct GatewayApplication: Service {
         public var providerTimeout: TimeAmount = .seconds(5)
         /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
-        /// Serve Prometheus metrics on `metricsHost:port/metrics` and the gateway's health on `/health` (nil: no
-        /// metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
+        /// Serve Prometheus metrics on `metricsHost:port/metrics`, the gateway's health on `/health` and the live
+        /// inspector on `/inspector` (nil: no metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
         public var metricsPort: Int?
         /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
         /// metadata sets then live in the engine, and the event area's state too when the engine holds it
@@ -227,13 +227,15 @@ public struct GatewayApplication: Service {
             }
             var endpoint: MetricsEndpoint?
             var boundAddress: SocketAddress?
+            // The inspector rides on the metrics endpoint; it answers once the areas and the gateway exist.
+            let inspector = self.configuration.metricsPort == nil ? nil : Inspector(nowMillis: self.nowMillis)
             if let port = self.configuration.metricsPort {
                 let bound = MetricsEndpoint(
                     host: self.configuration.metricsHost, port: port, eventLoopGroup: eventLoopGroup,
                     logger: self.logger, render: {
                         if let clusterMetrics, let report = health.cluster?.statusReport { clusterMetrics.update(from: report) }
                         return metrics?.exposition() ?? []
-                    }, health: { health.report() })
+                    }, health: { health.report() }, inspector: inspector)
                 boundAddress = try await bound.bind()
                 endpoint = bound
             }
@@ -278,6 +280,10 @@ public struct GatewayApplication: Service {
                             addresses: addresses, gateway: gateway, services: services, metricsAddress: metricsAddress))
                 })
             gatewayBox.gateway = gateway
+            inspector?.attach(
+                Inspector.Sources(
+                    caller: InternalCaller(handlers: services.handlers, nowMillis: self.nowMillis),
+                    sessions: services.sessions, credentials: gateway.credentials))
             // ServiceGroup stops services in reverse order: the gateway drains first (the metrics endpoint still
             // answers /health with 503 meanwhile), then the endpoint closes, then the stores flush and close.
             var group: [any Service] = []

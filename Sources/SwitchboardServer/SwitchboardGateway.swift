@@ -48,6 +48,8 @@ public final class SwitchboardGateway: Service, Sendable {
 
     /// The sessions of this gateway (command areas use it to reach users).
     public var registry: SessionRegistry { self.core.registry }
+    /// The TLS context, token authority and login policy of new connections (the inspector verifies tokens with them).
+    var credentials: GatewayCredentials { self.core.credentials }
 
     /// Creates a gateway.
     ///

@@ -30,50 +30,82 @@ public struct EncodedResponse: Sendable {
 
 /// Answers one request exactly once, from any thread.
 public struct Responder: Sendable {
+    /// Where the answer goes.
+    enum Destination: Sendable {
+        /// A client's connection, on its event loop; `inbox` takes answers from other threads to the loop, many in
+        /// one task (nil: one `execute` per answer).
+        case connection(NIOLoopBound<ConnectionHandler>, eventLoop: any EventLoop, inbox: LoopInbox?)
+        /// A caller inside the gateway (``InternalCaller``), from whatever thread answers.
+        case caller(@Sendable (InternalAnswer) -> Void)
+    }
+
     let requestID: UInt32
     let op: UInt8
-    let connection: NIOLoopBound<ConnectionHandler>
-    let eventLoop: any EventLoop
-    /// Where answers from other threads go to the loop, many in one task (nil: one `execute` per answer).
-    let inbox: LoopInbox?
+    let destination: Destination
+
+    /// A responder that answers on `connection`.
+    init(
+        requestID: UInt32, op: UInt8, connection: NIOLoopBound<ConnectionHandler>, eventLoop: any EventLoop,
+        inbox: LoopInbox?
+    ) {
+        self.requestID = requestID
+        self.op = op
+        self.destination = .connection(connection, eventLoop: eventLoop, inbox: inbox)
+    }
+
+    /// A responder that hands the answer to `answer` (an ``InternalCaller``'s request).
+    init(requestID: UInt32, op: UInt8, answer: @escaping @Sendable (InternalAnswer) -> Void) {
+        self.requestID = requestID
+        self.op = op
+        self.destination = .caller(answer)
+    }
 
     /// Answers with a response.
     public func succeed(_ response: Response) {
-        self.complete(.response(id: self.requestID, response))
+        self.complete(.response(id: self.requestID, response), forCaller: .response(response))
     }
 
     /// Answers with a response encoded beforehand.
     public func succeed(_ response: EncodedResponse) {
-        let connection = self.connection
-        let id = self.requestID
-        if self.eventLoop.inEventLoop {
-            connection.value.completeDeferred(id: id, encoded: response)
-        } else {
-            self.fromElsewhere { connection.value.completeDeferred(id: id, encoded: response) }
+        switch self.destination {
+        case .connection(let connection, let eventLoop, let inbox):
+            let id = self.requestID
+            if eventLoop.inEventLoop {
+                connection.value.completeDeferred(id: id, encoded: response)
+            } else {
+                Self.fromElsewhere(eventLoop, inbox) { connection.value.completeDeferred(id: id, encoded: response) }
+            }
+        case .caller(let answer):
+            answer(.encoded(response))
         }
     }
 
     /// Answers with an error.
     public func fail(_ error: ErrorBody) {
-        self.complete(.error(id: self.requestID, op: self.op, error))
+        self.complete(.error(id: self.requestID, op: self.op, error), forCaller: .failure(error))
     }
 
-    private func complete(_ message: SwitchboardMessage) {
-        let connection = self.connection
-        let id = self.requestID
-        if self.eventLoop.inEventLoop {
-            connection.value.completeDeferred(id: id, message)
-        } else {
-            self.fromElsewhere { connection.value.completeDeferred(id: id, message) }
+    private func complete(_ message: @autoclosure () -> SwitchboardMessage, forCaller: @autoclosure () -> InternalAnswer) {
+        switch self.destination {
+        case .connection(let connection, let eventLoop, let inbox):
+            let id = self.requestID
+            let message = message()
+            if eventLoop.inEventLoop {
+                connection.value.completeDeferred(id: id, message)
+            } else {
+                Self.fromElsewhere(eventLoop, inbox) { connection.value.completeDeferred(id: id, message) }
+            }
+        case .caller(let answer):
+            answer(forCaller())
         }
     }
 
     /// Runs `body` on the loop, from another thread (no closure is made for an answer given on the loop).
-    private func fromElsewhere(_ body: @escaping @Sendable () -> Void) {
-        if let inbox = self.inbox {
+    private static func fromElsewhere(_ eventLoop: any EventLoop, _ inbox: LoopInbox?, _ body: @escaping @Sendable () -> Void) {
+        if let inbox {
             inbox.post(body)
         } else {
-            self.eventLoop.execute(body)
+            eventLoop.execute(body)
         }
     }
 }

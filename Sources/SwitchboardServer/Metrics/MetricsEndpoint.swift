@@ -47,8 +47,8 @@ public struct GatewayHealth: Sendable, Equatable {
     }
 }
 
-/// Serves `GET /metrics` (Prometheus text format) and `GET /health` (``GatewayHealth`` as JSON) over HTTP/1.1, as a
-/// ServiceLifecycle service.
+/// Serves `GET /metrics` (Prometheus text format), `GET /health` (``GatewayHealth`` as JSON) and, when it is given
+/// an ``Inspector``, the inspector's page and API under `/inspector` over HTTP/1.1, as a ServiceLifecycle service.
 ///
 /// ``bind()`` opens the listening socket (``GatewayApplication`` does so before the gateway starts, so that a port in
 /// use stops the start); ``run()`` binds it if that was not done and serves until graceful shutdown.
@@ -77,6 +77,7 @@ public final class MetricsEndpoint: Service, Sendable {
     private let limits: Limits
     private let render: @Sendable () -> [UInt8]
     private let health: @Sendable () -> GatewayHealth
+    private let inspector: Inspector?
     private let logger: Logger
     private let eventLoopGroup: any EventLoopGroup
     private let channel = Mutex<(any Channel)?>(nil)
@@ -89,12 +90,15 @@ public final class MetricsEndpoint: Service, Sendable {
     ///   - port: the port (0: any free one; ``bind()`` says which).
     ///   - eventLoopGroup: the loops the endpoint's channels run on (``GatewayApplication`` gives it the gateway's).
     ///   - limits: connections, request and idle timeouts.
+    ///   - inspector: serves `/inspector` and `/inspector/api/…` (nil: those paths are 404).
     public init(
         host: String = "127.0.0.1", port: Int, eventLoopGroup: any EventLoopGroup, logger: Logger,
         limits: Limits = Limits(),
         render: @escaping @Sendable () -> [UInt8],
-        health: @escaping @Sendable () -> GatewayHealth = { GatewayHealth(status: .ok, connections: 0) }
+        health: @escaping @Sendable () -> GatewayHealth = { GatewayHealth(status: .ok, connections: 0) },
+        inspector: Inspector? = nil
     ) {
+        self.inspector = inspector
         self.host = host
         self.port = port
         self.limits = limits
@@ -116,6 +120,7 @@ public final class MetricsEndpoint: Service, Sendable {
         if let channel = self.channel.withLock({ $0 }) { return channel.localAddress }
         let render = self.render
         let health = self.health
+        let inspector = self.inspector
         let limits = self.limits
         let channel = try await ServerBootstrap(group: self.eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -132,7 +137,7 @@ public final class MetricsEndpoint: Service, Sendable {
                     }
                     try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: false)
                     try pipeline.addHandler(MetricsBytesWatch(), position: .first)
-                    try pipeline.addHandler(MetricsHTTPHandler(limits: limits, render: render, health: health))
+                    try pipeline.addHandler(MetricsHTTPHandler(limits: limits, render: render, health: health, inspector: inspector))
                 }
             }
             .bind(host: self.host, port: self.port).get()
@@ -140,7 +145,7 @@ public final class MetricsEndpoint: Service, Sendable {
         self.logger.info(
             "metrics endpoint listening",
             metadata: [
-                "address": "\(channel.localAddress.map { "\($0)" } ?? "?")", "paths": "/metrics /health",
+                "address": "\(channel.localAddress.map { "\($0)" } ?? "?")", "paths": inspector == nil ? "/metrics /health" : "/metrics /health /inspector",
                 "maxConnections": "\(limits.maxConnections)",
             ])
         return channel.localAddress
@@ -174,6 +179,15 @@ public final class MetricsEndpoint: Service, Sendable {
         guard let channel = self.channel.withLock({ $0 }) else { return }
         try? await channel.close()
     }
+}
+
+/// One answer of the endpoint: status, content type, body and any further headers.
+struct MetricsAnswer: Sendable {
+    var status: HTTPResponseStatus
+    var contentType: String
+    var body: [UInt8]
+    /// Headers besides Content-Type, Content-Length and Connection.
+    var headers: [(String, String)] = []
 }
 
 /// Answers a connection over the endpoint's limit with 503 and closes it, reading nothing.
@@ -228,6 +242,7 @@ final class MetricsHTTPHandler: ChannelDuplexHandler {
     private let limits: MetricsEndpoint.Limits
     private let render: @Sendable () -> [UInt8]
     private let health: @Sendable () -> GatewayHealth
+    private let inspector: Inspector?
     private var phase = Phase.idle
     private var request: HTTPRequestHead?
     /// Whole requests that came while an answer was unsent (already decoded from bytes read before; no more are
@@ -239,11 +254,12 @@ final class MetricsHTTPHandler: ChannelDuplexHandler {
 
     init(
         limits: MetricsEndpoint.Limits, render: @escaping @Sendable () -> [UInt8],
-        health: @escaping @Sendable () -> GatewayHealth
+        health: @escaping @Sendable () -> GatewayHealth, inspector: Inspector?
     ) {
         self.limits = limits
         self.render = render
         self.health = health
+        self.inspector = inspector
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -297,11 +313,29 @@ final class MetricsHTTPHandler: ChannelDuplexHandler {
 
     private func answer(_ request: HTTPRequestHead, context: ChannelHandlerContext) {
         self.enter(.answering, context: context)
-        let (status, contentType, body) = self.answer(request)
+        // The inspector's API answers later (a token to verify, areas to ask): the connection stays unread meanwhile,
+        // and the idle timeout runs as for an answer the client does not read.
+        self.answer(request, on: context.eventLoop).assumeIsolated().whenComplete { result in
+            guard context.channel.isActive else { return }
+            switch result {
+            case .success(let answer):
+                self.send(answer, to: request, context: context)
+            case .failure:
+                self.send(
+                    MetricsAnswer(status: .internalServerError, contentType: "text/plain", body: Array("failed\n".utf8)),
+                    to: request, context: context)
+            }
+        }
+    }
+
+    private func send(_ answer: MetricsAnswer, to request: HTTPRequestHead, context: ChannelHandlerContext) {
+        let status = answer.status
+        let body = answer.body
         let keepAlive = request.isKeepAlive
         var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: contentType)
+        headers.add(name: "Content-Type", value: answer.contentType)
         headers.add(name: "Content-Length", value: "\(body.count)")
+        for (name, value) in answer.headers { headers.add(name: name, value: value) }
         if status == .methodNotAllowed { headers.add(name: "Allow", value: "GET, HEAD") }
         if !keepAlive {
             headers.add(name: "Connection", value: "close")
@@ -349,19 +383,28 @@ final class MetricsHTTPHandler: ChannelDuplexHandler {
         }
     }
 
-    private func answer(_ request: HTTPRequestHead) -> (HTTPResponseStatus, String, [UInt8]) {
+    private func answer(_ request: HTTPRequestHead, on eventLoop: any EventLoop) -> EventLoopFuture<MetricsAnswer> {
         guard request.method == .GET || request.method == .HEAD else {
-            return (.methodNotAllowed, "text/plain", Array("GET or HEAD only\n".utf8))
+            return eventLoop.makeSucceededFuture(
+                MetricsAnswer(status: .methodNotAllowed, contentType: "text/plain", body: Array("GET or HEAD only\n".utf8)))
         }
         let path = request.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        if let inspector = self.inspector, Inspector.serves(path) {
+            return inspector.answer(request, path: path, on: eventLoop)
+        }
         switch path {
         case "/metrics":
-            return (.ok, "text/plain; version=0.0.4", self.render())
+            return eventLoop.makeSucceededFuture(
+                MetricsAnswer(status: .ok, contentType: "text/plain; version=0.0.4", body: self.render()))
         case "/health":
             let health = self.health()
-            return (health.httpStatus, "application/json", Array((health.json + "\n").utf8))
+            return eventLoop.makeSucceededFuture(
+                MetricsAnswer(
+                    status: health.httpStatus, contentType: "application/json", body: Array((health.json + "\n").utf8)))
         default:
-            return (.notFound, "text/plain", Array("not found; try /metrics or /health\n".utf8))
+            return eventLoop.makeSucceededFuture(
+                MetricsAnswer(
+                    status: .notFound, contentType: "text/plain", body: Array("not found; try /metrics or /health\n".utf8)))
         }
     }
 }

@@ -42,11 +42,12 @@ public final class SessionHandle: Sendable, Hashable {
     /// The event loop of the session's connection.
     public let eventLoop: any EventLoop
     /// The connection's handler, for ``sendOnItsLoop(_:)`` only, whose callers have checked that they run on
-    /// ``eventLoop`` (a fan-out to thousands of sessions would otherwise ask the loop for every one of them).
-    nonisolated(unsafe) private let handlerOnItsLoop: ConnectionHandler
+    /// ``eventLoop`` (a fan-out to thousands of sessions would otherwise ask the loop for every one of them); nil for
+    /// an ``InternalCaller``'s session, which has no connection.
+    nonisolated(unsafe) private let handlerOnItsLoop: ConnectionHandler?
     /// Who the session is.
     public let info: SessionInfo
-    private let connection: NIOLoopBound<ConnectionHandler>
+    private let connection: NIOLoopBound<ConnectionHandler>?
     private let subscriptions = Atomic<Int>(0)
     /// The `jti` and `iat` of the token a `renewToken` put in place of the login's (nil: none renewed).
     private let renewedToken = Mutex<(tokenID: String?, issuedAt: Int64?)?>(nil)
@@ -58,6 +59,16 @@ public final class SessionHandle: Sendable, Hashable {
         self.connection = NIOLoopBound(connection, eventLoop: eventLoop)
         self.handlerOnItsLoop = connection
         self.maxSubscriptions = maxSubscriptions
+    }
+
+    /// The session of a caller inside the gateway (``InternalCaller``): it has no connection, so what is sent to it
+    /// goes nowhere, and it may hold no subscriptions.
+    init(internalCaller info: SessionInfo, eventLoop: any EventLoop) {
+        self.info = info
+        self.eventLoop = eventLoop
+        self.connection = nil
+        self.handlerOnItsLoop = nil
+        self.maxSubscriptions = 0
     }
 
     /// Counts `count` new subscriptions against the connection's limit.
@@ -94,7 +105,7 @@ public final class SessionHandle: Sendable, Hashable {
 
     /// Sends a push from the session's own event loop (the caller checked that it runs there).
     func sendOnItsLoop(_ push: EncodedPush) {
-        self.handlerOnItsLoop.sendEncodedPush(push)
+        self.handlerOnItsLoop?.sendEncodedPush(push)
     }
 
     /// Tells the connection its token now expires at `expiresAtMs` (after `renewToken`).
@@ -121,10 +132,10 @@ public final class SessionHandle: Sendable, Hashable {
     }
 
     private func onLoop(_ body: @escaping @Sendable (ConnectionHandler) -> Void) {
+        guard let connection = self.connection else { return }
         if self.eventLoop.inEventLoop {
-            body(self.connection.value)
+            body(connection.value)
         } else {
-            let connection = self.connection
             self.eventLoop.execute { body(connection.value) }
         }
     }

@@ -66,6 +66,20 @@ public final class SessionRegistry: Sendable {
         self.state.withLock { $0.sessionsByUser[userID] != nil }
     }
 
+    /// One page of the users with a session on this gateway, in user-id order: at most `limit` users after `after`
+    /// (nil: from the first), each with their sessions; `more` when users follow. Costs a copy of every user id
+    /// under the lock (the inspector asks about once a second); the sorting happens outside it.
+    public func onlineUsers(after: String?, limit: Int) -> (page: [(userID: String, sessions: [SessionHandle])], more: Bool) {
+        let ids = self.state.withLock { state in
+            after.map { after in state.sessionsByUser.keys.filter { $0 > after } } ?? Array(state.sessionsByUser.keys)
+        }
+        let chosen = ids.sorted().prefix(max(0, limit))
+        let page = self.state.withLock { state in
+            chosen.compactMap { id in state.sessionsByUser[id].map { (id, Array($0.values)) } }
+        }
+        return (page, ids.count > chosen.count)
+    }
+
     /// Number of open connections, logged in or not.
     public var connectionCount: Int { self.state.withLock { $0.connections.count } }
 
