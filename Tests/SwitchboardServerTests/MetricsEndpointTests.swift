@@ -26,7 +26,9 @@ enum LoopbackHTTP {
         try await self.request("GET", path, from: address)
     }
 
-    static func request(_ method: String, _ path: String, from address: SocketAddress?) async throws -> Response {
+    static func request(
+        _ method: String, _ path: String, from address: SocketAddress?, headers: [(String, String)] = []
+    ) async throws -> Response {
         let address = try #require(address, "no metrics endpoint")
         let promise = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: Response.self)
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -36,7 +38,8 @@ enum LoopbackHTTP {
                 }
             }
             .connect(to: address).get()
-        let request = "\(method) \(path) HTTP/1.1\r\nHost: \(address.ipAddress ?? "localhost")\r\n\r\n"
+        let extra = headers.map { "\($0): \($1)\r\n" }.joined()
+        let request = "\(method) \(path) HTTP/1.1\r\nHost: \(address.ipAddress ?? "localhost")\r\n\(extra)\r\n"
         try await channel.writeAndFlush(ByteBuffer(string: request))
         defer { channel.close(promise: nil) }
         return try await promise.futureResult.get()
