@@ -33,9 +33,11 @@ struct ClusterNode: Sendable {
 ///   - postgres: The server to use (the caller's to stop); nil starts one for the call.
 ///   - redis: The Redis server the nodes relay their changes through (nil: PostgreSQL alone).
 ///   - pollInterval: How often each node reads the change feed when nothing wakes it.
+///   - configure: changes each node's configuration last (a metrics endpoint).
 func withCluster<T: Sendable>(
     nodes count: Int, postgres given: TestPostgres? = nil, redis: TestRedis? = nil,
-    pollInterval: Duration = .milliseconds(100), _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
+    pollInterval: Duration = .milliseconds(100), configure: (inout GatewayApplication.Configuration) -> Void = { _ in },
+    _ body: @Sendable (TestPostgres, [ClusterNode]) async throws -> T
 ) async throws -> T {
     let postgres: TestPostgres
     if let given {
@@ -65,6 +67,7 @@ func withCluster<T: Sendable>(
             location: location, redis: redis.map { RedisLocation(host: "127.0.0.1", port: $0.port) })
         engine.pollInterval = pollInterval
         configuration.cluster = engine
+        configure(&configuration)
         engines.append(engine)
         applications.append(
             GatewayApplication(configuration: configuration, logger: logger, onServerRunning: { runningSink.yield((index, $0)) }))
