@@ -313,6 +313,40 @@ struct InspectorTests {
         }
     }
 
+    @Test("the internal caller runs reads only, and checks a restricted identity's grants as a connection does")
+    func internalCallerReadsOnlyWithinGrants() async throws {
+        try await Self.withInspectedGateway { gateway in
+            let ann = try await Self.connect(gateway, "ann")
+            _ = try await ann.send(.subscribeChannel(SubscribeChannelRequest(channel: "lobby")))
+            let caller = InternalCaller(handlers: try #require(gateway.services).handlers, nowMillis: systemNowMillis)
+            let loop = MultiThreadedEventLoopGroup.singleton.next()
+            var restricted = SessionInfo(
+                sessionID: "s", connectionID: 0, userID: "bob", role: .user, clientType: .server, deviceID: "", features: [])
+            restricted.grants = try GrantSet(jsonText: #"[{"on":"message:kitchen","allow":["presence"]}]"#)
+            func failure(_ request: Request, as session: SessionInfo) async -> ErrorCode? {
+                do {
+                    _ = try await caller.call(request, as: session, on: loop).get()
+                    return nil
+                } catch {
+                    return (error as? InternalCallError)?.body.errorCode
+                }
+            }
+            #expect(await failure(.whoNow(WhoNowRequest(channel: "lobby")), as: restricted) == .permissionDenied)
+            let granted = try await caller.call(.whoNow(WhoNowRequest(channel: "kitchen")), as: restricted, on: loop).get()
+            #expect(granted == .whoNow(WhoNowResponse(totalOccupancy: 0, users: [], nextPage: "")))
+            var admin = restricted
+            admin.role = .admin
+            admin.grants = .unrestricted
+            let lobby = try await caller.call(.whoNow(WhoNowRequest(channel: "lobby")), as: admin, on: loop).get()
+            #expect(lobby == .whoNow(WhoNowResponse(totalOccupancy: 1, users: [UserState(userId: "ann")], nextPage: "")))
+            // Writes are not run, whoever asks.
+            let write = Request.setChannelMetadata(SetChannelMetadataRequest(channel: "lobby", items: [MetadataItem(key: "k", value: "v")]))
+            #expect(await failure(write, as: admin) == .unavailable)
+            #expect(await failure(.subscribeChannel(SubscribeChannelRequest(channel: "lobby")), as: admin) == .unavailable)
+            await ann.close()
+        }
+    }
+
     // MARK: the page and the endpoint's rules
 
     @Test("GET /inspector is one self-contained page with a strict content security policy; other paths are 404")
