@@ -75,6 +75,9 @@ public struct GatewayApplication: Service {
         public var cluster: (any ClusterEngine)?
         /// The address the metrics endpoint binds (with ``metricsPort``): loopback by default.
         public var metricsHost = "127.0.0.1"
+        /// Whether the metrics endpoint also serves the inspector (`/inspector`, admin tokens only); off, those
+        /// paths answer 404.
+        public var inspectorEnabled = true
 
         /// A configuration with every area, on `server`'s database.
         public init(server: ServerConfiguration = ServerConfiguration()) {
@@ -228,7 +231,9 @@ public struct GatewayApplication: Service {
             var endpoint: MetricsEndpoint?
             var boundAddress: SocketAddress?
             // The inspector rides on the metrics endpoint; it answers once the areas and the gateway exist.
-            let inspector = self.configuration.metricsPort == nil ? nil : Inspector(nowMillis: self.nowMillis)
+            let inspector =
+                self.configuration.metricsPort == nil || !self.configuration.inspectorEnabled
+                ? nil : Inspector(nowMillis: self.nowMillis)
             if let port = self.configuration.metricsPort {
                 let bound = MetricsEndpoint(
                     host: self.configuration.metricsHost, port: port, eventLoopGroup: eventLoopGroup,

@@ -65,6 +65,8 @@ struct ServeSettings: Equatable, Sendable {
     var metricsPort: Int?
     /// The address the metrics endpoint binds.
     var metricsHost = "127.0.0.1"
+    /// `on`: the metrics endpoint also serves the inspector; `off`: it does not.
+    var inspector = "on"
     var logLevel = "info"
     /// `text` (swift-log's stream format) or `json` (one JSON object per line).
     var logFormat = "text"
@@ -157,6 +159,7 @@ struct ServeSettings: Equatable, Sendable {
         .integer("provider-timeout-ms", \.providerTimeoutMs, 100...600_000),
         .optionalInteger("metrics-port", \.metricsPort, 0...65_535),
         .string("metrics-host", \.metricsHost),
+        .string("inspector", \.inspector),
         .string("log-level", \.logLevel),
         .string("log-format", \.logFormat),
         .optionalSecretString("cluster", \.cluster),

@@ -191,6 +191,9 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("metrics-host"), help: "The address the metrics endpoint binds (with --metrics-port): 127.0.0.1 by default; 0.0.0.0 or :: for every interface.")
     var metricsHost: String?
 
+    @Option(help: "on or off: whether the metrics endpoint (--metrics-port) also serves the live inspector on /inspector, for admin tokens (default: \(defaults.inspector)).")
+    var inspector: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: \(defaults.logLevel)).")
     var logLevel: String?
 
@@ -253,6 +256,7 @@ struct ServeOptions: ParsableArguments {
         put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
         put("log-format", self.logFormat)
+        put("inspector", self.inspector)
         put("cluster", self.cluster)
         put("redis", self.redis)
         return values
@@ -395,6 +399,11 @@ extension ServeSettings {
         let logger = Logger(label: "switchboard")
         var applicationConfiguration = GatewayApplication.Configuration(server: configuration)
         var metricsPrometheus: PrometheusMetrics?
+        switch self.inspector {
+        case "on": applicationConfiguration.inspectorEnabled = true
+        case "off": applicationConfiguration.inspectorEnabled = false
+        default: throw ValidationError("inspector must be on or off")
+        }
         if let port = self.metricsPort {
             guard !self.metricsHost.isEmpty else { throw ValidationError("--metrics-host needs an address") }
             // The application keeps the metrics in a registry of its own (help text for every family, buckets

@@ -88,6 +88,57 @@ import Testing
         #expect(line.contains("unix=off") && line.contains("metrics=off") && line.contains("node=off"), "\(line)")
     }
 
+    /// `--inspector off` keeps the metrics endpoint but takes the inspector's paths off it (404); `on`, the default,
+    /// serves them; anything else is a usage error.
+    @Test func theInspectorCanBeTurnedOff() async throws {
+        for (setting, expected) in [(nil, "200"), ("on", "200"), ("off", "404")] as [(String?, String)] {
+            try await withTemporaryDirectory("sb-insp") { directory in
+                let log = directory + "/stderr.txt"
+                let socket = TemporaryPath.socket("sb-insp")
+                defer { socket.remove() }
+                let gateway = try SpawnedProcess(
+                    executable: SwitchboardExecutable.path,
+                    arguments: [
+                        "--tcp", "127.0.0.1:0", "--unix-socket", socket.path, "--database", directory + "/gw.sqlite",
+                        "--metrics-port", "0", "--log-format", "json",
+                    ] + (setting.map { ["--inspector", $0] } ?? []),
+                    environment: SwitchboardExecutable.environment(), stderr: .file(log))
+                defer { gateway.killAndWait() }
+                let line = try #require(
+                    await SwitchboardExecutable.waitForLine(containing: "switchboard started", in: log, while: gateway))
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                let metrics = try #require((object["metadata"] as? [String: Any])?["metrics"] as? String)
+                let port = try #require(metrics.split(separator: ":").last.flatMap { Int($0) })
+                #expect(try Self.statusLine(port: port, path: "/inspector").contains(" \(expected) "), "\(setting ?? "default")")
+                #expect(try Self.statusLine(port: port, path: "/metrics").contains(" 200 "))
+                gateway.signal(SIGTERM)
+                #expect(await gateway.waitForExit() == 0)
+            }
+        }
+        try await withTemporaryDirectory("sb-insp") { directory in
+            let run = try await SwitchboardExecutable.run(
+                SwitchboardExecutable.gatewayArguments(in: directory) + ["--inspector", "maybe"])
+            #expect(run.status == 64)
+            #expect(run.errors.contains("inspector must be on or off"), "\(run.errors)")
+        }
+    }
+
+    /// The status line of an HTTP/1.1 GET of `path` on the loopback `port`.
+    static func statusLine(port: Int, path: String) throws -> String {
+        let socket = try connectedLoopbackSocket(port: port)
+        defer { close(socket) }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
+        _ = request.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, 0) }
+        var answer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while !answer.contains(UInt8(ascii: "\n")) {
+            let count = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { break }
+            answer += chunk[0..<count]
+        }
+        return String(decoding: answer.prefix { $0 != UInt8(ascii: "\r") }, as: UTF8.self)
+    }
+
     @Test func anUnknownLogFormatIsAUsageError() async throws {
         try await withTemporaryDirectory("sb-log") { directory in
             let run = try await SwitchboardExecutable.run(
