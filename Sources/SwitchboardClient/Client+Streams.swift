@@ -45,4 +45,6 @@ extension SwitchboardClient {
     public func makeUnsubscriptionStream() -> AsyncStream<Unsubscribed> { self.router.unsubscriptions.makeStream() }
     /// A new stream of every push, of all areas, in arrival order, from now on.
     public func makePushStream() -> AsyncStream<Push> { self.router.all.makeStream() }
+    /// A new stream of every push with whether its frame was compressed (``ReceivedPush``), from now on.
+    public func makeReceivedPushStream() -> AsyncStream<ReceivedPush> { self.router.received.makeStream() }
 }

@@ -22,7 +22,7 @@ final class ClientHandler: ChannelDuplexHandler {
 
     private let configuration: ClientConfiguration
     private let logger: Logger
-    private let pushSink: AsyncStream<Push>.Continuation
+    private let pushSink: AsyncStream<ReceivedPush>.Continuation
     private let controlSink: AsyncStream<Control>.Continuation
     private var decoder = FrameDecoder(direction: .serverToClient)
     private var encoder = FrameEncoder()
@@ -48,7 +48,7 @@ final class ClientHandler: ChannelDuplexHandler {
     private(set) var isClosed = false
 
     init(
-        configuration: ClientConfiguration, pushSink: AsyncStream<Push>.Continuation,
+        configuration: ClientConfiguration, pushSink: AsyncStream<ReceivedPush>.Continuation,
         controlSink: AsyncStream<Control>.Continuation
     ) {
         self.configuration = configuration
@@ -219,7 +219,8 @@ final class ClientHandler: ChannelDuplexHandler {
         while true {
             do {
                 guard let frame = try self.decoder.decodeFrame(from: &self.cumulation) else { break }
-                self.frameReceived(try SwitchboardMessage.decode(frame))
+                self.frameReceived(
+                    try SwitchboardMessage.decode(frame), compressed: frame.header.flags.contains(.compressed))
             } catch {
                 if error.kind == .push {
                     // A push this client cannot read is skipped; the session goes on.
@@ -240,7 +241,7 @@ final class ClientHandler: ChannelDuplexHandler {
         self.cumulation.discardReadBytes()
     }
 
-    private func frameReceived(_ message: SwitchboardMessage) {
+    private func frameReceived(_ message: SwitchboardMessage, compressed: Bool) {
         switch message {
         case .control(.welcome(let welcome)):
             self.welcomeReceived(welcome)
@@ -291,7 +292,7 @@ final class ClientHandler: ChannelDuplexHandler {
             }
             self.sendQueued()
         case .push(let push):
-            self.pushSink.yield(push)
+            self.pushSink.yield(ReceivedPush(push: push, compressed: compressed))
         case .unknownPush, .request:
             break
         }

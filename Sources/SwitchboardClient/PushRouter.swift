@@ -13,6 +13,7 @@ final class PushRouter: Sendable {
     let serverNotices: Broadcast<ServerNotice>
     let unsubscriptions: Broadcast<Unsubscribed>
     let all: Broadcast<Push>
+    let received: Broadcast<ReceivedPush>
     let drops: DroppedPushes
 
     init(bufferLimit: Int, drops: DroppedPushes) {
@@ -26,9 +27,13 @@ final class PushRouter: Sendable {
         self.serverNotices = Broadcast(bufferLimit: bufferLimit, name: "serverNotices", drops: drops)
         self.unsubscriptions = Broadcast(bufferLimit: bufferLimit, name: "unsubscriptions", drops: drops)
         self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false, name: "pushes", drops: drops)
+        self.received = Broadcast(
+            bufferLimit: bufferLimit, withLifetimeStream: false, name: "receivedPushes", drops: drops)
     }
 
-    func route(_ push: Push) {
+    func route(_ received: ReceivedPush) {
+        let push = received.push
+        self.received.yield(received)
         self.all.yield(push)
         switch push {
         case .storageEvent(let event): self.storageEvents.yield(event)
@@ -52,5 +57,6 @@ final class PushRouter: Sendable {
         self.serverNotices.finish()
         self.unsubscriptions.finish()
         self.all.finish()
+        self.received.finish()
     }
 }

@@ -435,12 +435,13 @@ public final class SwitchboardClient: Sendable {
     /// says it expires soon and a token provider is there to give a new one.
     func startForwarding(_ connection: SwitchboardConnection) -> Task<Void, Never> {
         Task {
-            for await push in connection.pushes {
+            for await received in connection.receivedPushes {
+                let push = received.push
                 if case .unsubscribed(let notice) = push {
                     // A moderator ended the subscription: a reconnect must not make it again.
                     self.core.withLock { $0.ledger.forgetChannel(notice.channel, type: notice.channelType) }
                 }
-                self.router.route(push)
+                self.router.route(received)
                 if case .serverNotice(let notice) = push, notice.code == UInt64(ErrorCode.tokenExpired.rawValue),
                     self.tokenProvider != nil
                 {

@@ -21,6 +21,9 @@ public final class SwitchboardConnection: Sendable {
     public let welcome: Welcome
     /// Pushes in arrival order. Finishes when the connection closes.
     public let pushes: AsyncStream<Push>
+    /// The same pushes with their frames' COMPRESSED flag, for ``SwitchboardClient``, which reads them from here
+    /// (`pushes` is read from this stream: a connection's pushes have one reader).
+    let receivedPushes: AsyncStream<ReceivedPush>
     /// Control frames the server sent after the handshake (GOAWAY, PONG), in arrival order; the latest 1,024 are
     /// kept for a consumer that is behind. Finishes when the connection closes.
     public let controlFrames: AsyncStream<Control>
@@ -30,13 +33,15 @@ public final class SwitchboardConnection: Sendable {
     private let configuration: ClientConfiguration
 
     private init(
-        welcome: Welcome, channel: any Channel, handler: NIOLoopBound<ClientHandler>, pushes: AsyncStream<Push>,
-        controlFrames: AsyncStream<Control>, configuration: ClientConfiguration
+        welcome: Welcome, channel: any Channel, handler: NIOLoopBound<ClientHandler>,
+        pushes: AsyncStream<ReceivedPush>, controlFrames: AsyncStream<Control>, configuration: ClientConfiguration
     ) {
         self.welcome = welcome
         self.channel = channel
         self.handler = handler
-        self.pushes = pushes
+        self.receivedPushes = pushes
+        let withoutFlags = PushesWithoutFlags(pushes)
+        self.pushes = AsyncStream(unfolding: { await withoutFlags.next() })
         self.controlFrames = controlFrames
         self.configuration = configuration
     }
@@ -51,7 +56,7 @@ public final class SwitchboardConnection: Sendable {
     public static func connect(
         _ configuration: ClientConfiguration, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> SwitchboardConnection {
-        let (pushes, pushSink) = AsyncStream<Push>.makeStream()
+        let (pushes, pushSink) = AsyncStream<ReceivedPush>.makeStream()
         let (controls, controlSink) = AsyncStream<Control>.makeStream(bufferingPolicy: .bufferingNewest(1024))
         // The handler is made on the channel's event loop; this box hands it back even if the server closes the
         // connection at once (a full server answers GOAWAY and closes before the handshake starts).
