@@ -43,7 +43,7 @@ public final class MetadataStore: Sendable {
     let clock: StoreClock
     private let mode: Mode
     private let commitDriver: CommitDriver
-    private let writeBack: WriteBackQueue?
+    private let writeBack: MetadataWriteBack?
     /// The write path of a store on a shared database.
     let coordinator: CoordinatedWriter?
     /// The lock path of a store whose locks a shared database holds.
@@ -120,7 +120,7 @@ public final class MetadataStore: Sendable {
         } else if let backend {
             self.mode =
                 configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
-            self.writeBack = WriteBackQueue(
+            self.writeBack = MetadataWriteBack(
                 backend: backend, shards: self.shards, durability: configuration.durability,
                 probeIntervalMs: max(configuration.probeIntervalMs, 1),
                 writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,

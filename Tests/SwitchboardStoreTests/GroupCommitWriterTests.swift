@@ -15,7 +15,7 @@ struct GroupCommitWriterTests {
 
     @Test func completionsRunAfterTheCommitInCallOrder() throws {
         let database = try Self.database()
-        let writer = GroupCommitWriter(writer: database, label: "test.commits")
+        let writer = SQLiteWriteQueue(writer: database, label: "test.commits")
         let seen = Recorder<(Int, Int)>()
         for key in 0..<500 {
             writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (?, 'x')", arguments: [key]) }) { outcome in
@@ -24,14 +24,14 @@ struct GroupCommitWriterTests {
                 if case .success = outcome { seen.append((key, rows)) }
             }
         }
-        writer.flush()
+        writer.flushBlocking()
         #expect(seen.all.map(\.0) == Array(0..<500))
         #expect(seen.all.allSatisfy { $0.1 == 1 })
     }
 
     @Test func aFailingWriteFailsAloneAndTheOthersCommit() throws {
         let database = try Self.database()
-        let writer = GroupCommitWriter(writer: database, label: "test.commits")
+        let writer = SQLiteWriteQueue(writer: database, label: "test.commits")
         let outcomes = Recorder<Bool>()
         let (started, gate) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
         // Hold the writer queue in a first transaction so the next three writes form one transaction.
@@ -46,7 +46,7 @@ struct GroupCommitWriterTests {
         }
         writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (2, 'b')") }) { outcomes.append((try? $0.get()) != nil) }
         gate.signal()
-        writer.flush()
+        writer.flushBlocking()
         #expect(outcomes.all == [true, false, true])
         let rows = try database.read { try String.fetchAll($0, sql: "SELECT v FROM t ORDER BY k") }
         #expect(rows == ["a", "b"])
@@ -56,7 +56,7 @@ struct GroupCommitWriterTests {
         let database = try Self.database()
         let transactions = CommitCounter()
         database.add(transactionObserver: transactions, extent: .databaseLifetime)
-        let writer = GroupCommitWriter(writer: database, label: "test.commits")
+        let writer = SQLiteWriteQueue(writer: database, label: "test.commits")
         let (started, gate) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
         writer.submit({ db in
             started.signal()
@@ -68,7 +68,7 @@ struct GroupCommitWriterTests {
             writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (?, 'x')", arguments: [key]) })
         }
         gate.signal()
-        writer.flush()
+        writer.flushBlocking()
         #expect(transactions.count == 2)
         #expect(try database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 101)
     }
@@ -81,7 +81,7 @@ extension GroupCommitWriterTests {
         let database = try Self.database()
         let transactions = CommitCounter()
         database.add(transactionObserver: transactions, extent: .databaseLifetime)
-        let writer = GroupCommitWriter(writer: database, label: "test.commits", unawaitedWriteDelay: .seconds(60))
+        let writer = SQLiteWriteQueue(writer: database, label: "test.commits", unawaitedWriteDelayMs: 60_000)
         writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (1, 'unawaited')") })
         #expect(try await database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 0, "it waits")
         let answered = try await withThrowingTaskGroup(of: Int?.self) { group in
@@ -107,7 +107,7 @@ extension GroupCommitWriterTests {
         writer.submit({ db in try db.execute(sql: "INSERT INTO t VALUES (3, 'unawaited')") })
         let clock = ContinuousClock()
         let start = clock.now
-        writer.flush()
+        writer.flushBlocking()
         #expect(clock.now - start < .seconds(10))
         #expect(try await database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") } == 3)
     }

@@ -23,7 +23,7 @@ public struct StoredEventSubscription: Sendable, Hashable {
 /// user was last offline, for the event subscription area (`Protocol/SPEC.md` §13.4).
 ///
 /// The SQLite ``EventBackend`` of ``EventSubscriptions``, which keeps everything in memory and reads this store
-/// once at start. Writes are group-committed in the order the changes happened (``GroupCommitWriter``), so the
+/// once at start. Writes are group-committed in the order the changes happened (``GroupCommitEngine``, the engine of every SQLite file of the gateway), so the
 /// event loops never wait for SQLite; a write's completion runs after its transaction committed, which is when the
 /// domain answers a client's subscribe, unsubscribe or kept publish. ``flush()`` waits for every write issued so far.
 /// Times are absolute, so expiries keep counting across a restart.
@@ -35,16 +35,16 @@ public final class EventStore: Sendable {
     public typealias Snapshot = EventSnapshot
 
     private let writer: any DatabaseWriter
-    private let commits: GroupCommitWriter
+    let commits: SQLiteWriteQueue
 
     /// Opens (creating it if needed) the event database at `path`; nil: a fresh in-memory database.
     /// - Parameter unawaitedWriteDelayMs: How long a write nobody waits for (no completion) waits for others to share
     ///   its transaction (default 50 ms); also the most of such writes a crash can lose.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public init(path: String?, unawaitedWriteDelayMs: Int = GroupCommitDefaults.unawaitedWriteDelayMs) throws {
-        self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.events", migrator: Self.migrator())
-        self.commits = GroupCommitWriter(
-            writer: self.writer, label: "switchboard.events.store", unawaitedWriteDelay: .milliseconds(unawaitedWriteDelayMs))
+        self.writer = try SQLiteFile.open(path: path, label: "switchboard.events", synchronous: .full, schema: Self.schema)
+        self.commits = SQLiteWriteQueue(
+            writer: self.writer, label: "switchboard.events.store", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
     }
 
     /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
@@ -52,11 +52,11 @@ public final class EventStore: Sendable {
         try SQLiteFile.syncLevel(of: self.writer)
     }
 
-    private static func migrator() -> DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
+    /// The file's migrations.
+    static let schema = SQLiteFile.Schema(migrations: [
+        (
+            "v1",
+            """
                     CREATE TABLE event_subscription (
                         subscriber TEXT NOT NULL, publisher TEXT NOT NULL, event_type INTEGER NOT NULL,
                         subscribed_at INTEGER NOT NULL, expires_at INTEGER NOT NULL,
@@ -70,10 +70,9 @@ public final class EventStore: Sendable {
                         publisher TEXT PRIMARY KEY NOT NULL, event_id TEXT NOT NULL, value INTEGER NOT NULL,
                         timestamp INTEGER NOT NULL, client_types TEXT NOT NULL) WITHOUT ROWID;
                     CREATE TABLE user_offline (user TEXT PRIMARY KEY NOT NULL, offline_at INTEGER NOT NULL) WITHOUT ROWID;
-                    """)
-        }
-        return migrator
-    }
+                    """
+        )
+    ])
 
     /// Reads everything still valid at `nowMillis`, deleting what expired.
     /// - Throws: GRDB's `DatabaseError`.
@@ -203,7 +202,7 @@ public final class EventStore: Sendable {
 
     /// Waits until every write issued so far is in the database.
     public func flush() {
-        self.commits.flush()
+        self.commits.flushBlocking()
     }
 
     private func write(_ completion: StoreWriteCompletion? = nil, _ body: @escaping @Sendable (Database) throws -> Void) {

@@ -25,9 +25,10 @@ public final class SQLiteBackend: MetadataBackend {
     ///   - synchronous: Durability against power loss; ``Synchronous/full`` by default.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public convenience init(path: String, synchronous: Synchronous = .full) throws {
-        try self.init(
-            writer: SQLiteFile.openPool(
-                path: path, label: "switchboard.store", synchronous: synchronous == .full ? .full : .normal))
+        self.init(
+            migrated: try SQLiteFile.open(
+                path: path, label: "switchboard.store", synchronous: synchronous == .full ? .full : .normal,
+                schema: SQLiteSchema.schema))
     }
 
     /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
@@ -41,11 +42,13 @@ public final class SQLiteBackend: MetadataBackend {
     /// - Parameter writer: The database.
     /// - Throws: GRDB's `DatabaseError` when the schema cannot be read or migrated.
     public init(writer: any DatabaseWriter) throws {
+        try SQLiteFile.migrate(writer, to: SQLiteSchema.schema)
         self.writer = writer
-        let migrator = SQLiteSchema.migrator()
-        if try !writer.read({ try migrator.hasCompletedMigrations($0) }) {
-            try migrator.migrate(writer)
-        }
+    }
+
+    /// Uses a database ``SQLiteFile`` opened and migrated.
+    private init(migrated writer: any DatabaseWriter) {
+        self.writer = writer
     }
 
     /// A fresh in-memory database (tests, throwaway stores).

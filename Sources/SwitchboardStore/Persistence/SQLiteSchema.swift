@@ -1,6 +1,6 @@
 import GRDB
 
-/// The SQLite schema of ``SQLiteBackend``, as GRDB migrations.
+/// The SQLite schema of ``SQLiteBackend``: its file's migrations (``SQLiteFile/Schema``) and statements.
 ///
 /// `metadata_set` has one row per set ever written, tombstones included (`removed` = 1, with the revision the
 /// set had when removed). `metadata_item` has one row per live item; `position` restores insertion order on load
@@ -8,11 +8,10 @@ import GRDB
 /// scope order, so a batch sorted by key writes each B-tree sequentially and a load reads both in one ordered
 /// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0.
 enum SQLiteSchema {
-    static func migrator() -> DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
+    static let schema = SQLiteFile.Schema(migrations: [
+        (
+            "v1",
+            """
                     CREATE TABLE metadata_set (
                         storage_type INTEGER NOT NULL,
                         channel_type INTEGER NOT NULL,
@@ -38,10 +37,9 @@ enum SQLiteSchema {
                         probes INTEGER NOT NULL
                     );
                     INSERT INTO store_health (id, probes) VALUES (1, 0);
-                    """)
-        }
-        return migrator
-    }
+                    """
+        )
+    ])
 
     static let upsertSet = """
         INSERT INTO metadata_set (storage_type, channel_type, name, major_revision, removed) VALUES (?, ?, ?, ?, ?)

@@ -6,7 +6,7 @@ import SwitchboardWire
 /// member lists (set with `updateGroupMembers` or supplied by a provider).
 ///
 /// The ``ProfileDirectory`` keeps everything in memory and reads this store once at start. Writes are group-committed in
-/// the order the changes happened (``GroupCommitWriter``), so the event loops never wait for SQLite; each write's
+/// the order the changes happened (``GroupCommitEngine``, the engine of every SQLite file of the gateway), so the event loops never wait for SQLite; each write's
 /// completion runs after its transaction committed, which is when the area answers the client. ``flush()`` waits
 /// for every write issued so far. An `updatedAtMs` beyond `Int64.max` is stored as `Int64.max` (``StoredInteger``).
 public final class ProfileStore: Sendable {
@@ -14,16 +14,16 @@ public final class ProfileStore: Sendable {
     public typealias Snapshot = ProfileSnapshot
 
     private let writer: any DatabaseWriter
-    private let commits: GroupCommitWriter
+    let commits: SQLiteWriteQueue
 
     /// Opens (creating it if needed) the profile database at `path`; nil: a fresh in-memory database.
     /// - Parameter unawaitedWriteDelayMs: How long a write nobody waits for (no completion) waits for others to share
     ///   its transaction (default 50 ms); also the most of such writes a crash can lose.
     /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or migrated.
     public init(path: String?, unawaitedWriteDelayMs: Int = GroupCommitDefaults.unawaitedWriteDelayMs) throws {
-        self.writer = try WriteBehindDatabase.open(path: path, label: "switchboard.profiles", migrator: Self.migrator())
-        self.commits = GroupCommitWriter(
-            writer: self.writer, label: "switchboard.profiles.store", unawaitedWriteDelay: .milliseconds(unawaitedWriteDelayMs))
+        self.writer = try SQLiteFile.open(path: path, label: "switchboard.profiles", synchronous: .full, schema: Self.schema)
+        self.commits = SQLiteWriteQueue(
+            writer: self.writer, label: "switchboard.profiles.store", unawaitedWriteDelayMs: unawaitedWriteDelayMs)
     }
 
     /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
@@ -31,11 +31,11 @@ public final class ProfileStore: Sendable {
         try SQLiteFile.syncLevel(of: self.writer)
     }
 
-    private static func migrator() -> DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
+    /// The file's migrations.
+    static let schema = SQLiteFile.Schema(migrations: [
+        (
+            "v1",
+            """
                     CREATE TABLE user_info (
                         user_id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, portrait_uri TEXT NOT NULL,
                         extra TEXT NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
@@ -48,10 +48,9 @@ public final class ProfileStore: Sendable {
                     CREATE TABLE member_list (group_id TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
                     CREATE TABLE member_list_entry (
                         group_id TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (group_id, user_id)) WITHOUT ROWID;
-                    """)
-        }
-        return migrator
-    }
+                    """
+        )
+    ])
 
     /// Reads everything.
     /// - Throws: GRDB's `DatabaseError`.
@@ -185,7 +184,7 @@ public final class ProfileStore: Sendable {
 
     /// Waits until every write issued so far is in the database.
     public func flush() {
-        self.commits.flush()
+        self.commits.flushBlocking()
     }
 
     private func write(_ completion: StoreWriteCompletion?, _ body: @escaping @Sendable (Database) throws -> Void) {
