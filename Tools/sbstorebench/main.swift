@@ -6,6 +6,14 @@ import SwitchboardWire
 // Store start-up benchmark: writes USERS x ITEMS metadata items to a fresh SQLite file through the backend, then
 // measures how long MetadataStore.load takes and how much memory the loaded store holds against its payload.
 // Usage: swift run -c release sbstorebench [users] [items-per-user]
+//        swift run -c release sbstorebench writes [count] [in-flight]   (the write path, see WriteBench.swift)
+
+if CommandLine.arguments.count > 1, CommandLine.arguments[1] == "writes" {
+    let count = CommandLine.arguments.count > 2 ? Int(CommandLine.arguments[2]) ?? 100_000 : 100_000
+    let inFlight = CommandLine.arguments.count > 3 ? Int(CommandLine.arguments[3]) ?? 64 : 64
+    try await runWriteBench(count: count, inFlight: inFlight)
+    exit(0)
+}
 
 let users = CommandLine.arguments.count > 1 ? Int(CommandLine.arguments[1]) ?? 100_000 : 100_000
 let itemsPerUser = CommandLine.arguments.count > 2 ? Int(CommandLine.arguments[2]) ?? 10 : 10
