@@ -86,9 +86,19 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // RESP (the Redis protocol) and a Redis client, shared by the cluster and sbbench.
+        .target(
+            name: "SwitchboardRedis",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .target(
             name: "SwitchboardCluster",
             dependencies: [
+                "SwitchboardRedis",
                 "SwitchboardServer",
                 "SwitchboardStore",
                 "SwitchboardWire",
@@ -139,6 +149,7 @@ let package = Package(
             name: "sbbench",
             dependencies: [
                 "CSBBenchLinux",
+                "SwitchboardRedis",
                 "SwitchboardWire",
                 "SwitchboardServer",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -283,7 +294,7 @@ let package = Package(
         .testTarget(
             name: "SBBenchTests",
             dependencies: [
-                "sbbench", "SwitchboardWire", "SwitchboardTestSupport",
+                "sbbench", "SwitchboardRedis", "SwitchboardWire", "SwitchboardTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -301,10 +312,19 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "SwitchboardRedisTests",
+            dependencies: [
+                "SwitchboardRedis", "SwitchboardTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "SwitchboardClusterTests",
             dependencies: [
                 "SwitchboardCluster", "SwitchboardServer", "SwitchboardClient", "SwitchboardWire", "SwitchboardStore",
-                "SwitchboardTestSupport",
+                "SwitchboardRedis", "SwitchboardTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

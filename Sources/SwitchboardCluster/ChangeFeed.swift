@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
+import SwitchboardRedis
 import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire

@@ -1,6 +1,7 @@
 import Logging
 import PostgresNIO
 import ServiceLifecycle
+import SwitchboardRedis
 import SwitchboardServer
 import Synchronization
 

@@ -1,5 +1,6 @@
 import Histogram
 import NIOCore
+import SwitchboardRedis
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -233,7 +234,7 @@ import Testing
 
     static func resp(_ values: [String]) -> [UInt8] {
         var buffer = ByteBuffer()
-        RESPEncoder.encodeCommand(values, into: &buffer)
+        buffer.writeRESPCommand(values)
         return Array(buffer.readableBytesView)
     }
 
@@ -275,7 +276,7 @@ import Testing
             #expect(!Self.feed(&streams, [Array(garbage.utf8)[...]]), "\(garbage.debugDescription)")
             #expect(streams.scanner.recorder.summary.unexpected == 1, "\(garbage.debugDescription)")
         }
-        let deep = String(repeating: "*1\r\n", count: RESPParser.maxDepth + 2) + ":1\r\n"
+        let deep = String(repeating: "*1\r\n", count: RESPLimits.default.maximumDepth + 2) + ":1\r\n"
         var (deepStreams, _) = Self.redisStreams()
         #expect(!Self.feed(&deepStreams, [Array(deep.utf8)[...]]))
     }

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SwitchboardClient
 @testable import SwitchboardCluster
+import SwitchboardRedis
 import SwitchboardStore
 import SwitchboardTestSupport
 import SwitchboardWire

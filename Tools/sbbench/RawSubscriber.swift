@@ -4,6 +4,7 @@ import Glibc
 #endif
 import NIOCore
 import NIOPosix
+import SwitchboardRedis
 import SwitchboardWire
 
 /// A subscriber connection of the fan-out scenarios: a plain socket that logs in and subscribes with blocking writes
@@ -63,15 +64,15 @@ struct RawSubscriber: Sendable {
         return try await NIOThreadPool.singleton.runIfActive {
             try Self.open(count, address: address) { _ in
                 var command = ByteBuffer()
-                RESPEncoder.encodeCommand(["SUBSCRIBE", channel], into: &command)
+                command.writeRESPCommand(["SUBSCRIBE", channel] as [String])
                 return command
             } receive: { subscriber, buffer in
-                var reply: RESPValue?
+                var reply: RESPToken?
                 while reply == nil {
-                    do { reply = try RESPParser.parse(from: &buffer) } catch { throw BenchFailure("\(error)") }
+                    do { reply = try RESPToken(consuming: &buffer) } catch { throw BenchFailure("\(error)") }
                     if reply == nil { try subscriber.readMore(into: &buffer) }
                 }
-                guard case .array(let elements?) = reply, elements.first?.string == "subscribe" else {
+                guard let reply, reply.array?.first?.string == "subscribe" else {
                     throw BenchFailure("SUBSCRIBE was answered with \(reply.map { "\($0)" } ?? "nothing")")
                 }
             }

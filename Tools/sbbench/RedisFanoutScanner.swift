@@ -1,5 +1,8 @@
-/// Finds the extent of RESP2 values in received bytes in place, with the rules of ``RESPParser`` (the same limits,
-/// the same errors), and picks out the `["message", channel, payload]` pushes of a subscribed connection.
+import SwitchboardRedis
+
+/// Finds the extent of RESP values in received bytes in place, with the shared decoder's primitives and limits
+/// (``RESPFraming``, ``RESPLimits/default``: the same grammar and the same errors as the cluster's client), and picks
+/// out the `["message", channel, payload]` pushes of a subscribed connection.
 enum RESPSkim {
     enum Next: Equatable {
         /// A `message` push whose payload lies at `payload`; the next value starts at `end`.
@@ -12,138 +15,66 @@ enum RESPSkim {
         case broken
     }
 
+    static let limits = RESPLimits.default
+
     /// The value that starts at `start`.
     static func next(in bytes: UnsafeRawBufferPointer, from start: Int) -> Next {
-        guard start < bytes.count else { return .needMore }
-        guard bytes[start] == UInt8(ascii: "*") else {
-            switch self.value(in: bytes, at: start, depth: 0) {
-            case .value(_, let end): return .other(end: end)
-            case .needMore: return .needMore
-            case .broken: return .broken
-            }
-        }
-        // An array: a message push has three elements, a string "message" and two bulk strings.
-        let text: Range<Int>
-        let after: Int
-        switch self.line(in: bytes, at: start) {
+        let header: RESPFraming.Header
+        switch RESPFraming.header(in: bytes, at: start, limits: Self.limits) {
+        case .complete(let found): header = found
         case .needMore: return .needMore
-        case .broken: return .broken
-        case .line(let line, let next):
-            text = line
-            after = next
+        case .malformed: return .broken
         }
-        guard let count = self.integer(in: bytes, text), count >= -1, count <= Int64(RESPParser.maxElements) else {
-            return .broken
+        // A message push (an array, or a RESP3 push) has three elements: a string "message" and two bulk strings.
+        guard header.type == .array || header.type == .push else {
+            return Self.other(RESPFraming.end(of: bytes, after: header, depth: 0, limits: Self.limits))
         }
-        var index = after
+        let count: Int
+        switch RESPFraming.elementCount(in: bytes, header, limits: Self.limits) {
+        case .complete(let found?): count = found
+        case .complete(nil): return .other(end: header.after)
+        case .needMore: return .needMore
+        case .malformed: return .broken
+        }
+        var index = header.after
         var isMessage = count == 3
-        var payload = after..<after
-        for element in 0..<max(count, 0) {
-            switch self.value(in: bytes, at: index, depth: 1) {
+        var payload = index..<index
+        for element in 0..<count {
+            let inner: RESPFraming.Header
+            switch RESPFraming.header(in: bytes, at: index, limits: Self.limits) {
+            case .complete(let found): inner = found
             case .needMore: return .needMore
-            case .broken: return .broken
-            case .value(let content, let end):
-                // As RedisClient took them: element 0 a simple or bulk string "message", element 2 a bulk string.
-                let type = bytes[index]
-                if element == 0 {
-                    isMessage = isMessage && (type == UInt8(ascii: "+") || type == UInt8(ascii: "$"))
-                        && content.map { self.equals(bytes, $0, "message") } == true
-                } else if element == 2, let content, type == UInt8(ascii: "$") {
-                    payload = content
-                } else if element == 2 {
+            case .malformed: return .broken
+            }
+            let end: Int
+            switch RESPFraming.end(of: bytes, after: inner, depth: 1, limits: Self.limits) {
+            case .complete(let found): end = found
+            case .needMore: return .needMore
+            case .malformed: return .broken
+            }
+            if isMessage, element == 0 {
+                // "message" as a simple or a bulk string.
+                let text = inner.type == .bulkString ? inner.after..<max(inner.after, end - 2) : inner.line
+                isMessage = (inner.type == .simpleString || inner.type == .bulkString) && RESPFraming.equals(bytes, text, "message")
+            } else if isMessage, element == 2 {
+                // A bulk string that is not the null one.
+                if inner.type == .bulkString, end - inner.after >= 2 {
+                    payload = inner.after..<end - 2
+                } else {
                     isMessage = false
                 }
-                index = end
             }
+            index = end
         }
         return isMessage ? .message(payload: payload, end: index) : .other(end: index)
     }
 
-    private enum Value {
-        /// A whole value ending at `end`; `content` is the text of a simple or (non-null) bulk string.
-        case value(content: Range<Int>?, end: Int)
-        case needMore
-        case broken
-    }
-
-    private enum Line {
-        /// The text after the type byte, up to CR; `after` is where the next value starts.
-        case line(Range<Int>, after: Int)
-        case needMore
-        case broken
-    }
-
-    private static func value(in bytes: UnsafeRawBufferPointer, at start: Int, depth: Int) -> Value {
-        guard depth <= RESPParser.maxDepth else { return .broken }
-        guard start < bytes.count else { return .needMore }
-        let line: Range<Int>
-        let after: Int
-        switch self.line(in: bytes, at: start) {
+    private static func other(_ outcome: RESPFraming.Outcome<Int>) -> Next {
+        switch outcome {
+        case .complete(let end): return .other(end: end)
         case .needMore: return .needMore
-        case .broken: return .broken
-        case .line(let text, let next):
-            line = text
-            after = next
+        case .malformed: return .broken
         }
-        switch bytes[start] {
-        case UInt8(ascii: "+"), UInt8(ascii: "-"):
-            return .value(content: line, end: after)
-        case UInt8(ascii: ":"):
-            return self.integer(in: bytes, line) == nil ? .broken : .value(content: nil, end: after)
-        case UInt8(ascii: "$"):
-            guard let length = self.integer(in: bytes, line), length >= -1, length <= Int64(RESPParser.maxBulkBytes) else {
-                return .broken
-            }
-            if length == -1 { return .value(content: nil, end: after) }
-            let end = after + Int(length)
-            guard end + 2 <= bytes.count else { return .needMore }
-            guard bytes[end] == 0x0D, bytes[end + 1] == 0x0A else { return .broken }
-            return .value(content: after..<end, end: end + 2)
-        case UInt8(ascii: "*"):
-            guard let count = self.integer(in: bytes, line), count >= -1, count <= Int64(RESPParser.maxElements) else {
-                return .broken
-            }
-            var index = after
-            for _ in 0..<max(count, 0) {
-                switch self.value(in: bytes, at: index, depth: depth + 1) {
-                case .value(_, let end): index = end
-                case .needMore: return .needMore
-                case .broken: return .broken
-                }
-            }
-            return .value(content: nil, end: index)
-        default:
-            return .broken
-        }
-    }
-
-    /// The line after the type byte at `start`.
-    private static func line(in bytes: UnsafeRawBufferPointer, at start: Int) -> Line {
-        var index = start + 1
-        while index < bytes.count, bytes[index] != 0x0D { index += 1 }
-        guard index + 1 < bytes.count else { return .needMore }
-        guard bytes[index + 1] == 0x0A else { return .broken }
-        return .line(start + 1..<index, after: index + 2)
-    }
-
-    private static func integer(in bytes: UnsafeRawBufferPointer, _ line: Range<Int>) -> Int64? {
-        var index = line.lowerBound
-        let negative = index < line.upperBound && bytes[index] == UInt8(ascii: "-")
-        if negative { index += 1 }
-        guard index < line.upperBound, line.upperBound - index <= 18 else { return nil }
-        var value: Int64 = 0
-        while index < line.upperBound {
-            let byte = bytes[index]
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-            value = value * 10 + Int64(byte - UInt8(ascii: "0"))
-            index += 1
-        }
-        return negative ? -value : value
-    }
-
-    private static func equals(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ ascii: StaticString) -> Bool {
-        UnsafeRawBufferPointer(rebasing: bytes[range])
-            .elementsEqual(UnsafeRawBufferPointer(start: ascii.utf8Start, count: ascii.utf8CodeUnitCount))
     }
 }
 

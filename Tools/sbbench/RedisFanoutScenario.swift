@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import SwitchboardRedis
 import Synchronization
 
 /// The `redis-fanout` scenario, the yardstick for storage-fanout: `--subscribers` connections SUBSCRIBE one channel
@@ -25,17 +26,20 @@ extension SBBench {
             subscribers: subscribers, scanner: RedisFanoutScanner(recorder: FanoutRecorder(progress: progress)), keepAlive: nil)
         reader.start()
         defer { _ = reader.stop() }
-        let publisher = try await RedisClient.connect(to: target, on: group.next()).get()
-        defer { publisher.close() }
+        guard case .tcp(let host, let port) = target else { preconditionFailure("--redis is host:port") }
+        let publisher = try await RedisConnection.connect(
+            host: host, port: port, eventLoopGroup: group.next(), commandTimeout: nil)
+        defer { Task { await publisher.close() } }
         let acks = FanoutAcks()
         let expected = self.subscribers
         let drive = await self.driveFanout(progress: progress, acks: acks) { event in
-            publisher.send { now in
+            publisher.send(madeAtWrite: {
+                let now = NIODeadline.now().uptimeNanoseconds
                 progress.sent(event: event, at: now)
-                return ["PUBLISH", channel, FanoutPayload(event: event, sentAt: now).text]
-            }
+                return ["PUBLISH", .string(channel), .string(FanoutPayload(event: event, sentAt: now).text)]
+            })
             .whenComplete { result in
-                guard case .success(.integer(let receivers)) = result else {
+                guard case .success(let reply) = result, case .number(let receivers) = reply.value else {
                     acks.failed.wrappingAdd(1, ordering: .relaxed)
                     return
                 }

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import SwitchboardRedis
 import SwitchboardStore
 import Synchronization
 

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
+import SwitchboardRedis
 import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
@@ -138,7 +139,7 @@ final class RedisPresenceStore: PresenceStore {
         var changes: [PresenceChange] = []
         for index in ids.indices {
             for reply in replies[(3 * index)..<(3 * index + 3)] {
-                if case .error(let message) = reply { throw RedisConnection.ErrorReply(message: message) }
+                if let message = reply.errorMessage { throw RedisConnection.ErrorReply(message: message) }
             }
             let live = Set((replies[3 * index + 1].array ?? []).compactMap(\.string))
             var states: [String: [StateItem]] = [:]
@@ -669,14 +670,14 @@ final class RedisPresenceWriter: Service, Sendable {
     }
 
     /// Throws the first error reply, `EXEC`'s included.
-    static func check(_ replies: [RESPValue]) throws {
+    static func check(_ replies: [RESPToken]) throws {
         for reply in replies {
-            if case .error(let message) = reply { throw RedisConnection.ErrorReply(message: message) }
-            if case .array(let elements?) = reply { try Self.check(elements) }
+            if let message = reply.errorMessage { throw RedisConnection.ErrorReply(message: message) }
+            if let elements = reply.array { try Self.check(elements) }
         }
     }
 
-    static func check(_ reply: RESPValue) throws {
+    static func check(_ reply: RESPToken) throws {
         try Self.check([reply])
     }
 }

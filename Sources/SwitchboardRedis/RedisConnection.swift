@@ -1,9 +1,9 @@
 import NIOCore
 import NIOPosix
-import Synchronization
 
 /// A connection to a Redis server speaking RESP2: commands are written as they come and their replies matched to
-/// them in order, so any number of callers may pipeline on one connection.
+/// them in order, so any number of callers may pipeline on one connection. Used by the cluster (presence, the change
+/// feed relay, the health probe) and by sbbench's `redis-fanout` publisher.
 ///
 /// A connection made with a message handler is a subscriber: after ``subscribe(_:)`` the server pushes
 /// `message` arrays, which go to the handler in the order they arrive, and only `(P|S)SUBSCRIBE`-family commands and
@@ -22,6 +22,10 @@ public final class RedisConnection: Sendable {
         /// The server's message, its error kind first (`ERR`, `WRONGTYPE`, ...).
         public var message: String
         public var description: String { "Redis error: \(self.message)" }
+
+        public init(message: String) {
+            self.message = message
+        }
     }
 
     /// The connection closed before the reply arrived.
@@ -42,22 +46,25 @@ public final class RedisConnection: Sendable {
     /// Connects to `host:port`.
     ///
     /// - Parameters:
-    ///   - onMessage: Makes the connection a subscriber: receives every published message, on the connection's
-    ///     event loop (it must not block).
+    ///   - eventLoopGroup: Where the connection runs (an `EventLoop` picks that loop).
     ///   - connectTimeout: How long connecting may take.
     ///   - commandTimeout: How long a command may wait for its reply; then the connection closes and every waiting
     ///     command fails with ``Closed`` (nil: no bound).
+    ///   - limits: What a reply may hold before it is taken for garbage (the connection then closes).
+    ///   - onMessage: Makes the connection a subscriber: receives every published message, on the connection's
+    ///     event loop (it must not block).
     public static func connect(
         host: String, port: Int, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        connectTimeout: TimeAmount = .seconds(2), commandTimeout: TimeAmount? = .seconds(5),
+        connectTimeout: TimeAmount = .seconds(2), commandTimeout: TimeAmount? = .seconds(5), limits: RESPLimits = .default,
         onMessage: (@Sendable (Message) -> Void)? = nil
     ) async throws -> RedisConnection {
         let channel = try await ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.socketOption(.so_reuseaddr), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(RedisReplyHandler(onMessage: onMessage))
+                    try channel.pipeline.syncOperations.addHandler(RedisReplyHandler(limits: limits, onMessage: onMessage))
                 }
             }
             .connect(host: host, port: port).get()
@@ -70,10 +77,13 @@ public final class RedisConnection: Sendable {
     /// Completes when the connection closes.
     public var closeFuture: EventLoopFuture<Void> { self.channel.closeFuture }
 
+    /// The event loop the connection runs on.
+    public var eventLoop: any EventLoop { self.channel.eventLoop }
+
     /// Sends one command and returns its reply, error replies included.
     ///
     /// - Throws: ``Closed`` when the connection closed first.
-    public func send(_ arguments: [RESPArgument]) async throws -> RESPValue {
+    public func send(_ arguments: [RESPArgument]) async throws -> RESPToken {
         try await self.pipeline([arguments])[0]
     }
 
@@ -81,27 +91,33 @@ public final class RedisConnection: Sendable {
     ///
     /// - Throws: ``ErrorReply``, or ``Closed``.
     @discardableResult
-    public func command(_ arguments: RESPArgument...) async throws -> RESPValue {
+    public func command(_ arguments: RESPArgument...) async throws -> RESPToken {
         let reply = try await self.send(arguments)
-        if case .error(let message) = reply { throw ErrorReply(message: message) }
+        if let message = reply.errorMessage { throw ErrorReply(message: message) }
         return reply
     }
 
     /// Sends `commands` in one write and returns their replies in order (error replies included).
     ///
     /// - Throws: ``Closed`` when the connection closed before every reply arrived.
-    public func pipeline(_ commands: [[RESPArgument]]) async throws -> [RESPValue] {
+    public func pipeline(_ commands: [[RESPArgument]]) async throws -> [RESPToken] {
         guard !commands.isEmpty else { return [] }
         var bytes = self.channel.allocator.buffer(capacity: 64 * commands.count)
-        for command in commands { RESPParser.writeCommand(command, into: &bytes) }
-        let promises = commands.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
-        self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        for command in commands { bytes.writeRESPCommand(command) }
+        let promises = self.write(.encoded(bytes), replies: commands.count)
         let watch = self.watch(promises)
         defer { watch?.cancel() }
-        var replies: [RESPValue] = []
+        var replies: [RESPToken] = []
         replies.reserveCapacity(promises.count)
         for promise in promises { replies.append(try await promise.futureResult.get()) }
         return replies
+    }
+
+    /// Sends the command `make` returns when the connection writes it (on its event loop), and returns the reply's
+    /// future, error replies included: for a caller that stamps a command with the moment it goes out (sbbench's
+    /// publisher). Not bounded by the command timeout.
+    public func send(madeAtWrite make: @escaping @Sendable () -> [RESPArgument]) -> EventLoopFuture<RESPToken> {
+        self.write(.madeAtWrite(make), replies: 1)[0].futureResult
     }
 
     /// Subscribes to `channels` (a subscriber connection); returns once the server confirmed each.
@@ -117,19 +133,24 @@ public final class RedisConnection: Sendable {
     private func subscription(_ verb: String, _ channels: [String]) async throws {
         guard !channels.isEmpty else { return }
         var bytes = self.channel.allocator.buffer(capacity: 64)
-        RESPParser.writeCommand([.string(verb)] + channels.map { .string($0) }, into: &bytes)
+        bytes.writeRESPCommand([.string(verb)] + channels.map { .string($0) })
         // One confirmation per channel.
-        let promises = channels.map { _ in self.channel.eventLoop.makePromise(of: RESPValue.self) }
-        self.channel.writeAndFlush(RedisRequest(bytes: bytes, replies: promises), promise: nil)
+        let promises = self.write(.encoded(bytes), replies: channels.count)
         let watch = self.watch(promises)
         defer { watch?.cancel() }
         for promise in promises {
-            if case .error(let message) = try await promise.futureResult.get() { throw ErrorReply(message: message) }
+            if let message = try await promise.futureResult.get().errorMessage { throw ErrorReply(message: message) }
         }
     }
 
+    private func write(_ command: RedisRequest.Command, replies: Int) -> [EventLoopPromise<RESPToken>] {
+        let promises = (0..<replies).map { _ in self.channel.eventLoop.makePromise(of: RESPToken.self) }
+        self.channel.writeAndFlush(RedisRequest(command: command, replies: promises), promise: nil)
+        return promises
+    }
+
     /// Closes the connection at ``commandTimeout`` unless every reply in `promises` came first.
-    private func watch(_ promises: [EventLoopPromise<RESPValue>]) -> Scheduled<Void>? {
+    private func watch(_ promises: [EventLoopPromise<RESPToken>]) -> Scheduled<Void>? {
         guard let timeout = self.commandTimeout, let last = promises.last else { return nil }
         let channel = self.channel
         let scheduled = channel.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
@@ -144,23 +165,32 @@ public final class RedisConnection: Sendable {
 }
 
 /// Commands on their way out, with the promises of their replies.
-struct RedisRequest {
-    var bytes: ByteBuffer
-    var replies: [EventLoopPromise<RESPValue>]
+struct RedisRequest: Sendable {
+    enum Command: Sendable {
+        /// Commands written already.
+        case encoded(ByteBuffer)
+        /// One command, made when it is written.
+        case madeAtWrite(@Sendable () -> [RESPArgument])
+    }
+
+    var command: Command
+    var replies: [EventLoopPromise<RESPToken>]
 }
 
 /// Writes commands and matches replies to them in order; on a subscriber connection, hands pushed messages to the
-/// message handler instead.
+/// message handler instead. RESP3 attributes (data about the reply that follows) are passed over.
 final class RedisReplyHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = RedisRequest
     typealias OutboundOut = ByteBuffer
 
     private var received: ByteBuffer?
-    private var waiting = CircularBuffer<EventLoopPromise<RESPValue>>()
+    private var waiting = CircularBuffer<EventLoopPromise<RESPToken>>()
+    private let limits: RESPLimits
     private let onMessage: (@Sendable (RedisConnection.Message) -> Void)?
 
-    init(onMessage: (@Sendable (RedisConnection.Message) -> Void)?) {
+    init(limits: RESPLimits, onMessage: (@Sendable (RedisConnection.Message) -> Void)?) {
+        self.limits = limits
         self.onMessage = onMessage
     }
 
@@ -172,7 +202,14 @@ final class RedisReplyHandler: ChannelDuplexHandler {
             return
         }
         self.waiting.append(contentsOf: request.replies)
-        context.write(self.wrapOutboundOut(request.bytes), promise: promise)
+        switch request.command {
+        case .encoded(let bytes):
+            context.write(self.wrapOutboundOut(bytes), promise: promise)
+        case .madeAtWrite(let make):
+            var bytes = context.channel.allocator.buffer(capacity: 64)
+            bytes.writeRESPCommand(make())
+            context.write(self.wrapOutboundOut(bytes), promise: promise)
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -184,9 +221,9 @@ final class RedisReplyHandler: ChannelDuplexHandler {
             self.received = bytes
         }
         do {
-            while var buffer = self.received, let value = try RESPParser.read(from: &buffer) {
+            while var buffer = self.received, let token = try RESPToken(consuming: &buffer, limits: self.limits) {
                 self.received = buffer.readableBytes > 0 ? buffer : nil
-                self.dispatch(value)
+                self.dispatch(token)
             }
         } catch {
             self.failAll(error)
@@ -194,14 +231,27 @@ final class RedisReplyHandler: ChannelDuplexHandler {
         }
     }
 
-    private func dispatch(_ value: RESPValue) {
-        if let onMessage = self.onMessage, let elements = value.array, elements.count == 3,
-            elements[0].string == "message", let channel = elements[1].string, let payload = elements[2].bytes
-        {
-            onMessage(RedisConnection.Message(channel: channel, payload: payload))
+    private func dispatch(_ token: RESPToken) {
+        switch token.type {
+        case .attribute:
             return
+        case .array, .push:
+            if let onMessage = self.onMessage, let message = Self.message(token) {
+                onMessage(message)
+                return
+            }
+        default:
+            break
         }
-        self.waiting.popFirst()?.succeed(value)
+        self.waiting.popFirst()?.succeed(token)
+    }
+
+    /// A `["message", channel, payload]` push.
+    private static func message(_ token: RESPToken) -> RedisConnection.Message? {
+        guard let elements = token.array, elements.count == 3, elements[0].string == "message",
+            let channel = elements[1].string, let payload = elements[2].bytes
+        else { return nil }
+        return RedisConnection.Message(channel: channel, payload: payload)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -218,3 +268,6 @@ final class RedisReplyHandler: ChannelDuplexHandler {
         while let promise = self.waiting.popFirst() { promise.fail(error) }
     }
 }
+
+@available(*, unavailable)
+extension RedisReplyHandler: Sendable {}

@@ -1,59 +1,13 @@
 import NIOCore
-@testable import SwitchboardCluster
+import NIOPosix
+import SwitchboardRedis
 import SwitchboardTestSupport
 import Synchronization
 import Testing
 
-/// The hand-written RESP2 client: the reply grammar on its own, then against a real `redis-server` of the test's own.
+/// The shared Redis client against a real `redis-server` of the test's own.
 @Suite("Redis connection", .serialized, .timeLimit(.minutes(2)))
 struct RedisConnectionTests {
-    static let replies: [(String, RESPValue)] = [
-        ("+OK\r\n", .simpleString("OK")),
-        ("-WRONGTYPE Operation against a key\r\n", .error("WRONGTYPE Operation against a key")),
-        (":-42\r\n", .integer(-42)),
-        ("$5\r\nhe\r\no\r\n", .bulkString(ByteBuffer(string: "he\r\no"))),
-        ("$0\r\n\r\n", .bulkString(ByteBuffer())),
-        ("$-1\r\n", .bulkString(nil)),
-        ("*-1\r\n", .array(nil)),
-        ("*0\r\n", .array([])),
-        (
-            "*3\r\n$7\r\nmessage\r\n$4\r\nroom\r\n*2\r\n:1\r\n+x\r\n",
-            .array([
-                .bulkString(ByteBuffer(string: "message")), .bulkString(ByteBuffer(string: "room")),
-                .array([.integer(1), .simpleString("x")]),
-            ])
-        ),
-    ]
-
-    @Test("every reply type parses, whatever the chunks it arrives in")
-    func repliesParseAcrossEveryChunking() throws {
-        let stream = Self.replies.map(\.0).joined()
-        let expected = Self.replies.map(\.1)
-        let bytes = Array(stream.utf8)
-        var generator = SystemRandomNumberGenerator()
-        for _ in 0..<200 {
-            var pending = ByteBuffer()
-            var parsed: [RESPValue] = []
-            var offset = 0
-            while offset < bytes.count {
-                let size = Int.random(in: 1...7, using: &generator)
-                pending.writeBytes(bytes[offset..<min(offset + size, bytes.count)])
-                offset += size
-                while let value = try RESPParser.read(from: &pending) { parsed.append(value) }
-            }
-            #expect(parsed == expected)
-            #expect(pending.readableBytes == 0)
-        }
-    }
-
-    @Test("a malformed reply is refused instead of being guessed at")
-    func malformedRepliesAreRefused() {
-        for bad in ["?x\r\n", ":12a\r\n", "$-2\r\n", "$3\r\nabcXY", "*-5\r\n", String(repeating: "*1\r\n", count: 40) + ":1\r\n"] {
-            var buffer = ByteBuffer(string: bad)
-            #expect(throws: RESPProtocolError.self, "\(bad.debugDescription)") { _ = try RESPParser.read(from: &buffer) }
-        }
-    }
-
     @Test("commands round-trip binary values, pipeline in order and report error replies")
     func commandsAgainstARealServer() async throws {
         let redis = try await TestRedis.start()
@@ -69,6 +23,9 @@ struct RedisConnectionTests {
 
         try await connection.command("HSET", "hash", "field", "value")
         await #expect(throws: RedisConnection.ErrorReply.self) { try await connection.command("INCR", "hash") }
+        // An error reply inside a pipeline is that command's reply; the others are answered.
+        let mixed = try await connection.pipeline([["INCR", "hash"], ["HGET", "hash", "field"]])
+        #expect(mixed[0].errorMessage?.hasPrefix("WRONGTYPE") == true && mixed[1].string == "value")
         // The connection goes on after an error reply.
         #expect(try await connection.command("HGET", "hash", "field").string == "value")
 
@@ -85,6 +42,15 @@ struct RedisConnectionTests {
             return all
         }
         #expect(results)
+
+        // A command made when it is written (sbbench stamps its PUBLISH so) is answered in its turn.
+        let stamped = Atomic<Int>(0)
+        let made = connection.send(madeAtWrite: {
+            stamped.store(1, ordering: .relaxed)
+            return ["INCR", "counter"]
+        })
+        #expect(try await made.get().integer == 1_001)
+        #expect(stamped.load(ordering: .relaxed) == 1)
         await connection.close()
         await redis.stop()
     }
@@ -117,6 +83,33 @@ struct RedisConnectionTests {
         await #expect(throws: RedisConnection.Closed.self) { try await blocked.value }
         _ = try? await subscriber.closeFuture.get()
         #expect(subscriber.isClosed && publisher.isClosed)
+        await redis.stop()
+    }
+
+    @Test("a reply beyond the connection's limits closes it and fails the command, instead of being waited for")
+    func repliesBeyondTheLimitsCloseTheConnection() async throws {
+        let redis = try await TestRedis.start()
+        let limits = RESPLimits(maximumDepth: 4, maximumBlobLength: 16, maximumElements: 8, maximumLineLength: 64)
+        let connection = try await RedisConnection.connect(host: "127.0.0.1", port: redis.port, limits: limits)
+        try await connection.command("SET", "small", "0123456789abcdef")
+        try await connection.command("SET", "big", "0123456789abcdefX")
+        #expect(try await connection.command("GET", "small").string == "0123456789abcdef")
+        await #expect(throws: RESPDecodingError(.badLength, at: 1)) { try await connection.command("GET", "big") }
+        _ = try? await connection.closeFuture.get()
+        #expect(connection.isClosed)
+        await redis.stop()
+    }
+
+    @Test("a command that gets no reply within the command timeout closes the connection and fails")
+    func commandTimeoutClosesTheConnection() async throws {
+        let redis = try await TestRedis.start()
+        let connection = try await RedisConnection.connect(
+            host: "127.0.0.1", port: redis.port, commandTimeout: .milliseconds(300))
+        let start = ContinuousClock.now
+        await #expect(throws: RedisConnection.Closed.self) { try await connection.command("BLPOP", "nothing", "0") }
+        let waited = ContinuousClock.now - start
+        #expect(waited >= .milliseconds(250) && waited < .seconds(3), "\(waited)")
+        #expect(connection.isClosed)
         await redis.stop()
     }
 }
