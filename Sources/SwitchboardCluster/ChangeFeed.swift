@@ -84,7 +84,7 @@ final class ChangeFeed: Service, Sendable {
 
     /// Keeps a subscription to the relay's channel, connecting again after failures; relayed rows wake the reader.
     private func listen(to relay: RedisLocation) async {
-        var backoff = Duration.milliseconds(50)
+        var backoff = ReconnectPolicy.connection.backoff()
         while !Task.isCancelled {
             do {
                 let connection = try await RedisConnection.connect(host: relay.host, port: relay.port) {
@@ -98,7 +98,7 @@ final class ChangeFeed: Service, Sendable {
                 }
                 try await withTaskCancellationHandler {
                     try await connection.subscribe([RedisFeedRelay.channel])
-                    backoff = .milliseconds(50)
+                    backoff.succeeded()
                     // Rows committed while no subscription was up are read from PostgreSQL by the poll.
                     try await connection.closeFuture.get()
                 } onCancel: {
@@ -108,17 +108,16 @@ final class ChangeFeed: Service, Sendable {
                 if Task.isCancelled { return }
                 self.logger.warning("change feed relay subscription lost", metadata: ["error": "\(error)"])
             }
-            try? await Task.sleep(for: backoff)
-            backoff = min(backoff * 2, .seconds(2))
+            try? await backoff.wait()
         }
     }
 
     private func readFeed() async throws {
-        var backoff = Duration.milliseconds(50)
+        var backoff = ReconnectPolicy.connection.backoff()
         while !Task.isCancelled {
             do {
                 try await self.readWhileConnected()
-                backoff = .milliseconds(50)
+                backoff.succeeded()
             } catch is CancellationError {
                 return
             } catch {
@@ -126,8 +125,7 @@ final class ChangeFeed: Service, Sendable {
                 if !self.behind.exchange(true, ordering: .relaxed) { self.onBehind(true) }
                 self.logger.warning(
                     "change feed connection lost; connecting again", metadata: ["error": "\(String(reflecting: error))"])
-                try await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(2))
+                try await backoff.wait()
             }
         }
     }

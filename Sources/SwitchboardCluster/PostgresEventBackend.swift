@@ -247,6 +247,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     /// Writes batches until the queue is empty.
     private func write() async {
+        var retryBackoff = ReconnectPolicy.sessionRetry.backoff()
         while true {
             let (batch, idle) = self.queue.withLock { queue -> ([Operation], [CheckedContinuation<Void, Never>]) in
                 let batch = queue.operations
@@ -262,6 +263,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             }
             do {
                 try await self.commit(batch)
+                retryBackoff.succeeded()
             } catch {
                 let connectionLost = self.connection.isDisconnected
                 let stopping = self.queue.withLock { $0.stopping }
@@ -292,7 +294,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
                 if !retry.isEmpty {
                     // Session changes must reach the database (a recorded session would stay online forever): try
                     // them again, first, once the database answers.
-                    try? await Task.sleep(for: .milliseconds(200))
+                    try? await retryBackoff.wait()
                     self.queue.withLock { $0.operations.insert(contentsOf: retry, at: 0) }
                 }
             }

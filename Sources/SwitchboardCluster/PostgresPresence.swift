@@ -269,24 +269,24 @@ final class PresenceWriter: Service, Sendable {
 
     func run() async throws {
         var connection: PostgresConnection?
-        var backoff = Duration.milliseconds(50)
+        var reconnect = ReconnectPolicy.connection.backoff()
+        var registration = ReconnectPolicy.registration.backoff()
         await withGracefulShutdownHandler {
             while !self.stopping.load(ordering: .relaxed) && !Task.isCancelled {
                 await self.presence.wakeup.wait(timeout: .seconds(1))
                 do {
                     while try await self.writeBatch(&connection) {}
-                    backoff = .milliseconds(50)
+                    reconnect.succeeded()
+                    registration.succeeded()
                 } catch is NodeNotRegistered {
                     // Not registered yet (starting) or no more (swept, so fencing itself): wait.
-                    try? await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(1))
+                    try? await registration.wait()
                 } catch {
                     self.logger.warning(
                         "presence write failed; trying again", metadata: ["error": "\(String(reflecting: error))"])
                     if let open = connection { _ = try? await open.close() }
                     connection = nil
-                    try? await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(2))
+                    try? await reconnect.wait()
                 }
             }
         } onGracefulShutdown: {

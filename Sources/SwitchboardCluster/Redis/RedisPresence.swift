@@ -449,7 +449,7 @@ final class RedisPresenceWriter: Service, Sendable {
         var own = OwnEntries()
         var connection: RedisConnection?
         var needsRewrite = false
-        var backoff = Duration.milliseconds(50)
+        var backoff = ReconnectPolicy.connection.backoff()
         let clock = ContinuousClock()
         var lastRefresh = clock.now
         await withGracefulShutdownHandler {
@@ -489,7 +489,7 @@ final class RedisPresenceWriter: Service, Sendable {
                                 .integer(Int64(self.expiry / .milliseconds(1))), .string(RedisPresenceKeys.pubSubChannel),
                             ]))
                     }
-                    backoff = .milliseconds(50)
+                    backoff.succeeded()
                     await self.store.presence.wakeup.wait(timeout: .milliseconds(500))
                 } catch {
                     self.logger.warning(
@@ -498,8 +498,7 @@ final class RedisPresenceWriter: Service, Sendable {
                     if let open = connection { await open.close() }
                     connection = nil
                     needsRewrite = true
-                    try? await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(2))
+                    try? await backoff.wait()
                 }
             }
         } onGracefulShutdown: {
