@@ -248,6 +248,7 @@ import Testing
         Self.resp(["subscribe", "ch"]) + Array(":1\r\n".utf8)  // (a confirmation, as arrays of bulk strings and an integer)
         + Self.resp(["message", "ch", FanoutPayload(event: 0, sentAt: 700).text])
         + Array("+PONG\r\n$-1\r\n*-1\r\n*2\r\n*1\r\n:5\r\n$0\r\n\r\n".utf8)  // values that are no message
+        + Array("*3\r\n+subscribe\r\n$2\r\nch\r\n$6\r\n1 1500\r\n".utf8)  // three elements, but no message
         + Self.resp(["pmessage", "c*", "ch", "0 1"])
         + Array("*3\r\n+message\r\n$2\r\nch\r\n$6\r\n1 1012\r\n".utf8)  // "message" as a simple string
         + Array("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$-1\r\n".utf8)  // a null payload: not a message

@@ -147,6 +147,8 @@ import Testing
             ("(-\r\n", RESPDecodingError(.badScalar, at: 1)),
             ("=3\r\ntxt\r\n", RESPDecodingError(.badScalar, at: 4)),
             ("=5\r\ntxt-a\r\n", RESPDecodingError(.badScalar, at: 4)),
+            ("=0\r\n\r\n", RESPDecodingError(.badScalar, at: 4)),
+            ("=2\r\nab\r\n:1\r\n", RESPDecodingError(.badScalar, at: 4)),
         ]
         for (wire, error) in cases {
             var buffer = ByteBuffer(string: wire)
