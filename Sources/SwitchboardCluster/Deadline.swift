@@ -13,8 +13,6 @@ enum ClusterDeadlines {
     static let transaction: Duration = .seconds(5)
     /// How long one read of the change feed (a page, what its rows refer to) may take.
     static let feedRead: Duration = .seconds(5)
-    /// How long one Redis command (or pipeline) may wait for its replies.
-    static let redisCommand: Duration = .seconds(2)
 }
 
 /// A wait on PostgreSQL or Redis passed its deadline; the connection was closed.

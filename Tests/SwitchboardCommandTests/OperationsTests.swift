@@ -31,9 +31,12 @@ import Testing
         }
     }
 
-    /// With `--log-format json`, every line of standard error is a JSON object with time, level, message and
-    /// metadata; the start-up line, at the default level, carries the version and every listening address.
-    @Test func jsonLogsAndTheStartLine() async throws {
+    /// Runs a gateway on a free TCP port, a temporary Unix socket and database, with a metrics port and JSON logs
+    /// (and `extraArguments`), and gives `body` the process, its start line, its log's path and its socket's path.
+    static func withJSONLoggingGateway(
+        _ extraArguments: [String] = [],
+        _ body: (SpawnedProcess, _ startLine: String, _ log: String, _ socket: String) async throws -> Void
+    ) async throws {
         try await withTemporaryDirectory("sb-log") { directory in
             let log = directory + "/stderr.txt"
             let socket = TemporaryPath.socket("sb-log")
@@ -43,12 +46,20 @@ import Testing
                 arguments: [
                     "--tcp", "127.0.0.1:0", "--unix-socket", socket.path, "--database", directory + "/gw.sqlite",
                     "--metrics-port", "0", "--log-format", "json",
-                ],
+                ] + extraArguments,
                 environment: SwitchboardExecutable.environment(), stderr: .file(log))
             defer { gateway.killAndWait() }
             let line = try #require(
                 await SwitchboardExecutable.waitForLine(containing: "switchboard started", in: log, while: gateway),
                 "no start line: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+            try await body(gateway, line, log, socket.path)
+        }
+    }
+
+    /// With `--log-format json`, every line of standard error is a JSON object with time, level, message and
+    /// metadata; the start-up line, at the default level, carries the version and every listening address.
+    @Test func jsonLogsAndTheStartLine() async throws {
+        try await Self.withJSONLoggingGateway { gateway, line, log, socket in
             gateway.signal(SIGTERM)
             #expect(await gateway.waitForExit() == 0)
 
@@ -62,7 +73,7 @@ import Testing
             #expect(metadata["version"] as? String == SwitchboardVersion.current)
             #expect((metadata["tcp"] as? String)?.hasPrefix("127.0.0.1:") == true, "\(metadata)")
             #expect(metadata["tcp"] as? String != "127.0.0.1:0", "the bound port, not the configured one")
-            #expect(metadata["unix"] as? String == socket.path)
+            #expect(metadata["unix"] as? String == socket)
             #expect((metadata["metrics"] as? String)?.hasPrefix("127.0.0.1:") == true, "\(metadata)")
             #expect(metadata["node"] as? String == "off")
 
@@ -92,20 +103,7 @@ import Testing
     /// serves them; anything else is a usage error.
     @Test func theInspectorCanBeTurnedOff() async throws {
         for (setting, expected) in [(nil, "200"), ("on", "200"), ("off", "404")] as [(String?, String)] {
-            try await withTemporaryDirectory("sb-insp") { directory in
-                let log = directory + "/stderr.txt"
-                let socket = TemporaryPath.socket("sb-insp")
-                defer { socket.remove() }
-                let gateway = try SpawnedProcess(
-                    executable: SwitchboardExecutable.path,
-                    arguments: [
-                        "--tcp", "127.0.0.1:0", "--unix-socket", socket.path, "--database", directory + "/gw.sqlite",
-                        "--metrics-port", "0", "--log-format", "json",
-                    ] + (setting.map { ["--inspector", $0] } ?? []),
-                    environment: SwitchboardExecutable.environment(), stderr: .file(log))
-                defer { gateway.killAndWait() }
-                let line = try #require(
-                    await SwitchboardExecutable.waitForLine(containing: "switchboard started", in: log, while: gateway))
+            try await Self.withJSONLoggingGateway(setting.map { ["--inspector", $0] } ?? []) { gateway, line, _, _ in
                 let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
                 let metrics = try #require((object["metadata"] as? [String: Any])?["metrics"] as? String)
                 let port = try #require(metrics.split(separator: ":").last.flatMap { Int($0) })
