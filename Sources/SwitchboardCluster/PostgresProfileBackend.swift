@@ -310,7 +310,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                     self.install(messages, committedAt: version)
                     for (_, completion) in batch { completion?(.success(())) }
                 } catch {
-                    if !retried, let lost = connection, lost.isClosed {
+                    if !retried, let lost = connection, ConnectionLoss.caused(error, on: lost) {
+                        lost.closeNow()
                         retried = true
                         connection = nil
                         self.tracker.withLock { $0.writingVersion = nil }

@@ -78,6 +78,10 @@ public struct GatewayApplication: Service {
         /// Whether the metrics endpoint also serves the inspector (`/inspector`, admin tokens only); off, those
         /// paths answer 404.
         public var inspectorEnabled = true
+        /// How long the whole graceful shutdown may take (the gateway's drain, then the stores' and the cluster's
+        /// services in turn) before what still runs is cancelled and named in the log at error level; nil: the
+        /// drain's ``ServerConfiguration/shutdownGracePeriod`` plus 30 seconds.
+        public var shutdownLimit: Duration?
 
         /// A configuration with every area, on `server`'s database.
         public init(server: ServerConfiguration = ServerConfiguration()) {
@@ -302,11 +306,17 @@ public struct GatewayApplication: Service {
             group.append(gateway)
             // A service that fails (a cluster node that fenced itself) stops the others as a signal would: the gateway
             // drains its clients (GOAWAY) instead of being cancelled.
-            let serviceGroup = ServiceGroup(
-                configuration: .init(
-                    services: group.map { .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
-                    gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger))
-            try await serviceGroup.run()
+            var groupConfiguration = ServiceGroupConfiguration(
+                services: group.map {
+                    .init(
+                        service: StopWatchedService(base: $0, logger: self.logger),
+                        failureTerminationBehavior: .gracefullyShutdownGroup)
+                },
+                gracefulShutdownSignals: gracefulShutdownSignals, logger: self.logger)
+            groupConfiguration.maximumGracefulShutdownDuration =
+                self.configuration.shutdownLimit
+                ?? .nanoseconds(self.configuration.server.shutdownGracePeriod.nanoseconds) + .seconds(30)
+            try await ServiceGroup(configuration: groupConfiguration).run()
         } catch {
             try? await eventLoopGroup.shutdownGracefully()
             throw error

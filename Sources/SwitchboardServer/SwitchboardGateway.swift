@@ -173,7 +173,8 @@ public final class SwitchboardGateway: Service, Sendable {
             connection.eventLoop.execute { handler.value.drain() }
         }
         let deadline = NIODeadline.now() + self.configuration.shutdownGracePeriod
-        while self.core.registry.connectionCount > 0 && NIODeadline.now() < deadline {
+        // Cancelled (the application's shutdown limit passed), the gateway closes what is left at once.
+        while self.core.registry.connectionCount > 0 && NIODeadline.now() < deadline && !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(20))
         }
         for connection in self.core.registry.allConnections() {

@@ -498,6 +498,29 @@ import Testing
 }
 
 extension SessionLifecycleTests {
+    /// A shutdown stuck past the application's limit (here: a request whose answer never comes within the 60 s drain
+    /// grace) is cut short: the stuck service is cancelled and named in the log at error level, and the application
+    /// ends within seconds instead of after the grace.
+    @Test func aShutdownStuckPastItsLimitIsCancelledAndNamed() async throws {
+        let log = LogCapture()
+        let area = TestArea(delay: .seconds(120))
+        let started = Mutex<ContinuousClock.Instant?>(nil)
+        try await withGateway(
+            { $0.shutdownGracePeriod = .seconds(60) }, application: { $0.shutdownLimit = .seconds(1) },
+            handlers: [area], logger: log.logger
+        ) { gateway in
+            let client = try await gateway.connect(.tcp, user: "Tony")
+            let unanswered = Task { try? await client.send(.getUserMetadata(GetUserMetadataRequest(userId: "u"))) }
+            defer { unanswered.cancel() }
+            #expect(await eventually(seconds: 10) { area.received.value.load(ordering: .relaxed) == 1 })
+            started.withLock { $0 = .now }
+        }
+        let took = ContinuousClock.now - (try #require(started.withLock { $0 }))
+        #expect(took < .seconds(20), "the shutdown took \(took): the limit did not cut the 60 s drain short")
+        let named = log.all.first { $0.level == .error && $0.message.contains("did not stop within the shutdown limit") }
+        #expect(named?.metadata["service"]?.description == "SwitchboardGateway")
+    }
+
     /// A gateway on a free TCP port and the Unix socket `socketFile` (the caller removes it), not started; the stream
     /// yields its addresses once it runs.
     static func gatewayNotRunning(
