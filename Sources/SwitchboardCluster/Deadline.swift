@@ -128,6 +128,20 @@ extension PostgresConnection {
         }
     }
 
+    /// Ends the open transaction after `error`, never waiting more than a second.
+    ///
+    /// A connection that is closed, or was lost (``ConnectionLoss``), is not asked: the server rolls back what a
+    /// session that ended had begun, and postgres-nio never answers a statement written to a closed channel (it
+    /// would wait forever, as CI saw a profile writer do after `pg_terminate_backend`). A ROLLBACK that takes longer
+    /// than the second closes the connection, which ends the transaction just the same.
+    func rollBack(after error: any Error, logger: Logger) async {
+        guard !ConnectionLoss.caused(error, on: self) else {
+            self.closeNow()
+            return
+        }
+        _ = try? await self.query("ROLLBACK", by: .now + .seconds(1), logger: logger, "a ROLLBACK")
+    }
+
     /// Closes the connection without waiting (what waits on it fails). The connection is kept until its channel has
     /// closed: the caller may drop the last other reference at once, and postgres-nio traps (in debug builds) when a
     /// connection is deinitialized before it is closed.

@@ -91,7 +91,7 @@ final class NodeHeartbeat: Service, Sendable {
                 self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
             }
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: self.logger)
+            await connection.rollBack(after: error, logger: self.logger)
             throw error
         }
         for action in afterCommit { action() }

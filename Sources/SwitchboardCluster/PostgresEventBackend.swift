@@ -465,7 +465,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
             if watch.expired {
                 self.connection.discard(connection)
             } else {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                await connection.rollBack(after: error, logger: logger)
             }
             throw error
         }

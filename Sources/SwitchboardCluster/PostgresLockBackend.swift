@@ -64,7 +64,7 @@ final class PostgresLockBackend: SharedLockBackend {
                 self.relay?.publish(appended)
                 return result
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                await connection.rollBack(after: error, logger: self.logger)
                 throw error
             }
         } catch {

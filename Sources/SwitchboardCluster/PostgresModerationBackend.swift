@@ -105,7 +105,7 @@ final class PostgresModerationBackend: ModerationBackend {
                 try await ChangeFeedRows.append([row], node: self.nodeID, on: connection, logger: self.logger)
                 try await connection.query("COMMIT", logger: self.logger)
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                await connection.rollBack(after: error, logger: self.logger)
                 throw error
             }
         } catch {

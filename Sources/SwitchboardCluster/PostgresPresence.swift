@@ -429,7 +429,7 @@ final class PresenceWriter: Service, Sendable {
                 on: connection, logger: self.logger)
             try await connection.query("COMMIT", logger: self.logger)
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: self.logger)
+            await connection.rollBack(after: error, logger: self.logger)
             throw error
         }
     }

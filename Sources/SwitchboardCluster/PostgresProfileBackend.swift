@@ -421,7 +421,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             }
             try await connection.query("COMMIT", logger: logger)
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            await connection.rollBack(after: error, logger: logger)
             throw error
         }
         func put(_ change: ProfileReplicatedChange) {
@@ -509,7 +509,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             try await connection.query("COMMIT", logger: self.logger)
             return (version, messages)
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: self.logger)
+            await connection.rollBack(after: error, logger: self.logger)
             throw error
         }
     }

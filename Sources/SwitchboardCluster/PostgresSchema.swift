@@ -240,7 +240,7 @@ enum PostgresSchema {
             for statement in Self.statements { try await connection.query(statement, logger: logger) }
             try await connection.query("COMMIT", logger: logger)
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            await connection.rollBack(after: error, logger: logger)
             throw error
         }
     }

@@ -16,17 +16,19 @@ struct StopWatchedService: Service, CustomStringConvertible {
 
     func run() async throws {
         let asked = Mutex<ContinuousClock.Instant?>(nil)
-        defer {
-            if Task.isCancelled, let since = asked.withLock({ $0 }) {
-                self.logger.error(
-                    "a service did not stop within the shutdown limit and was cancelled",
-                    metadata: ["service": "\(self.description)", "after": "\(ContinuousClock.now - since)"])
+        try await withTaskCancellationHandler {
+            try await withGracefulShutdownHandler {
+                try await self.base.run()
+            } onGracefulShutdown: {
+                asked.withLock { $0 = $0 ?? .now }
             }
-        }
-        try await withGracefulShutdownHandler {
-            try await self.base.run()
-        } onGracefulShutdown: {
-            asked.withLock { $0 = $0 ?? .now }
+        } onCancel: {
+            // Asked to stop, and still running when the group cancels: this is the service the shutdown waited for.
+            // (The group's other services are cancelled before they are asked, and are not named.)
+            guard let since = asked.withLock({ $0 }) else { return }
+            self.logger.error(
+                "a service did not stop within the shutdown limit and was cancelled",
+                metadata: ["service": "\(self.description)", "asked": "\(ContinuousClock.now - since) ago"])
         }
     }
 }

@@ -209,12 +209,12 @@ struct ClusterStopTimeout: Error, CustomStringConvertible {
     /// The nodes' last log lines (debug level), which name the services the group still waits for.
     var recentLog: [String]
 
-    /// The last 60 lines, each cut to 300 characters, without the service group's start line (which prints every
+    /// The last 100 lines, each cut to 300 characters, without the service group's start line (which prints every
     /// node's whole configuration): CI shows a bounded part of a failing run's output.
     var description: String {
         let lines = self.recentLog
             .filter { !$0.contains("Starting service lifecycle") }
-            .suffix(60)
+            .suffix(100)
             .map { $0.count > 300 ? $0.prefix(300) + "…" : Substring($0) }
         return "the cluster's nodes did not stop within a minute; their last log lines:\n" + lines.joined(separator: "\n")
     }
