@@ -4,11 +4,15 @@ import NIOCore
 import NIOSSL
 import SwitchboardWire
 
-/// One connection: framing, handshake, dispatch, heartbeats, limits and output batching, in a single handler.
+/// One connection's NIO callbacks: framing, handshake, dispatch and heartbeats, with the decisions in value types.
 ///
-/// The handler does its own cumulation and decoding (no hop through a second handler per frame), appends every
-/// reply of a read batch to one output buffer and writes it once in `channelReadComplete`. Replies that complete
-/// later (durable writes, lock waits) and pushes are coalesced the same way with one flush per event-loop tick.
+/// The handler does its own cumulation and decoding (no hop through a second handler per frame). What it decides
+/// is kept in three state machines that do no I/O, and the handler feeds them events and performs the actions they
+/// return: ``ConnectionStateMachine`` (logged in, draining, closed; requests in flight; deadlines; why the session
+/// ends), ``InputStateMachine`` (when decoding runs and reads go on) and ``OutboundStateMachine`` (the output path:
+/// every reply of a read batch appended to one buffer and written once in `channelReadComplete`, later replies and
+/// pushes coalesced with one flush per event-loop tick, direct sends to the socket, held pushes, water marks and
+/// the hard cap).
 final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -19,66 +23,35 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private let core: GatewayCore
     /// Whether the connection is logged in, draining or closed, its requests in flight and why it ends.
     private var machine: ConnectionStateMachine
-    private var supportsCompression = false
-    private var inReadCycle = false
+    /// The output path: this tick's frames, held pushes, coalescing, direct sends, water marks and the hard cap.
+    private var outbound: OutboundStateMachine
     /// The socket, when the handler knows it (the gateway's plain TCP and Unix-socket listeners): output then goes
     /// to the socket directly while the channel holds none of it. Nil for TLS connections, whose every byte must go
     /// through the TLS handler in the pipeline, and for channels without a socket (sbbench's in-process sessions).
     private let socket: DirectSocketWriter?
-    /// Flushes handed to the channel whose data it has not all written yet; while any, output goes through the
-    /// channel too, behind them.
-    private var channelFlushesPending = 0
-    /// Pushes being sent now (``sendPush(_:)``, ``sendEncodedPush(_:)``). A push sent directly to a socket whose
-    /// peer is gone closes the channel inside the send; the session then ends after it (see `channelInactive`).
-    private var pushesInProgress = 0
-    /// The loop's flush generation when a push last went to the socket at once: a second push in the same
-    /// generation gathers in the output instead, so a burst to one connection leaves in one write.
-    private var directPushGeneration: UInt64 = .max
     /// This loop's end-of-tick flush list.
     private var flushBatch: FlushBatch?
     /// The loop's inbox, through which answers completed on other threads arrive (nil off the gateway's loops).
     private var inbox: LoopInbox?
     private var context: ChannelHandlerContext?
-    /// The channel's writability as its last `channelWritabilityChanged` told it: read on every push and flush
-    /// without touching the channel object (a fan-out to thousands of connections is bound by cache misses).
-    private var channelWritable = true
-    /// This tick's frames and the pushes waiting for the channel's write window (SB-5.9-2, SB-5.6-2): while that
-    /// window is full, pushes wait there, and responses, PONGs and GOAWAY go to the socket ahead of them.
-    private var output = ConnectionOutput()
 
     private var connectionID: UInt64 = 0
     private var decoder: FrameDecoder
     private var encoder = FrameEncoder()
     private var cumulation: ByteBuffer?
-    /// Pushes at least this long are written as the shared encoded buffer rather than copied into the output.
-    static let sharedPushMinimumBytes = 512
-    private var flushScheduled = false
+    /// When decoding runs, and the read and end of input that wait while it does not.
+    private var input = InputStateMachine()
 
     private var session: SessionHandle?
     private var rateLimiter: TokenBucket?
     /// When the last read arrived; also the arrival time of every request in that read (one clock read per batch).
     private var lastReceived = NIODeadline.now()
-    /// Decoding stopped because one read pass produced ``readPassOutputLimit`` bytes of output; it resumes on the
-    /// next tick, or once the client has read enough of its answers (SB-5.9-4).
-    private var decodingPaused = false
-    private var decodeResumeScheduled = false
-    /// The client shut down its side of the stream while decoding was paused; handled once the rest is decoded.
-    private var inputEnded = false
-    /// HELLO's token is being verified (asynchronously, in a task): frames that arrive meanwhile wait undecoded in
-    /// ``cumulation``, and reading stops until the answer is back (``helloVerified(_:_:)``).
-    private var verifyingHello = false
     /// Closes the connection at the end of the closing grace period if the client has not closed it before.
     private var closingDeadline: Scheduled<Void>?
     /// Server time in ms for the requests of the current read, read from the clock once when first needed.
     private var readNowMillis: Int64?
     private var heartbeatTask: Scheduled<Void>?
     private var handshakeTimer: Scheduled<Void>?
-    private var readBlocked = false
-    private var readPending = false
-    /// Set while held pushes are being handed to the channel: a flush inside that can make the channel writable
-    /// again, and the nested notification only asks the running loop for another round (no recursion).
-    private var releasingHeldPushes = false
-    private var releaseRequested = false
 
     /// The output one pass over the received bytes may produce before decoding stops to let it leave (SB-5.9-4):
     /// a client that pipelines thousands of large reads is answered in slices, not in one unbounded buffer that
@@ -96,6 +69,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core = core
         self.socket = socket
         let limits = core.configuration.limits
+        self.outbound = OutboundStateMachine(
+            limits: OutboundStateMachine.Limits(
+                highWaterMark: limits.outboundHighWaterMark, lowWaterMark: limits.outboundLowWaterMark,
+                hardCap: limits.outboundHardCap),
+            hasSocket: socket != nil)
         self.machine = ConnectionStateMachine(
             maxInflight: limits.maxInflight, heartbeatMisses: core.configuration.heartbeat.misses)
         self.decoder = FrameDecoder(
@@ -163,7 +141,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.closingDeadline = nil
         let wasAdmitted = self.connectionID != 0
         _ = self.machine.channelClosed()
-        if self.pushesInProgress > 0 {
+        self.outbound.channelClosed()  // held pushes are forgotten: they would never be read
+        if self.outbound.pushesInProgress > 0 {
             // A push an area is sending (often under its own lock) met the closed socket: the areas learn of the end
             // right after that send, never inside it (their `sessionEnded` may take the same lock).
             context.eventLoop.assumeIsolated().execute { self.endSession() }
@@ -174,7 +153,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.core.registry.connectionClosed(self.connectionID)
             self.core.metrics.connections.decrement()
         }
-        self.dropHeldPushes()
         self.context = nil
         context.fireChannelInactive()
     }
@@ -201,10 +179,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// The client shut down its sending side (the gateway allows half-closure): answers already due still go out.
     private func inputClosed(context: ChannelHandlerContext) {
-        if (self.decodingPaused || self.verifyingHello) && self.machine.isOpen {
-            self.inputEnded = true  // complete frames still wait to be decoded; handled after them
-            return
-        }
+        // Complete frames still wait to be decoded: the end of input is handled after them.
+        if self.machine.isOpen && self.input.inputEnded() { return }
         let partial = self.cumulation?.readableBytes ?? 0
         if partial > 0 && self.machine.isOpen {
             self.log(.info, "stream ended inside a frame", ["bytes": "\(partial)"])
@@ -248,7 +224,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
         self.lastReceived = .now()
         self.readNowMillis = nil
-        self.inReadCycle = true
+        self.outbound.readStarted()
         if var existing = self.cumulation {
             self.cumulation = nil  // keep the buffer uniquely referenced while appending
             var incoming = bytes
@@ -257,7 +233,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } else {
             self.cumulation = bytes
         }
-        if !self.decodingPaused && !self.verifyingHello {
+        if self.input.decodes {
             self.decodeCumulation(context: context)
         }
     }
@@ -267,8 +243,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func decodeCumulation(context: ChannelHandlerContext) {
         guard var buffer = self.cumulation else { return }
         self.cumulation = nil
-        while self.machine.isOpen && !self.verifyingHello {
-            if self.output.pendingBytes >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
+        while self.machine.isOpen && self.input.decodes {
+            if self.outbound.pendingBytes >= Self.readPassOutputLimit, buffer.readableBytes > 0 {
                 self.pauseDecoding(context: context)
                 break
             }
@@ -306,65 +282,63 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// once if the socket took the output, otherwise when the client has read its answers down to the low-water
     /// mark).
     private func pauseDecoding(context: ChannelHandlerContext) {
-        self.decodingPaused = true
+        self.input.outputLimitReached()
         self.flushOutput()
         self.updateReadBackpressure(context: context)
-        if !self.readBlocked { self.scheduleDecodingResume(context: context) }
+        self.perform(self.input.pausedOutputFlushed(readsHeldBack: self.readsHeldBack), context: context)
     }
 
-    private func scheduleDecodingResume(context: ChannelHandlerContext) {
-        guard !self.decodeResumeScheduled else { return }
-        self.decodeResumeScheduled = true
-        context.eventLoop.assumeIsolated().execute { [weak self] in
-            self?.resumeDecoding(context: context)
+    /// Whether the output path holds reading back (SB-5.9-1).
+    private var readsHeldBack: Bool { self.outbound.backpressure == .on }
+
+    /// Carries out what the input state machine decided.
+    private func perform(_ action: InputStateMachine.Action, context: ChannelHandlerContext) {
+        switch action {
+        case .none:
+            break
+        case .read:
+            context.read()
+        case .scheduleResume:
+            context.eventLoop.assumeIsolated().execute { [weak self] in
+                self?.resumeDecoding(context: context)
+            }
+        case .endOfInput:
+            self.inputClosed(context: context)
         }
     }
 
     /// Decodes the input held back (while decoding was paused, or a token was verified), then passes on an end of
     /// input or reads again if the channel asked for either meanwhile.
     private func decodeHeldInput(context: ChannelHandlerContext) {
-        self.inReadCycle = true
+        self.outbound.readStarted()
         self.readNowMillis = nil
         self.decodeCumulation(context: context)
-        self.inReadCycle = false
+        self.outbound.readEnded()
         self.flushOutput()
-        guard !self.decodingPaused, self.machine.isOpen else { return }
-        if self.inputEnded {
-            self.inputEnded = false
-            self.inputClosed(context: context)
-        } else if self.readPending, !self.readBlocked {
-            self.readPending = false
-            context.read()
-        }
+        guard self.machine.isOpen else { return }
+        self.perform(self.input.heldInputDecoded(readsHeldBack: self.readsHeldBack), context: context)
     }
 
     /// Decodes what waited while decoding was paused, then reads again if the channel asked for a read meanwhile.
     private func resumeDecoding(context: ChannelHandlerContext) {
-        self.decodeResumeScheduled = false
-        guard self.decodingPaused, self.machine.isOpen, !self.readBlocked else { return }
-        self.decodingPaused = false
+        guard self.machine.isOpen, self.input.resumeRan(readsHeldBack: self.readsHeldBack) else { return }
         self.decodeHeldInput(context: context)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        self.inReadCycle = false
+        self.outbound.readEnded()
         self.flushOutput()
         context.fireChannelReadComplete()
     }
 
     func read(context: ChannelHandlerContext) {
         // Backpressure: while the client does not drain its replies, stop reading its requests; while a read pass's
-        // output leaves, read nothing new either.
-        if self.readBlocked || self.decodingPaused || self.verifyingHello {
-            self.readPending = true
-            return
-        }
-        context.read()
+        // output leaves, or HELLO's token is verified, read nothing new either.
+        if self.input.readRequested(readsHeldBack: self.readsHeldBack) { context.read() }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        self.channelWritable = context.channel.isWritable
-        if self.channelWritable {
+        if self.outbound.writabilityChanged(context.channel.isWritable) {
             self.releaseHeldPushes(context: context)
         }
         self.updateReadBackpressure(context: context)
@@ -378,68 +352,60 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return NIOCore.ChannelOptions.Types.WriteBufferWaterMark(low: high / 2, high: high)
     }
 
-    /// Bytes waiting to leave: output not yet written, held pushes and what the channel buffers.
-    private func queuedOutboundBytes(context: ChannelHandlerContext) -> Int {
-        let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
-        return self.output.heldBytes + buffered + self.output.pendingBytes
+    /// What the channel buffers of the connection's output.
+    private func channelBufferedBytes(context: ChannelHandlerContext) -> Int {
+        (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
     }
 
     /// SB-5.9-1: stops reading above the high-water mark of queued bytes and resumes below the low-water mark.
-    private func updateReadBackpressure(context: ChannelHandlerContext, queued: Int? = nil) {
-        let limits = self.core.configuration.limits
-        let queued = queued ?? self.queuedOutboundBytes(context: context)
-        if !self.readBlocked, queued >= limits.outboundHighWaterMark {
-            self.readBlocked = true
-            self.core.metrics.recordLimitHit("outboundHighWaterMark")
-        } else if self.readBlocked, queued < limits.outboundLowWaterMark {
-            self.readBlocked = false
-            if self.decodingPaused {
-                self.scheduleDecodingResume(context: context)
-            } else if self.readPending {
-                self.readPending = false
-                context.read()
-            }
-        }
+    private func updateReadBackpressure(context: ChannelHandlerContext) {
+        let action = self.outbound.queueMeasured(
+            channelBufferedBytes: self.channelBufferedBytes(context: context), applyingHardCap: false)
+        self.perform(action, context: context)
     }
 
-    /// Forgets held pushes (the connection is closing: they would never be read).
-    private func dropHeldPushes() {
-        self.output.dropHeldPushes()
+    /// Carries out what a measurement of the queued bytes decided.
+    private func perform(_ action: OutboundStateMachine.QueueAction, context: ChannelHandlerContext) {
+        switch action {
+        case .none:
+            break
+        case .stopReading:
+            self.core.metrics.recordLimitHit("outboundHighWaterMark")
+        case .resumeReading:
+            self.perform(self.input.readsReleased(), context: context)
+        case .cutOff(let queued, let readsStopped):
+            // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
+            if readsStopped { self.core.metrics.recordLimitHit("outboundHighWaterMark") }
+            self.core.metrics.recordLimitHit("outboundHardCap")
+            self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
+            // GOAWAY goes behind the backlog the client is not reading, and nothing more is queued after it: the
+            // client reads it if it reads again within the closing grace period (SB-5.9-1, SB-5.8-5).
+            self.perform(self.machine.cutOffAsSlowConsumer(queuedBytes: queued))
+        }
     }
 
     /// Holds a push behind the ones already waiting (called while pushes must wait).
     private func hold(_ frame: ByteBuffer) {
-        self.output.hold(frame)
         self.core.metrics.framesOut.increment()
-        self.scheduleFlush()  // the end-of-tick check applies the high-water mark and the hard cap
-    }
-
-    /// Pushes wait while others wait (their order is kept) or while the channel's write window is full.
-    private var pushesMustWait: Bool {
-        self.output.isHoldingPushes || !self.channelWritable
+        // The end-of-tick check applies the high-water mark and the hard cap.
+        self.perform(self.outbound.hold(frame))
     }
 
     /// Hands held pushes to the channel, in order, while its write window takes them.
     private func releaseHeldPushes(context: ChannelHandlerContext) {
-        if self.releasingHeldPushes {
-            self.releaseRequested = true
-            return
-        }
-        self.releasingHeldPushes = true
-        defer { self.releasingHeldPushes = false }
+        guard self.outbound.releaseStarted() else { return }
         repeat {
-            self.releaseRequested = false
             var released = false
-            while self.output.firstHeld != nil, context.channel.isWritable, self.machine.isOpen,
-                let frame = self.output.takeFirstHeld()
+            while let frame = self.outbound.nextHeldPush(
+                channelWritable: context.channel.isWritable && self.machine.isOpen)
             {
                 self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
                 context.write(self.wrapOutboundOut(frame), promise: nil)
                 released = true
             }
-            // The flush may write everything at once and report the channel writable again (releaseRequested).
+            // The flush may write everything at once and report the channel writable again (another round).
             if released { self.flushChannel(context: context) }
-        } while self.releaseRequested && self.output.isHoldingPushes && self.machine.isOpen
+        } while self.outbound.releaseRoundEnded()
     }
 
     private func frameError(_ error: SwitchboardWireError) {
@@ -496,7 +462,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let context = self.context else { return }
         // jwt-kit verifies asynchronously: in a task (on this loop's thread) and back. Until then nothing more is
         // decoded or read (the handshake timeout still runs: the connection is awaiting HELLO's answer).
-        self.verifyingHello = true
+        self.input.helloVerificationStarted()
         let connection = NIOLoopBound(self, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         let defaultGrants = self.core.configuration.defaultGrants
@@ -510,8 +476,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Answers HELLO once its credentials are checked: WELCOME and the session, or GOAWAY; then decodes what
     /// arrived meanwhile.
     private func helloVerified(_ hello: Hello, _ identity: Result<SessionIdentity, SwitchboardWireError>) {
-        let wasVerifying = self.verifyingHello
-        self.verifyingHello = false
+        let wasVerifying = self.input.helloVerified()
         // The connection may have ended meanwhile (the handshake timeout, the client gone).
         guard self.machine.state == .awaitingHello, self.context != nil else { return }
         self.startSession(hello, identity)
@@ -532,7 +497,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let configuration = self.core.configuration
         let (userID, role, features, interval) = (accepted.userID, accepted.role, accepted.features, accepted.heartbeatInterval)
         let tokenExpiresAtMs = accepted.tokenExpiresAtMs
-        self.supportsCompression = accepted.supportsCompression
+        let supportsCompression = accepted.supportsCompression
         guard let context = self.context else { return }
 
         let info = SessionInfo(
@@ -550,9 +515,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let limits = configuration.limits
         self.decoder.limits = FrameLimits(
             maxFrameSize: limits.maxFrameSize, maxInflatedSize: limits.maxInflatedSize,
-            compressionEnabled: self.supportsCompression)
-        if self.supportsCompression {
+            compressionEnabled: supportsCompression)
+        if supportsCompression {
             self.encoder.compressionThreshold = configuration.compressionThreshold
+            self.outbound.compressionAgreed()
         }
         if limits.requestsPerSecond > 0 {
             self.rateLimiter = TokenBucket(rate: limits.requestsPerSecond, burst: limits.requestBurst, now: .now())
@@ -675,11 +641,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             swap(&answer.buffer, &buffer)
             let answered = reader.answerEncoded(operation, body: frame.body, session: session, into: &answer)
             // A declined answer wrote nothing: an output made for it goes (an idle connection keeps no buffer).
-            self.output.restorePending(answered || hadOutput ? answer.buffer : nil)
+            self.outbound.restorePending(answered || hadOutput ? answer.buffer : nil)
             if answered {
                 self.core.metrics.recordRequest(op: op, nanoseconds: (NIODeadline.now() - now).nanoseconds)
                 self.core.metrics.framesOut.increment()
-                self.scheduleFlush()
+                self.perform(self.outbound.flushRequested())
                 return
             }
         }
@@ -768,39 +734,40 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Appends a frame to this tick's output.
     func send(_ message: SwitchboardMessage) {
         guard self.machine.isOpen, let context = self.context else { return }
-        self.output.append(capacity: 256, allocator: context.channel.allocator) { self.encoder.encode(message, into: &$0) }
+        let tick = self.outbound.append(capacity: 256, allocator: context.channel.allocator) {
+            self.encoder.encode(message, into: &$0)
+        }
         self.core.metrics.framesOut.increment()
-        self.scheduleFlush()
+        self.perform(tick)
     }
 
     /// This tick's output, taken out of `self` so that it stays uniquely referenced while the caller appends to it
     /// (the caller puts it back); nil once the connection is closed.
     private func takeOutputForAppending(capacity: Int) -> ByteBuffer? {
         guard self.machine.isOpen, let context = self.context else { return nil }
-        return self.output.takeForAppending(capacity: capacity, allocator: context.channel.allocator)
+        return self.outbound.takeForAppending(capacity: capacity, allocator: context.channel.allocator)
     }
 
     /// Appends a frame whose body was encoded beforehand to this tick's output.
     private func sendEncoded(_ header: FrameHeader, body: ByteBuffer) {
         guard self.machine.isOpen, let context = self.context else { return }
-        self.output.append(capacity: body.readableBytes + 16, allocator: context.channel.allocator) {
+        let tick = self.outbound.append(capacity: body.readableBytes + 16, allocator: context.channel.allocator) {
             self.encoder.encode(header: header, body: body, into: &$0)
         }
         self.core.metrics.framesOut.increment()
-        self.scheduleFlush()
+        self.perform(tick)
     }
 
     func sendPush(_ message: SwitchboardMessage) {
-        guard self.machine.isLoggedIn else { return }
-        self.pushesInProgress += 1
-        defer { self.pushesInProgress -= 1 }
-        if self.pushesMustWait, let context = self.context {
+        guard self.machine.isLoggedIn, let context = self.context else { return }
+        self.outbound.pushStarted()
+        defer { self.outbound.pushFinished() }
+        switch self.outbound.pushArrived(encodedBytes: nil, generation: self.flushBatch?.generation) {
+        case .hold:
             var frame = context.channel.allocator.buffer(capacity: 256)
             self.encoder.encode(message, into: &frame)
             self.hold(frame)
-            return
-        }
-        if self.canSendDirectlyNow, let context = self.context {
+        case .sendDirectly:
             // A push to an idle connection (a provider's request, an event to one subscriber) leaves at once, as an
             // encoded push does, instead of at the end of a tick that may be busy with other connections for a while.
             // (Deferred answers still gather until the end of the tick: a store's group commit completes many
@@ -808,67 +775,51 @@ final class ConnectionHandler: ChannelDuplexHandler {
             var frame = context.channel.allocator.buffer(capacity: 256)
             self.encoder.encode(message, into: &frame)
             self.sendDirectlyNow(frame)
-            return
+        case .append, .writeToChannel:
+            self.send(message)
         }
-        self.send(message)
     }
 
     func sendEncodedPush(_ push: EncodedPush) {
         guard self.machine.isLoggedIn else { return }
-        self.pushesInProgress += 1
-        defer { self.pushesInProgress -= 1 }
-        let frame = self.supportsCompression ? (push.compressed ?? push.plain) : push.plain
-        if self.pushesMustWait {
+        self.outbound.pushStarted()
+        defer { self.outbound.pushFinished() }
+        let frame = self.outbound.frame(plain: push.plain, compressed: push.compressed)
+        switch self.outbound.pushArrived(encodedBytes: frame.readableBytes, generation: self.flushBatch?.generation) {
+        case .hold:
             self.hold(frame)
-            return
-        }
-        // The fan-out case: nothing else waits to leave this connection, so the push goes to the socket at once
-        // (one send, no trip through the channel). Otherwise it waits for the end of the tick, below.
-        if self.canSendDirectlyNow {
+        case .sendDirectly:
+            // The fan-out case: nothing else waits to leave this connection, so the push goes to the socket at once
+            // (one send, no trip through the channel).
             self.sendDirectlyNow(frame)
-            return
-        }
-        guard let context = self.context else { return }
-        if frame.readableBytes >= Self.sharedPushMinimumBytes || self.output.pendingBytes == 0 {
-            // Queue the one encoded buffer itself, shared by every receiving connection, instead of a copy per
-            // connection: a large push is held once however many slow readers it waits for, and a push to an
-            // idle connection (the fan-out case) costs no buffer of its own. Small pushes behind other output
-            // are copied into it, to leave in the same write.
-            if self.output.pendingBytes > 0, let pending = self.output.takePending() {
+        case .writeToChannel(let pending):
+            // The one encoded buffer itself, shared by every receiving connection, instead of a copy per
+            // connection: a large push is held once however many slow readers it waits for, and a push to an idle
+            // connection (the fan-out case) costs no buffer of its own.
+            guard let context = self.context else { return }
+            if let pending {
                 context.write(self.wrapOutboundOut(pending), promise: nil)
                 self.core.metrics.bytesOut.increment(by: Int64(pending.readableBytes))
             }
             context.write(self.wrapOutboundOut(frame), promise: nil)
             self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
             self.core.metrics.framesOut.increment()
-            self.output.writtenUnflushed = true
-            self.scheduleFlush()
-            return
+            self.perform(self.outbound.flushRequested())
+        case .append:
+            // A small push behind other output is copied into it, to leave in the same write.
+            guard let context = self.context else { return }
+            let tick = self.outbound.append(capacity: frame.readableBytes, allocator: context.channel.allocator) {
+                $0.writeImmutableBuffer(frame)
+            }
+            self.core.metrics.framesOut.increment()
+            self.perform(tick)
         }
-        self.output.append(capacity: frame.readableBytes, allocator: context.channel.allocator) {
-            $0.writeImmutableBuffer(frame)
-        }
-        self.core.metrics.framesOut.increment()
-        self.scheduleFlush()
     }
 
-    /// Whether a frame may go to the socket at once, ahead of the end of the tick: the connection is outside its
-    /// read cycle, nothing else of it waits to leave (no output, nothing written unflushed, nothing in the channel,
-    /// no held push), and it has not sent directly yet this tick (later frames of the tick leave together at its
-    /// end, behind the direct one).
-    private var canSendDirectlyNow: Bool {
-        guard self.socket != nil, !self.inReadCycle, !self.output.writtenUnflushed, self.output.pendingBytes == 0,
-            self.directSocket != nil, let batch = self.flushBatch, batch.generation != self.directPushGeneration,
-            self.context != nil
-        else { return false }
-        return true
-    }
-
-    /// Sends `frame` to the socket now (``canSendDirectlyNow`` said it may); what the socket does not take goes to
+    /// Sends `frame` to the socket now (the output path routed it there); what the socket does not take goes to
     /// the channel.
     private func sendDirectlyNow(_ frame: ByteBuffer) {
         guard let socket = self.socket, let batch = self.flushBatch else { return }
-        self.directPushGeneration = batch.generation
         batch.advanceGenerationAtEndOfTick()
         self.core.metrics.bytesOut.increment(by: Int64(frame.readableBytes))
         self.core.metrics.framesOut.increment()
@@ -880,49 +831,43 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    private func scheduleFlush() {
-        guard !self.inReadCycle, !self.flushScheduled, let context = self.context else { return }
-        self.flushScheduled = true
+    /// Schedules the end-of-tick flush if the output path asked for it.
+    private func perform(_ action: OutboundStateMachine.TickAction) {
+        guard case .scheduleFlush = action else { return }
         if let batch = self.flushBatch {
             batch.add(self)
             return
         }
-        context.eventLoop.assumeIsolated().execute { [weak self] in
+        self.context?.eventLoop.assumeIsolated().execute { [weak self] in
             self?.flushScheduledOutput()
         }
     }
 
     /// Writes what the tick left in the output (called at the end of the tick that scheduled it).
     func flushScheduledOutput() {
-        self.flushScheduled = false
+        self.outbound.scheduledFlushStarted()
         self.flushOutput()
     }
 
+    /// Writes what the output path says is due, then applies the limits to what waits to leave.
     private func flushOutput() {
         guard let context = self.context else { return }
-        if self.output.pendingBytes > 0, let output = self.output.takePending() {
-            self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
-            if !self.output.writtenUnflushed, let socket = self.directSocket {
-                self.writeDirectly(output, to: socket, context: context)
-                self.checkOutboundQueue(context: context)
-                return
-            }
-            context.write(self.wrapOutboundOut(output), promise: nil)
-        } else if !self.output.writtenUnflushed {
-            // Nothing to write; pushes held this tick still count against the limits.
-            if self.output.isHoldingPushes { self.checkOutboundQueue(context: context) }
+        switch self.outbound.flushDue() {
+        case .none:
             return
+        case .checkQueue:
+            break
+        case .sendDirectly(let output):
+            self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+            if let socket = self.socket { self.writeDirectly(output, to: socket, context: context) }
+        case .flushChannel(let output):
+            if let output {
+                self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
+                context.write(self.wrapOutboundOut(output), promise: nil)
+            }
+            self.flushChannel(context: context)
         }
-        self.output.writtenUnflushed = false
-        self.flushChannel(context: context)
         self.checkOutboundQueue(context: context)
-    }
-
-    /// The socket, when output may go to it directly now: the channel holds none of the connection's output (no
-    /// flush pending in it, no push held for it) and the connection is open.
-    private var directSocket: DirectSocketWriter? {
-        guard self.channelFlushesPending == 0, !self.output.isHoldingPushes, self.machine.isOpen else { return nil }
-        return self.socket
     }
 
     /// Sends `buffer` on the socket; what the socket does not take goes to the channel, and output after it
@@ -945,35 +890,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Flushes the channel. With a known socket, counts the flush until the channel has written everything handed
     /// to it so far (the promise of an empty write behind it completes then), so direct writes cannot overtake it.
     private func flushChannel(context: ChannelHandlerContext) {
-        guard self.socket != nil else {
+        guard self.outbound.channelFlushStarted() else {
             context.flush()
             return
         }
-        self.channelFlushesPending += 1
         let written = context.eventLoop.makePromise(of: Void.self)
         context.write(self.wrapOutboundOut(ByteBuffer()), promise: written)
         context.flush()
-        written.futureResult.assumeIsolated().whenComplete { _ in self.channelFlushesPending -= 1 }
+        written.futureResult.assumeIsolated().whenComplete { _ in self.outbound.channelFlushCompleted() }
     }
 
     /// Applies the high-water mark and the hard cap to what waits to leave (held pushes and the channel's buffer).
     private func checkOutboundQueue(context: ChannelHandlerContext) {
-        guard self.machine.isOpen else { return }
-        // Nothing held and the channel under its write window (at most the low-water mark, see `writeWindow`):
-        // below every limit, with reading not blocked, so there is nothing to change (the common case, without
-        // asking the channel for its buffered bytes at every flush).
-        if !self.output.isHoldingPushes, !self.readBlocked, self.channelWritable { return }
-        let queued = self.queuedOutboundBytes(context: context)
-        self.updateReadBackpressure(context: context, queued: queued)
-        // A client that does not read: past the hard cap it is cut off, so it cannot hold memory.
-        if queued > self.core.configuration.limits.outboundHardCap {
-            self.dropHeldPushes()
-            self.core.metrics.recordLimitHit("outboundHardCap")
-            self.log(.info, "slow consumer disconnected", ["queuedBytes": "\(queued)"])
-            // GOAWAY goes behind the backlog the client is not reading, and nothing more is queued after it: the
-            // client reads it if it reads again within the closing grace period (SB-5.9-1, SB-5.8-5).
-            self.perform(self.machine.cutOffAsSlowConsumer(queuedBytes: queued))
-        }
+        // Nothing held, reading not stopped and the channel under its write window: nothing to change (the common
+        // case, without asking the channel for its buffered bytes at every flush).
+        guard self.outbound.queueCheckNeeded, self.machine.isOpen else { return }
+        let action = self.outbound.queueMeasured(
+            channelBufferedBytes: self.channelBufferedBytes(context: context), applyingHardCap: true)
+        self.perform(action, context: context)
     }
 
     private func sendGoAway(code: UInt32, reason: SessionEndReason, message: String) {
@@ -1009,17 +943,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func closeConnection() {
         guard let context = self.context, self.machine.closing() else { return }
         self.heartbeatTask?.cancel()
-        // Pushes still held are dropped: the session ends, and GOAWAY is the last frame.
-        self.dropHeldPushes()
         self.cumulation = nil
-        self.decodingPaused = false
-        self.inputEnded = false
+        // Pushes still held are dropped: the session ends, and GOAWAY is the last frame. The last write (possibly
+        // empty, behind shared pushes already written) completes when all of it is out.
+        let output = self.outbound.closed() ?? context.channel.allocator.buffer(capacity: 0)
         self.endSession()
-        // The last write (possibly empty, behind shared pushes already written) completes when all of it is out.
-        let output = self.output.takePending() ?? context.channel.allocator.buffer(capacity: 0)
-        let pending = output.readableBytes
-        self.output.writtenUnflushed = false
-        self.core.metrics.bytesOut.increment(by: Int64(pending))
+        self.core.metrics.bytesOut.increment(by: Int64(output.readableBytes))
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(self.wrapOutboundOut(output), promise: written)
         self.closingDeadline = context.eventLoop.assumeIsolated().scheduleTask(in: Self.closingGracePeriod) {
@@ -1036,11 +965,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             halfClosed.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
         }
         // Keep reading (and discarding) whatever the client still sends.
-        self.readBlocked = false
-        if self.readPending {
-            self.readPending = false
-            context.read()
-        }
+        self.perform(self.input.closing(), context: context)
     }
 
     /// Graceful shutdown: tell the client, answer what is in flight, then close.
