@@ -297,7 +297,7 @@ struct SQLiteFileKindTests {
         try await withTemporaryDirectory("switchboard-engine") { directory in
             let path = directory + "/metadata.sqlite"
             var configuration = Configuration()
-            configuration.busyMode = .timeout(10)
+            configuration.busyMode = .timeout(60)  // past any stall of a loaded machine
             let pool = try DatabasePool(path: path, configuration: configuration)
             let transactions = TransactionCounter()
             let store = try MetadataStore.load(
