@@ -36,6 +36,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        // The HTTP API's server (Docs/http-api.md); only its Hummingbird product is built.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
     ],
     targets: [
         .target(
@@ -86,6 +88,22 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The HTTP API (Docs/http-api.md): the wire's operations as JSON over HTTP, on Hummingbird, on its own listener.
+        .target(
+            name: "SwitchboardHTTPAPI",
+            dependencies: [
+                "SwitchboardServer",
+                "SwitchboardWire",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // RESP (the Redis protocol) and a Redis client, shared by the cluster and sbbench.
         .target(
             name: "SwitchboardRedis",
@@ -127,6 +145,7 @@ let package = Package(
             name: "switchboard",
             dependencies: [
                 "SwitchboardCLI",
+                "SwitchboardHTTPAPI",
                 "SwitchboardServer",
                 "SwitchboardCluster",
                 "SwitchboardStore",
@@ -342,6 +361,19 @@ let package = Package(
                 "switchboard", "SwitchboardTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SwitchboardHTTPAPITests",
+            dependencies: [
+                "SwitchboardHTTPAPI", "SwitchboardServer", "SwitchboardClient", "SwitchboardWire",
+                "SwitchboardTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),

@@ -164,6 +164,7 @@ public struct GatewayApplication: Service {
     private let handlers: [any RequestHandler]
     private let observers: [any SessionObserver]
     private let membershipObservers: [any ChannelMembershipObserver]
+    private let addOns: [any GatewayAddOn]
     private let metrics: PrometheusMetrics?
     private let logger: Logger
     private let nowMillis: @Sendable () -> Int64
@@ -176,6 +177,7 @@ public struct GatewayApplication: Service {
     ///   - handlers: command areas served after the built ones (tests' own areas).
     ///   - observers: told when sessions start and end, after the built areas.
     ///   - membershipObservers: told after every successful `subscribeChannel`, after the storage area.
+    ///   - addOns: servers run beside the gateway on its operations (the HTTP API).
     ///   - metrics: where the gateway's and the metadata store's metrics go, and what the endpoint serves; nil makes
     ///     a registry of the application's own when ``Configuration/metricsPort`` is set, and otherwise leaves the
     ///     metrics to the global `MetricsSystem`.
@@ -187,6 +189,7 @@ public struct GatewayApplication: Service {
         handlers: [any RequestHandler] = [],
         observers: [any SessionObserver] = [],
         membershipObservers: [any ChannelMembershipObserver] = [],
+        addOns: [any GatewayAddOn] = [],
         metrics: PrometheusMetrics? = nil,
         logger: Logger = Logger(label: "switchboard"),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
@@ -196,6 +199,7 @@ public struct GatewayApplication: Service {
         self.handlers = handlers
         self.observers = observers
         self.membershipObservers = membershipObservers
+        self.addOns = addOns
         self.metrics = metrics
         self.logger = logger
         self.nowMillis = nowMillis
@@ -304,6 +308,14 @@ public struct GatewayApplication: Service {
             if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
             if let endpoint { group.append(endpoint) }
             group.append(gateway)
+            // Add-ons (the HTTP API) run after the gateway in the group: they stop first.
+            for addOn in self.addOns {
+                let operations = GatewayOperations(
+                    caller: InternalCaller(handlers: services.handlers, operations: addOn.operations, nowMillis: self.nowMillis),
+                    credentials: gateway.credentials, eventLoopGroup: eventLoopGroup,
+                    usesTLS: self.configuration.server.tls != nil, nowMillis: self.nowMillis)
+                group.append(try addOn.makeService(operations: operations, logger: self.logger))
+            }
             // A service that fails (a cluster node that fenced itself) stops the others as a signal would: the gateway
             // drains its clients (GOAWAY) instead of being cancelled.
             var groupConfiguration = ServiceGroupConfiguration(

@@ -24,6 +24,10 @@ struct ServeSettings: Equatable, Sendable {
     var websocketPath = "/"
     /// The browser origins the WebSocket listener accepts: `*`, or a comma-separated list (empty: none).
     var websocketOrigins = ""
+    /// The HTTP API listener (Docs/http-api.md), `HOST:PORT` or `off`.
+    var api = "off"
+    /// The HTTP API's keys, one `NAME SECRET` a line (nil: admin tokens only).
+    var apiKeyFile: String?
     var unixSocket = "./switchboard.sock"
     var unixSocketMode = "0600"
     var database = "./switchboard.sqlite"
@@ -126,6 +130,8 @@ struct ServeSettings: Equatable, Sendable {
         .string("websocket", \.websocket),
         .string("websocket-path", \.websocketPath),
         .string("websocket-origins", \.websocketOrigins),
+        .string("api", \.api),
+        .optionalString("api-key-file", \.apiKeyFile),
         .string("unix-socket", \.unixSocket),
         .string("unix-socket-mode", \.unixSocketMode),
         .string("database", \.database),

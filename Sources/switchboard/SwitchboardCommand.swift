@@ -8,6 +8,7 @@ import Prometheus
 import ServiceLifecycle
 import SwitchboardCLI
 import SwitchboardCluster
+import SwitchboardHTTPAPI
 import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
@@ -91,6 +92,12 @@ struct ServeOptions: ParsableArguments {
 
     @Option(name: .customLong("websocket-origins"), help: ArgumentHelp("Browser origins the WebSocket listener accepts, comma-separated (https://app.example.com,http://localhost:5173), or * for any; an upgrade with another Origin gets 403, one without an Origin header (non-browser clients) is accepted (default: none).", valueName: "origins"))
     var websocketOrigins: String?
+
+    @Option(name: .customLong("api"), help: ArgumentHelp("HTTP API listener as host:port, or \"off\": the storage, lock, presence-query, event-publish, profile and moderation operations as JSON over HTTP for backends (Docs/http-api.md; its OpenAPI document at /openapi.json); HTTPS with --tls-cert and --tls-key. Requests need an API key (--api-key-file) or an admin token (default: \(defaults.api)).", valueName: "host:port"))
+    var api: String?
+
+    @Option(name: .customLong("api-key-file"), help: ArgumentHelp("The HTTP API's keys: one `NAME SECRET` a line (# comments); a request with Authorization: Bearer SECRET runs as the admin user NAME. Secrets are at least 16 bytes.", valueName: "path"))
+    var apiKeyFile: String?
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
     var unixSocket: String?
@@ -221,6 +228,8 @@ struct ServeOptions: ParsableArguments {
         put("websocket", self.websocket)
         put("websocket-path", self.websocketPath)
         put("websocket-origins", self.websocketOrigins)
+        put("api", self.api)
+        put("api-key-file", self.apiKeyFile)
         put("unix-socket", self.unixSocket)
         put("unix-socket-mode", self.unixSocketMode)
         put("database", self.database)
@@ -456,11 +465,12 @@ extension ServeSettings {
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }
+        let addOns: [any GatewayAddOn] = try self.httpAPI().map { [$0] } ?? []
         // SIGHUP's default action ends the process: ignored until the gateway runs, then it reloads.
         signal(SIGHUP, SIG_IGN)
         let startLine = StartLine(nodeID: nodeID)
         let application = GatewayApplication(
-            configuration: applicationConfiguration, metrics: metricsPrometheus, logger: logger,
+            configuration: applicationConfiguration, addOns: addOns, metrics: metricsPrometheus, logger: logger,
             onServerRunning: { [self] running in
                 SecondSignal.exitImmediately(logger: logger)
                 startLine.log(
@@ -476,6 +486,37 @@ extension ServeSettings {
             throw ExitCode(FencedExit.status)  // logged as critical when it fenced itself
         }
         logger.info("switchboard stopped")
+    }
+}
+
+extension ServeSettings {
+    /// The HTTP API these settings ask for (`api`, `api-key-file`), nil when it is off.
+    ///
+    /// - Throws: `ValidationError` for an address that is not host:port, or a key file that cannot be read or parsed.
+    func httpAPI() throws -> HTTPAPI? {
+        guard self.api != "off" else {
+            if self.apiKeyFile != nil { throw ValidationError("--api-key-file needs --api") }
+            return nil
+        }
+        guard let colon = self.api.lastIndex(of: ":"), let port = Int(self.api[self.api.index(after: colon)...]),
+            (0...65_535).contains(port)
+        else {
+            throw ValidationError("api must be host:port or off")
+        }
+        var keys = APIKeys.none
+        if let path = self.apiKeyFile {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ValidationError("api-key-file: cannot read \(path)")
+            }
+            do {
+                keys = try APIKeys(parsing: String(decoding: data, as: UTF8.self))
+            } catch {
+                throw ValidationError("api-key-file \(path): \(error.description)")
+            }
+            guard !keys.isEmpty else { throw ValidationError("api-key-file \(path) holds no key") }
+        }
+        let host = String(self.api[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return HTTPAPI(configuration: HTTPAPI.Configuration(host: host, port: port, keys: keys))
     }
 }
 

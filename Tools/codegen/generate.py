@@ -14,12 +14,15 @@ Outputs:
     clients/python/src/switchboard/_generated.py    the Python client's types and operation methods (gen_python.py)
     clients/javascript/src/generated.js             the JavaScript client's schema tables and operation methods
     clients/javascript/src/generated.d.ts           and their TypeScript declarations (gen_javascript.py)
+    Protocol/openapi.json                           the HTTP API's OpenAPI 3.1 document (gen_openapi.py)
+    Sources/SwitchboardHTTPAPI/Generated/APIOperations.swift   the HTTP API's routes, statuses and document
 """
 import json
 import os
 import sys
 
 import gen_javascript
+import gen_openapi
 import gen_python
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -920,6 +923,7 @@ def main():
     }
     outputs.update(gen_python.outputs(ROOT, SCHEMA_TEXT))
     outputs.update(gen_javascript.outputs(ROOT, SCHEMA_TEXT))
+    outputs.update(gen_openapi.outputs(ROOT, SCHEMA_TEXT))
     spec_path = os.path.join(ROOT, "Protocol", "SPEC.md")
     if os.path.exists(spec_path):
         spec = open(spec_path).read()

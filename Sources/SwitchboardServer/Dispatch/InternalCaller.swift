@@ -18,8 +18,8 @@ enum InternalAnswer: Sendable {
 /// engines, so the answers are the cluster's, as a client's would be.
 ///
 /// The caller's session (``SessionHandle/init(internalCaller:eventLoop:)``) has no connection: pushes sent to it go
-/// nowhere and it may hold no subscriptions, so only reads are meaningful; ``readOperations`` is what the caller
-/// accepts.
+/// nowhere and it may hold no subscriptions. The inspector's caller accepts ``readOperations``; the HTTP API's
+/// (``GatewayOperations``) the operations it serves, writes among them, none that needs a live session.
 final class InternalCaller: Sendable {
     /// The operations an internal caller may run: reads only.
     static let readOperations: Set<Opcode> = [
@@ -28,26 +28,33 @@ final class InternalCaller: Sendable {
 
     /// Handlers indexed by op (0...63), as the gateway's dispatch has them.
     private let handlers: [(any RequestHandler)?]
+    /// The operations this caller runs; others answer `unavailable`.
+    private let operations: Set<Opcode>
     private let nowMillis: @Sendable () -> Int64
     private let nextRequestID = Atomic<UInt32>(0)
 
-    /// A caller of `handlers` (the command areas a ``GatewayApplication`` built), with the gateway's clock.
-    init(handlers: [any RequestHandler], nowMillis: @escaping @Sendable () -> Int64) {
+    /// A caller of `handlers` (the command areas a ``GatewayApplication`` built), with the gateway's clock, that runs
+    /// `operations`.
+    init(
+        handlers: [any RequestHandler], operations: Set<Opcode> = InternalCaller.readOperations,
+        nowMillis: @escaping @Sendable () -> Int64
+    ) {
         var table: [(any RequestHandler)?] = Array(repeating: nil, count: 64)
         for handler in handlers {
             for op in handler.operations { table[Int(op.rawValue)] = handler }
         }
         self.handlers = table
+        self.operations = operations
         self.nowMillis = nowMillis
     }
 
     /// Runs `request` as `session` on `eventLoop` (one of the gateway's loops, where areas expect to be called).
     ///
     /// - Returns: the area's response, or the error it (or the grant check) answered; `unavailable` for an op no area
-    ///   serves or one that is not a read.
+    ///   serves or one this caller does not run.
     func call(_ request: Request, as session: SessionInfo, on eventLoop: any EventLoop) -> EventLoopFuture<Response> {
         let op = request.operation
-        guard Self.readOperations.contains(op), let handler = self.handlers[Int(op.rawValue)] else {
+        guard self.operations.contains(op), let handler = self.handlers[Int(op.rawValue)] else {
             return eventLoop.makeFailedFuture(InternalCallError(ErrorBody(.unavailable, "\(op.name) is not available here")))
         }
         if !session.grants.isUnrestricted, let denied = RequestAuthorizer(session: session).check(request) {

@@ -737,6 +737,46 @@ export const SCHEMA = {
       "group": "A profile group, by id."
     }
   },
+  "httpApi": {
+    "doc": "The HTTP API (Docs/http-api.md): the wire operations a backend calls, as JSON over HTTP on the gateway's --api listener. Each listed operation is `POST pathPrefix + name` with the canonical JSON rendering of its request body (SPEC.md §10: fields by name, absent fields take their defaults, an unknown field is malformedBody); a success answers 200 with the response body's rendering (fields that hold their default left out), a failure the wire's ErrorBody with the error's name and an HTTP status by the error's class. The operations run as the wire's do, through the same command areas and the same grant check, as the caller: an API key's name, or an admin token's user. Operations that need a live session (subscriptions, state in a channel, logout, providers) are not here.",
+    "pathPrefix": "/v1/",
+    "documentPath": "/openapi.json",
+    "operations": [
+      "setChannelMetadata",
+      "getChannelMetadata",
+      "updateChannelMetadata",
+      "removeChannelMetadata",
+      "setUserMetadata",
+      "getUserMetadata",
+      "updateUserMetadata",
+      "removeUserMetadata",
+      "setLock",
+      "acquireLock",
+      "releaseLock",
+      "removeLock",
+      "revokeLock",
+      "getLocks",
+      "whoNow",
+      "whereNow",
+      "getState",
+      "publishEvent",
+      "queryEventSubscriptions",
+      "setUserInfo",
+      "getUserInfo",
+      "setGroupInfo",
+      "getGroupInfo",
+      "setGroupMemberInfo",
+      "getGroupMemberInfo",
+      "updateGroupMembers",
+      "getGroupMembers",
+      "clearProfile",
+      "kickUser",
+      "forceUnsubscribe",
+      "revokeTokens",
+      "listChannels",
+      "getLastSeen"
+    ]
+  },
   "operations": [
     {
       "op": 1,
