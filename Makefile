@@ -39,6 +39,7 @@ test:
 	swift test --skip-build --filter '$(FAULT_SUITES)'
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard python3 -m pytest -q -p no:cacheprovider clients/python/tests
 	SWITCHBOARD_BINARY=$(CURDIR)/.build/debug/switchboard node --test --test-force-exit --test-timeout=120000 clients/javascript/test/
+	Tools/api-fuzz.sh $(CURDIR)/.build/debug/switchboard 60
 
 ## A bounded libFuzzer run of the frame decoder, the request handlers and the token verifier (FUZZ_SECONDS in all,
 ## default 60).

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import ServiceLifecycle
 import SwitchboardClient
 @testable import SwitchboardHTTPAPI
@@ -162,12 +163,16 @@ enum LoopbackHTTP {
     }
 
     static func request(
-        _ method: String, _ path: String, to address: SocketAddress, body: [UInt8] = [], headers: [(String, String)] = []
+        _ method: String, _ path: String, to address: SocketAddress, body: [UInt8] = [], headers: [(String, String)] = [],
+        tls: NIOSSLContext? = nil
     ) async throws -> HTTPAnswer {
         let promise = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: HTTPAnswer.self)
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: nil))
+                    }
                     try channel.pipeline.syncOperations.addHandler(ResponseReader(promise: promise, head: method == "HEAD"))
                 }
             }
