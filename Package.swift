@@ -369,6 +369,7 @@ let package = Package(
             dependencies: [
                 "SwitchboardHTTPAPI", "SwitchboardServer", "SwitchboardClient", "SwitchboardWire",
                 "SwitchboardTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

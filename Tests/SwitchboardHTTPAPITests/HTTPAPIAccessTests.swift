@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import SwitchboardClient
 @testable import SwitchboardHTTPAPI
@@ -102,6 +103,15 @@ struct HTTPAPIAccessTests {
         #expect(keys.name(of: "0123456789abcde") == nil)
         #expect(keys.name(of: "0123456789abcdefg") == nil)
         #expect(keys.name(of: "") == nil)
+        // Secrets whose SHA-256 shares its first one or two bytes with a key's are refused: the whole digest counts.
+        let digest = Array(SHA256.hash(data: Array("0123456789abcdef".utf8)))
+        for shared in 1...2 {
+            let near = try #require(
+                (0..<2_000_000).lazy.map { "candidate-\($0)-0123456789" }.first {
+                    Array(SHA256.hash(data: Array($0.utf8)).prefix(shared)) == Array(digest.prefix(shared))
+                })
+            #expect(keys.name(of: near) == nil, "\(near) shares \(shared) digest bytes with alpha's secret")
+        }
         #expect(throws: APIKeys.Failure.self) { try APIKeys(parsing: "alpha short") }
         #expect(throws: APIKeys.Failure.self) { try APIKeys(parsing: "alpha") }
         #expect(throws: APIKeys.Failure.self) { try APIKeys(parsing: "a 0123456789abcdef\nb 0123456789abcdef") }

@@ -53,20 +53,36 @@ struct HTTPAPIEffectTests {
             #expect(published.status == 200, "\(published)")
             let written = try await gateway.call("setChannelMetadata", #"{"channel":"room","items":[{"key":"k","value":"v"}]}"#)
             #expect(written.status == 200, "\(written)")
-            var sawEvent = false
-            var sawStorage = false
-            for try await push in alice.pushes {
-                switch push {
-                case .subscribedEvents(let event):
-                    sawEvent = event.events.contains { $0.publisher == APITokens.keyName && $0.value == 10007 && $0.ext == "hello" }
-                case .storageEvent(let event) where event.eventType == .set:
-                    sawStorage = event.target == "room" && event.publisher == APITokens.keyName
-                default:
-                    break
+            // Both pushes within 10 s (they come at once; the wait bounds a test whose pushes never come).
+            let seen = try await withThrowingTaskGroup(of: (event: Bool, storage: Bool).self) { group in
+                group.addTask {
+                    var sawEvent = false
+                    var sawStorage = false
+                    for await push in alice.pushes {
+                        switch push {
+                        case .subscribedEvents(let event):
+                            sawEvent = sawEvent || event.events.contains {
+                                $0.publisher == APITokens.keyName && $0.value == 10007 && $0.ext == "hello"
+                            }
+                        case .storageEvent(let event) where event.eventType == .set:
+                            sawStorage = sawStorage || (event.target == "room" && event.publisher == APITokens.keyName)
+                        default:
+                            break
+                        }
+                        if sawEvent && sawStorage { break }
+                    }
+                    return (sawEvent, sawStorage)
                 }
-                if sawEvent && sawStorage { break }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(10))
+                    return (false, false)
+                }
+                let first = try await group.next() ?? (false, false)
+                group.cancelAll()
+                return first
             }
-            #expect(sawEvent && sawStorage)
+            #expect(seen.event, "no event of \(APITokens.keyName) with value 10007 reached the subscriber")
+            #expect(seen.storage, "no storage event by \(APITokens.keyName) reached the member")
         }
     }
 
