@@ -99,7 +99,6 @@ let package = Package(
             name: "SwitchboardCluster",
             dependencies: [
                 "SwitchboardRedis",
-                "SwitchboardServer",
                 "SwitchboardStore",
                 "SwitchboardWire",
                 .product(name: "PostgresNIO", package: "postgres-nio"),

@@ -49,6 +49,7 @@ public final class MetadataStore: Sendable {
     /// The lock path of a store whose locks a shared database holds.
     let sharedLocks: SharedLocks?
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
+    private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
     let lockCount = Atomic<Int>(0)
@@ -341,6 +342,20 @@ public final class MetadataStore: Sendable {
     /// block (queue the event for the subscribers and return).
     public func setLockEventHandler(_ handler: LockEventHandler?) {
         self.lockEventHandler.withLock { $0 = handler }
+    }
+
+    /// Installs the handler that receives every write another gateway committed, once this store's copy holds it
+    /// (``deliverCommittedElsewhere(_:)``); replaces any previous one. A store no other gateway writes never calls it.
+    ///
+    /// It must not block (queue the storage event for the subscribers and return).
+    public func setCommittedElsewhereHandler(_ handler: (@Sendable (MetadataChange) -> Void)?) {
+        self.committedElsewhereHandler.withLock { $0 = handler }
+    }
+
+    /// Reports `change`, committed by another gateway and now in this store's copy (``applyCommitted(_:)``), to the
+    /// handler set with ``setCommittedElsewhereHandler(_:)``.
+    public func deliverCommittedElsewhere(_ change: MetadataChange) {
+        if let handler = self.committedElsewhereHandler.withLock({ $0 }) { handler(change) }
     }
 
     func deliver(_ delivery: Delivery) {
