@@ -46,8 +46,8 @@ public final class MetadataStore: Sendable {
     private let writeBack: MetadataWriteBack?
     /// The write path of a store on a shared database.
     let coordinator: CoordinatedWriter?
-    /// The lock path of a store whose locks a shared database holds.
-    let sharedLocks: SharedLocks?
+    /// The one engine of the store's channel locks.
+    let locks: any LockEngine
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
@@ -93,7 +93,7 @@ public final class MetadataStore: Sendable {
 
     init(
         configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?,
-        coordinator: CoordinatedWriter?, sharedLocks: SharedLocks? = nil, logger: Logger,
+        coordinator: CoordinatedWriter?, locks: any LockEngine = LocalLocks(), logger: Logger,
         metricsFactory: (any MetricsFactory)?
     ) {
         let shardCount = max(configuration.shardCount, 1)
@@ -110,8 +110,8 @@ public final class MetadataStore: Sendable {
         self.clock = configuration.clock
         self.commitDriver = configuration.commitDriver
         self.coordinator = coordinator
-        self.sharedLocks = sharedLocks
-        if sharedLocks != nil {
+        self.locks = locks
+        if !locks.countsEveryLock {
             // Other gateways' locks arrive without this store counting them: never skip the lock shards.
             self.lockCount.store(Int.max / 2, ordering: .relaxed)
         }

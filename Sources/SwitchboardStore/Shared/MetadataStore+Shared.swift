@@ -12,21 +12,19 @@ extension MetadataStore {
     /// ``applyCommitted(_:)``, fed from the database's change feed.
     ///
     /// - Throws: What ``SharedMetadataBackend/loadAll()`` throws.
-    /// - Parameter locks: Where the channel locks are shared (nil: each gateway keeps its own locks).
+    /// - Parameter locks: Where the channel locks are shared (a lock-guarded write is decided against them).
     public static func open(
-        shared backend: any SharedMetadataBackend, locks: (any SharedLockBackend)? = nil,
+        shared backend: any SharedMetadataBackend, locks: any SharedLockBackend,
         configuration: StoreConfiguration = StoreConfiguration(), logger: Logger
     ) async throws -> MetadataStore {
         let sets = try await backend.loadAll()
         let store = MetadataStore(
             configuration: configuration, sets: sets, backend: nil,
             coordinator: CoordinatedWriter(backend: backend, logger: logger),
-            sharedLocks: locks.map { SharedLocks(backend: $0, logger: logger) }, logger: logger, metricsFactory: nil)
-        if let locks {
-            let channels = try await locks.loadAllLocks()
-            store.installCommittedLocks(channels)
-            logger.info("channel locks loaded from the shared database", metadata: ["store.lockChannels": "\(channels.count)"])
-        }
+            locks: SharedLocks(backend: locks, logger: logger), logger: logger, metricsFactory: nil)
+        let channels = try await locks.loadAllLocks()
+        store.installCommittedLocks(channels)
+        logger.info("channel locks loaded from the shared database", metadata: ["store.lockChannels": "\(channels.count)"])
         logger.info("metadata store loaded from the shared database", metadata: ["store.sets": "\(sets.count)"])
         return store
     }
