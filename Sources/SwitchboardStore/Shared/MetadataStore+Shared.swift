@@ -32,7 +32,7 @@ extension MetadataStore {
     /// Runs the batches of a store opened with ``open(shared:locks:configuration:logger:)`` until ``close()``; returns at
     /// once for any other store. ``MetadataStoreService`` runs it.
     public func runSharedWrites() async {
-        await self.coordinator?.run(store: self)
+        await self.writes.runWrites(store: self)
     }
 
     /// Brings the copy in memory up to date with a change another gateway committed, in the change feed's order.
@@ -67,12 +67,12 @@ extension MetadataStore {
     /// Refuses every read of shared sets with `8001 storageFailure` while `behind` (the node lost the change feed
     /// and has not caught up since), or serves them again. No effect on a store of one gateway.
     public func setBehindCluster(_ behind: Bool) {
-        self.coordinator?.setBehind(behind)
+        self.writes.setBehind(behind)
     }
 
     /// Why a read of `scope` is refused: its name, or (shared sets) the copy in memory may be behind the database.
     func readError(_ scope: MetadataScope) -> SwitchboardStoreError? {
-        self.scopeError(scope) ?? self.coordinator?.readRefusal(scope)
+        self.scopeError(scope) ?? self.writes.readRefusal(scope)
     }
 
     // MARK: The coordinated write path
