@@ -117,7 +117,6 @@ let package = Package(
             name: "SwitchboardCluster",
             dependencies: [
                 "SwitchboardRedis",
-                "SwitchboardServer",
                 "SwitchboardStore",
                 "SwitchboardWire",
                 .product(name: "PostgresNIO", package: "postgres-nio"),

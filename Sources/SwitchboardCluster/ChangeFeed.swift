@@ -3,7 +3,6 @@ import NIOCore
 import PostgresNIO
 import ServiceLifecycle
 import SwitchboardRedis
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization
@@ -259,11 +258,10 @@ protocol ChangeFeedConsumer: Sendable {
     func consume(_ payload: ByteBuffer, on connection: PostgresConnection, logger: Logger) async throws
 }
 
-/// Metadata rows: brings this node's copy of the set up to date (reading the set again after a gap), then publishes
-/// the storage event to this node's subscribers.
+/// Metadata rows: brings this node's copy of the set up to date (reading the set again after a gap), then hands the
+/// change to the store's handler (the storage event to this node's subscribers).
 struct MetadataFeedConsumer: ChangeFeedConsumer {
     let store: MetadataStore
-    let publisher: PushPublisher
 
     func consume(_ payload: ByteBuffer, on connection: PostgresConnection, logger: Logger) async throws {
         let change = try MetadataChangeCoding.decode(payload)
@@ -273,7 +271,7 @@ struct MetadataFeedConsumer: ChangeFeedConsumer {
                 [change.outcome.scope], on: connection, by: .now + ClusterDeadlines.feedRead, logger: logger)
             self.store.install(sets)
         }
-        self.publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
+        self.store.deliverCommittedElsewhere(change)
     }
 }
 

@@ -2,7 +2,7 @@ import Logging
 import PostgresNIO
 import ServiceLifecycle
 import SwitchboardRedis
-import SwitchboardServer
+import SwitchboardStore
 import Synchronization
 
 /// What a node knows of its dependencies and of the cluster, filled by the ``ClusterProbe``, the change feed reader

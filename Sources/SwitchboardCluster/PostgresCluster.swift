@@ -1,12 +1,12 @@
 import Logging
 import PostgresNIO
 import ServiceLifecycle
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 
-/// A cluster of gateways sharing one PostgreSQL database: the ``ClusterEngine`` of `switchboard --cluster URL`.
+/// A cluster of gateways sharing one PostgreSQL database: the engines (``AreaEngines``) of `switchboard --cluster URL`,
+/// given to the gateway as ``Engines/cluster(_:)``.
 ///
 /// Every node keeps all metadata sets in memory and serves reads from there. A write is decided in a PostgreSQL
 /// transaction that holds the set's row locked, against the set as committed (``MetadataStore/open(shared:locks:configuration:logger:)``),
@@ -17,7 +17,7 @@ import Synchronization
 /// Presence: each node decides for its own sessions and mirrors them to the others through `sb_presence` and the
 /// feed (``PostgresPresence``), or through Redis with `--redis` (``RedisPresenceStore``); a dead node's sessions are
 /// swept by the node that sees it dead.
-public struct PostgresCluster: ClusterEngine {
+public struct PostgresCluster: AreaEngines {
     /// The database, as this node connects to it (every connection names the node and has its transactions bounded:
     /// ``PostgresLocation/sessionParameters``).
     public let location: PostgresLocation
@@ -87,11 +87,34 @@ public struct PostgresCluster: ClusterEngine {
         return (0..<4).map { _ in String(generator.next() as UInt32, radix: 16) }.joined()
     }
 
+    /// The node keeps no file: nothing to lock.
+    public func filesToLock(_ context: EngineContext) -> [String] { [] }
+
+    /// Joins the cluster (``join(logger:)``), then loads every area of `context` from the shared database.
+    public func open(_ context: EngineContext) async throws -> OpenedEngines {
+        let logger = context.logger
+        try await self.join(logger: logger)
+        var opened = OpenedEngines()
+        if context.areas.contains(.metadata) {
+            opened.metadata = try await self.openMetadataStore(configuration: context.store, logger: logger)
+        }
+        if context.areas.contains(.profiles) {
+            opened.profiles = try await self.openProfileBackend(logger: logger)
+        }
+        if context.areas.contains(.moderation) {
+            opened.moderation = try await self.openModerationBackend(logger: logger)
+        }
+        if context.areas.contains(.events) {
+            opened.events = try await self.openEventBackend(gracePeriod: context.eventGracePeriod, logger: logger)
+        }
+        return opened
+    }
+
     /// Creates the cluster's tables if needed and notes where the change feed ends.
     ///
     /// The feed's end is read before any state is loaded, so a change committed in between is both loaded and read
     /// again from the feed (applying it twice changes nothing), never missed.
-    public func join(logger: Logger) async throws {
+    func join(logger: Logger) async throws {
         let connection = try await PostgresConnection.connect(
             configuration: self.location.configuration, id: 0, logger: logger)
         do {
@@ -111,7 +134,7 @@ public struct PostgresCluster: ClusterEngine {
     }
 
     /// Loads every metadata set (after ``join(logger:)``).
-    public func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
+    func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
         let state = self.state
         let backend = PostgresMetadataBackend(
             location: self.location, nodeID: self.nodeID, relay: self.relay,
@@ -122,7 +145,7 @@ public struct PostgresCluster: ClusterEngine {
     }
 
     /// Loads the profile directory and who provides each kind (after ``join(logger:)``).
-    public func openProfileBackend(logger: Logger) async throws -> (any ProfileBackend)? {
+    func openProfileBackend(logger: Logger) async throws -> any ProfileBackend {
         let backend = try await PostgresProfileBackend.open(
             location: self.location, nodeID: self.nodeID, progress: self.feedProgress, logger: logger)
         self.profileBackend.value = backend
@@ -131,7 +154,7 @@ public struct PostgresCluster: ClusterEngine {
 
     /// Loads the event area's subscriptions, kept events and online states (after ``join(logger:)``); its changes go
     /// through the shared database and the change feed.
-    public func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> (any EventBackend)? {
+    func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> any EventBackend {
         let backend = try await PostgresEventBackend.open(
             location: self.location, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
             nowMillis: systemNowMillis, logger: logger)
@@ -141,44 +164,44 @@ public struct PostgresCluster: ClusterEngine {
 
     /// Loads the bans and revocations in force (after ``join(logger:)``); kicks and revocations reach the other nodes
     /// through the change feed.
-    public func openModerationBackend(logger: Logger) async throws -> (any ModerationBackend)? {
+    func openModerationBackend(logger: Logger) async throws -> any ModerationBackend {
         let backend = try await PostgresModerationBackend.open(
             location: self.location, nodeID: self.nodeID, nowMillis: systemNowMillis(), logger: logger)
         self.moderationBackend.value = backend
         return backend
     }
 
-    /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `services`' stores and
-    /// publishes their events through its publisher.
-    public func makeServices(for services: GatewayApplication.Services, logger: Logger) -> [any Service] {
+    /// The node's heartbeat and the change feed reader, which applies other nodes' changes to `domains`, each
+    /// delivering them through the handlers its area installed.
+    public func makeServices(for domains: EngineDomains, logger: Logger) -> [any Service] {
         var consumers: [ChangeFeedRows.Kind: any ChangeFeedConsumer] = [:]
         var sweepers: [any DeadNodeSweeper] = []
         var writers: [any Service] = []
-        if let store = services.metadataStore {
-            consumers[.metadata] = MetadataFeedConsumer(store: store, publisher: services.publisher)
+        if let store = domains.metadata {
+            consumers[.metadata] = MetadataFeedConsumer(store: store)
             consumers[.lock] = LockFeedConsumer(store: store)
             sweepers.append(LockWaiterSweeper(store: store, nodeID: self.nodeID, relay: self.relay))
         }
-        if services.events != nil, let events = self.eventBackend.value {
+        if domains.opened.events != nil, let events = self.eventBackend.value {
             consumers[.event] = EventFeedConsumer(backend: events)
             sweepers.append(events)
             writers.append(EventSessionsService(backend: events))
             // The event area keeps sb_session: lock holders' sessions on every node are known.
-            if let store = services.metadataStore, let locks = self.lockBackend.value {
+            if let store = domains.metadata, let locks = self.lockBackend.value {
                 locks.tracksSessions.store(true, ordering: .relaxed)
                 writers.append(
                     LockHolderWatch(
-                        store: store, sessions: services.sessions, location: self.location, nodeID: self.nodeID,
+                        store: store, sessions: domains.sessions, location: self.location, nodeID: self.nodeID,
                         logger: logger))
             }
         }
-        if services.moderation != nil, let moderation = self.moderationBackend.value {
+        if domains.opened.moderation != nil, let moderation = self.moderationBackend.value {
             consumers[.moderation] = ModerationFeedConsumer(backend: moderation)
         }
-        if let area = services.presence {
+        if let presence = domains.presence {
             // The other nodes' sessions as they were when the node joined; the store brings what changed since.
             let parts = self.presenceStore.makeParts(
-                mirror: PresenceMirror(domain: area.domain), loaded: self.presence.takeLoaded(),
+                mirror: PresenceMirror(domain: presence), loaded: self.presence.takeLoaded(),
                 deadFor: self.nodeTimeout + self.heartbeatInterval, logger: logger)
             consumers[.presence] = parts.feedConsumer
             sweepers.append(parts.sweeper)
@@ -186,20 +209,18 @@ public struct PostgresCluster: ClusterEngine {
         } else {
             self.presenceStore.discard()
         }
-        if let profiles = services.profiles, let backend = self.profileBackend.value {
+        if let directory = domains.profiles, let backend = self.profileBackend.value {
             // Providers registered on other nodes before this one started.
-            profiles.directory.applyReplicated(.providers(backend.remoteProviderKinds, present: true)) { _ in true }
+            directory.applyReplicated(.providers(backend.remoteProviderKinds, present: true)) { _ in true }
             consumers[.profile] = ProfileFeedConsumer(
-                backend: backend, directory: profiles.directory,
-                providerTimeout: .nanoseconds(profiles.providerTimeout.nanoseconds))
-            sweepers.append(ProfileProviderSweeper(backend: backend, directory: profiles.directory))
-            let directory = profiles.directory
+                backend: backend, directory: directory, providerTimeout: domains.providerTimeout)
+            sweepers.append(ProfileProviderSweeper(backend: backend, directory: directory))
             backend.installCommitted { change, accept in directory.applyReplicated(change, accept: accept) }
             writers.append(backend)
         }
         // Services stop in reverse order: the writers commit what the drained sessions left (the presence writer the
         // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
-        let store = services.metadataStore
+        let store = domains.metadata
         return [
             FenceReporting(
                 heartbeat: NodeHeartbeat(
@@ -280,5 +301,12 @@ private final class OpenedLockBackend: Sendable {
     var value: PostgresLockBackend? {
         get { self.backend.withLock { $0 } }
         set { self.backend.withLock { $0 = newValue } }
+    }
+}
+
+extension Engines {
+    /// The engines of a node of `cluster`: every area in its shared PostgreSQL database (and Redis, with one).
+    public static func cluster(_ cluster: PostgresCluster) -> Engines {
+        Engines(cluster)
     }
 }

@@ -2,7 +2,6 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization
@@ -228,14 +227,14 @@ struct LockFeedConsumer: ChangeFeedConsumer {
 /// decides again under the channel's lock.
 final class LockHolderWatch: Service, Sendable {
     private let store: MetadataStore
-    private let sessions: SessionRegistry
+    private let sessions: any LocalSessions
     private let location: PostgresLocation
     private let nodeID: String
     private let interval: Duration
     private let logger: Logger
 
     init(
-        store: MetadataStore, sessions: SessionRegistry, location: PostgresLocation, nodeID: String,
+        store: MetadataStore, sessions: any LocalSessions, location: PostgresLocation, nodeID: String,
         interval: Duration = .seconds(1), logger: Logger
     ) {
         self.store = store

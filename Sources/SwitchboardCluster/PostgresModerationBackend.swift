@@ -1,7 +1,6 @@
 import Logging
 import NIOCore
 import PostgresNIO
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization

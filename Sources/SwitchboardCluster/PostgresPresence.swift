@@ -2,7 +2,6 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization

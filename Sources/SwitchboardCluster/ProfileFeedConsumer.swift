@@ -1,7 +1,6 @@
 import Logging
 import NIOCore
 import PostgresNIO
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 
@@ -11,7 +10,7 @@ import SwitchboardWire
 /// node's reads whose asks another node answered.
 struct ProfileFeedConsumer: ChangeFeedConsumer {
     let backend: PostgresProfileBackend
-    let directory: ProfileDirectory<SessionHandle>
+    let directory: any ReplicatedProfileDirectory
     /// How long an ask forwarded here waits for this node's provider.
     let providerTimeout: Duration
 
@@ -53,7 +52,7 @@ struct ProfileFeedConsumer: ChangeFeedConsumer {
     /// `node`'s provider of `kinds` went away (its session ended, or the node died): reads no longer wait for it.
     static func providersGone(
         _ kinds: [ProfileKind], of node: String, backend: PostgresProfileBackend,
-        directory: ProfileDirectory<SessionHandle>
+        directory: any ReplicatedProfileDirectory
     ) {
         let gone = backend.removeRemoteProviders(kinds, node: node)
         guard !gone.isEmpty else { return }
@@ -65,7 +64,7 @@ struct ProfileFeedConsumer: ChangeFeedConsumer {
 /// sweep committed.
 struct ProfileProviderSweeper: DeadNodeSweeper {
     let backend: PostgresProfileBackend
-    let directory: ProfileDirectory<SessionHandle>
+    let directory: any ReplicatedProfileDirectory
 
     func sweep(deadNodes: [String], on connection: PostgresConnection, logger: Logger) async throws
         -> @Sendable () -> Void

@@ -68,11 +68,10 @@ public struct GatewayApplication: Service {
         /// Serve Prometheus metrics on `metricsHost:port/metrics`, the gateway's health on `/health` and the live
         /// inspector on `/inspector` (nil: no metrics endpoint; 0: any free port, see ``Running/metricsAddress``).
         public var metricsPort: Int?
-        /// The engine of a cluster this gateway is a node of (nil: a single gateway on its own SQLite files). The
-        /// metadata sets then live in the engine, and the event area's state too when the engine holds it
-        /// (``ClusterEngine/openEventBackend(gracePeriod:logger:)``); ``ServerConfiguration/databasePath`` holds the
-        /// node's other databases.
-        public var cluster: (any ClusterEngine)?
+        /// Where the areas keep their state, chosen once: the gateway's own SQLite files or memory (the default,
+        /// ``Engines/singleNode``, on ``ServerConfiguration/databasePath`` unless ``inMemory``), or a cluster's
+        /// shared database.
+        public var engines: Engines = .singleNode
         /// The address the metrics endpoint binds (with ``metricsPort``): loopback by default.
         public var metricsHost = "127.0.0.1"
         /// Whether the metrics endpoint also serves the inspector (`/inspector`, admin tokens only); off, those
@@ -109,6 +108,26 @@ public struct GatewayApplication: Service {
             self.inMemory ? nil : self.profileDatabase ?? self.server.databasePath + ".profiles"
         }
 
+        /// What the engines are opened for: the configured areas, their settings and files.
+        public func engineContext(metricsFactory: (any MetricsFactory)?, logger: Logger) -> EngineContext {
+            var engineAreas = Set<EngineArea>()
+            if self.areas.contains(.storage) { engineAreas.insert(.metadata) }
+            if self.areas.contains(.events) { engineAreas.insert(.events) }
+            if self.areas.contains(.profiles) { engineAreas.insert(.profiles) }
+            if self.areas.contains(.moderation) { engineAreas.insert(.moderation) }
+            var files: EngineContext.Files?
+            if let events = self.eventDatabasePath, let profiles = self.profileDatabasePath,
+                let moderation = self.moderationDatabasePath
+            {
+                files = EngineContext.Files(
+                    metadata: self.server.databasePath, events: events, profiles: profiles, moderation: moderation)
+            }
+            return EngineContext(
+                areas: engineAreas, store: self.store, files: files, unawaitedWriteDelayMs: self.unawaitedWriteDelayMs,
+                eventGracePeriod: .nanoseconds(self.eventGracePeriod.nanoseconds), metricsFactory: metricsFactory,
+                logger: logger)
+        }
+
         /// Keeps the stores in the databases at `path` (the metadata database; the others beside it), or in memory
         /// when `path` is nil.
         public mutating func useDatabase(at path: String?) {
@@ -127,10 +146,12 @@ public struct GatewayApplication: Service {
         public let publisher: PushPublisher
         /// The metadata store, with ``Areas/storage``.
         public let metadataStore: MetadataStore?
-        /// The event store, with ``Areas/events`` (nil when a cluster engine holds the events).
-        public let eventStore: EventStore?
-        /// The profile store, with ``Areas/profiles`` (nil in a cluster, whose directory is in the shared database).
-        public let profileStore: ProfileStore?
+        /// What the engines opened for the areas.
+        public let engines: OpenedEngines
+        /// The event store, with ``Areas/events`` on the single-node engines.
+        public var eventStore: EventStore? { self.engines.events as? EventStore }
+        /// The profile store, with ``Areas/profiles`` on the single-node engines.
+        public var profileStore: ProfileStore? { self.engines.profiles as? ProfileStore }
         /// The storage and lock area.
         public let storage: StorageArea?
         /// The presence area.
@@ -232,8 +253,9 @@ public struct GatewayApplication: Service {
             let metrics = self.metrics ?? (self.configuration.metricsPort == nil ? nil : PrometheusMetrics())
             let metricsFactory = metrics?.factory
             // The metrics endpoint binds first: a port in use stops the start before the gateway listens.
-            let health = HealthSource(cluster: self.configuration.cluster)
-            let clusterMetrics = self.configuration.cluster?.statusReport.map {
+            let engines = self.configuration.engines.implementation
+            let health = HealthSource(engines: engines)
+            let clusterMetrics = engines.statusReport.map {
                 ClusterMetrics(factory: metricsFactory, dependencies: $0.dependencies.map(\.name))
             }
             var endpoint: MetricsEndpoint?
@@ -246,38 +268,16 @@ public struct GatewayApplication: Service {
                 let bound = MetricsEndpoint(
                     host: self.configuration.metricsHost, port: port, eventLoopGroup: eventLoopGroup,
                     logger: self.logger, render: {
-                        if let clusterMetrics, let report = health.cluster?.statusReport { clusterMetrics.update(from: report) }
+                        if let clusterMetrics, let report = engines.statusReport { clusterMetrics.update(from: report) }
                         return metrics?.exposition() ?? []
                     }, health: { health.report() }, inspector: inspector)
                 boundAddress = try await bound.bind()
                 endpoint = bound
             }
             let metricsAddress = boundAddress
-            var clusterStore: MetadataStore?
-            var clusterProfiles: (any ProfileBackend)?
-            var clusterEvents: (any EventBackend)?
-            var clusterModeration: (any ModerationBackend)?
-            if let cluster = self.configuration.cluster {
-                try await cluster.join(logger: self.logger)
-                if self.configuration.areas.contains(.storage) {
-                    clusterStore = try await cluster.openMetadataStore(
-                        configuration: self.configuration.store, logger: self.logger)
-                }
-                if self.configuration.areas.contains(.profiles) {
-                    clusterProfiles = try await cluster.openProfileBackend(logger: self.logger)
-                }
-                if self.configuration.areas.contains(.moderation) {
-                    clusterModeration = try await cluster.openModerationBackend(logger: self.logger)
-                }
-                if self.configuration.areas.contains(.events) {
-                    clusterEvents = try await cluster.openEventBackend(
-                        gracePeriod: .nanoseconds(self.configuration.eventGracePeriod.nanoseconds), logger: self.logger)
-                }
-            }
-            let services = try self.makeServices(
-                eventLoopGroup: eventLoopGroup, metadataStore: clusterStore, eventBackend: clusterEvents,
-                profileBackend: clusterProfiles, moderationBackend: clusterModeration,
-                metricsFactory: metricsFactory)
+            let opened = try await engines.open(
+                self.configuration.engineContext(metricsFactory: metricsFactory, logger: self.logger))
+            let services = try self.makeServices(eventLoopGroup: eventLoopGroup, engines: opened)
             health.sessions = services.sessions
             let gatewayBox = GatewayBox()
             let onServerRunning = self.onServerRunning
@@ -301,11 +301,7 @@ public struct GatewayApplication: Service {
             // answers /health with 503 meanwhile), then the endpoint closes, then the stores flush and close.
             var group: [any Service] = []
             if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
-            if let cluster = self.configuration.cluster {
-                group += cluster.makeServices(for: services, logger: self.logger)
-            }
-            if let store = services.eventStore { group.append(WriteBehindFlushService(store: store)) }
-            if let store = services.profileStore { group.append(WriteBehindFlushService(store: store)) }
+            group += engines.makeServices(for: services.engineDomains, logger: self.logger)
             if let endpoint { group.append(endpoint) }
             group.append(gateway)
             // Add-ons (the HTTP API) run after the gateway in the group: they stop first.
@@ -340,24 +336,9 @@ public struct GatewayApplication: Service {
     /// Takes the lock on the database files of the configured areas; nil when the stores are in memory.
     private func lockDatabases() throws -> DatabaseLock? {
         guard !self.configuration.inMemory else { return nil }
-        let configuration = self.configuration
-        var files: [String] = []
-        if configuration.areas.contains(.storage), configuration.cluster == nil {
-            files.append(configuration.server.databasePath)
-        }
-        // A cluster keeps events and the profile directory in its engine: no `.events` or `.profiles` file to own.
-        if configuration.areas.contains(.events), configuration.cluster == nil, let path = configuration.eventDatabasePath {
-            files.append(path)
-        }
-        if configuration.areas.contains(.profiles), configuration.cluster == nil, let path = configuration.profileDatabasePath {
-            files.append(path)
-        }
-        // A cluster keeps moderation in PostgreSQL, like the events.
-        if configuration.areas.contains(.moderation), configuration.cluster == nil,
-            let path = configuration.moderationDatabasePath
-        {
-            files.append(path)
-        }
+        // A cluster's engines keep no file of the node's: nothing to own.
+        let files = self.configuration.engines.implementation.filesToLock(
+            self.configuration.engineContext(metricsFactory: nil, logger: self.logger))
         guard !files.isEmpty else { return nil }
         do {
             return try DatabaseLock(paths: files)
@@ -367,22 +348,18 @@ public struct GatewayApplication: Service {
         }
     }
 
-    /// Opens the stores and builds the areas, with their timers on `eventLoopGroup`'s loops.
+    /// Opens the single-node engines (``SQLiteEngines``, on the calling thread) and builds the areas on them, with
+    /// their timers on `eventLoopGroup`'s loops. In-process hosts that run no listeners (sbbench's embedded gateway,
+    /// the fuzzers, with ``Configuration/inMemory``) call it directly; it takes no database lock.
+    package func makeServices(eventLoopGroup: any EventLoopGroup) throws -> Services {
+        let opened = try SQLiteEngines().openNow(self.configuration.engineContext(metricsFactory: nil, logger: self.logger))
+        return try self.makeServices(eventLoopGroup: eventLoopGroup, engines: opened)
+    }
+
+    /// Builds the areas on what the engines opened, with their timers on `eventLoopGroup`'s loops.
     ///
-    /// ``run()`` calls it after taking the database lock; it takes none itself. In-process hosts that run no
-    /// listeners (sbbench's embedded gateway, with ``Configuration/inMemory``) call it directly.
-    ///
-    /// - Parameters:
-    ///   - metadataStore: The store to serve metadata from (a cluster's); nil opens the configured one.
-    ///   - eventBackend: The store to serve the event area from (a cluster's); nil opens the configured SQLite file.
-    ///   - profileBackend: Where the profile directory persists (a cluster's); nil opens the configured SQLite file.
-    ///   - metricsFactory: where the metadata store's metrics go (nil: the global `MetricsSystem`).
-    package func makeServices(
-        eventLoopGroup: any EventLoopGroup, metadataStore opened: MetadataStore? = nil,
-        eventBackend sharedEvents: (any EventBackend)? = nil, profileBackend: (any ProfileBackend)? = nil,
-        moderationBackend: (any ModerationBackend)? = nil,
-        metricsFactory: (any MetricsFactory)? = nil
-    ) throws -> Services {
+    /// ``run()`` calls it after taking the database lock and opening the engines.
+    package func makeServices(eventLoopGroup: any EventLoopGroup, engines opened: OpenedEngines) throws -> Services {
         let configuration = self.configuration
         let server = configuration.server
         let areas = configuration.areas
@@ -391,21 +368,10 @@ public struct GatewayApplication: Service {
         let subscriptions = SubscriptionRegistry()
         let publisher = PushPublisher(subscriptions: subscriptions, compressionThreshold: server.compressionThreshold)
 
-        // The metadata store: everything acknowledged is in SQLite; load it all before accepting connections.
-        var metadataStore: MetadataStore?
+        // Every area on its engine, loaded before connections are accepted.
+        let metadataStore = opened.metadata
         var storage: StorageArea?
-        if areas.contains(.storage) {
-            let store: MetadataStore
-            if let opened {
-                store = opened
-            } else if configuration.inMemory {
-                store = MetadataStore(configuration: configuration.store, logger: self.logger)
-            } else {
-                store = try MetadataStore.load(
-                    from: try SQLiteBackend(path: server.databasePath), configuration: configuration.store,
-                    logger: self.logger, metricsFactory: metricsFactory)
-            }
-            metadataStore = store
+        if let store = metadataStore {
             storage = StorageArea(
                 store: store, publisher: publisher, sessions: sessions, nowMillis: nowMillis)
         }
@@ -414,49 +380,24 @@ public struct GatewayApplication: Service {
             presence = PresenceArea(
                 configuration: configuration.presence, publisher: publisher,
                 membershipObservers: (storage.map { [$0] } ?? []) + self.membershipObservers,
-                timerLoop: eventLoopGroup.next(), replication: configuration.cluster?.presenceReplication,
+                timerLoop: eventLoopGroup.next(), replication: configuration.engines.implementation.presenceReplication,
                 nowMillis: nowMillis)
         }
-        // Event subscriptions and online state persist in their own SQLite file next to the metadata database (in
-        // the shared database in a cluster).
-        var eventStore: EventStore?
         var events: EventArea?
-        if areas.contains(.events) {
-            let store: any EventBackend
-            if let sharedEvents {
-                store = sharedEvents
-            } else {
-                let file = try EventStore(
-                    path: configuration.eventDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
-                eventStore = file
-                store = file
-            }
+        if let store = opened.events {
             events = try EventArea(
                 store: store, gracePeriod: configuration.eventGracePeriod, publisher: publisher,
                 timerLoop: eventLoopGroup.next(),
                 nowMillis: nowMillis)
         }
-        // The profile directory persists in its own SQLite file as well (a cluster's in the shared database).
-        var profileStore: ProfileStore?
         var profiles: ProfileArea?
-        if areas.contains(.profiles) {
-            let backend: any ProfileBackend
-            if let profileBackend {
-                backend = profileBackend
-            } else {
-                let store = try ProfileStore(
-                    path: configuration.profileDatabasePath, unawaitedWriteDelayMs: configuration.unawaitedWriteDelayMs)
-                profileStore = store
-                backend = store
-            }
+        if let backend = opened.profiles {
             profiles = try ProfileArea(
                 store: backend, providerTimeout: configuration.providerTimeout, publisher: publisher,
                 logger: self.logger)
         }
-        // Bans, revocations and last-seen times persist in their own SQLite file too (a cluster's in PostgreSQL).
         var moderation: ModerationArea?
-        if areas.contains(.moderation) {
-            let backend = try moderationBackend ?? ModerationStore(path: configuration.moderationDatabasePath)
+        if let backend = opened.moderation {
             moderation = try ModerationArea(
                 backend: backend, sessions: sessions, presence: presence, logger: self.logger, nowMillis: nowMillis)
         }
@@ -467,13 +408,25 @@ public struct GatewayApplication: Service {
         if let profiles { built.append(profiles) }
         if let moderation { built.append(moderation) }
         return Services(
-            sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore, eventStore: eventStore,
-            profileStore: profileStore, storage: storage, presence: presence, events: events, profiles: profiles,
+            sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore,
+            engines: opened, storage: storage, presence: presence, events: events, profiles: profiles,
             moderation: moderation,
             handlers: built.map { $0 as any RequestHandler } + self.handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }
 }
+
+extension GatewayApplication.Services {
+    /// The domains the engines' services bring other nodes' changes to.
+    var engineDomains: EngineDomains {
+        EngineDomains(
+            metadata: self.metadataStore, presence: self.presence?.domain, profiles: self.profiles?.directory,
+            providerTimeout: .nanoseconds(self.profiles?.providerTimeout.nanoseconds ?? 0), sessions: self.sessions,
+            opened: self.engines)
+    }
+}
+
+extension SessionRegistry: LocalSessions {}
 
 /// The gateway, for its own `onRunning` callback (which is made before the gateway exists).
 private final class GatewayBox: Sendable {
@@ -486,13 +439,13 @@ private final class GatewayBox: Sendable {
 }
 
 /// What `/health` reports, from the gateway's sessions once they exist, whether its listeners are up, and the
-/// cluster engine's dependencies.
+/// engines' dependencies.
 private final class HealthSource: Sendable {
     private let state = Mutex<(sessions: SessionRegistry?, running: Bool)>((nil, false))
-    let cluster: (any ClusterEngine)?
+    let engines: any AreaEngines
 
-    init(cluster: (any ClusterEngine)?) {
-        self.cluster = cluster
+    init(engines: any AreaEngines) {
+        self.engines = engines
     }
 
     var sessions: SessionRegistry? {
@@ -511,7 +464,7 @@ private final class HealthSource: Sendable {
         let connections = sessions.connectionCount
         if sessions.isDraining { return GatewayHealth(status: .draining, connections: connections) }
         guard running else { return GatewayHealth(status: .starting, connections: connections) }
-        if let unreachable = self.cluster?.statusReport?.unreachable, !unreachable.isEmpty {
+        if let unreachable = self.engines.statusReport?.unreachable, !unreachable.isEmpty {
             return GatewayHealth(status: .unavailable, connections: connections, unreachable: unreachable)
         }
         return GatewayHealth(status: .ok, connections: connections)

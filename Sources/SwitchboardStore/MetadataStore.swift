@@ -29,26 +29,17 @@ import Synchronization
 /// a shared database (``open(shared:locks:configuration:logger:)``) holds committed sets only.
 /// Locks are not persisted: they belong to sessions, which do not survive a restart either.
 public final class MetadataStore: Sendable {
-    enum Mode: Sendable {
-        case memoryOnly
-        case acknowledgeAfterCommit
-        case acknowledgeBeforeCommit
-        /// Writes are decided in the transactions of a shared database (``open(shared:locks:configuration:logger:)``).
-        case coordinated
-    }
-
     /// The limits the store enforces.
     public let limits: StoreLimits
     let shards: [Shard]
     let clock: StoreClock
-    private let mode: Mode
-    private let commitDriver: CommitDriver
-    private let writeBack: MetadataWriteBack?
-    /// The write path of a store on a shared database.
-    let coordinator: CoordinatedWriter?
-    /// The lock path of a store whose locks a shared database holds.
-    let sharedLocks: SharedLocks?
+    /// The one engine of the store's metadata writes: ``LocalWrites`` (memory, or SQLite write-back) on a single
+    /// gateway, ``CoordinatedWriter`` on a shared database.
+    let writes: any MetadataWriteEngine
+    /// The one engine of the store's channel locks.
+    let locks: any LockEngine
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
+    private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
     let lockCount = Atomic<Int>(0)
@@ -58,7 +49,7 @@ public final class MetadataStore: Sendable {
     ///   - configuration: Shards, limits and clock (durability settings are ignored).
     ///   - logger: Where the store logs.
     public convenience init(configuration: StoreConfiguration = StoreConfiguration(), logger: Logger) {
-        self.init(configuration: configuration, sets: [], backend: nil, coordinator: nil, logger: logger, metricsFactory: nil)
+        self.init(configuration: configuration, sets: [], backend: nil, logger: logger, metricsFactory: nil)
     }
 
     /// Loads every set from `backend` and returns a store that writes its changes back to it.
@@ -77,7 +68,7 @@ public final class MetadataStore: Sendable {
         let start = DispatchTime.now().uptimeNanoseconds
         let sets = try backend.loadAll()
         let store = MetadataStore(
-            configuration: configuration, sets: sets, backend: backend, coordinator: nil, logger: logger,
+            configuration: configuration, sets: sets, backend: backend, logger: logger,
             metricsFactory: metricsFactory)
         var items = 0
         for set in sets { items += set.items.count }
@@ -92,7 +83,7 @@ public final class MetadataStore: Sendable {
 
     init(
         configuration: StoreConfiguration, sets: [StoredSet], backend: (any MetadataBackend)?,
-        coordinator: CoordinatedWriter?, sharedLocks: SharedLocks? = nil, logger: Logger,
+        coordinator: CoordinatedWriter? = nil, locks: any LockEngine = LocalLocks(), logger: Logger,
         metricsFactory: (any MetricsFactory)?
     ) {
         let shardCount = max(configuration.shardCount, 1)
@@ -107,28 +98,18 @@ public final class MetadataStore: Sendable {
         self.shards = states.map { Shard($0) }
         self.limits = configuration.limits
         self.clock = configuration.clock
-        self.commitDriver = configuration.commitDriver
-        self.coordinator = coordinator
-        self.sharedLocks = sharedLocks
-        if sharedLocks != nil {
+        self.locks = locks
+        if !locks.countsEveryLock {
             // Other gateways' locks arrive without this store counting them: never skip the lock shards.
             self.lockCount.store(Int.max / 2, ordering: .relaxed)
         }
-        if coordinator != nil {
-            self.mode = .coordinated
-            self.writeBack = nil
-        } else if let backend {
-            self.mode =
-                configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
-            self.writeBack = MetadataWriteBack(
-                backend: backend, shards: self.shards, durability: configuration.durability,
-                probeIntervalMs: max(configuration.probeIntervalMs, 1),
-                writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,
-                logger: logger,
-                metrics: StoreMetrics(factory: metricsFactory))
+        // The init's one choice of engine: a store is opened on a shared database, a SQLite file or nothing.
+        if let coordinator {
+            self.writes = coordinator
         } else {
-            self.mode = .memoryOnly
-            self.writeBack = nil
+            self.writes = LocalWrites(
+                shards: self.shards, backend: backend, configuration: configuration, logger: logger,
+                metricsFactory: metricsFactory)
         }
     }
 
@@ -212,78 +193,16 @@ public final class MetadataStore: Sendable {
             completion(.failure(error))
             return
         }
-        if let coordinator = self.coordinator {
-            if let error = self.scopeError(request.scope) {
-                completion(.failure(error))
-                return
-            }
-            coordinator.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
-            return
-        }
-        let index = self.shardIndex(of: request.scope)
-        let mode = self.mode
-        let writeBack = self.writeBack
-        let refusal = self.shards[index].perform(
-            { state -> SwitchboardStoreError? in
-                if let writeBack, let refusal = writeBack.admissionError() { return refusal }
-                if request.scope.isChannel, !request.lock.isEmpty,
-                    let refusal = state.locks.writeGuardError(
-                        channel: request.scope, lock: request.lock, caller: caller)
-                {
-                    return refusal
-                }
-                guard mode == .acknowledgeAfterCommit else {
-                    let applied: AppliedWrite
-                    switch MetadataSet.apply(
-                        request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
-                    {
-                    case .failure(let error): return error
-                    case .success(let success): applied = success
-                    }
-                    state.outbox.append(.write(completion, .success(applied.outcome)))
-                    if mode == .acknowledgeBeforeCommit {
-                        state.appendPending(
-                            PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
-                    }
-                    return nil
-                }
-                // Readers keep seeing the set as committed until this write's transaction commits: the first
-                // uncommitted write of a set keeps the set as it was (a copy only once the write changes it).
-                let isClean = state.uncommitted.isEmpty || state.uncommitted[request.scope] == nil
-                let committed = isClean ? state.sets[request.scope] : nil
-                let sequence = state.nextSequence
-                switch MetadataSet.apply(
-                    request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
-                {
-                case .failure(let error):
-                    guard !isClean else { return error }
-                    // Decided against writes not committed yet: answered once they are (8001 if they fail).
-                    state.appendPending(
-                        PendingWrite(
-                            refusal: error, scope: request.scope, shardIndex: index, sequence: sequence,
-                            completion: completion))
-                case .success(let applied):
-                    state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
-                    state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
-                }
-                return nil
-            }, deliver: self.deliver)
-        if let refusal {
-            completion(.failure(refusal))
-            return
-        }
-        if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
+        self.writes.write(request, caller: caller, nowMs: nowMs, completion: completion, store: self)
     }
 
     /// Whether writes wait for ``commitQueuedWrites()`` (``CommitDriver/caller`` under acknowledge-after-commit).
-    public var commitsAreCallerDriven: Bool {
-        self.mode == .acknowledgeAfterCommit && self.commitDriver == .caller
-    }
+    public var commitsAreCallerDriven: Bool { self.writes.commitsAreCallerDriven }
 
     /// Commits every queued write now, on the calling thread, and answers them (``CommitDriver/caller``).
     /// Blocks for one transaction (more if writes keep arriving from other threads meanwhile).
     public func commitQueuedWrites() {
-        self.writeBack?.drainNow()
+        self.writes.commitQueuedWrites()
     }
 
     /// Applies a set, update or remove atomically and waits for its answer (see ``write(_:caller:nowMs:completion:)``).
@@ -309,12 +228,7 @@ public final class MetadataStore: Sendable {
     /// - Returns: true when they committed (always true for a memory-only store); false while the database fails.
     @discardableResult
     public func flush() async -> Bool {
-        if let coordinator = self.coordinator {
-            await coordinator.flush()
-            return true
-        }
-        guard let writeBack else { return true }
-        return await writeBack.flush()
+        await self.writes.flushWrites()
     }
 
     /// Stops accepting writes (`8002 shuttingDown`), commits what is queued and closes the backend.
@@ -324,14 +238,13 @@ public final class MetadataStore: Sendable {
     ///
     /// Reads and locks keep working. Calling it again does nothing; for a memory-only store it does nothing.
     public func close() async {
-        self.coordinator?.close()
-        await self.writeBack?.close()
+        await self.writes.closeWrites()
     }
 
     /// Write-back queue length, lag and health; nil for a memory-only store.
     ///
     /// Takes every shard's lock briefly: read it for metrics and health checks, not per request.
-    public var writeBackStatus: WriteBackStatus? { self.writeBack?.status() }
+    public var writeBackStatus: WriteBackStatus? { self.writes.writeBackStatus }
 
     // MARK: - Shards and delivery
 
@@ -341,6 +254,20 @@ public final class MetadataStore: Sendable {
     /// block (queue the event for the subscribers and return).
     public func setLockEventHandler(_ handler: LockEventHandler?) {
         self.lockEventHandler.withLock { $0 = handler }
+    }
+
+    /// Installs the handler that receives every write another gateway committed, once this store's copy holds it
+    /// (``deliverCommittedElsewhere(_:)``); replaces any previous one. A store no other gateway writes never calls it.
+    ///
+    /// It must not block (queue the storage event for the subscribers and return).
+    public func setCommittedElsewhereHandler(_ handler: (@Sendable (MetadataChange) -> Void)?) {
+        self.committedElsewhereHandler.withLock { $0 = handler }
+    }
+
+    /// Reports `change`, committed by another gateway and now in this store's copy (``applyCommitted(_:)``), to the
+    /// handler set with ``setCommittedElsewhereHandler(_:)``.
+    public func deliverCommittedElsewhere(_ change: MetadataChange) {
+        if let handler = self.committedElsewhereHandler.withLock({ $0 }) { handler(change) }
     }
 
     func deliver(_ delivery: Delivery) {

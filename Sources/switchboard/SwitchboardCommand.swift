@@ -461,7 +461,7 @@ extension ServeSettings {
             let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
             engine.nodeTimeout = min(engine.nodeTimeout, presenceBound)
             FencedExit.arm(engine.liveness, drainGrace: .milliseconds(self.shutdownGraceMs), logger: logger)
-            applicationConfiguration.cluster = engine
+            applicationConfiguration.engines = .cluster(engine)
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }

@@ -4,6 +4,7 @@ import ServiceLifecycle
 import SwitchboardClient
 import SwitchboardCluster
 import SwitchboardServer
+import SwitchboardStore
 import SwitchboardTestSupport
 import SwitchboardWire
 import Synchronization
@@ -66,7 +67,7 @@ func withCluster<T: Sendable>(
         var engine = PostgresCluster(
             location: location, redis: redis.map { RedisLocation(host: "127.0.0.1", port: $0.port) })
         engine.pollInterval = pollInterval
-        configuration.cluster = engine
+        configuration.engines = .cluster(engine)
         configure(&configuration)
         engines.append(engine)
         applications.append(

@@ -3,7 +3,6 @@ import NIOCore
 import PostgresNIO
 import ServiceLifecycle
 import SwitchboardRedis
-import SwitchboardServer
 import SwitchboardStore
 import SwitchboardWire
 import Synchronization

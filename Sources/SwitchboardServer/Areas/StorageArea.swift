@@ -41,6 +41,10 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             publisher.publish(
                 .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))
         }
+        // Writes other gateways committed (a cluster's change feed) reach this gateway's subscribers the same way.
+        store.setCommittedElsewhereHandler { change in
+            publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
+        }
     }
 
     public var operations: [Opcode] {

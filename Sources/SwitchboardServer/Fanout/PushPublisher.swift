@@ -138,3 +138,13 @@ public final class PushPublisher: Sendable {
         }
     }
 }
+
+extension Audience {
+    /// The sessions that receive the storage events of `scope`: the channel's members that asked for metadata, or
+    /// the user's metadata subscribers.
+    public static func metadataSubscribers(of scope: MetadataScope) -> Audience {
+        scope.isChannel
+            ? .channelMembers(ChannelKey(name: scope.name, type: scope.channelType), receiving: .metadata)
+            : .userMetadataSubscribers(scope.name)
+    }
+}

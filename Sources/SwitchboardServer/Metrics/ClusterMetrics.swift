@@ -1,5 +1,6 @@
 import CoreMetrics
 import Metrics
+import SwitchboardStore
 import Synchronization
 
 /// The `switchboard_cluster_*` metrics of a cluster node, brought up to date from its ``ClusterStatusReport`` at

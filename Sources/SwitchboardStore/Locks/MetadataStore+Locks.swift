@@ -25,28 +25,8 @@ extension MetadataStore {
         channel: String, channelType: ChannelType, name: String, ttlSeconds: UInt64 = 10
     ) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
-        guard self.limits.lockTtlSeconds.contains(ttlSeconds) else {
-            let range = self.limits.lockTtlSeconds
-            throw SwitchboardStoreError(
-                .invalidLockTtl, "the TTL must be \(range.lowerBound)-\(range.upperBound) s", key: name)
-        }
-        let now = self.clock.nowMs()
-        let maxLocks = self.limits.maxLocksPerChannel
-        if self.sharedLocks != nil {
-            self.changeLock(channel: channel, channelType: channelType, name: name, .set(ttlSeconds: ttlSeconds)) { _ in }
-            return
-        }
-        self.lockCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        let error = self.shard(for: scope).perform(
-            { state in
-                state.locks.set(
-                    channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &state.outbox
-                )
-            }, deliver: self.deliver)
-        if let error {
-            self.lockCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
-            throw error
-        }
+        try self.checkTTL(ttlSeconds, name)
+        if let error = self.decide(.set(ttlSeconds: ttlSeconds), of: name, on: scope, completion: nil) { throw error }
     }
 
     /// `acquireLock`: takes a lock for `userID`.
@@ -77,23 +57,14 @@ extension MetadataStore {
             return
         }
         let now = self.clock.nowMs()
-        if let shared = self.sharedLocks {
-            // The operation answers through its deliveries (at once, or when it is granted later); the completion
-            // given here is only for a transaction that fails.
-            shared.perform({ table, out, _ in
-                table.acquire(
-                    channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
-                    now: now, out: &out)
-                return nil
-            }, on: scope, store: self, completion: { result in if case .failure = result { completion(result) } })
-            return
-        }
-        self.shard(for: scope).perform(
-            { state in
-                state.locks.acquire(
-                    channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
-                    now: now, out: &state.outbox)
-            }, deliver: self.deliver)
+        // The operation answers through its deliveries (at once, or when it is granted later); the engine's
+        // completion only passes on an engine failure (a shared database's transaction).
+        _ = self.locks.perform({ table, out, _ in
+            table.acquire(
+                channel: scope, name: name, userID: userID, session: session, retry: retry, completion: completion,
+                now: now, out: &out)
+            return nil
+        }, on: scope, store: self, completion: { result in if case .failure = result { completion(result) } })
     }
 
     /// `acquireLock`, waiting for the answer.
@@ -120,16 +91,7 @@ extension MetadataStore {
         channel: String, channelType: ChannelType, name: String, userID: String
     ) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
-        let now = self.clock.nowMs()
-        if self.sharedLocks != nil {
-            self.changeLock(channel: channel, channelType: channelType, name: name, .release(userID: userID)) { _ in }
-            return
-        }
-        let error = self.shard(for: scope).perform(
-            { state in
-                state.locks.release(channel: scope, name: name, userID: userID, now: now, out: &state.outbox)
-            }, deliver: self.deliver)
-        if let error { throw error }
+        if let error = self.decide(.release(userID: userID), of: name, on: scope, completion: nil) { throw error }
     }
 
     /// `removeLock`: deletes a lock, held or not (event `removed`); waiters get `6003 lockWaitCancelled`.
@@ -137,17 +99,7 @@ extension MetadataStore {
     /// - Throws: `4003 lockNotFound`, or an argument error.
     public func removeLock(channel: String, channelType: ChannelType, name: String) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
-        let now = self.clock.nowMs()
-        if self.sharedLocks != nil {
-            self.changeLock(channel: channel, channelType: channelType, name: name, .remove) { _ in }
-            return
-        }
-        let error = self.shard(for: scope).perform(
-            { state in
-                state.locks.remove(channel: scope, name: name, now: now, out: &state.outbox)
-            }, deliver: self.deliver)
-        if let error { throw error }
-        self.lockCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        if let error = self.decide(.remove, of: name, on: scope, completion: nil) { throw error }
     }
 
     /// `revokeLock`: takes a lock away from `owner` (event `released`); the first waiter gets it.
@@ -157,16 +109,7 @@ extension MetadataStore {
         channel: String, channelType: ChannelType, name: String, owner: String
     ) throws(SwitchboardStoreError) {
         let scope = try self.lockScope(channel, channelType, lockName: name)
-        let now = self.clock.nowMs()
-        if self.sharedLocks != nil {
-            self.changeLock(channel: channel, channelType: channelType, name: name, .revoke(owner: owner)) { _ in }
-            return
-        }
-        let error = self.shard(for: scope).perform(
-            { state in
-                state.locks.revoke(channel: scope, name: name, owner: owner, now: now, out: &state.outbox)
-            }, deliver: self.deliver)
-        if let error { throw error }
+        if let error = self.decide(.revoke(owner: owner), of: name, on: scope, completion: nil) { throw error }
     }
 
     /// `setLock`, `releaseLock`, `removeLock` or `revokeLock`, answered through `completion`: at once on a single
@@ -184,46 +127,15 @@ extension MetadataStore {
         channel: String, channelType: ChannelType, name: String, _ change: LockChange,
         completion: @escaping LockCompletion
     ) {
-        guard let shared = self.sharedLocks else {
-            do throws(SwitchboardStoreError) {
-                switch change {
-                case .set(let ttl): try self.setLock(channel: channel, channelType: channelType, name: name, ttlSeconds: ttl)
-                case .release(let user): try self.releaseLock(channel: channel, channelType: channelType, name: name, userID: user)
-                case .remove: try self.removeLock(channel: channel, channelType: channelType, name: name)
-                case .revoke(let owner): try self.revokeLock(channel: channel, channelType: channelType, name: name, owner: owner)
-                }
-                completion(.success(()))
-            } catch {
-                completion(.failure(error))
-            }
-            return
-        }
         let scope: MetadataScope
         do throws(SwitchboardStoreError) {
             scope = try self.lockScope(channel, channelType, lockName: name)
-            if case .set(let ttlSeconds) = change, !self.limits.lockTtlSeconds.contains(ttlSeconds) {
-                let range = self.limits.lockTtlSeconds
-                throw SwitchboardStoreError(
-                    .invalidLockTtl, "the TTL must be \(range.lowerBound)-\(range.upperBound) s", key: name)
-            }
+            if case .set(let ttlSeconds) = change { try self.checkTTL(ttlSeconds, name) }
         } catch {
             completion(.failure(error))
             return
         }
-        let now = self.clock.nowMs()
-        let maxLocks = self.limits.maxLocksPerChannel
-        shared.perform({ table, out, _ in
-            switch change {
-            case .set(let ttlSeconds):
-                table.set(channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &out)
-            case .release(let userID):
-                table.release(channel: scope, name: name, userID: userID, now: now, out: &out)
-            case .remove:
-                table.remove(channel: scope, name: name, now: now, out: &out)
-            case .revoke(let owner):
-                table.revoke(channel: scope, name: name, owner: owner, now: now, out: &out)
-            }
-        }, on: scope, store: self, completion: completion)
+        _ = self.decide(change, of: name, on: scope, completion: completion)
     }
 
     /// `getLocks`: every lock of a channel with its holder (empty when free) and TTL, in creation order.
@@ -248,89 +160,34 @@ extension MetadataStore {
     /// `6003 lockWaitCancelled`.
     public func cancelWaits(session: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
-        if let shared = self.sharedLocks {
-            for shard in self.shards {
-                for channel in shard.state.withLock({ $0.locks.channelsWaited(by: session) }) {
-                    shared.perform({ table, out, _ in
-                        table.cancelWaits(session: session, out: &out)
-                        return nil
-                    }, on: channel, store: self)
-                }
-            }
-            return
-        }
-        for shard in self.shards {
-            shard.perform(
-                { state in state.locks.cancelWaits(session: session, out: &state.outbox) }, deliver: self.deliver)
-        }
+        self.locks.cancelWaits(session: session, store: self)
     }
 
     /// The last session of `userID` ended: the user's locks stay held for their TTL, counted from now.
     public func userWentOffline(_ userID: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
-        let now = self.clock.nowMs()
-        if let shared = self.sharedLocks {
-            for shard in self.shards {
-                for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
-                    self.holderMayBeOffline(userID, in: channel, since: now, shared: shared)
-                }
-            }
-            return
-        }
-        for shard in self.shards {
-            shard.state.withLock { $0.locks.holderWentOffline(userID, now: now) }
-        }
+        self.locks.userWentOffline(userID, now: self.clock.nowMs(), store: self)
     }
 
     /// On a store whose locks are shared by several gateways: `userID`, holder of a lock of `channel`, has no session
     /// on this gateway any more and may have none on the others (their sessions end, or a gateway died): unless the
-    /// database knows a session of theirs on another gateway, their leases start running out now.
+    /// database knows a session of theirs on another gateway, their leases start running out now. A single gateway's
+    /// store learns it from ``userWentOffline(_:)``: nothing happens.
     public func holderMayBeOffline(_ userID: String, in channel: MetadataScope) {
-        guard let shared = self.sharedLocks else { return }
-        self.holderMayBeOffline(userID, in: channel, since: self.clock.nowMs(), shared: shared)
-    }
-
-    private func holderMayBeOffline(_ userID: String, in channel: MetadataScope, since now: UInt64, shared: SharedLocks) {
-        shared.perform({ table, _, onlineElsewhere in
-            if onlineElsewhere?.contains(userID) != true { table.holderWentOffline(userID, now: now) }
-            return nil
-        }, on: channel, store: self)
+        self.locks.holderMayBeOffline(userID, in: channel, now: self.clock.nowMs(), store: self)
     }
 
     /// A session of `userID` started: the user keeps every lock that has not expired.
     public func userCameOnline(_ userID: String) {
         guard self.lockCount.load(ordering: .sequentiallyConsistent) > 0 else { return }
-        if let shared = self.sharedLocks {
-            for shard in self.shards {
-                for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
-                    shared.perform({ table, _, _ in
-                        table.holderCameOnline(userID)
-                        return nil
-                    }, on: channel, store: self)
-                }
-            }
-            return
-        }
-        for shard in self.shards {
-            shard.state.withLock { $0.locks.holderCameOnline(userID) }
-        }
+        self.locks.userCameOnline(userID, store: self)
     }
 
     /// Expires the locks whose offline holder's TTL has run out at `now` (event `expired`, then `acquired` when a
     /// waiter takes the lock).
     /// - Parameter now: The time in ms since the Unix epoch.
     public func tick(now: UInt64) {
-        if let shared = self.sharedLocks {
-            for shard in self.shards {
-                for channel in shard.state.withLock({ $0.locks.channelsWithExpiredLeases(now: now) }) {
-                    shared.expire(channel, now: now, store: self)
-                }
-            }
-            return
-        }
-        for shard in self.shards {
-            shard.perform({ state in state.locks.expire(now: now, out: &state.outbox) }, deliver: self.deliver)
-        }
+        self.locks.tick(now: now, store: self)
     }
 
     /// Expires locks as of the store's clock (see ``tick(now:)``).
@@ -339,6 +196,46 @@ extension MetadataStore {
     }
 
     // MARK: - Private
+
+    /// Decides `change` of lock `name` on `scope` through the lock engine, keeping ``lockCount`` at least the number
+    /// of locks.
+    ///
+    /// - Returns: The refusal when the engine decided within the call (a single gateway); nil otherwise.
+    private func decide(
+        _ change: LockChange, of name: String, on scope: MetadataScope, completion: LockCompletion?
+    ) -> SwitchboardStoreError? {
+        let now = self.clock.nowMs()
+        let maxLocks = self.limits.maxLocksPerChannel
+        // Raised before a lock may be created, so a session end never skips it.
+        if case .set = change { self.lockCount.wrappingAdd(1, ordering: .sequentiallyConsistent) }
+        let error = self.locks.perform({ table, out, _ in
+            switch change {
+            case .set(let ttlSeconds):
+                table.set(channel: scope, name: name, ttlSeconds: ttlSeconds, maxLocks: maxLocks, now: now, out: &out)
+            case .release(let userID):
+                table.release(channel: scope, name: name, userID: userID, now: now, out: &out)
+            case .remove:
+                table.remove(channel: scope, name: name, now: now, out: &out)
+            case .revoke(let owner):
+                table.revoke(channel: scope, name: name, owner: owner, now: now, out: &out)
+            }
+        }, on: scope, store: self, completion: completion)
+        switch change {
+        case .set where error != nil, .remove where error == nil:
+            self.lockCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+        default:
+            break
+        }
+        return error
+    }
+
+    private func checkTTL(_ ttlSeconds: UInt64, _ name: String) throws(SwitchboardStoreError) {
+        guard self.limits.lockTtlSeconds.contains(ttlSeconds) else {
+            let range = self.limits.lockTtlSeconds
+            throw SwitchboardStoreError(
+                .invalidLockTtl, "the TTL must be \(range.lowerBound)-\(range.upperBound) s", key: name)
+        }
+    }
 
     private func lockScope(
         _ channel: String, _ channelType: ChannelType, lockName: String?

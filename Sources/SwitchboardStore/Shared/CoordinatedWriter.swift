@@ -155,14 +155,13 @@ final class CoordinatedWriter: Sendable {
         do {
             try await self.backend.withTransaction { transaction in
                 let stored = try await transaction.lockSets(scopes)
-                if store.sharedLocks != nil {
-                    // The channel rows locked above also hold their locks still: decide guarded writes against them.
-                    var guarded = Set<MetadataScope>()
-                    for write in batch where write.request.scope.isChannel && !write.request.lock.isEmpty {
-                        guarded.insert(write.request.scope)
-                    }
-                    if !guarded.isEmpty { store.installCommittedLocks(try await transaction.readLocks(Array(guarded))) }
+                // The channel rows locked above also hold their locks still (a store on a shared database shares its
+                // locks too): decide guarded writes against them.
+                var guarded = Set<MetadataScope>()
+                for write in batch where write.request.scope.isChannel && !write.request.lock.isEmpty {
+                    guarded.insert(write.request.scope)
                 }
+                if !guarded.isEmpty { store.installCommittedLocks(try await transaction.readLocks(Array(guarded))) }
                 // The batch is decided on copies: readers keep seeing the sets as committed until the commit.
                 // Copied after the rows are locked, so only a copy the change feed has not caught up yet can be
                 // older than the database: those are read again, inside the transaction.

@@ -12,21 +12,19 @@ extension MetadataStore {
     /// ``applyCommitted(_:)``, fed from the database's change feed.
     ///
     /// - Throws: What ``SharedMetadataBackend/loadAll()`` throws.
-    /// - Parameter locks: Where the channel locks are shared (nil: each gateway keeps its own locks).
+    /// - Parameter locks: Where the channel locks are shared (a lock-guarded write is decided against them).
     public static func open(
-        shared backend: any SharedMetadataBackend, locks: (any SharedLockBackend)? = nil,
+        shared backend: any SharedMetadataBackend, locks: any SharedLockBackend,
         configuration: StoreConfiguration = StoreConfiguration(), logger: Logger
     ) async throws -> MetadataStore {
         let sets = try await backend.loadAll()
         let store = MetadataStore(
             configuration: configuration, sets: sets, backend: nil,
             coordinator: CoordinatedWriter(backend: backend, logger: logger),
-            sharedLocks: locks.map { SharedLocks(backend: $0, logger: logger) }, logger: logger, metricsFactory: nil)
-        if let locks {
-            let channels = try await locks.loadAllLocks()
-            store.installCommittedLocks(channels)
-            logger.info("channel locks loaded from the shared database", metadata: ["store.lockChannels": "\(channels.count)"])
-        }
+            locks: SharedLocks(backend: locks, logger: logger), logger: logger, metricsFactory: nil)
+        let channels = try await locks.loadAllLocks()
+        store.installCommittedLocks(channels)
+        logger.info("channel locks loaded from the shared database", metadata: ["store.lockChannels": "\(channels.count)"])
         logger.info("metadata store loaded from the shared database", metadata: ["store.sets": "\(sets.count)"])
         return store
     }
@@ -34,7 +32,7 @@ extension MetadataStore {
     /// Runs the batches of a store opened with ``open(shared:locks:configuration:logger:)`` until ``close()``; returns at
     /// once for any other store. ``MetadataStoreService`` runs it.
     public func runSharedWrites() async {
-        await self.coordinator?.run(store: self)
+        await self.writes.runWrites(store: self)
     }
 
     /// Brings the copy in memory up to date with a change another gateway committed, in the change feed's order.
@@ -69,12 +67,12 @@ extension MetadataStore {
     /// Refuses every read of shared sets with `8001 storageFailure` while `behind` (the node lost the change feed
     /// and has not caught up since), or serves them again. No effect on a store of one gateway.
     public func setBehindCluster(_ behind: Bool) {
-        self.coordinator?.setBehind(behind)
+        self.writes.setBehind(behind)
     }
 
     /// Why a read of `scope` is refused: its name, or (shared sets) the copy in memory may be behind the database.
     func readError(_ scope: MetadataScope) -> SwitchboardStoreError? {
-        self.scopeError(scope) ?? self.coordinator?.readRefusal(scope)
+        self.scopeError(scope) ?? self.writes.readRefusal(scope)
     }
 
     // MARK: The coordinated write path

@@ -9,12 +9,7 @@ import Synchronization
 /// state machine as on a single gateway (``LockTable``), the result is stored and fed to the other gateways, and only
 /// after the commit does the copy in memory take it and the caller get its answer (with `8001 storageFailure` and
 /// nothing changed when the transaction fails). Operations run one at a time, in the order they were asked.
-final class SharedLocks: Sendable {
-    /// A lock operation decided on a channel's scratch table: appends its answers and events to the deliveries and
-    /// returns the error to answer with, if any. Its last argument names the channel's holders that have a session
-    /// on another gateway (nil when unknown).
-    typealias Operation = @Sendable (inout LockTable, inout [Delivery], Set<String>?) -> SwitchboardStoreError?
-
+final class SharedLocks: LockEngine {
     let backend: any SharedLockBackend
     private let queue = SerialJobQueue()
     private let expiring = Mutex<Set<MetadataScope>>([])
@@ -25,13 +20,69 @@ final class SharedLocks: Sendable {
         self.logger = logger
     }
 
+    var nodeID: String { self.backend.nodeID }
+
+    /// Other gateways' locks arrive without this store counting them.
+    var countsEveryLock: Bool { false }
+
     /// Queues `operation` on `channel`; `completion` (if any) gets its outcome once committed.
+    ///
+    /// - Returns: nil: nothing is decided within the call.
+    @discardableResult
     func perform(
         _ operation: @escaping Operation, on channel: MetadataScope, store: MetadataStore,
         completion: LockCompletion? = nil
-    ) {
+    ) -> SwitchboardStoreError? {
         self.queue.enqueue {
             await self.decide(operation, on: channel, store: store, completion: completion)
+        }
+        return nil
+    }
+
+    func cancelWaits(session: String, store: MetadataStore) {
+        for shard in store.shards {
+            for channel in shard.state.withLock({ $0.locks.channelsWaited(by: session) }) {
+                self.perform({ table, out, _ in
+                    table.cancelWaits(session: session, out: &out)
+                    return nil
+                }, on: channel, store: store)
+            }
+        }
+    }
+
+    func userWentOffline(_ userID: String, now: UInt64, store: MetadataStore) {
+        for shard in store.shards {
+            for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
+                self.holderMayBeOffline(userID, in: channel, now: now, store: store)
+            }
+        }
+    }
+
+    /// Unless the database knows a session of `userID` on another gateway, their leases of `channel` start running
+    /// out at `now`.
+    func holderMayBeOffline(_ userID: String, in channel: MetadataScope, now: UInt64, store: MetadataStore) {
+        self.perform({ table, _, onlineElsewhere in
+            if onlineElsewhere?.contains(userID) != true { table.holderWentOffline(userID, now: now) }
+            return nil
+        }, on: channel, store: store)
+    }
+
+    func userCameOnline(_ userID: String, store: MetadataStore) {
+        for shard in store.shards {
+            for channel in shard.state.withLock({ $0.locks.channelsHeld(by: userID) }) {
+                self.perform({ table, _, _ in
+                    table.holderCameOnline(userID)
+                    return nil
+                }, on: channel, store: store)
+            }
+        }
+    }
+
+    func tick(now: UInt64, store: MetadataStore) {
+        for shard in store.shards {
+            for channel in shard.state.withLock({ $0.locks.channelsWithExpiredLeases(now: now) }) {
+                self.expire(channel, now: now, store: store)
+            }
         }
     }
 
@@ -155,8 +206,7 @@ extension MetadataStore {
     /// waiting requests that were granted or cancelled there, and reports `events` (that gateway's lock events) to
     /// the lock event handler.
     public func applyCommittedLocks(_ committed: StoredChannelLocks, events: [LockEvent]) {
-        guard let shared = self.sharedLocks else { return }
-        let node = shared.backend.nodeID
+        let node = self.locks.nodeID
         self.shard(for: committed.channel).perform(
             { state in
                 state.locks.installCommitted(committed, node: node, out: &state.outbox)
@@ -167,8 +217,7 @@ extension MetadataStore {
     /// Replaces the copies of channels' locks with what the shared database holds (at start-up, and inside a
     /// metadata write's transaction before a lock-guarded write is decided).
     func installCommittedLocks(_ channels: [StoredChannelLocks]) {
-        guard let shared = self.sharedLocks else { return }
-        let node = shared.backend.nodeID
+        let node = self.locks.nodeID
         for committed in channels {
             self.shard(for: committed.channel).perform(
                 { state in state.locks.installCommitted(committed, node: node, out: &state.outbox) },

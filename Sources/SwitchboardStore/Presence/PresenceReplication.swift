@@ -1,8 +1,7 @@
-import SwitchboardStore
 import SwitchboardWire
 
 /// Where the presence area of a cluster node reports what its own sessions do in their channels, so the other nodes
-/// can list them and tell their members (``ClusterEngine/presenceReplication``).
+/// can list them and tell their members (``AreaEngines/presenceReplication``).
 ///
 /// Each node stays the authority for its own sessions: it decides joins, leaves and state changes as a single
 /// gateway does and reports them here; the engine mirrors them to the other nodes, which hold those sessions in

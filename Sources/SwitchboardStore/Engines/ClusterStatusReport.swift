@@ -1,4 +1,4 @@
-/// What a cluster node knows now of its dependencies and of the cluster (``ClusterEngine/statusReport``): `/health`
+/// What a cluster node knows now of its dependencies and of the cluster (``AreaEngines/statusReport``): `/health`
 /// answers 503 naming each unreachable dependency, and the `switchboard_cluster_*` metrics come from it.
 public struct ClusterStatusReport: Sendable, Equatable {
     /// The dependencies the node uses (`postgresql`, and `redis` with `--redis`), each with whether the node reached

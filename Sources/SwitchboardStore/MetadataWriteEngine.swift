@@ -1,0 +1,196 @@
+import CoreMetrics
+import Logging
+import SwitchboardWire
+
+/// How a ``MetadataStore`` decides, applies and keeps its writes: the one engine of the metadata area.
+///
+/// ``LocalWrites`` decides a write at once in its shard, with the set's rules (``MetadataSet``), and writes it back to
+/// the store's SQLite file with group commit (or keeps it in memory only); ``CoordinatedWriter`` decides it inside a
+/// transaction of a database several gateways share and installs it after the commit. Writes another gateway
+/// committed enter through ``MetadataStore/applyCommitted(_:)`` on either (a single gateway's never come), and reach
+/// subscribers through ``MetadataStore/deliverCommittedElsewhere(_:)``.
+protocol MetadataWriteEngine: Sendable {
+    /// Decides, applies and answers a write that passed ``MetadataWriteRequest/validationError(limits:)``;
+    /// `completion` runs exactly once, possibly before the call returns.
+    func write(
+        _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion,
+        store: MetadataStore)
+
+    /// Whether writes wait for ``commitQueuedWrites()``.
+    var commitsAreCallerDriven: Bool { get }
+
+    /// Commits every queued write now, on the calling thread (``CommitDriver/caller``).
+    func commitQueuedWrites()
+
+    /// Waits until every write queued before the call is answered; false while the database fails.
+    func flushWrites() async -> Bool
+
+    /// Refuses new writes and answers the queued ones (committing what can be).
+    func closeWrites() async
+
+    /// Runs what decides the queued writes until ``closeWrites()``, when the engine needs a task of its own; returns
+    /// at once otherwise.
+    func runWrites(store: MetadataStore) async
+
+    /// Why a read of `scope` is refused now (the copy in memory may be behind the database), or nil.
+    func readRefusal(_ scope: MetadataScope) -> SwitchboardStoreError?
+
+    /// The node knows it may be behind the other gateways (refuse every read), or is not any more.
+    func setBehind(_ behind: Bool)
+
+    /// Write-back queue length, lag and health; nil when nothing is written back.
+    var writeBackStatus: WriteBackStatus? { get }
+}
+
+/// The writes of a single gateway: decided and applied in their shard at once, answered at once (memory only,
+/// ``Durability/acknowledgeBeforeCommit``) or after their group commit to the SQLite file
+/// (``Durability/acknowledgeAfterCommit``).
+struct LocalWrites: MetadataWriteEngine {
+    enum Mode: Sendable {
+        case memoryOnly
+        case acknowledgeAfterCommit
+        case acknowledgeBeforeCommit
+    }
+
+    private let mode: Mode
+    private let commitDriver: CommitDriver
+    /// The SQLite write-back (nil: memory only).
+    private let writeBack: MetadataWriteBack?
+
+    init(
+        shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, logger: Logger,
+        metricsFactory: (any MetricsFactory)?
+    ) {
+        self.commitDriver = configuration.commitDriver
+        guard let backend else {
+            self.mode = .memoryOnly
+            self.writeBack = nil
+            return
+        }
+        self.mode =
+            configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
+        self.writeBack = MetadataWriteBack(
+            backend: backend, shards: shards, durability: configuration.durability,
+            probeIntervalMs: max(configuration.probeIntervalMs, 1),
+            writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,
+            logger: logger,
+            metrics: StoreMetrics(factory: metricsFactory))
+    }
+
+    func write(
+        _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion,
+        store: MetadataStore
+    ) {
+        let limits = store.limits
+        let index = store.shardIndex(of: request.scope)
+        let mode = self.mode
+        let writeBack = self.writeBack
+        let refusal = store.shards[index].perform(
+            { state -> SwitchboardStoreError? in
+                if let writeBack, let refusal = writeBack.admissionError() { return refusal }
+                if request.scope.isChannel, !request.lock.isEmpty,
+                    let refusal = state.locks.writeGuardError(
+                        channel: request.scope, lock: request.lock, caller: caller)
+                {
+                    return refusal
+                }
+                guard mode == .acknowledgeAfterCommit else {
+                    let applied: AppliedWrite
+                    switch MetadataSet.apply(
+                        request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
+                    {
+                    case .failure(let error): return error
+                    case .success(let success): applied = success
+                    }
+                    state.outbox.append(.write(completion, .success(applied.outcome)))
+                    if mode == .acknowledgeBeforeCommit {
+                        state.appendPending(
+                            PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                    }
+                    return nil
+                }
+                // Readers keep seeing the set as committed until this write's transaction commits: the first
+                // uncommitted write of a set keeps the set as it was (a copy only once the write changes it).
+                let isClean = state.uncommitted.isEmpty || state.uncommitted[request.scope] == nil
+                let committed = isClean ? state.sets[request.scope] : nil
+                let sequence = state.nextSequence
+                switch MetadataSet.apply(
+                    request, to: &state.sets[request.scope], caller: caller, nowMs: nowMs, limits: limits)
+                {
+                case .failure(let error):
+                    guard !isClean else { return error }
+                    // Decided against writes not committed yet: answered once they are (8001 if they fail).
+                    state.appendPending(
+                        PendingWrite(
+                            refusal: error, scope: request.scope, shardIndex: index, sequence: sequence,
+                            completion: completion))
+                case .success(let applied):
+                    state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
+                    state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
+                }
+                return nil
+            }, deliver: store.deliver)
+        if let refusal {
+            completion(.failure(refusal))
+            return
+        }
+        if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
+    }
+
+    var commitsAreCallerDriven: Bool {
+        self.mode == .acknowledgeAfterCommit && self.commitDriver == .caller
+    }
+
+    func commitQueuedWrites() {
+        self.writeBack?.drainNow()
+    }
+
+    func flushWrites() async -> Bool {
+        guard let writeBack = self.writeBack else { return true }
+        return await writeBack.flush()
+    }
+
+    func closeWrites() async {
+        await self.writeBack?.close()
+    }
+
+    func runWrites(store: MetadataStore) async {}
+
+    func readRefusal(_ scope: MetadataScope) -> SwitchboardStoreError? { nil }
+
+    func setBehind(_ behind: Bool) {}
+
+    var writeBackStatus: WriteBackStatus? { self.writeBack?.status() }
+}
+
+extension CoordinatedWriter: MetadataWriteEngine {
+    func write(
+        _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion,
+        store: MetadataStore
+    ) {
+        if let error = store.scopeError(request.scope) {
+            completion(.failure(error))
+            return
+        }
+        self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
+    }
+
+    var commitsAreCallerDriven: Bool { false }
+
+    func commitQueuedWrites() {}
+
+    func flushWrites() async -> Bool {
+        await self.flush()
+        return true
+    }
+
+    func closeWrites() async {
+        self.close()
+    }
+
+    func runWrites(store: MetadataStore) async {
+        await self.run(store: store)
+    }
+
+    var writeBackStatus: WriteBackStatus? { nil }
+}
