@@ -38,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         // The HTTP API's server (Docs/http-api.md); only its Hummingbird product is built.
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        // The webhooks' HTTP client (Docs/webhooks.md).
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         .target(
@@ -104,6 +106,25 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Webhooks (Docs/webhooks.md): the durable outbox, signing and delivery of the events the areas decide.
+        .target(
+            name: "SwitchboardWebhooks",
+            dependencies: [
+                "SwitchboardServer",
+                "SwitchboardStore",
+                "SwitchboardWire",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // RESP (the Redis protocol) and a Redis client, shared by the cluster and sbbench.
         .target(
             name: "SwitchboardRedis",
@@ -146,6 +167,7 @@ let package = Package(
                 "SwitchboardCLI",
                 "SwitchboardHTTPAPI",
                 "SwitchboardServer",
+                "SwitchboardWebhooks",
                 "SwitchboardCluster",
                 "SwitchboardStore",
                 "SwitchboardWire",
@@ -367,7 +389,8 @@ let package = Package(
             name: "SwitchboardHTTPAPITests",
             dependencies: [
                 "SwitchboardHTTPAPI", "SwitchboardServer", "SwitchboardClient", "SwitchboardWire",
-                "SwitchboardTestSupport",
+                "SwitchboardWebhooks", "SwitchboardStore", "SwitchboardTestSupport",
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -18,13 +18,16 @@ struct APIResponder: Sendable {
     let operations: GatewayOperations
     let access: APIAccess
     let maxBodyBytes: Int
+    /// The webhooks' dead letters (nil: no webhooks, their routes answer `unknownOperation`).
+    let webhooks: (any WebhookAdministration)?
     /// The operations by path.
     private let routes: [String: Opcode]
 
-    init(operations: GatewayOperations, access: APIAccess, maxBodyBytes: Int) {
+    init(operations: GatewayOperations, access: APIAccess, maxBodyBytes: Int, webhooks: (any WebhookAdministration)? = nil) {
         self.operations = operations
         self.access = access
         self.maxBodyBytes = maxBodyBytes
+        self.webhooks = webhooks
         var routes: [String: Opcode] = [:]
         for op in APIOperations.all { routes[APIOperations.pathPrefix + op.name] = op }
         self.routes = routes
@@ -36,7 +39,9 @@ struct APIResponder: Sendable {
             guard request.method == .get || request.method == .head else { return Self.methodNotAllowed("GET") }
             return Self.document
         }
-        guard let op = self.routes[path] else {
+        let webhookRoute = self.webhooks != nil && WebhookRoutes.paths.contains(path)
+        let op = self.routes[path]
+        guard op != nil || webhookRoute else {
             return Self.failure(ErrorBody(.unknownOperation, "no operation at \(path); the API's operations are in \(APIOperations.documentPath)"))
         }
         guard request.method == .post else { return Self.methodNotAllowed("POST") }
@@ -56,6 +61,18 @@ struct APIResponder: Sendable {
         } catch {
             return Self.failure(ErrorBody(.frameTooLarge, "the body is larger than \(self.maxBodyBytes) bytes"))
         }
+        if let webhooks = self.webhooks, webhookRoute {
+            // Every caller that passed ``APIAccess`` is an API key or an admin: both may manage dead letters.
+            switch Self.parseJSON(bytes) {
+            case .failure(let error): return Self.failure(error)
+            case .success(let json):
+                switch WebhookRoutes.respond(path: path, body: json, webhooks: webhooks) {
+                case .success(let answer): return Self.json(.ok, answer)
+                case .failure(let error): return Self.failure(error)
+                }
+            }
+        }
+        guard let op else { return Self.failure(ErrorBody(.unknownOperation, "no operation at \(path)")) }
         let wireRequest: SwitchboardWire.Request
         switch Self.decode(op, bytes) {
         case .success(let decoded): wireRequest = decoded
@@ -76,6 +93,21 @@ struct APIResponder: Sendable {
     /// The request of `op` whose JSON body is `bytes`: malformedBody for JSON that does not parse or does not
     /// render a request of `op`, invalidUtf8 for bytes that are not UTF-8.
     static func decode(_ op: Opcode, _ bytes: ByteBuffer) -> Result<SwitchboardWire.Request, ErrorBody> {
+        let json: JSONValue
+        switch Self.parseJSON(bytes) {
+        case .success(let parsed): json = parsed
+        case .failure(let error): return .failure(error)
+        }
+        do {
+            return .success(try SwitchboardWire.Request.fromJSON(op, body: json))
+        } catch {
+            return .failure(ErrorBody(error.code, error.message))
+        }
+    }
+
+    /// The JSON object `bytes` hold: malformedBody for JSON that does not parse or is not an object, invalidUtf8 for
+    /// bytes that are not UTF-8.
+    static func parseJSON(_ bytes: ByteBuffer) -> Result<JSONValue, ErrorBody> {
         let view = bytes.readableBytesView
         guard let text = String(validating: view, as: UTF8.self) else {
             return .failure(ErrorBody(.invalidUtf8, "the body is not UTF-8"))
@@ -89,11 +121,7 @@ struct APIResponder: Sendable {
         guard case .object = json else {
             return .failure(ErrorBody(.malformedBody, "the body must be a JSON object"))
         }
-        do {
-            return .success(try SwitchboardWire.Request.fromJSON(op, body: json))
-        } catch {
-            return .failure(ErrorBody(error.code, error.message))
-        }
+        return .success(json)
     }
 
     /// `error` as a JSON response: its status, its fields with its name after its code.

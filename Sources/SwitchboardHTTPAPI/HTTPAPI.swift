@@ -27,6 +27,9 @@ public struct HTTPAPI: GatewayAddOn {
         public var keys: APIKeys
         /// The largest request body accepted, in bytes: the wire's largest frame (1 MiB) by default.
         public var maxBodyBytes = 1 << 20
+        /// The webhooks' dead letters, served at `/v1/listWebhookDeadLetters`, `/v1/requeueWebhookDeadLetter` and
+        /// `/v1/deleteWebhookDeadLetter` (`Docs/webhooks.md`); nil: no webhooks.
+        public var webhooks: (any WebhookAdministration)?
         /// Called with the bound address once the API listens.
         public var onRunning: @Sendable (SocketAddress) -> Void = { _ in }
 
@@ -60,7 +63,9 @@ public struct HTTPAPI: GatewayAddOn {
             throw HTTPAPIStartError(
                 description: "the HTTP API without API keys in open development mode only listens on loopback, not \(configuration.host)")
         }
-        let responder = APIResponder(operations: operations, access: access, maxBodyBytes: configuration.maxBodyBytes)
+        let responder = APIResponder(
+            operations: operations, access: access, maxBodyBytes: configuration.maxBodyBytes,
+            webhooks: configuration.webhooks)
         let usesTLS = operations.usesTLS
         let server = HTTPServerBuilder { respond in
             let http = HTTP1Channel(responder: respond)

@@ -81,6 +81,9 @@ public struct GatewayApplication: Service {
         /// services in turn) before what still runs is cancelled and named in the log at error level; nil: the
         /// drain's ``ServerConfiguration/shutdownGracePeriod`` plus 30 seconds.
         public var shutdownLimit: Duration?
+        /// Where the areas hand the events they decide for the application's webhooks (`Docs/webhooks.md`), run as
+        /// a service that starts before the gateway and stops after it; nil: none.
+        public var webhooks: (any WebhookSink & Service)?
 
         /// A configuration with every area, on `server`'s database.
         public init(server: ServerConfiguration = ServerConfiguration()) {
@@ -302,6 +305,8 @@ public struct GatewayApplication: Service {
             var group: [any Service] = []
             if let store = services.metadataStore { group.append(MetadataStoreService(store: store)) }
             group += engines.makeServices(for: services.engineDomains, logger: self.logger)
+            // Started before the gateway, so it stops after the drain and writes the drain's events to its outbox.
+            if let webhooks = self.configuration.webhooks { group.append(webhooks) }
             if let endpoint { group.append(endpoint) }
             group.append(gateway)
             // Add-ons (the HTTP API) run after the gateway in the group: they stop first.
@@ -366,7 +371,9 @@ public struct GatewayApplication: Service {
         let nowMillis = self.nowMillis
         let sessions = SessionRegistry()
         let subscriptions = SubscriptionRegistry()
-        let publisher = PushPublisher(subscriptions: subscriptions, compressionThreshold: server.compressionThreshold)
+        let publisher = PushPublisher(
+            subscriptions: subscriptions, compressionThreshold: server.compressionThreshold,
+            webhooks: configuration.webhooks)
 
         // Every area on its engine, loaded before connections are accepted.
         let metadataStore = opened.metadata

@@ -28,6 +28,8 @@ struct ServeSettings: Equatable, Sendable {
     var api = "off"
     /// The HTTP API's keys, one `NAME SECRET` a line (nil: admin tokens only).
     var apiKeyFile: String?
+    /// The webhooks configuration file (Docs/webhooks.md; nil: no webhooks).
+    var webhooks: String?
     var unixSocket = "./switchboard.sock"
     var unixSocketMode = "0600"
     var database = "./switchboard.sqlite"
@@ -132,6 +134,7 @@ struct ServeSettings: Equatable, Sendable {
         .string("websocket-origins", \.websocketOrigins),
         .string("api", \.api),
         .optionalString("api-key-file", \.apiKeyFile),
+        .optionalString("webhooks", \.webhooks),
         .string("unix-socket", \.unixSocket),
         .string("unix-socket-mode", \.unixSocketMode),
         .string("database", \.database),

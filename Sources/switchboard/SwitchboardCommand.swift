@@ -11,6 +11,7 @@ import SwitchboardCluster
 import SwitchboardHTTPAPI
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardWebhooks
 import SwitchboardWire
 import UnixSignals
 
@@ -98,6 +99,9 @@ struct ServeOptions: ParsableArguments {
 
     @Option(name: .customLong("api-key-file"), help: ArgumentHelp("The HTTP API's keys: one `NAME SECRET` a line (# comments); a request with Authorization: Bearer SECRET runs as the admin user NAME. Secrets are at least 16 bytes.", valueName: "path"))
     var apiKeyFile: String?
+
+    @Option(name: .customLong("webhooks"), help: ArgumentHelp("A JSON file of webhook endpoints: presence, online-state, storage and lock events POSTed to the application's URLs, signed (Standard Webhooks), retried, in order per channel, from a durable outbox beside the database (Docs/webhooks.md).", valueName: "path"))
+    var webhooks: String?
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
     var unixSocket: String?
@@ -230,6 +234,7 @@ struct ServeOptions: ParsableArguments {
         put("websocket-origins", self.websocketOrigins)
         put("api", self.api)
         put("api-key-file", self.apiKeyFile)
+        put("webhooks", self.webhooks)
         put("unix-socket", self.unixSocket)
         put("unix-socket-mode", self.unixSocketMode)
         put("database", self.database)
@@ -465,7 +470,9 @@ extension ServeSettings {
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }
-        let addOns: [any GatewayAddOn] = try self.httpAPI().map { [$0] } ?? []
+        let webhooks = try self.webhookDispatcher(metricsFactory: metricsPrometheus?.factory, logger: logger)
+        applicationConfiguration.webhooks = webhooks
+        let addOns: [any GatewayAddOn] = try self.httpAPI(webhooks: webhooks).map { [$0] } ?? []
         // SIGHUP's default action ends the process: ignored until the gateway runs, then it reloads.
         signal(SIGHUP, SIG_IGN)
         let startLine = StartLine(nodeID: nodeID)
@@ -493,7 +500,7 @@ extension ServeSettings {
     /// The HTTP API these settings ask for (`api`, `api-key-file`), nil when it is off.
     ///
     /// - Throws: `ValidationError` for an address that is not host:port, or a key file that cannot be read or parsed.
-    func httpAPI() throws -> HTTPAPI? {
+    func httpAPI(webhooks: (any WebhookAdministration)? = nil) throws -> HTTPAPI? {
         guard self.api != "off" else {
             if self.apiKeyFile != nil { throw ValidationError("--api-key-file needs --api") }
             return nil
@@ -516,7 +523,37 @@ extension ServeSettings {
             guard !keys.isEmpty else { throw ValidationError("api-key-file \(path) holds no key") }
         }
         let host = String(self.api[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return HTTPAPI(configuration: HTTPAPI.Configuration(host: host, port: port, keys: keys))
+        var api = HTTPAPI.Configuration(host: host, port: port, keys: keys)
+        api.webhooks = webhooks
+        return HTTPAPI(configuration: api)
+    }
+
+    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox at `<database>.webhooks`; nil without a
+    /// webhooks file.
+    ///
+    /// - Throws: `ValidationError` for a file that cannot be read or is not a usable configuration, or an outbox that
+    ///   cannot be opened.
+    func webhookDispatcher(metricsFactory: (any MetricsFactory)?, logger: Logger) throws -> WebhookDispatcher? {
+        guard let path = self.webhooks else { return nil }
+        if self.cluster != nil {
+            // Every node would send what it learns from the others; a cluster's outbox is not built yet.
+            throw ValidationError("--webhooks does not work with --cluster yet (Docs/webhooks.md)")
+        }
+        let configuration: WebhookConfiguration
+        do {
+            configuration = try WebhookConfiguration.load(path: path)
+        } catch {
+            throw ValidationError("webhooks: \(error.description)")
+        }
+        let outbox: WebhookOutbox
+        do {
+            outbox = try WebhookOutbox(path: self.database + ".webhooks")
+        } catch {
+            throw ValidationError("webhooks: cannot open the outbox \(self.database).webhooks: \(error)")
+        }
+        return WebhookDispatcher(
+            configuration: configuration, outbox: outbox, metricsFactory: metricsFactory,
+            logger: Logger(label: "switchboard.webhooks"))
     }
 }
 

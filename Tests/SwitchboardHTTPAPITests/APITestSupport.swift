@@ -8,6 +8,7 @@ import SwitchboardClient
 @testable import SwitchboardHTTPAPI
 @testable import SwitchboardServer
 import SwitchboardTestSupport
+import SwitchboardWebhooks
 import SwitchboardWire
 import Synchronization
 import Testing
@@ -77,6 +78,7 @@ struct APIGateway: Sendable {
 func withAPIGateway<T: Sendable>(
     keys: APIKeys = APITokens.keys, secret: [UInt8]? = APITokens.secret,
     configure: (inout ServerConfiguration) -> Void = { _ in },
+    webhooks: WebhookDispatcher? = nil,
     _ body: @Sendable (APIGateway) async throws -> T
 ) async throws -> T {
     var server = ServerConfiguration()
@@ -94,12 +96,14 @@ func withAPIGateway<T: Sendable>(
     configuration.inMemory = true
     configuration.presence.presenceTimeout = .seconds(5)
     configuration.eventGracePeriod = .milliseconds(200)
+    configuration.webhooks = webhooks
     var logger = Logger(label: "test-api-gateway")
     logger.logLevel = .critical
     let (apiStream, apiSink) = AsyncStream<SocketAddress>.makeStream()
     let (runningStream, runningSink) = AsyncStream<GatewayApplication.Running>.makeStream()
     var api = HTTPAPI.Configuration(host: "127.0.0.1", port: 0, keys: keys)
     api.onRunning = { apiSink.yield($0) }
+    api.webhooks = webhooks
     let application = GatewayApplication(
         configuration: configuration, addOns: [HTTPAPI(configuration: api)], logger: logger,
         onServerRunning: { runningSink.yield($0) })

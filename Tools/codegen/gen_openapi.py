@@ -162,6 +162,7 @@ def document(schema):
             },
             "responses": responses,
         }}
+    webhook_routes(api, components, paths)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -179,6 +180,69 @@ def document(schema):
             }},
         },
     }
+
+
+def webhook_routes(api, components, paths):
+    """The webhooks' dead-letter routes (Docs/webhooks.md): not wire operations, served when webhooks are configured
+    (unknownOperation, 404, otherwise)."""
+    error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    id_request = {"type": "object", "additionalProperties": False, "required": ["id"],
+                  "properties": {"id": {"type": "string", "minLength": 1, "description": "The dead letter's event id."}}}
+    components["WebhookDeadLetter"] = {
+        "type": "object", "description": "An event whose every try failed (Docs/webhooks.md).",
+        "required": ["id", "endpoint", "type", "attempts", "lastError", "createdMs", "failedMs", "body"],
+        "properties": {
+            "id": {"type": "string", "description": "The event id (webhook-id)."},
+            "endpoint": {"type": "string", "description": "The endpoint's name."},
+            "type": {"type": "string", "description": "The event type, e.g. presence.join."},
+            "attempts": dict(UINT, description="Failed tries."),
+            "lastError": {"type": "string", "description": "The last failure: an HTTP status or a connection error."},
+            "createdMs": dict(SINT, description="When the event was decided (ms since the Unix epoch)."),
+            "failedMs": dict(SINT, description="When the last try failed (ms since the Unix epoch)."),
+            "body": {"type": "string", "description": "The JSON body that was sent."},
+        },
+    }
+    components["ListWebhookDeadLettersRequest"] = {
+        "type": "object", "additionalProperties": False,
+        "description": "A page of dead letters: those after `after` (an id), at most `limit`.",
+        "properties": {"after": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 1000}},
+    }
+    components["ListWebhookDeadLettersResponse"] = {
+        "type": "object", "required": ["deadLetters"],
+        "properties": {"deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/WebhookDeadLetter"}},
+                       "more": {"type": "boolean", "description": "More follow: ask again after the last id."}},
+    }
+    components["WebhookDeadLetterRequest"] = id_request
+    components["EmptyResponse"] = {"type": "object", "description": "Done: an empty object."}
+    routes = [
+        ("listWebhookDeadLetters", "List the webhooks' dead letters, oldest first.", "ListWebhookDeadLettersRequest",
+         "ListWebhookDeadLettersResponse"),
+        ("requeueWebhookDeadLetter", "Queue a dead letter again, at the end of its channel's queue, tries from zero.",
+         "WebhookDeadLetterRequest", "EmptyResponse"),
+        ("deleteWebhookDeadLetter", "Delete a dead letter.", "WebhookDeadLetterRequest", "EmptyResponse"),
+    ]
+    for name, summary, request, response in routes:
+        paths[api["pathPrefix"] + name] = {"post": {
+            "operationId": name,
+            "summary": summary,
+            "description": summary + " Served when the gateway sends webhooks (--webhooks, Docs/webhooks.md); "
+                           "otherwise unknownOperation (404).",
+            "tags": ["webhooks"],
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/" + request}}}},
+            "responses": {
+                "200": {"description": "Done.",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/" + response}}}},
+                "400": {"description": "Bad Request: malformedBody (1000), invalidUtf8 (1006), invalidArgument (7000).",
+                        "content": error_ref},
+                "401": {"description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), "
+                                       "tokenRevoked (2005).", "content": error_ref},
+                "403": {"description": "Forbidden: permissionDenied (2003).", "content": error_ref},
+                "404": {"description": "Not Found: notFound (4000), no such dead letter; unknownOperation (1013), "
+                                       "no webhooks.", "content": error_ref},
+                "413": {"description": "Content Too Large: frameTooLarge (1001).", "content": error_ref},
+            },
+        }}
 
 
 def swift(schema, text):

@@ -3400,6 +3400,252 @@ enum APIOperations {
           }
         }
       }
+    },
+    "/v1/listWebhookDeadLetters": {
+      "post": {
+        "operationId": "listWebhookDeadLetters",
+        "summary": "List the webhooks' dead letters, oldest first.",
+        "description": "List the webhooks' dead letters, oldest first. Served when the gateway sends webhooks (--webhooks, Docs/webhooks.md); otherwise unknownOperation (404).",
+        "tags": [
+          "webhooks"
+        ],
+        "requestBody": {
+          "required": true,
+          "content": {
+            "application/json": {
+              "schema": {
+                "$ref": "#/components/schemas/ListWebhookDeadLettersRequest"
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/ListWebhookDeadLettersResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: malformedBody (1000), invalidUtf8 (1006), invalidArgument (7000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "404": {
+            "description": "Not Found: notFound (4000), no such dead letter; unknownOperation (1013), no webhooks.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      }
+    },
+    "/v1/requeueWebhookDeadLetter": {
+      "post": {
+        "operationId": "requeueWebhookDeadLetter",
+        "summary": "Queue a dead letter again, at the end of its channel's queue, tries from zero.",
+        "description": "Queue a dead letter again, at the end of its channel's queue, tries from zero. Served when the gateway sends webhooks (--webhooks, Docs/webhooks.md); otherwise unknownOperation (404).",
+        "tags": [
+          "webhooks"
+        ],
+        "requestBody": {
+          "required": true,
+          "content": {
+            "application/json": {
+              "schema": {
+                "$ref": "#/components/schemas/WebhookDeadLetterRequest"
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/EmptyResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: malformedBody (1000), invalidUtf8 (1006), invalidArgument (7000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "404": {
+            "description": "Not Found: notFound (4000), no such dead letter; unknownOperation (1013), no webhooks.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      }
+    },
+    "/v1/deleteWebhookDeadLetter": {
+      "post": {
+        "operationId": "deleteWebhookDeadLetter",
+        "summary": "Delete a dead letter.",
+        "description": "Delete a dead letter. Served when the gateway sends webhooks (--webhooks, Docs/webhooks.md); otherwise unknownOperation (404).",
+        "tags": [
+          "webhooks"
+        ],
+        "requestBody": {
+          "required": true,
+          "content": {
+            "application/json": {
+              "schema": {
+                "$ref": "#/components/schemas/WebhookDeadLetterRequest"
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/EmptyResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: malformedBody (1000), invalidUtf8 (1006), invalidArgument (7000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "404": {
+            "description": "Not Found: notFound (4000), no such dead letter; unknownOperation (1013), no webhooks.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      }
     }
   },
   "components": {
@@ -5073,6 +5319,111 @@ enum APIOperations {
           }
         },
         "additionalProperties": false
+      },
+      "WebhookDeadLetter": {
+        "type": "object",
+        "description": "An event whose every try failed (Docs/webhooks.md).",
+        "required": [
+          "id",
+          "endpoint",
+          "type",
+          "attempts",
+          "lastError",
+          "createdMs",
+          "failedMs",
+          "body"
+        ],
+        "properties": {
+          "id": {
+            "type": "string",
+            "description": "The event id (webhook-id)."
+          },
+          "endpoint": {
+            "type": "string",
+            "description": "The endpoint's name."
+          },
+          "type": {
+            "type": "string",
+            "description": "The event type, e.g. presence.join."
+          },
+          "attempts": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Failed tries."
+          },
+          "lastError": {
+            "type": "string",
+            "description": "The last failure: an HTTP status or a connection error."
+          },
+          "createdMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "When the event was decided (ms since the Unix epoch)."
+          },
+          "failedMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "When the last try failed (ms since the Unix epoch)."
+          },
+          "body": {
+            "type": "string",
+            "description": "The JSON body that was sent."
+          }
+        }
+      },
+      "ListWebhookDeadLettersRequest": {
+        "type": "object",
+        "additionalProperties": false,
+        "description": "A page of dead letters: those after `after` (an id), at most `limit`.",
+        "properties": {
+          "after": {
+            "type": "string"
+          },
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000
+          }
+        }
+      },
+      "ListWebhookDeadLettersResponse": {
+        "type": "object",
+        "required": [
+          "deadLetters"
+        ],
+        "properties": {
+          "deadLetters": {
+            "type": "array",
+            "items": {
+              "$ref": "#/components/schemas/WebhookDeadLetter"
+            }
+          },
+          "more": {
+            "type": "boolean",
+            "description": "More follow: ask again after the last id."
+          }
+        }
+      },
+      "WebhookDeadLetterRequest": {
+        "type": "object",
+        "additionalProperties": false,
+        "required": [
+          "id"
+        ],
+        "properties": {
+          "id": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The dead letter's event id."
+          }
+        }
+      },
+      "EmptyResponse": {
+        "type": "object",
+        "description": "Done: an empty object."
       }
     },
     "securitySchemes": {

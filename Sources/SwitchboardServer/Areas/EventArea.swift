@@ -32,6 +32,13 @@ public final class EventArea: RequestHandler, SessionObserver {
         timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) throws {
+        // The online states this gateway decides go to the webhooks too.
+        var onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)?
+        if let webhooks = publisher.webhooks {
+            onlineStateDecided = { state in
+                if let event = WebhookEvent.online(state) { webhooks.record([event]) }
+            }
+        }
         self.domain = try EventSubscriptions(
             backend: store, gracePeriodNanos: UInt64(max(gracePeriod.nanoseconds, 0)), nowMillis: nowMillis,
             scheduleSweep: { interval, sweep in
@@ -49,7 +56,8 @@ public final class EventArea: RequestHandler, SessionObserver {
                 let allowed = events.filter { Self.may(session, receive: $0) }
                 guard !allowed.isEmpty else { return }
                 session.send(.subscribedEvents(SubscribedEvents(events: allowed)))
-            })
+            },
+            onlineStateDecided: onlineStateDecided)
     }
 
     /// Whether `session` may receive `event` (SB-5.10-4): its grants allow `events` on the event's publisher, or the

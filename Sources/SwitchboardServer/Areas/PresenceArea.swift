@@ -97,6 +97,11 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 timerLoop.scheduleTask(in: .nanoseconds(delay)) { () -> Void in work() }
             },
             broadcast: { pushes, channel, aboutUser in
+                // Under the channel's lock: the webhook outbox takes the channel's events in their order.
+                if let webhooks = publisher.webhooks {
+                    let events = WebhookEvent.presence(pushes.events)
+                    if !events.isEmpty { webhooks.record(events) }
+                }
                 // Queued: pushes published in order under the channel's lock are written in that order.
                 publisher.publish(
                     Self.encoded(pushes, publisher), to: .channelMembers(channel, receiving: .presence, exceptUser: aboutUser),

@@ -38,6 +38,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         self.publisher = publisher
         self.nowMillis = nowMillis
         store.setLockEventHandler { event in
+            if let webhook = WebhookEvent.lock(event) { publisher.webhooks?.record([webhook]) }
             publisher.publish(
                 .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))
         }
@@ -204,6 +205,11 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     /// Sends the write's storage event to the channel's metadata subscribers or the user's metadata subscribers;
     /// the event is built only when someone receives it.
     private func publish(_ outcome: WriteOutcome, publisher: String, timestampMs: UInt64) {
+        if let webhooks = self.publisher.webhooks,
+            let event = WebhookEvent.storage(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs))
+        {
+            webhooks.record([event])
+        }
         self.publisher.publish(
             .storageEvent(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)),
             to: .metadataSubscribers(of: outcome.scope))

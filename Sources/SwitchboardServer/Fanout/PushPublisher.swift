@@ -56,11 +56,17 @@ public final class PushPublisher: Sendable {
     public let compressionThreshold: Int
     /// Channel members and user-metadata subscribers, for the audiences named by subscription.
     public let subscriptions: SubscriptionRegistry
+    /// Where the areas also hand the events they decide for the application's webhooks (nil: no webhooks).
+    public let webhooks: (any WebhookSink)?
 
-    /// Creates a publisher over `subscriptions`.
-    public init(subscriptions: SubscriptionRegistry, compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold) {
+    /// Creates a publisher over `subscriptions`, handing decided events to `webhooks` too.
+    public init(
+        subscriptions: SubscriptionRegistry, compressionThreshold: Int = FrameEncoder.defaultCompressionThreshold,
+        webhooks: (any WebhookSink)? = nil
+    ) {
         self.subscriptions = subscriptions
         self.compressionThreshold = compressionThreshold
+        self.webhooks = webhooks
     }
 
     /// Encodes `push` once for many sessions (to publish later, or to keep for repeated publishing).

@@ -90,6 +90,25 @@ public struct MetricFamily: Sendable, Hashable {
         MetricFamily(
             "switchboard_store_writeback_queue_length", .gauge,
             help: "Metadata writes applied in memory but not yet committed."),
+        // Gateways sending webhooks (switchboard --webhooks, Docs/webhooks.md) only.
+        MetricFamily(
+            "switchboard_webhook_deliveries_total", .counter,
+            help: "Webhook events delivered (answered 2xx)."),
+        MetricFamily(
+            "switchboard_webhook_failed_attempts_total", .counter,
+            help: "Webhook tries that failed (another status, a timeout, a connection error)."),
+        MetricFamily(
+            "switchboard_webhook_dead_lettered_total", .counter,
+            help: "Webhook events that became dead letters after their endpoint's maxAttempts."),
+        MetricFamily(
+            "switchboard_webhook_dead_letters", .gauge,
+            help: "Webhook dead letters kept now."),
+        MetricFamily(
+            "switchboard_webhook_outbox_length", .gauge,
+            help: "Webhook events waiting in the outbox."),
+        MetricFamily(
+            "switchboard_webhook_delivery_seconds", .histogram,
+            help: "Time from a webhook event's decision to its 2xx answer, in seconds."),
         // Cluster nodes (switchboard --cluster) only.
         MetricFamily(
             "switchboard_cluster_dependency_up", .gauge, labels: ["dependency"],

@@ -166,6 +166,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     private let scheduleSweep: ScheduleSweep
     private let deliver: FanOut
     private let send: Send
+    /// Told each online state this gateway decides (the webhook outbox), under the domain's lock, in order.
+    private let onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)?
 
     /// Creates the domain from what `backend` holds.
     ///
@@ -178,13 +180,16 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     ///   - scheduleSweep: Starts the repeated sweep of drops whose grace passed (called once, at the first drop).
     ///   - fanOut: Sends a push of events to sessions.
     ///   - send: Sends a push of events to one session.
+    ///   - onlineStateDecided: Told each online state (value 1, 2 or 3) this gateway decides, in order.
     /// - Throws: What `backend` throws when it cannot be read.
     public init(
         backend: any EventBackend, gracePeriodNanos: UInt64 = 2_000_000_000,
         nowMillis: @escaping @Sendable () -> Int64,
         monotonicNanos: @escaping @Sendable () -> UInt64 = systemMonotonicNanos,
-        scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send
+        scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send,
+        onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)? = nil
     ) throws {
+        self.onlineStateDecided = onlineStateDecided
         self.backend = backend
         self.shared = backend.shared
         self.gracePeriodNanos = gracePeriodNanos
@@ -592,6 +597,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
             expiresAtMs: 0, onlineClientTypes: types)
         state.onlineState[user] = event
+        self.onlineStateDecided?(event)
         // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
         // when nobody is online), so a stream of logins of unwatched users costs no database writes.
         if !(state.subscribers[user]?.isEmpty ?? true) { self.backend.setOnlineState(event) }

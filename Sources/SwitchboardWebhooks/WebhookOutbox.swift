@@ -1,0 +1,305 @@
+import GRDB
+import Synchronization
+
+/// One event for one endpoint, waiting to be delivered: a row of the outbox.
+public struct WebhookDelivery: Sendable, Hashable {
+    /// Its place in the outbox: later events of a queue have larger numbers.
+    public var seq: Int64
+    /// The event's id (`webhook-id`), the same on every try.
+    public var id: String
+    /// The endpoint's name.
+    public var endpoint: String
+    /// The event's ordering key (``SwitchboardServer/WebhookEvent/orderingKey``).
+    public var orderingKey: String
+    /// The event's type.
+    public var type: String
+    /// The JSON body.
+    public var body: String
+    /// When the event was decided (ms since the Unix epoch).
+    public var createdMs: Int64
+    /// Failed tries so far.
+    public var attempts: Int = 0
+    /// When the next try may start (ms since the Unix epoch).
+    public var nextAttemptMs: Int64 = 0
+    /// Why the last try failed.
+    public var lastError: String = ""
+
+    /// The queue it is delivered in, in order.
+    var queue: WebhookOutbox.QueueKey { .init(endpoint: self.endpoint, orderingKey: self.orderingKey) }
+}
+
+/// The durable outbox of webhook deliveries (`Docs/webhooks.md`): a SQLite file (`<database>.webhooks`) holding every
+/// event not yet delivered and the dead letters, and the same in memory, one queue per (endpoint, ordering key).
+///
+/// Changes are taken at once in memory (``append(_:)`` never blocks on the disk) and written by ``flush()`` in one
+/// transaction, in the order they were made; the dispatcher flushes every few milliseconds and when it stops. After a
+/// restart ``load()`` brings back what was not delivered: each event is sent at least once, and its id lets the
+/// receiver drop a repeat.
+public final class WebhookOutbox: Sendable {
+    /// A queue: an endpoint's events with one ordering key, delivered one at a time, in order.
+    struct QueueKey: Hashable, Sendable {
+        var endpoint: String
+        var orderingKey: String
+    }
+
+    enum Change: Sendable {
+        case insert(WebhookDelivery)
+        case retry(WebhookDelivery)
+        case delete(seq: Int64)
+        case deadLetter(WebhookDelivery, failedMs: Int64)
+        case requeue(deadSeq: Int64, WebhookDelivery)
+        case deleteDeadLetter(seq: Int64)
+    }
+
+    struct State {
+        var nextSeq: Int64 = 1
+        var queues: [QueueKey: [WebhookDelivery]] = [:]
+        var inFlight: Set<QueueKey> = []
+        var pendingCount = 0
+        /// Dead letters by seq, and their order.
+        var dead: [Int64: (delivery: WebhookDelivery, failedMs: Int64)] = [:]
+        var deadOrder: [Int64] = []
+        var deadByID: [String: Int64] = [:]
+        var changes: [Change] = []
+    }
+
+    private let state = Mutex(State())
+    private let database: any DatabaseWriter
+
+    /// Opens (creating it) the outbox at `path`, or one in memory for nil, and loads what it holds.
+    /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or read.
+    public init(path: String?) throws {
+        if let path {
+            let queue = try DatabaseQueue(path: path)
+            try queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA journal_mode = WAL")
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
+            self.database = queue
+        } else {
+            self.database = try DatabaseQueue()
+        }
+        try self.database.write { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE IF NOT EXISTS webhook_outbox (
+                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
+                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
+                        next_attempt_ms INTEGER NOT NULL, last_error TEXT NOT NULL);
+                    CREATE TABLE IF NOT EXISTS webhook_dead_letters (
+                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
+                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
+                        last_error TEXT NOT NULL, failed_ms INTEGER NOT NULL);
+                    """)
+        }
+        try self.load()
+    }
+
+    private static func delivery(_ row: Row) -> WebhookDelivery {
+        WebhookDelivery(
+            seq: row["seq"], id: row["id"], endpoint: row["endpoint"], orderingKey: row["ordering_key"],
+            type: row["type"], body: row["body"], createdMs: row["created_ms"], attempts: row["attempts"],
+            nextAttemptMs: row["next_attempt_ms"] ?? 0, lastError: row["last_error"])
+    }
+
+    private func load() throws {
+        let (pending, dead) = try self.database.read { db in
+            (
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_outbox ORDER BY seq"),
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_dead_letters ORDER BY seq")
+            )
+        }
+        self.state.withLock { state in
+            for row in pending {
+                let delivery = Self.delivery(row)
+                state.queues[delivery.queue, default: []].append(delivery)
+                state.pendingCount += 1
+                state.nextSeq = max(state.nextSeq, delivery.seq + 1)
+            }
+            for row in dead {
+                let delivery = Self.delivery(row)
+                let failedMs: Int64 = row["failed_ms"]
+                state.dead[delivery.seq] = (delivery, failedMs)
+                state.deadOrder.append(delivery.seq)
+                state.deadByID[delivery.id] = delivery.seq
+                state.nextSeq = max(state.nextSeq, delivery.seq + 1)
+            }
+        }
+    }
+
+    /// Events not yet delivered.
+    public var pendingCount: Int { self.state.withLock { $0.pendingCount } }
+    /// Dead letters kept.
+    public var deadLetterCount: Int { self.state.withLock { $0.dead.count } }
+
+    /// Appends deliveries (their `seq` is assigned here, in order) to their queues.
+    func append(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.state.withLock { state in
+            for var delivery in deliveries {
+                delivery.seq = state.nextSeq
+                state.nextSeq += 1
+                state.queues[delivery.queue, default: []].append(delivery)
+                state.pendingCount += 1
+                state.changes.append(.insert(delivery))
+            }
+        }
+    }
+
+    /// Claims the first delivery of each queue that has none in flight and whose next try is due, at most `limit`.
+    /// Returns them, and the earliest time a queue not claimed becomes due (nil: none waits).
+    func claimDue(now: Int64, limit: Int, endpoints: Set<String>) -> (claimed: [WebhookDelivery], nextDueMs: Int64?) {
+        self.state.withLock { state in
+            var claimed: [WebhookDelivery] = []
+            var nextDue: Int64?
+            for (key, queue) in state.queues where !state.inFlight.contains(key) && endpoints.contains(key.endpoint) {
+                guard let head = queue.first else { continue }
+                if head.nextAttemptMs > now {
+                    nextDue = min(nextDue ?? head.nextAttemptMs, head.nextAttemptMs)
+                    continue
+                }
+                guard claimed.count < limit else { break }
+                state.inFlight.insert(key)
+                claimed.append(head)
+            }
+            return (claimed, nextDue)
+        }
+    }
+
+    /// The claimed `delivery` was delivered: it leaves its queue (and the outbox).
+    func delivered(_ delivery: WebhookDelivery) {
+        self.state.withLock { state in
+            let key = delivery.queue
+            state.inFlight.remove(key)
+            Self.removeHead(delivery.seq, of: key, in: &state)
+            state.changes.append(.delete(seq: delivery.seq))
+        }
+    }
+
+    /// The claimed `delivery` failed again: it is retried at `nextAttemptMs`, or, with `deadAtMs`, it becomes a dead
+    /// letter and the queue goes on with the next event.
+    func failed(_ delivery: WebhookDelivery, deadAtMs: Int64?) {
+        self.state.withLock { state in
+            let key = delivery.queue
+            state.inFlight.remove(key)
+            if let deadAtMs {
+                Self.removeHead(delivery.seq, of: key, in: &state)
+                state.dead[delivery.seq] = (delivery, deadAtMs)
+                state.deadOrder.append(delivery.seq)
+                state.deadByID[delivery.id] = delivery.seq
+                state.changes.append(.deadLetter(delivery, failedMs: deadAtMs))
+            } else {
+                if let index = state.queues[key]?.firstIndex(where: { $0.seq == delivery.seq }) {
+                    state.queues[key]?[index] = delivery
+                }
+                state.changes.append(.retry(delivery))
+            }
+        }
+    }
+
+    private static func removeHead(_ seq: Int64, of key: QueueKey, in state: inout State) {
+        guard let index = state.queues[key]?.firstIndex(where: { $0.seq == seq }) else { return }
+        state.queues[key]?.remove(at: index)
+        state.pendingCount -= 1
+        if state.queues[key]?.isEmpty == true { state.queues[key] = nil }
+    }
+
+    /// The dead letters, oldest first.
+    func deadLetters(after: String?, limit: Int) -> [WebhookDeadLetterRecord] {
+        self.state.withLock { state in
+            var start = 0
+            if let after, let seq = state.deadByID[after], let index = state.deadOrder.firstIndex(of: seq) {
+                start = index + 1
+            }
+            return state.deadOrder[start...].prefix(max(limit, 0)).compactMap { seq in
+                state.dead[seq].map { WebhookDeadLetterRecord(delivery: $0.delivery, failedMs: $0.failedMs) }
+            }
+        }
+    }
+
+    /// Moves dead letter `id` back to the end of its queue with no tries counted; false if there is none.
+    func requeue(id: String) -> Bool {
+        self.state.withLock { state in
+            guard let seq = state.deadByID.removeValue(forKey: id), var delivery = state.dead.removeValue(forKey: seq)?.delivery
+            else { return false }
+            state.deadOrder.removeAll { $0 == seq }
+            delivery.seq = state.nextSeq
+            state.nextSeq += 1
+            delivery.attempts = 0
+            delivery.nextAttemptMs = 0
+            delivery.lastError = ""
+            state.queues[delivery.queue, default: []].append(delivery)
+            state.pendingCount += 1
+            state.changes.append(.requeue(deadSeq: seq, delivery))
+            return true
+        }
+    }
+
+    /// Deletes dead letter `id`; false if there is none.
+    func deleteDeadLetter(id: String) -> Bool {
+        self.state.withLock { state in
+            guard let seq = state.deadByID.removeValue(forKey: id), state.dead.removeValue(forKey: seq) != nil else {
+                return false
+            }
+            state.deadOrder.removeAll { $0 == seq }
+            state.changes.append(.deleteDeadLetter(seq: seq))
+            return true
+        }
+    }
+
+    /// Writes the changes made since the last flush, in order, in one transaction.
+    /// - Throws: GRDB's `DatabaseError`; the changes are then kept for the next flush.
+    public func flush() throws {
+        let changes = self.state.withLock { state in
+            let changes = state.changes
+            state.changes = []
+            return changes
+        }
+        guard !changes.isEmpty else { return }
+        do {
+            try self.database.write { db in
+                for change in changes { try Self.write(change, db) }
+            }
+        } catch {
+            self.state.withLock { $0.changes.insert(contentsOf: changes, at: 0) }
+            throw error
+        }
+    }
+
+    private static func write(_ change: Change, _ db: Database) throws {
+        switch change {
+        case .insert(let d):
+            try db.execute(
+                sql: """
+                    INSERT INTO webhook_outbox (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
+                        next_attempt_ms, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.nextAttemptMs, d.lastError])
+        case .retry(let d):
+            try db.execute(
+                sql: "UPDATE webhook_outbox SET attempts = ?, next_attempt_ms = ?, last_error = ? WHERE seq = ?",
+                arguments: [d.attempts, d.nextAttemptMs, d.lastError, d.seq])
+        case .delete(let seq):
+            try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [seq])
+        case .deadLetter(let d, let failedMs):
+            try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [d.seq])
+            try db.execute(
+                sql: """
+                    INSERT INTO webhook_dead_letters (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
+                        last_error, failed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.lastError, failedMs])
+        case .requeue(let deadSeq, let d):
+            try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [deadSeq])
+            try Self.write(.insert(d), db)
+        case .deleteDeadLetter(let seq):
+            try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [seq])
+        }
+    }
+}
+
+/// A dead letter as the outbox keeps it.
+struct WebhookDeadLetterRecord: Sendable {
+    var delivery: WebhookDelivery
+    var failedMs: Int64
+}
