@@ -113,7 +113,7 @@ public struct OpenedEngines: Sendable {
     /// The metadata store (sets and channel locks), loaded.
     public var metadata: MetadataStore?
     /// The event domain's engine.
-    public var events: (any EventBackend)?
+    public var events: (any EventEngine)?
     /// The profile directory's engine.
     public var profiles: (any ProfileBackend)?
     /// Moderation's engine.
@@ -121,7 +121,7 @@ public struct OpenedEngines: Sendable {
 
     /// Creates the set.
     public init(
-        metadata: MetadataStore? = nil, events: (any EventBackend)? = nil, profiles: (any ProfileBackend)? = nil,
+        metadata: MetadataStore? = nil, events: (any EventEngine)? = nil, profiles: (any ProfileBackend)? = nil,
         moderation: (any ModerationBackend)? = nil
     ) {
         self.metadata = metadata
