@@ -79,7 +79,7 @@ public struct PostgresCluster: AreaEngines {
     public var statusReport: ClusterStatusReport? { self.state.report }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
-    public var presenceReplication: (any PresenceReplication)? { self.presence }
+    public var presenceReplication: any PresenceReplication { self.presence }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {

@@ -34,9 +34,9 @@ public protocol AreaEngines: Sendable {
     /// Opens the engine of every area in `context`, each loaded, before any connection is accepted.
     func open(_ context: EngineContext) async throws -> OpenedEngines
 
-    /// Where the presence area reports its sessions' memberships and states, or nil when presence is per node. The
-    /// same object on every call.
-    var presenceReplication: (any PresenceReplication)? { get }
+    /// The presence engine: where the presence area reports its sessions' memberships and states (``LocalPresence``
+    /// when presence is per node). The same object on every call.
+    var presenceReplication: any PresenceReplication { get }
 
     /// The services that run beside the gateway: what keeps the engines' writes going and, where other nodes write
     /// too, what brings their changes to `domains`.
@@ -47,7 +47,7 @@ public protocol AreaEngines: Sendable {
     var statusReport: ClusterStatusReport? { get }
 }
 
-/// An area whose engine a gateway opens (presence keeps no engine of its own: ``AreaEngines/presenceReplication``).
+/// An area whose engine a gateway opens (presence's engine is not opened: ``AreaEngines/presenceReplication``).
 public enum EngineArea: Sendable, Hashable {
     case metadata
     case events

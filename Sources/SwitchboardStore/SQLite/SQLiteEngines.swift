@@ -59,8 +59,8 @@ public struct SQLiteEngines: AreaEngines {
         return opened
     }
 
-    /// Presence stays per node.
-    public var presenceReplication: (any PresenceReplication)? { nil }
+    /// Presence stays per node: reports go nowhere.
+    public var presenceReplication: any PresenceReplication { LocalPresence() }
 
     /// The event and profile files' writers, flushed at shutdown after the gateway drained.
     public func makeServices(for domains: EngineDomains, logger: Logger) -> [any Service] {
