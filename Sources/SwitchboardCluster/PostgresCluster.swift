@@ -79,7 +79,7 @@ public struct PostgresCluster: AreaEngines {
     public var statusReport: ClusterStatusReport? { self.state.report }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
-    public var presenceReplication: (any PresenceReplication)? { self.presence }
+    public var presenceReplication: any PresenceReplication { self.presence }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {
@@ -154,7 +154,7 @@ public struct PostgresCluster: AreaEngines {
 
     /// Loads the event area's subscriptions, kept events and online states (after ``join(logger:)``); its changes go
     /// through the shared database and the change feed.
-    func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> any EventBackend {
+    func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> any EventEngine {
         let backend = try await PostgresEventBackend.open(
             location: self.location, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
             nowMillis: systemNowMillis, logger: logger)

@@ -6,8 +6,8 @@ import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 
-/// The event area of a cluster in PostgreSQL: subscriptions, kept events and online states shared by every node
-/// (an ``EventBackend`` with its ``SharedEventBackend`` side).
+/// The event engine of a cluster node (``EventEngine``), in PostgreSQL: subscriptions, kept events and online states
+/// shared by every node.
 ///
 /// Tables (``PostgresSchema``): `sb_event_subscription`, `sb_event_kept` (the latest 100 per publisher),
 /// `sb_event_online` (each publisher's current online state), `sb_event_offline` (when each user's last session in
@@ -16,17 +16,18 @@ import Synchronization
 ///
 /// Every change is queued; the queue is written on one connection of its own, a batch of changes per transaction,
 /// each change appending one `.event` row to the change feed (``EventFeedCoding``), so every other node applies it
-/// to its copy and delivers its events to its own sessions (``EventFeedConsumer``). Writes complete after the
-/// commit; a failed transaction fails its writes (the domain undoes them), and its session changes are tried again.
+/// to its copy and delivers its events to its own sessions (``EventFeedConsumer``), through the attachment the domain
+/// gave, as the engine hands it the online states it decides. Writes complete after the commit; a failed transaction
+/// fails its writes (the domain undoes them), and its session changes are tried again.
 ///
 /// Online state is decided here, under the user's advisory lock: a session start is the user's first in the cluster
 /// when `sb_session` holds no other of theirs (only that session gets the login sync, so two nodes never both deliver
 /// a kept event), value 1 unless it cancels a pending drop of the same user and client type on any node, value 2 at a
 /// normal end, and value 3 when a drop's grace period passed (the node that recorded it sweeps it) or its node died
 /// (the node that sweeps the dead node, ``DeadNodeSweeper``).
-final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSweeper, Sendable {
+final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
     /// Runs after a subscription change committed, with the version it committed at.
-    typealias VersionedCompletion = @Sendable (Result<Int64, any Error>) -> Void
+    typealias VersionedCompletion = @Sendable (Result<Int64?, any Error>) -> Void
 
     private enum Operation: Sendable {
         case upsert([StoredEventSubscription], VersionedCompletion?)
@@ -151,9 +152,7 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         return snapshot
     }
 
-    // MARK: EventBackend
-
-    var shared: (any SharedEventBackend)? { self }
+    // MARK: EventEngine
 
     func load(nowMillis: Int64) throws -> EventSnapshot {
         var snapshot = self.snapshot
@@ -162,45 +161,16 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         return snapshot
     }
 
-    func upsert(_ subscriptions: [StoredEventSubscription], completion: StoreWriteCompletion?) {
-        guard !subscriptions.isEmpty else {
-            completion?(.success(()))
-            return
+    /// Sweeps the node's drops whose grace period passed on the domain's timers, until the node leaves.
+    func attach(_ attachment: EventEngineAttachment) {
+        self.apply.withLock { $0 = attachment.apply }
+        let interval = self.sweepInterval.components
+        attachment.scheduleSweep(interval.seconds * 1_000_000_000 + interval.attoseconds / 1_000_000_000) {
+            [weak self] in
+            guard let self, !self.queue.withLock({ $0.stopping }) else { return false }
+            self.sweepDueDrops()
+            return true
         }
-        self.enqueue(.upsert(subscriptions, Self.unversioned(completion)))
-    }
-
-    func removeSubscriptions(subscriber: String, eventType: UInt64, publishers: [String]?, completion: StoreWriteCompletion?) {
-        self.enqueue(.unsubscribe(subscriber, publishers, Self.unversioned(completion)))
-    }
-
-    /// `completion`, for a change whose version it does not need.
-    private static func unversioned(_ completion: StoreWriteCompletion?) -> VersionedCompletion? {
-        guard let completion else { return nil }
-        return { outcome in completion(outcome.map { _ in () }) }
-    }
-
-    func keep(_ event: SubscribedEvent, limit: Int, completion: StoreWriteCompletion?) {
-        // The domain publishes through ``publish(_:kept:multiDeviceSync:completion:)`` in a cluster.
-        self.enqueue(.publish(event, kept: true, multiDeviceSync: true, completion))
-    }
-
-    /// Online states are stored by this backend as it decides them.
-    func setOnlineState(_ event: SubscribedEvent) {}
-
-    /// Offline times are stored by this backend as it decides them.
-    func setLastOffline(user: String, atMs: Int64) {}
-
-    func purgeExpired(nowMillis: Int64) {
-        self.enqueue(.purge(nowMillis))
-    }
-
-    func flush() {}
-
-    // MARK: SharedEventBackend
-
-    func attach(_ apply: @escaping @Sendable (SharedEventChange, Int64) -> Void) {
-        self.apply.withLock { $0 = apply }
     }
 
     func subscribe(_ subscriptions: [StoredEventSubscription], completion: @escaping VersionedCompletion) {
@@ -225,6 +195,16 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
 
     func sessionEnded(_ session: SharedSessionKey, normal: Bool, atMs: Int64) {
         self.enqueue(.ended(session, normal: normal, atMs: atMs))
+    }
+
+    /// Online states are stored by this engine as it decides them.
+    func keepOnlineState(_ event: SubscribedEvent) {}
+
+    /// Offline times are recorded by this engine as it decides online states.
+    func keepLastOffline(user: String, atMs: Int64) {}
+
+    func purgeExpired(nowMillis: Int64) {
+        self.enqueue(.purge(nowMillis))
     }
 
     /// A change another node committed, read from the feed after the row at `position`.
@@ -676,9 +656,8 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
         of user: String, value: UInt64, types: [ClientType], node: String, nowMillis now: Int64, eventIDs: EventIDs
     ) -> SubscribedEvent {
         let number = eventIDs.next()
-        return SubscribedEvent(
-            eventId: "\(node)-\(String(number, radix: 16))", eventType: 1, value: value, publisher: user,
-            timestampMs: UInt64(max(now, 0)), expiresAtMs: 0, onlineClientTypes: types)
+        return .onlineState(
+            of: user, value: value, clientTypes: types, id: "\(node)-\(String(number, radix: 16))", nowMs: now)
     }
 
     // MARK: Drops and dead nodes
@@ -750,18 +729,14 @@ final class PostgresEventBackend: EventBackend, SharedEventBackend, DeadNodeSwee
     }
 }
 
-/// Sweeps the node's drops whose grace period passed, and at graceful shutdown (after the gateway drained) publishes
-/// value 3 for what the node leaves behind and closes the event writer.
+/// At graceful shutdown (after the gateway drained), publishes value 3 for what the node leaves behind and closes
+/// the event writer (the drops whose grace period passed are swept meanwhile on the event domain's timers:
+/// ``PostgresEventBackend/attach(_:)``).
 struct EventSessionsService: Service {
     let backend: PostgresEventBackend
 
     func run() async throws {
-        try? await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try await Task.sleep(for: self.backend.sweepInterval)
-                self.backend.sweepDueDrops()
-            }
-        }
+        try? await gracefulShutdown()
         await self.backend.leave()
     }
 }

@@ -152,7 +152,7 @@ public struct GatewayApplication: Service {
         /// What the engines opened for the areas.
         public let engines: OpenedEngines
         /// The event store, with ``Areas/events`` on the single-node engines.
-        public var eventStore: EventStore? { self.engines.events as? EventStore }
+        public var eventStore: EventStore? { (self.engines.events as? LocalEventEngine)?.storage as? EventStore }
         /// The profile store, with ``Areas/profiles`` on the single-node engines.
         public var profileStore: ProfileStore? { self.engines.profiles as? ProfileStore }
         /// The storage and lock area.
@@ -391,11 +391,9 @@ public struct GatewayApplication: Service {
                 nowMillis: nowMillis)
         }
         var events: EventArea?
-        if let store = opened.events {
+        if let engine = opened.events {
             events = try EventArea(
-                store: store, gracePeriod: configuration.eventGracePeriod, publisher: publisher,
-                timerLoop: eventLoopGroup.next(),
-                nowMillis: nowMillis)
+                engine: engine, publisher: publisher, timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
         }
         var profiles: ProfileArea?
         if let backend = opened.profiles {

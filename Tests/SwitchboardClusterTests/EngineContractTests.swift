@@ -179,11 +179,19 @@ struct EnginePlace: Sendable {
     }
 
     func open(_ areas: Set<EngineArea>) async throws -> OpenedEngines {
+        try await self.openEngines(areas).opened
+    }
+
+    /// New engines on the place, opened for `areas` (events with `eventGracePeriod`), and what they opened.
+    func openEngines(_ areas: Set<EngineArea>, eventGracePeriod: Duration = .seconds(2)) async throws
+        -> (engines: Engines, opened: OpenedEngines)
+    {
         let base = self.directory.path + "/node.sqlite"
         let files = EngineContext.Files(
             metadata: base, events: base + ".events", profiles: base + ".profiles", moderation: base + ".moderation")
         let context = EngineContext(
-            areas: areas, files: self.kind == .sqlite ? files : nil, logger: Logger(label: "engine-contract"))
+            areas: areas, files: self.kind == .sqlite ? files : nil, eventGracePeriod: eventGracePeriod,
+            logger: Logger(label: "engine-contract"))
         let engines: Engines
         if let postgres {
             engines = .cluster(PostgresCluster(location: try PostgresLocation(url: postgres.url)))
@@ -192,7 +200,7 @@ struct EnginePlace: Sendable {
         }
         let opened = try await engines.implementation.open(context)
         if self.postgres != nil { OpenedClusterEngines.keep(opened) }
-        return opened
+        return (engines, opened)
     }
 }
 

@@ -11,33 +11,22 @@ private final class OrderSession: EventSession {
     init(_ user: String) { self.eventUserID = user }
 }
 
-/// The cluster side of the event domain, in memory: subscription changes wait until the test commits (with a
-/// version) or fails them, in order.
-private final class OrderBackend: EventBackend, SharedEventBackend {
+/// A cluster node's event engine, in memory: subscription changes wait until the test commits (with a version) or
+/// fails them, in order.
+private final class OrderBackend: EventEngine {
     struct Failed: Error {}
 
-    private let waiting = Mutex<[@Sendable (Result<Int64, any Error>) -> Void]>([])
+    private let waiting = Mutex<[@Sendable (Result<Int64?, any Error>) -> Void]>([])
 
-    var shared: (any SharedEventBackend)? { self }
     func load(nowMillis: Int64) throws -> EventSnapshot { EventSnapshot() }
-    func upsert(_ subscriptions: [StoredEventSubscription], completion: StoreWriteCompletion?) { completion?(.success(())) }
-    func removeSubscriptions(subscriber: String, eventType: UInt64, publishers: [String]?, completion: StoreWriteCompletion?) {
-        completion?(.success(()))
-    }
-    func keep(_ event: SubscribedEvent, limit: Int, completion: StoreWriteCompletion?) { completion?(.success(())) }
-    func setOnlineState(_ event: SubscribedEvent) {}
-    func setLastOffline(user: String, atMs: Int64) {}
-    func purgeExpired(nowMillis: Int64) {}
-    func flush() {}
-
-    func attach(_ apply: @escaping @Sendable (SharedEventChange, Int64) -> Void) {}
+    func attach(_ attachment: EventEngineAttachment) {}
     func subscribe(
-        _ subscriptions: [StoredEventSubscription], completion: @escaping @Sendable (Result<Int64, any Error>) -> Void
+        _ subscriptions: [StoredEventSubscription], completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
     ) {
         self.waiting.withLock { $0.append(completion) }
     }
     func unsubscribe(
-        subscriber: String, publishers: [String]?, completion: @escaping @Sendable (Result<Int64, any Error>) -> Void
+        subscriber: String, publishers: [String]?, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
     ) {
         self.waiting.withLock { $0.append(completion) }
     }
@@ -46,11 +35,14 @@ private final class OrderBackend: EventBackend, SharedEventBackend {
     }
     func sessionStarted(_ session: SharedSessionKey, completion: @escaping @Sendable (SharedSessionStart) -> Void) {}
     func sessionEnded(_ session: SharedSessionKey, normal: Bool, atMs: Int64) {}
+    func keepOnlineState(_ event: SubscribedEvent) {}
+    func keepLastOffline(user: String, atMs: Int64) {}
+    func purgeExpired(nowMillis: Int64) {}
 
     /// Commits the oldest waiting change at `version` (nil: fails it).
     func end(committedAt version: Int64?) {
         let next = self.waiting.withLock { $0.removeFirst() }
-        next(version.map { .success($0) } ?? .failure(Failed()))
+        if let version { next(.success(version)) } else { next(.failure(Failed())) }
     }
 }
 
@@ -64,7 +56,7 @@ private final class OrderBackend: EventBackend, SharedEventBackend {
     init() throws {
         let now = self.now
         self.domain = try EventSubscriptions(
-            backend: self.backend, nowMillis: { now }, scheduleSweep: { _, _ in }, fanOut: { _, _ in }, send: { _, _ in })
+            engine: self.backend, nowMillis: { now }, scheduleSweep: { _, _ in }, fanOut: { _, _ in }, send: { _, _ in })
     }
 
     private func subscribed(_ subscriber: String = "ann") throws -> [String] {

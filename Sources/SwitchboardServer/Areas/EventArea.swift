@@ -7,8 +7,8 @@ import SwitchboardWire
 ///
 /// A thin adapter over the domain, ``EventSubscriptions``: it decodes the request, calls the domain and encodes the
 /// answer; subscribe, unsubscribe and kept publish are answered after the change committed (or `8001` when it was
-/// undone). The domain's pushes go to their subscribers through the ``PushPublisher``; the
-/// sweep that publishes value 3 after the grace period runs on `timerLoop`.
+/// undone). The domain's pushes go to their subscribers through the ``PushPublisher``; the engine's repeated work
+/// (a single node's sweep that publishes value 3 after the grace period) runs on `timerLoop`.
 public final class EventArea: RequestHandler, SessionObserver {
     /// Fixed limits of §11.
     public typealias Limits = EventLimits
@@ -16,18 +16,18 @@ public final class EventArea: RequestHandler, SessionObserver {
     /// The event domain this area serves.
     public let domain: EventSubscriptions<SessionHandle>
 
-    /// Creates the area from what `store` holds.
+    /// Creates the area from what `engine` holds.
     ///
     /// - Parameters:
-    ///   - store: Where subscriptions, kept events and online states persist.
-    ///   - gracePeriod: How long an abnormally ended session may take to come back before subscribers get value 3.
+    ///   - engine: Where subscriptions, kept events and online states persist, and online states are decided (with
+    ///     its grace period).
     ///   - publisher: Where published events and online states go to their subscribers.
-    ///   - timerLoop: Where the sweep that publishes value 3 after the grace period runs (one of the gateway's
-    ///     loops, as ``GatewayApplication`` gives it).
+    ///   - timerLoop: Where the engine's repeated work runs (one of the gateway's loops, as ``GatewayApplication``
+    ///     gives it).
     ///   - nowMillis: The server clock (the gateway's, so expiries agree with ``RequestContext/nowMillis``).
-    /// - Throws: What the backend throws when it cannot be read (GRDB's `DatabaseError` for ``EventStore``).
+    /// - Throws: What the engine throws when it cannot be read (GRDB's `DatabaseError` for ``EventStore``).
     public init(
-        store: any EventBackend, gracePeriod: TimeAmount = .seconds(2),
+        engine: any EventEngine,
         publisher: PushPublisher,
         timerLoop: any EventLoop,
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
@@ -40,7 +40,7 @@ public final class EventArea: RequestHandler, SessionObserver {
             }
         }
         self.domain = try EventSubscriptions(
-            backend: store, gracePeriodNanos: UInt64(max(gracePeriod.nanoseconds, 0)), nowMillis: nowMillis,
+            engine: engine, nowMillis: nowMillis,
             scheduleSweep: { interval, sweep in
                 let delay = TimeAmount.nanoseconds(interval)
                 timerLoop.scheduleRepeatedTask(initialDelay: delay, delay: delay) { task in

@@ -52,8 +52,8 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     private let membershipObservers: [any ChannelMembershipObserver]
     private let bookmarks: PageBookmarks
     private let publisher: PushPublisher
-    /// Where a cluster node reports its sessions' presence (nil on a single gateway).
-    private let replication: (any PresenceReplication)?
+    /// The presence engine: where the node reports its sessions' presence (to nobody on a single gateway).
+    private let replication: any PresenceReplication
 
     /// The operations this area serves.
     public var operations: [Opcode] {
@@ -69,14 +69,15 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     ///   - membershipObservers: told after every successful `subscribeChannel`, so they can send their snapshots.
     ///   - timerLoop: where presence-timeout and interval timers run (one of the gateway's loops, as
     ///     ``GatewayApplication`` gives it). Timer work takes a channel lock briefly and never blocks.
-    ///   - replication: where a cluster node reports its sessions' joins, leaves and states (nil on a single gateway).
+    ///   - replication: the presence engine, where the node reports its sessions' joins, leaves and states (a single
+    ///     gateway's, ``LocalPresence``, reports to nobody).
     ///   - nowMillis: the clock for event timestamps and bookmark expiry.
     public init(
         configuration: PresenceConfiguration = PresenceConfiguration(),
         publisher: PushPublisher,
         membershipObservers: [any ChannelMembershipObserver] = [],
         timerLoop: any EventLoop,
-        replication: (any PresenceReplication)? = nil,
+        replication: any PresenceReplication = LocalPresence(),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
@@ -84,7 +85,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         self.subscriptions = publisher.subscriptions
         self.publisher = publisher
         self.membershipObservers = membershipObservers
-        if let key = replication?.bookmarkKey {
+        if let key = replication.bookmarkKey {
             self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime, keyBytes: key)
         } else {
             self.bookmarks = PageBookmarks(lifetime: configuration.bookmarkLifetime)
@@ -152,7 +153,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let info = session.info
         self.domain.leaveAll(ObjectIdentifier(session), userID: info.userID, exit: exit) { key in
             _ = subscriptions.leave(session, channel: key)
-            replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: exit)
+            replication.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: exit)
         }
     }
 
@@ -192,11 +193,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             snapshotTo: options.withPresence
                 ? { pushes in publisher.publish(Self.encoded(pushes, publisher), to: .sessions([session]), delivery: .queued) }
                 : nil,
-            attached: self.replication.map { replication in
-                { state in
-                    replication.sessionJoined(
-                        info.connectionID, userID: info.userID, channel: key, quiet: options.beQuiet, state: state)
-                }
+            attached: { [replication] state in
+                replication.sessionJoined(
+                    info.connectionID, userID: info.userID, channel: key, quiet: options.beQuiet, state: state)
             })
         switch joined {
         case .tooManyChannels(let limit):
@@ -222,7 +221,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         do throws(SwitchboardStoreError) {
             try self.domain.unsubscribe(ObjectIdentifier(session), userID: info.userID, from: key, now: context.nowMillis) {
                 _ = subscriptions.leave(session, channel: key)
-                replication?.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: .left)
+                replication.sessionLeft(info.connectionID, userID: info.userID, channel: key, exit: .left)
             }
         } catch {
             throw RequestRejection(error.body)
@@ -244,7 +243,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
             do throws(SwitchboardStoreError) {
                 try self.domain.unsubscribe(ObjectIdentifier(session), userID: userID, from: key, now: now) {
                     _ = subscriptions.leave(session, channel: key)
-                    replication?.sessionLeft(info.connectionID, userID: userID, channel: key, exit: .left)
+                    replication.sessionLeft(info.connectionID, userID: userID, channel: key, exit: .left)
                 }
             } catch {
                 continue  // it left meanwhile
@@ -329,9 +328,9 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         return .removeState(EmptyBody())
     }
 
-    /// What tells the cluster a user's new state (nil on a single gateway).
+    /// What tells the presence engine a user's new state.
     private func stateReporter(_ userID: String, _ key: ChannelKey) -> ((PresenceState) -> Void)? {
-        guard let replication = self.replication else { return nil }
+        let replication = self.replication
         return { state in replication.stateChanged(userID: userID, channel: key, state: state) }
     }
 

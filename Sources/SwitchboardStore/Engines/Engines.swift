@@ -34,9 +34,9 @@ public protocol AreaEngines: Sendable {
     /// Opens the engine of every area in `context`, each loaded, before any connection is accepted.
     func open(_ context: EngineContext) async throws -> OpenedEngines
 
-    /// Where the presence area reports its sessions' memberships and states, or nil when presence is per node. The
-    /// same object on every call.
-    var presenceReplication: (any PresenceReplication)? { get }
+    /// The presence engine: where the presence area reports its sessions' memberships and states (``LocalPresence``
+    /// when presence is per node). The same object on every call.
+    var presenceReplication: any PresenceReplication { get }
 
     /// The services that run beside the gateway: what keeps the engines' writes going and, where other nodes write
     /// too, what brings their changes to `domains`.
@@ -47,7 +47,7 @@ public protocol AreaEngines: Sendable {
     var statusReport: ClusterStatusReport? { get }
 }
 
-/// An area whose engine a gateway opens (presence keeps no engine of its own: ``AreaEngines/presenceReplication``).
+/// An area whose engine a gateway opens (presence's engine is not opened: ``AreaEngines/presenceReplication``).
 public enum EngineArea: Sendable, Hashable {
     case metadata
     case events
@@ -113,7 +113,7 @@ public struct OpenedEngines: Sendable {
     /// The metadata store (sets and channel locks), loaded.
     public var metadata: MetadataStore?
     /// The event domain's engine.
-    public var events: (any EventBackend)?
+    public var events: (any EventEngine)?
     /// The profile directory's engine.
     public var profiles: (any ProfileBackend)?
     /// Moderation's engine.
@@ -121,7 +121,7 @@ public struct OpenedEngines: Sendable {
 
     /// Creates the set.
     public init(
-        metadata: MetadataStore? = nil, events: (any EventBackend)? = nil, profiles: (any ProfileBackend)? = nil,
+        metadata: MetadataStore? = nil, events: (any EventEngine)? = nil, profiles: (any ProfileBackend)? = nil,
         moderation: (any ModerationBackend)? = nil
     ) {
         self.metadata = metadata

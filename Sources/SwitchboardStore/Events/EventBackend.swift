@@ -9,7 +9,7 @@ public struct EventSnapshot: Sendable {
     public var onlineStates: [SubscribedEvent] = []
     /// When each user's last session ended (server ms).
     public var lastOffline: [String: Int64] = [:]
-    /// In a cluster: the version of each publisher's online state (``SharedEventChange/onlineState(_:version:)``).
+    /// The version of each publisher's online state where the engine versions them (``SharedEventChange/onlineState(_:version:)``).
     public var onlineVersions: [String: Int64] = [:]
 
     public init(
@@ -23,10 +23,10 @@ public struct EventSnapshot: Sendable {
     }
 }
 
-/// The durable home of the event domain (``EventSubscriptions``): subscriptions, kept events, the latest online
-/// state of each publisher and when each user was last offline.
+/// The storage of a gateway on its own's event engine (``LocalEventEngine``): subscriptions, kept events, the latest
+/// online state of each publisher and when each user was last offline.
 ///
-/// Narrow on purpose, like ``MetadataBackend``: ``EventStore`` (SQLite, group commit) implements it today. Writes are
+/// Narrow on purpose, like ``MetadataBackend``: ``EventStore`` (SQLite, group commit, or in memory) implements it. Writes are
 /// applied in call order; a write's completion runs after its transaction committed (success) or failed (then
 /// nothing of that write is stored). Writes without a completion are fire-and-forget.
 public protocol EventBackend: Sendable {
@@ -46,20 +46,13 @@ public protocol EventBackend: Sendable {
     func purgeExpired(nowMillis: Int64)
     /// Waits until every write issued so far is in the database.
     func flush()
-    /// The cluster side of the domain (nil for a gateway on its own, the default).
-    var shared: (any SharedEventBackend)? { get }
 }
 
 extension EventStore: EventBackend {}
 
-extension EventBackend {
-    /// The cluster side of the domain; nil (the default) for a gateway on its own.
-    public var shared: (any SharedEventBackend)? { nil }
-}
-
 /// A change of the event domain that a node applies to its copy and delivers to its own sessions
-/// (``EventSubscriptions/applyShared(_:at:)``): one another node of a cluster committed, or an online state this node's
-/// cluster backend decided.
+/// (``EventSubscriptions/applyShared(_:at:)``), as its ``EventEngine`` hands it over: an online state the engine
+/// decided, or a change another node of a cluster committed.
 public enum SharedEventChange: Sendable {
     /// Subscriptions were made or renewed. `version` orders the subscription changes of every node as they committed
     /// (a later commit has a greater one; the changes of one commit share it): a change older than this node's own
@@ -79,7 +72,7 @@ public enum SharedEventChange: Sendable {
     case loginSync(node: String, user: String, session: UInt64, sinceMs: Int64)
 }
 
-/// A session as the cluster's online state sees it.
+/// A session as an event engine's online state sees it.
 public struct SharedSessionKey: Sendable, Hashable {
     /// Unique among the node's sessions while it lives.
     public var id: UInt64
@@ -93,11 +86,11 @@ public struct SharedSessionKey: Sendable, Hashable {
     }
 }
 
-/// What the cluster decided about a session that started.
+/// What the event engine decided about a session that started.
 public struct SharedSessionStart: Sendable {
-    /// It is the user's only session in the whole cluster: it gets the login sync.
+    /// It is the user's only session (in the whole cluster, for a cluster's engine): it gets the login sync.
     public var firstSession: Bool
-    /// When the user's last session in the cluster ended (server ms), for the kept events of the login sync.
+    /// When the user's last session ended (server ms), for the kept events of the login sync.
     public var lastOfflineMs: Int64?
     /// Where the cluster's changes stood when the start was recorded: a change applied at a position before it was
     /// committed before the start.
@@ -108,34 +101,4 @@ public struct SharedSessionStart: Sendable {
         self.lastOfflineMs = lastOfflineMs
         self.position = position
     }
-}
-
-/// The event domain's side in a cluster of gateways (``EventBackend/shared``): whether a user is online is decided
-/// across every node, and every change reaches every node.
-///
-/// With it, ``EventSubscriptions`` keeps only its own sessions in memory. Online states (values 1, 2 and 3, the
-/// grace period of an abnormal end included) are decided by the backend, which hands each to the domain through
-/// the `apply` function it was attached with, as it does with what other nodes change; published events go to the
-/// other nodes through ``publish(_:kept:multiDeviceSync:completion:)``.
-public protocol SharedEventBackend: Sendable {
-    /// Called once by the domain: where changes go (decided online states, other nodes' changes), each with the
-    /// position of the cluster's changes it was applied at (``SharedSessionStart/position``).
-    func attach(_ apply: @escaping @Sendable (SharedEventChange, _ position: Int64) -> Void)
-    /// Stores subscriptions made on this node and tells the other nodes; `completion` runs after the commit with the
-    /// version the change committed at (``SharedEventChange/subscribed(_:version:)``), or with the failure.
-    func subscribe(
-        _ subscriptions: [StoredEventSubscription], completion: @escaping @Sendable (Result<Int64, any Error>) -> Void)
-    /// Removes `subscriber`'s subscriptions to `publishers` (all of them when nil) and tells the other nodes;
-    /// `completion` as for ``subscribe(_:completion:)``.
-    func unsubscribe(
-        subscriber: String, publishers: [String]?, completion: @escaping @Sendable (Result<Int64, any Error>) -> Void)
-    /// An event was published on this node (and already delivered to its own sessions): store it when `kept`
-    /// (`completion` runs after the commit) and deliver it on the other nodes.
-    func publish(_ event: SubscribedEvent, kept: Bool, multiDeviceSync: Bool, completion: StoreWriteCompletion?)
-    /// A session of this node started: `completion` runs once the cluster recorded it and this node holds every
-    /// change committed before (so the login sync it may do is complete).
-    func sessionStarted(_ session: SharedSessionKey, completion: @escaping @Sendable (SharedSessionStart) -> Void)
-    /// A session of this node ended at `atMs` (server ms), `normal`ly (logout, kicked) or not (value 3 after the
-    /// grace period, unless a session of the same user and client type starts anywhere meanwhile).
-    func sessionEnded(_ session: SharedSessionKey, normal: Bool, atMs: Int64)
 }

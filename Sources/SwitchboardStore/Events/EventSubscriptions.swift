@@ -44,24 +44,23 @@ extension EventSession {
 }
 
 /// The event subscription domain (`Protocol/SPEC.md` §13.4): who subscribes to whose events, kept events with
-/// their expiry, online states (values 1, 2, 3) with the grace period of an abnormal end, the validation rules and
-/// their error codes, and the undo of a change the backend refused. Plain Swift: no sockets, no event loops.
+/// their expiry, the online states (values 1, 2, 3) its engine decides, the login sync, the validation rules and
+/// their error codes, and the undo of a change the engine refused. Plain Swift: no sockets, no event loops.
 ///
-/// Everything lives in memory under one lock and is written through an ``EventBackend`` (group commit); a
-/// subscribe, unsubscribe and kept publish complete after the change committed, and are undone in memory (failing
-/// with `8001`) if it could not be stored. Expiries are absolute server times checked lazily against the clock,
-/// so no timers run for them. The grace period runs on a monotonic clock (injected); one repeated sweep, which
-/// the caller schedules (`scheduleSweep`), publishes the drops whose grace passed (``sweepDrops()``).
+/// Everything lives in memory under one lock and is written through one ``EventEngine``; a subscribe, unsubscribe
+/// and kept publish complete after the change committed, and are undone in memory (failing with `8001`) if it could
+/// not be stored. Expiries are absolute server times checked lazily against the clock, so no timers run for them.
 ///
 /// Events go out through `fanOut` and `send`, called with the lock held (so the events of one publisher reach each session
 /// in order) and only with events and sessions to send to; the same list of sessions is handed out again until
 /// something it depends on changes, so a fan-out to thousands of subscribers walks one array.
 ///
-/// In a cluster (a backend with a ``EventBackend/shared`` side) the domain holds this node's sessions only: the
-/// cluster decides online states (values 1, 2 and 3 over every node's sessions) and whether a session is its user's
-/// first anywhere (only that one gets the login sync), and hands them, with what other nodes change, to
-/// ``applyShared(_:at:)``. Until the cluster recorded a session's start, other nodes' events for it are held back:
-/// those committed before the start and published before the login are left out (the login sync has the kept ones).
+/// The domain holds this node's sessions; the engine decides online states (values 1, 2 and 3 over the sessions it
+/// knows: this gateway's, or in a cluster every node's) and whether a session is its user's first (only that one gets
+/// the login sync), and hands them, with what other nodes change, to ``applyShared(_:at:)``. Until the engine
+/// recorded a session's start, the changes it hands over for that session are held back: those committed before the
+/// start and published before the login are left out (the login sync has the kept ones). A single node's engine
+/// records a start before its call returns, so nothing waits there.
 public final class EventSubscriptions<Session: EventSession>: Sendable {
     /// Fixed limits of §11.
     public typealias Limits = EventLimits
@@ -111,28 +110,18 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         /// publisher's subscribers change, one of them starts or ends a session, or the earliest of the
         /// subscriptions in it expires.
         var fanOutLists: [String: FanOutList] = [:]
-        /// user → when their last session ended.
-        var lastOffline: [String: Int64] = [:]
-        /// (user, client type) → abnormal end waiting for the grace period (monotonic ns deadline).
-        var pendingDrops: [DropKey: UInt64] = [:]
-        /// The same drops in the order their grace ends (the grace is fixed, so that is the order they came in);
-        /// an entry whose key has since come back, or dropped again later, is skipped.
-        var dropQueue: [(key: DropKey, deadline: UInt64)] = []
-        var dropQueueStart = 0
-        /// The sweep that publishes drops whose grace period passed runs (started with the first drop).
-        var sweeping = false
         /// When expired subscriptions and events were last dropped (server ms).
         var lastPurgeMs: Int64 = 0
-        /// In a cluster: the sessions of this node whose start the cluster has not recorded yet. They get no other
-        /// node's events meanwhile (those were committed before the start: the login sync has the kept ones).
+        /// The sessions of this node whose start the engine has not recorded yet. They get none of the changes it
+        /// hands over meanwhile (those were committed before the start: the login sync has the kept ones).
         var pendingSync: [ObjectIdentifier: PendingSync] = [:]
-        /// In a cluster: the version of each publisher's online state.
+        /// The version of each publisher's online state.
         var onlineVersions: [String: Int64] = [:]
-        /// In a cluster: the order of each subscription's changes.
+        /// The order of each subscription's changes (this node's against other nodes').
         var order = SubscriptionOrder()
     }
 
-    /// A session whose start the cluster has not recorded yet.
+    /// A session whose start the engine has not recorded yet.
     private struct PendingSync {
         var user: String
         /// When its login was accepted (server ms).
@@ -151,54 +140,34 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var validUntilMs: Int64
     }
 
-    private struct DropKey: Hashable {
-        var user: String
-        var clientType: ClientType
-    }
-
     private let state = Mutex(State())
-    private let backend: any EventBackend
-    /// The cluster side (nil for a gateway on its own): online state is decided there.
-    private let shared: (any SharedEventBackend)?
+    private let engine: any EventEngine
     private let nowMillis: @Sendable () -> Int64
-    private let monotonicNanos: @Sendable () -> UInt64
-    private let gracePeriodNanos: UInt64
-    private let scheduleSweep: ScheduleSweep
     private let deliver: FanOut
     private let send: Send
-    /// Told each online state this gateway decides (the webhook outbox), under the domain's lock, in order.
+    /// Told each online state the domain applies (the webhook outbox), under the domain's lock, in order.
     private let onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)?
 
-    /// Creates the domain from what `backend` holds.
+    /// Creates the domain from what `engine` holds, and attaches to it.
     ///
     /// - Parameters:
-    ///   - backend: Where subscriptions, kept events and online states persist.
-    ///   - gracePeriodNanos: How long an abnormally ended session may take to come back before subscribers get
-    ///     value 3.
+    ///   - engine: Where subscriptions, kept events and online states persist, and where online states are decided.
     ///   - nowMillis: The server clock (ms since the epoch), for session starts and ends.
-    ///   - monotonicNanos: The clock of the grace period (default: the system's monotonic clock).
-    ///   - scheduleSweep: Starts the repeated sweep of drops whose grace passed (called once, at the first drop).
+    ///   - scheduleSweep: Runs the engine's repeated work (the sweep of abnormal ends whose grace period passed).
     ///   - fanOut: Sends a push of events to sessions.
     ///   - send: Sends a push of events to one session.
-    ///   - onlineStateDecided: Told each online state (value 1, 2 or 3) this gateway decides, in order.
-    /// - Throws: What `backend` throws when it cannot be read.
+    ///   - onlineStateDecided: Told each online state (value 1, 2 or 3) the domain applies, in order.
+    /// - Throws: What `engine` throws when it cannot be read.
     public init(
-        backend: any EventBackend, gracePeriodNanos: UInt64 = 2_000_000_000,
-        nowMillis: @escaping @Sendable () -> Int64,
-        monotonicNanos: @escaping @Sendable () -> UInt64 = systemMonotonicNanos,
-        scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send,
-        onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)? = nil
+        engine: any EventEngine, nowMillis: @escaping @Sendable () -> Int64, scheduleSweep: @escaping ScheduleSweep,
+        fanOut: @escaping FanOut, send: @escaping Send, onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)? = nil
     ) throws {
+        self.engine = engine
         self.onlineStateDecided = onlineStateDecided
-        self.backend = backend
-        self.shared = backend.shared
-        self.gracePeriodNanos = gracePeriodNanos
         self.nowMillis = nowMillis
-        self.monotonicNanos = monotonicNanos
-        self.scheduleSweep = scheduleSweep
         self.deliver = fanOut
         self.send = send
-        let snapshot = try backend.load(nowMillis: nowMillis())
+        let snapshot = try engine.load(nowMillis: nowMillis())
         self.state.withLock { state in
             for s in snapshot.subscriptions where s.eventType == 1 {
                 state.subscriptions[s.subscriber, default: [:]][s.publisher] =
@@ -209,19 +178,33 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 state.kept[event.publisher, default: []].append(event)
                 state.latestCustom[event.publisher] = event
             }
-            for var event in snapshot.onlineStates {
-                // Nobody is online after a restart: a publisher that was online when the server stopped dropped.
-                // (A cluster's states are the cluster's: its other nodes still serve their sessions.)
-                if event.value == 1, backend.shared == nil {
-                    event.value = 3
-                    event.onlineClientTypes = []
-                }
-                state.onlineState[event.publisher] = event
-            }
-            state.lastOffline = snapshot.lastOffline
+            for event in snapshot.onlineStates { state.onlineState[event.publisher] = event }
             state.onlineVersions = snapshot.onlineVersions
         }
-        self.shared?.attach { [weak self] change, position in self?.applyShared(change, at: position) }
+        engine.attach(
+            EventEngineAttachment(
+                apply: { [weak self] change, position in self?.applyShared(change, at: position) },
+                scheduleSweep: scheduleSweep, nowMillis: nowMillis))
+    }
+
+    /// Creates the domain on a gateway of its own's engine (``LocalEventEngine``) over `backend`.
+    ///
+    /// - Parameters:
+    ///   - backend: Where subscriptions, kept events and online states persist.
+    ///   - gracePeriodNanos: How long an abnormally ended session may take to come back before subscribers get
+    ///     value 3.
+    ///   - monotonicNanos: The clock of the grace period (default: the system's monotonic clock).
+    ///   - scheduleSweep: Starts the repeated sweep of drops whose grace passed (called once, at the first drop).
+    /// - Throws: What `backend` throws when it cannot be read.
+    public convenience init(
+        backend: any EventBackend, gracePeriodNanos: UInt64 = 2_000_000_000,
+        nowMillis: @escaping @Sendable () -> Int64,
+        monotonicNanos: @escaping @Sendable () -> UInt64 = systemMonotonicNanos,
+        scheduleSweep: @escaping ScheduleSweep, fanOut: @escaping FanOut, send: @escaping Send
+    ) throws {
+        try self.init(
+            engine: LocalEventEngine(storage: backend, gracePeriodNanos: gracePeriodNanos, monotonicNanos: monotonicNanos),
+            nowMillis: nowMillis, scheduleSweep: scheduleSweep, fanOut: fanOut, send: send)
     }
 
     // MARK: Requests
@@ -259,7 +242,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             for publisher in valid {
                 // A publisher's online state is stored only while someone subscribes to it: store it now.
                 if state.subscribers[publisher]?.isEmpty ?? true, let online = state.onlineState[publisher] {
-                    self.backend.setOnlineState(online)
+                    self.engine.keepOnlineState(online)
                 }
                 previous[publisher] = .some(state.subscriptions[subscriber]?[publisher])
                 if !state.pendingSync.isEmpty, mine[publisher] == nil {
@@ -272,7 +255,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 Self.forgetFanOutList(of: publisher, in: &state)
             }
             state.subscriptions[subscriber] = mine
-            if self.shared != nil { state.order.begin(valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }) }
+            state.order.begin(valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) })
             return previous
         }
         guard let previous else {
@@ -285,7 +268,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             sync ? self.state.withLock { state in valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } } : []
         let result = Subscribed(failedPublishers: failed, syncEvents: syncEvents)
         let keys = valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }
-        self.storeSubscriptions(.upsert(stored)) { [self] outcome in
+        self.engine.subscribe(stored) { [self] outcome in
             self.state.withLock { state in
                 if case .failure = outcome {
                     for (publisher, before) in previous {
@@ -296,7 +279,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                         Self.setSubscription(before, subscriber: subscriber, publisher: publisher, in: &state)
                     }
                 }
-                if self.shared != nil { Self.ended(keys, committedAt: try? outcome.get(), in: &state) }
+                Self.ended(keys, committedAt: try? outcome.get(), in: &state)
             }
             guard case .success = outcome else { return completion(.failure(Self.storageFailure)) }
             completion(.success(result))
@@ -321,10 +304,10 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
             }
             let keys = all.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }
-            if self.shared != nil { state.order.begin(keys, all: everyPublisher) }
+            state.order.begin(keys, all: everyPublisher)
             return (removed, keys)
         }
-        self.storeSubscriptions(.remove(subscriber: subscriber, publishers: publishers.isEmpty ? nil : publishers)) {
+        self.engine.unsubscribe(subscriber: subscriber, publishers: publishers.isEmpty ? nil : publishers) {
             [self] outcome in
             self.state.withLock { state in
                 if case .failure = outcome {
@@ -332,40 +315,15 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                         Self.setSubscription(old, subscriber: subscriber, publisher: publisher, in: &state)
                     }
                 }
-                if self.shared != nil { Self.ended(keys, all: everyPublisher, committedAt: try? outcome.get(), in: &state) }
+                Self.ended(keys, all: everyPublisher, committedAt: try? outcome.get(), in: &state)
             }
             guard case .success = outcome else { return completion(.failure(Self.storageFailure)) }
             completion(.success(()))
         }
     }
 
-    /// A subscription change to store.
-    private enum SubscriptionWrite {
-        case upsert([StoredEventSubscription])
-        case remove(subscriber: String, publishers: [String]?)
-    }
-
-    /// Stores a subscription change; `completion` gets the version the cluster committed it at (nil on a gateway of
-    /// its own).
-    private func storeSubscriptions(
-        _ write: SubscriptionWrite, completion: @escaping @Sendable (Result<Int64?, any Error>) -> Void
-    ) {
-        switch (write, self.shared) {
-        case (.upsert(let subscriptions), let shared?):
-            shared.subscribe(subscriptions) { completion($0.map { Optional($0) }) }
-        case (.remove(let subscriber, let publishers), let shared?):
-            shared.unsubscribe(subscriber: subscriber, publishers: publishers) { completion($0.map { Optional($0) }) }
-        case (.upsert(let subscriptions), nil):
-            self.backend.upsert(subscriptions) { completion($0.map { nil }) }
-        case (.remove(let subscriber, let publishers), nil):
-            self.backend.removeSubscriptions(subscriber: subscriber, eventType: 1, publishers: publishers) {
-                completion($0.map { nil })
-            }
-        }
-    }
-
-    /// In a cluster, this node's change of `keys` committed at `version` (nil: failed, and undone): applies the other
-    /// nodes' changes of them held back meanwhile that are newer.
+    /// This node's change of `keys` committed at `version` (nil: failed and undone, or committed where nothing else
+    /// commits): applies the other nodes' changes of them held back meanwhile that are newer.
     private static func ended(
         _ keys: [SubscriptionOrder.Key], all subscriber: String? = nil, committedAt version: Int64?, in state: inout State
     ) {
@@ -395,7 +353,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         guard ext.utf8.count <= Limits.maxExtBytes else { throw Self.error(.valueTooLong, "ext is at most 4096 bytes") }
         let publisher = session.eventUserID
         let event = SubscribedEvent(
-            eventId: Self.newEventID(), eventType: 1, value: value, publisher: publisher,
+            eventId: newEventID(), eventType: 1, value: value, publisher: publisher,
             timestampMs: UInt64(max(now, 0)), expiresAtMs: UInt64(max(now, 0)) + expirySeconds * 1000, ext: ext)
         self.state.withLock { state in
             state.latestCustom[publisher] = event
@@ -424,29 +382,18 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             // Online subscribers get it at once (it is live); the publisher's answer waits for the kept copy.
             self.fanOut([event], to: targets)
             if !onlineOnly, !state.pendingSync.isEmpty {
-                // In a cluster, sessions whose login sync is to come got it already.
+                // Sessions whose login sync is to come got it already.
                 for (id, pending) in state.pendingSync
                 where state.subscribers[publisher]?[pending.user] != nil || (multiDeviceSync && pending.user == publisher) {
                     state.pendingSync[id]?.delivered.insert(event.eventId)
                 }
             }
         }
-        if let shared = self.shared {
-            guard !onlineOnly else {
-                shared.publish(event, kept: false, multiDeviceSync: multiDeviceSync, completion: nil)
-                return Published(event: event, awaitsCommit: false)
-            }
-            shared.publish(event, kept: true, multiDeviceSync: multiDeviceSync) { [self] outcome in
-                guard case .success = outcome else {
-                    self.state.withLock { state in state.kept[publisher]?.removeAll { $0.eventId == event.eventId } }
-                    return whenKept(.failure(Self.storageFailure))
-                }
-                whenKept(.success(event))
-            }
-            return Published(event: event, awaitsCommit: true)
+        guard !onlineOnly else {
+            self.engine.publish(event, kept: false, multiDeviceSync: multiDeviceSync, completion: nil)
+            return Published(event: event, awaitsCommit: false)
         }
-        guard !onlineOnly else { return Published(event: event, awaitsCommit: false) }
-        self.backend.keep(event, limit: Limits.keptEventsPerPublisher) { [self] outcome in
+        self.engine.publish(event, kept: true, multiDeviceSync: multiDeviceSync) { [self] outcome in
             guard case .success = outcome else {
                 // Not kept after all: subscribers who log in later must not receive it.
                 self.state.withLock { state in state.kept[publisher]?.removeAll { $0.eventId == event.eventId } }
@@ -479,29 +426,21 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
 
     // MARK: Online state
 
-    /// A session started: its user is online (value 1, unless it comes back within the grace period), and the
-    /// user's first session gets the subscribed publishers' online states and the kept events it missed.
+    /// A session started: it is online on this node at once; the engine decides whether its user came online
+    /// (value 1, unless it comes back within the grace period, handed back through ``applyShared(_:at:)``) and whether
+    /// it is the user's first session, which gets the subscribed publishers' online states and the kept events it
+    /// missed.
     public func sessionStarted(_ session: Session) {
         let user = session.eventUserID
         let now = self.nowMillis()
-        if let shared = self.shared {
-            self.sharedSessionStarted(session, on: shared)
-        } else {
-            self.state.withLock { state in
-                let wasOffline = state.online[user]?.isEmpty ?? true
-                state.online[user, default: OnlineSessions()].insert(session)
-                Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-                let key = DropKey(user: user, clientType: session.eventClientType)
-                if state.pendingDrops.removeValue(forKey: key) != nil {
-                    // Came back within the grace period: the drop never happened for the subscribers.
-                } else {
-                    self.publishOnlineState(of: user, value: 1, in: &state, now: now)
-                }
-                if wasOffline {
-                    self.syncAtLogin(session, since: state.lastOffline[user] ?? Int64.min, in: &state, now: now)
-                }
-            }
+        let id = ObjectIdentifier(session)
+        self.state.withLock { state in
+            state.online[user, default: OnlineSessions()].insert(session)
+            state.pendingSync[id] = PendingSync(user: user, startedAtMs: session.eventStartedAtMs)
+            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
         }
+        let key = SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType)
+        self.engine.sessionStarted(key) { [weak self] start in self?.recorded(session, start: start) }
         // Expired subscriptions and events are skipped lazily everywhere; dropping them is housekeeping, once a minute.
         let purgeDue = self.state.withLock { state in
             guard now - state.lastPurgeMs >= 60_000 else { return false }
@@ -511,68 +450,46 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         if purgeDue { self.purgeExpired(now: now) }
     }
 
-    /// A session ended: `normal` (logout, kicked) publishes value 2 at once; otherwise value 3 follows when the
-    /// grace period passes without a new session of the same user and client type.
+    /// The engine recorded `session`'s start: the user's first session gets the login sync, then what was held back
+    /// for it meanwhile.
+    private func recorded(_ session: Session, start: SharedSessionStart) {
+        let now = self.nowMillis()
+        self.state.withLock { state in
+            // Not if the session ended meanwhile.
+            guard let pending = state.pendingSync.removeValue(forKey: ObjectIdentifier(session)) else { return }
+            var synced = Set<String>()
+            if start.firstSession {
+                synced = self.syncAtLogin(
+                    session, since: start.lastOfflineMs ?? Int64.min, pending: pending, in: &state, now: now)
+            }
+            // What was committed before the start and published before the login is in the sync (kept events, online
+            // states) or was published while the session did not exist yet: only the rest goes out.
+            let after = pending.held.filter { held in
+                (held.position >= start.position || Int64(clamping: held.event.timestampMs) >= pending.startedAtMs)
+                    && !synced.contains(held.event.eventId)
+            }
+            if !after.isEmpty { self.send(after.map(\.event), session) }
+        }
+    }
+
+    /// A session ended: the engine decides the online state (`normal`: logout, kicked, value 2 at once; otherwise
+    /// value 3 when the grace period passes without a new session of the same user and client type).
     public func sessionEnded(_ session: Session, normal: Bool) {
         let user = session.eventUserID
         let now = self.nowMillis()
-        if let shared = self.shared {
-            self.state.withLock { state in
-                state.pendingSync[ObjectIdentifier(session)] = nil
-                state.online[user]?.remove(session)
-                Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-                if state.online[user]?.isEmpty == true { state.online[user] = nil }
-            }
-            shared.sessionEnded(
-                SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType),
-                normal: normal, atMs: now)
-            return
-        }
-        let storeOffline: Bool = self.state.withLock { state in
+        let keepOffline: Bool = self.state.withLock { state in
+            state.pendingSync[ObjectIdentifier(session)] = nil
             state.online[user]?.remove(session)
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-            let offline = state.online[user]?.isEmpty ?? true
-            if offline {
-                state.online[user] = nil
-                state.lastOffline[user] = now
-            }
-            if normal {
-                self.publishOnlineState(of: user, value: 2, in: &state, now: now)
-            } else {
-                // One sweep publishes the drops whose grace passed (no timer per session: NIO cancels timers by a
-                // linear search of the loop's timer heap, and every reconnect within the grace would cancel one).
-                let key = DropKey(user: user, clientType: session.eventClientType)
-                let deadline = self.monotonicNanos() &+ self.gracePeriodNanos
-                state.pendingDrops[key] = deadline
-                state.dropQueue.append((key, deadline))
-                if !state.sweeping {
-                    state.sweeping = true
-                    self.startDropSweep()
-                }
-            }
+            guard state.online[user]?.isEmpty ?? true else { return false }
+            state.online[user] = nil
             // Only a user with subscriptions needs it after a restart (offline delivery at the next login).
-            return offline && state.subscriptions[user] != nil
+            return state.subscriptions[user] != nil
         }
-        if storeOffline { self.backend.setLastOffline(user: user, atMs: now) }
-    }
-
-    /// Publishes value 3 for the abnormal ends whose grace period passed.
-    public func sweepDrops() {
-        let now = self.monotonicNanos()
-        let nowMillis = self.nowMillis()
-        self.state.withLock { state in
-            while state.dropQueueStart < state.dropQueue.count, state.dropQueue[state.dropQueueStart].deadline <= now {
-                let (key, deadline) = state.dropQueue[state.dropQueueStart]
-                state.dropQueueStart += 1
-                guard state.pendingDrops[key] == deadline else { continue }  // came back, or dropped again since
-                state.pendingDrops[key] = nil
-                self.publishOnlineState(of: key.user, value: 3, in: &state, now: nowMillis)
-            }
-            if state.dropQueueStart > 1_024, state.dropQueueStart * 2 > state.dropQueue.count {
-                state.dropQueue.removeFirst(state.dropQueueStart)
-                state.dropQueueStart = 0
-            }
-        }
+        if keepOffline { self.engine.keepLastOffline(user: user, atMs: now) }
+        self.engine.sessionEnded(
+            SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType),
+            normal: normal, atMs: now)
     }
 
     /// `publisher`'s current online state, if any.
@@ -580,36 +497,12 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         self.state.withLock { $0.onlineState[publisher] }
     }
 
-    /// Every quarter of the grace period (at most 100 ms), ``sweepDrops()``.
-    private func startDropSweep() {
-        let interval = Int64(min(max(self.gracePeriodNanos / 4, 1_000_000), 100_000_000))
-        self.scheduleSweep(interval) { [weak self] in
-            guard let self else { return false }
-            self.sweepDrops()
-            return true
-        }
-    }
-
-    /// Publishes value 1, 2 or 3 for `user` with the client types they are online on now.
-    private func publishOnlineState(of user: String, value: UInt64, in state: inout State, now: Int64) {
-        let types = state.online[user]?.clientTypes ?? []
-        let event = SubscribedEvent(
-            eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
-            expiresAtMs: 0, onlineClientTypes: types)
-        state.onlineState[user] = event
-        self.onlineStateDecided?(event)
-        // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
-        // when nobody is online), so a stream of logins of unwatched users costs no database writes.
-        if !(state.subscribers[user]?.isEmpty ?? true) { self.backend.setOnlineState(event) }
-        self.fanOut([event], to: Self.subscriberSessions(of: user, in: &state, now: now))
-    }
-
     /// The first session of a user gets each subscribed publisher's online state, then the kept events published
     /// while the user was offline.
     ///
     /// - Parameters:
-    ///   - until: In a cluster, when the session logged in (later kept events reached it live).
-    ///   - pending: In a cluster, what the session got or subscribed to since it started.
+    ///   - until: When the session logged in (later kept events reached it live).
+    ///   - pending: What the session got or subscribed to since it started.
     /// - Returns: The ids of the events sent.
     @discardableResult
     private func syncAtLogin(
@@ -636,46 +529,12 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         return Set(events.map(\.eventId))
     }
 
-    // MARK: Cluster
+    // MARK: Changes the engine hands over
 
-    /// A session started in a cluster: it is online on this node at once; the cluster decides whether its user
-    /// came online (value 1, which comes back through ``applyShared(_:at:)``) and whether it is the user's first
-    /// session anywhere, which gets the login sync.
-    private func sharedSessionStarted(_ session: Session, on shared: any SharedEventBackend) {
-        let user = session.eventUserID
-        let id = ObjectIdentifier(session)
-        self.state.withLock { state in
-            state.online[user, default: OnlineSessions()].insert(session)
-            state.pendingSync[id] = PendingSync(user: user, startedAtMs: session.eventStartedAtMs)
-            Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
-        }
-        let key = SharedSessionKey(id: session.eventSessionID, user: user, clientType: session.eventClientType)
-        shared.sessionStarted(key) { [weak self] start in
-            guard let self else { return }
-            let now = self.nowMillis()
-            self.state.withLock { state in
-                // Not if the session ended meanwhile.
-                guard let pending = state.pendingSync.removeValue(forKey: id) else { return }
-                var synced = Set<String>()
-                if start.firstSession {
-                    synced = self.syncAtLogin(
-                        session, since: start.lastOfflineMs ?? Int64.min, pending: pending, in: &state, now: now)
-                }
-                // What was committed before the start and published before the login is in the sync (kept events,
-                // online states) or was published while the session did not exist yet: only the rest goes out.
-                let after = pending.held.filter { held in
-                    (held.position >= start.position || Int64(clamping: held.event.timestampMs) >= pending.startedAtMs)
-                        && !synced.contains(held.event.eventId)
-                }
-                if !after.isEmpty { self.send(after.map(\.event), session) }
-            }
-        }
-    }
-
-    /// Applies a change another node of the cluster committed, or an online state the cluster decided, and delivers
-    /// its events to this node's sessions.
+    /// Applies a change the engine hands over (an online state it decided, or a change another node of a cluster
+    /// committed) and delivers its events to this node's sessions.
     ///
-    /// - Parameter position: Where the cluster's changes stood when it was applied (``SharedSessionStart/position``).
+    /// - Parameter position: Where the engine's changes stood when it was applied (``SharedSessionStart/position``).
     public func applyShared(_ change: SharedEventChange, at position: Int64) {
         let now = self.nowMillis()
         self.state.withLock { state in
@@ -732,6 +591,10 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 guard version >= state.onlineVersions[event.publisher] ?? Int64.min else { return }
                 state.onlineVersions[event.publisher] = version
                 state.onlineState[event.publisher] = event
+                self.onlineStateDecided?(event)
+                // Kept for publishers with subscribers only (the state of everyone else is of no use after a restart,
+                // when nobody is online), so a stream of logins of unwatched users costs no database writes.
+                if !(state.subscribers[event.publisher]?.isEmpty ?? true) { self.engine.keepOnlineState(event) }
                 let targets = Self.subscriberSessions(of: event.publisher, in: &state, now: now)
                 self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
             }
@@ -854,17 +717,18 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 state.kept[publisher] = live.isEmpty ? nil : live
             }
         }
-        self.backend.purgeExpired(nowMillis: now)
-    }
-
-    /// A random prefix drawn at start and a counter: unique across restarts like a UUID, without a call into the
-    /// kernel's random source for every event (online-state events are published at every login).
-    private static func newEventID() -> String {
-        let number = eventIDCounter.wrappingAdd(1, ordering: .relaxed).newValue
-        return eventIDPrefix + "-" + String(number, radix: 16)
+        self.engine.purgeExpired(nowMillis: now)
     }
 }
 
-/// The prefix and counter of ``EventSubscriptions``'s event ids (generic types have no stored statics).
+/// A new id of an event a gateway on its own publishes (``EventSubscriptions``, ``LocalEventEngine``): a random prefix
+/// drawn at start and a counter, unique across restarts like a UUID, without a call into the kernel's random source
+/// for every event (online-state events are published at every login).
+func newEventID() -> String {
+    let number = eventIDCounter.wrappingAdd(1, ordering: .relaxed).newValue
+    return eventIDPrefix + "-" + String(number, radix: 16)
+}
+
+/// The prefix and counter of ``newEventID()`` (generic types have no stored statics).
 private let eventIDPrefix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
 private let eventIDCounter = Atomic<UInt64>(0)

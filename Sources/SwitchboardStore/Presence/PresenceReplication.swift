@@ -1,7 +1,8 @@
 import SwitchboardWire
 
-/// Where the presence area of a cluster node reports what its own sessions do in their channels, so the other nodes
-/// can list them and tell their members (``AreaEngines/presenceReplication``).
+/// The presence engine of a node (``AreaEngines/presenceReplication``): where the presence area reports what its own
+/// sessions do in their channels, so the other nodes (if any) can list them and tell their members. A gateway on its
+/// own reports to nobody (``LocalPresence``); a cluster node's engine mirrors the reports through PostgreSQL, or Redis.
 ///
 /// Each node stays the authority for its own sessions: it decides joins, leaves and state changes as a single
 /// gateway does and reports them here; the engine mirrors them to the other nodes, which hold those sessions in
@@ -23,4 +24,22 @@ public protocol PresenceReplication: Sendable {
     /// The key that signs `whoNow` bookmarks, the same on every node, so a client may ask for the next page on
     /// another node; nil leaves the node a random key of its own.
     var bookmarkKey: [UInt8]? { get }
+}
+
+/// The presence engine of a gateway on its own: there is no other node to tell, so a report goes nowhere, and
+/// `whoNow` bookmarks are signed with a random key of the gateway's own.
+public struct LocalPresence: PresenceReplication {
+    /// The engine.
+    public init() {}
+
+    public func sessionJoined(
+        _ session: UInt64, userID: String, channel: ChannelKey, quiet: Bool, state: SwitchboardStore.PresenceState
+    ) {}
+
+    public func sessionLeft(_ session: UInt64, userID: String, channel: ChannelKey, exit: PresenceExit) {}
+
+    public func stateChanged(userID: String, channel: ChannelKey, state: SwitchboardStore.PresenceState) {}
+
+    /// A random key of the gateway's own.
+    public var bookmarkKey: [UInt8]? { nil }
 }

@@ -2,10 +2,11 @@ import Logging
 import ServiceLifecycle
 
 /// The engines of a gateway on its own (``Engines/singleNode``): every area on its SQLite file (``SQLiteBackend``,
-/// ``EventStore``, ``ProfileStore``, ``ModerationStore``), or in memory when ``EngineContext/files`` is nil.
+/// ``EventStore`` under a ``LocalEventEngine``, ``ProfileStore``, ``ModerationStore``), or in memory when
+/// ``EngineContext/files`` is nil.
 ///
 /// Nobody else writes the files, so nothing ever arrives from elsewhere: the handlers the domains install on these
-/// engines are never called.
+/// engines get only what the engines decide themselves (the event engine's online states).
 public struct SQLiteEngines: AreaEngines {
     /// The engines.
     public init() {}
@@ -42,7 +43,11 @@ public struct SQLiteEngines: AreaEngines {
             }
         }
         if context.areas.contains(.events) {
-            opened.events = try EventStore(path: files?.events, unawaitedWriteDelayMs: context.unawaitedWriteDelayMs)
+            let grace = context.eventGracePeriod.components
+            opened.events = LocalEventEngine(
+                storage: try EventStore(path: files?.events, unawaitedWriteDelayMs: context.unawaitedWriteDelayMs),
+                gracePeriodNanos: UInt64(max(grace.seconds, 0)) * 1_000_000_000
+                    + UInt64(max(grace.attoseconds, 0) / 1_000_000_000))
         }
         if context.areas.contains(.profiles) {
             opened.profiles = try ProfileStore(
@@ -54,13 +59,13 @@ public struct SQLiteEngines: AreaEngines {
         return opened
     }
 
-    /// Presence stays per node.
-    public var presenceReplication: (any PresenceReplication)? { nil }
+    /// Presence stays per node: reports go nowhere.
+    public var presenceReplication: any PresenceReplication { LocalPresence() }
 
     /// The event and profile files' writers, flushed at shutdown after the gateway drained.
     public func makeServices(for domains: EngineDomains, logger: Logger) -> [any Service] {
         var services: [any Service] = []
-        if let store = domains.opened.events as? any WriteBehindStore {
+        if let store = (domains.opened.events as? LocalEventEngine)?.storage as? any WriteBehindStore {
             services.append(WriteBehindFlushService(store: store))
         }
         if let store = domains.opened.profiles as? any WriteBehindStore {
