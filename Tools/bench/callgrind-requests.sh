@@ -19,7 +19,8 @@
 #   workloads    space-separated subset of "durable-set fast-set get" (default all three)
 # Build first: swift build -c release --product switchboard && swift build -c release --product sbbench.
 # SB_GATEWAY=path profiles another gateway binary (a saved build, for before/after counts); SB_BENCH=path drives it
-# with another sbbench (a debug one will do: only the gateway is counted).
+# with another sbbench. Only the gateway is counted, but the client's speed changes how requests batch into reads
+# and commits (a debug sbbench gave other totals): compare counts made with the same sbbench, over several runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 count="${1:-20000}"
