@@ -28,7 +28,9 @@ import Testing
         for (index, scope) in Self.scopes.enumerated() { table[scope] = index }
         #expect(table.count == Self.scopes.count, "a channel's message and stream sets are two keys")
         for (index, scope) in Self.scopes.enumerated() { #expect(table[scope] == index) }
-        #expect(table[.user("nobody")] == nil && table[.channel("room-1", type: .stream)] == nil)
+        #expect(table[.channel("room-1", type: .stream)] == 2, "room-1 exists as a message and as a stream channel")
+        #expect(table[.user("nobody")] == nil && table[.channel("room-0", type: .stream)] == nil)
+        #expect(table[.channel("room-2", type: .message)] == nil && table[.user("room-1")] == nil)
         // Copied into a smaller table and back (the case per-table seeds are for), nothing is lost.
         let half = table.filter { $0.value % 2 == 0 }
         #expect(half.count == (Self.scopes.count + 1) / 2)
