@@ -63,6 +63,18 @@ public struct MetadataScope: Hashable, Sendable, CustomStringConvertible {
         hasher.combine(self.cachedHash)
     }
 
+    /// The hash a `Dictionary` or `Set` probes with: the cached keyed hash mixed with the table's seed by
+    /// SplitMix64's finalizer (a few multiplications), instead of SipHash over that one integer at every lookup (the
+    /// default; a metadata write looks its scope up several times). The cached hash already came out of the
+    /// process's randomly seeded `Hasher`, so the result stays keyed; mixing in the seed, which differs between
+    /// tables, keeps one table's bucket order unrelated to another's, as the default does.
+    public func _rawHashValue(seed: Int) -> Int {
+        var mixed = UInt64(UInt(bitPattern: self.cachedHash ^ seed))
+        mixed = (mixed ^ (mixed &>> 30)) &* 0xBF58_476D_1CE4_E5B9
+        mixed = (mixed ^ (mixed &>> 27)) &* 0x94D0_49BB_1331_11EB
+        return Int(truncatingIfNeeded: mixed ^ (mixed &>> 31))
+    }
+
     /// "user NAME" or "channel TYPE:NAME", for logs.
     public var description: String {
         self.isChannel ? "channel \(self.channelType):\(self.name)" : "user \(self.name)"

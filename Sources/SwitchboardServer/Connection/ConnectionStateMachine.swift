@@ -49,7 +49,7 @@ struct ConnectionStateMachine {
     /// The highest request id read (SB-5.8-6: `GOAWAY.lastRequestId`).
     private(set) var highestRequestID: UInt32 = 0
     /// Requests admitted and not answered yet, with when each arrived.
-    private var inFlight: [UInt32: NIODeadline] = [:]
+    private var inFlight = InFlightRequests()
     /// Most requests in flight at once (SB-5.4).
     let maxInflight: Int
 
@@ -160,7 +160,7 @@ struct ConnectionStateMachine {
         case .ready:
             break
         }
-        if self.inFlight[id] != nil {
+        if self.inFlight.contains(id) {
             return .reject(.duplicateRequestId, "request id \(id) is already in flight")
         }
         if self.inFlight.count >= self.maxInflight {
@@ -171,7 +171,7 @@ struct ConnectionStateMachine {
 
     /// An admitted request goes to its command area, to be answered later (``answered(id:)``).
     mutating func requestStarted(id: UInt32, at arrival: NIODeadline) {
-        self.inFlight[id] = arrival
+        self.inFlight.insert(id, arrival: arrival)
     }
 
     /// Request `id` is answered now: when it arrived (nil if it was answered before, and this answer must be
