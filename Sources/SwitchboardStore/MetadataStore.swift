@@ -65,11 +65,30 @@ public final class MetadataStore: Sendable {
         from backend: any MetadataBackend, configuration: StoreConfiguration = StoreConfiguration(),
         logger: Logger, metricsFactory: (any MetricsFactory)? = nil
     ) throws -> MetadataStore {
+        try self.load(
+            from: backend, durableLocks: nil, configuration: configuration, logger: logger,
+            metricsFactory: metricsFactory)
+    }
+
+    /// Loads every set from `backend` and, with `durableLocks`, every channel lock, whose changes are then answered
+    /// once stored there (``FileLocks``); without, locks live in memory only.
+    static func load(
+        from backend: any MetadataBackend, durableLocks: SQLiteLockFile?, configuration: StoreConfiguration,
+        logger: Logger, metricsFactory: (any MetricsFactory)?
+    ) throws -> MetadataStore {
         let start = DispatchTime.now().uptimeNanoseconds
         let sets = try backend.loadAll()
         let store = MetadataStore(
-            configuration: configuration, sets: sets, backend: backend, logger: logger,
+            configuration: configuration, sets: sets, backend: backend,
+            locks: durableLocks.map { FileLocks(file: $0, logger: logger) } ?? LocalLocks(), logger: logger,
             metricsFactory: metricsFactory)
+        if let durableLocks {
+            let channels = try durableLocks.load()
+            // Counted before they are installed, so no session end skips them.
+            store.lockCount.wrappingAdd(channels.reduce(0) { $0 + $1.locks.count }, ordering: .sequentiallyConsistent)
+            store.installCommittedLocks(channels)
+            logger.info("channel locks loaded", metadata: ["store.lockChannels": "\(channels.count)"])
+        }
         var items = 0
         for set in sets { items += set.items.count }
         logger.info(

@@ -3,7 +3,8 @@ import Synchronization
 /// How a ``MetadataStore`` decides and keeps its channel locks: the one engine of the lock area.
 ///
 /// Every lock operation is an ``Operation`` decided on the channel's ``LockTable`` with the same state machine
-/// whichever the engine: ``LocalLocks`` decides it at once on the shard (a single gateway; nothing is persisted);
+/// whichever the engine: ``LocalLocks`` decides it at once on the shard (a store in memory; nothing is persisted);
+/// ``FileLocks`` decides it on the shard too and answers once it is stored in the single gateway's metadata file;
 /// ``SharedLocks`` decides it inside a transaction of the database several gateways share and answers after the
 /// commit. Changes another gateway committed enter through ``MetadataStore/applyCommittedLocks(_:events:)`` on
 /// either (a single gateway's never come).

@@ -360,6 +360,35 @@ extension LockTable {
         }
     }
 
+    /// `channel`'s locks as a single gateway's file stores them: without their waiters, which end with their sessions.
+    /// In time proportional to the number of locks, not of waiters.
+    func storedWithoutWaiters(_ channel: MetadataScope) -> [StoredLock] {
+        (self.channels[channel] ?? []).map { lock in
+            StoredLock(
+                name: lock.name, ttlSeconds: lock.ttlSeconds, holder: lock.holder,
+                holderOfflineSinceMs: lock.holder.isEmpty ? nil : lock.holderOfflineSinceMs)
+        }
+    }
+
+    /// `channel`'s locks with their waiters, to put back with ``restore(_:_:revision:)`` (a copy on write: cheap until
+    /// the table changes).
+    func snapshot(_ channel: MetadataScope) -> [ChannelLock] {
+        self.channels[channel] ?? []
+    }
+
+    /// Puts back `channel`'s locks as ``snapshot(_:)`` returned them, at `revision`.
+    mutating func restore(_ channel: MetadataScope, _ locks: [ChannelLock], revision: UInt64) {
+        self.setChannel(channel, locks)
+        self.revisions[channel] = revision
+    }
+
+    /// Raises `channel`'s lock revision by one and returns it.
+    mutating func raiseRevision(of channel: MetadataScope) -> UInt64 {
+        let revision = self.revision(of: channel) &+ 1
+        self.revisions[channel] = revision
+        return revision
+    }
+
     /// Takes `channel`'s locks from `decided` (the scratch table of an operation that committed them at
     /// `revision`).
     mutating func adopt(_ channel: MetadataScope, from decided: LockTable, revision: UInt64) {

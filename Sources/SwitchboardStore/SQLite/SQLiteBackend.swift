@@ -31,6 +31,11 @@ public final class SQLiteBackend: MetadataBackend {
                 schema: SQLiteSchema.schema))
     }
 
+    /// The channel locks kept in the same file (``SQLiteLockFile``), committed by the same writer.
+    func lockFile(clock: StoreClock) -> SQLiteLockFile {
+        SQLiteLockFile(writer: self.writer, clock: clock)
+    }
+
     /// The writing connection's `PRAGMA synchronous` level (2 is FULL), as SQLite reports it.
     func syncLevel() throws -> Int {
         try SQLiteFile.syncLevel(of: self.writer)

@@ -1,9 +1,9 @@
 import Logging
 import ServiceLifecycle
 
-/// The engines of a gateway on its own (``Engines/singleNode``): every area on its SQLite file (``SQLiteBackend``,
-/// ``EventStore`` under a ``LocalEventEngine``, ``ProfileStore``, ``ModerationStore``), or in memory when
-/// ``EngineContext/files`` is nil.
+/// The engines of a gateway on its own (``Engines/singleNode``): every area on its SQLite file (``SQLiteBackend``
+/// with the channel locks, ``EventStore`` under a ``LocalEventEngine``, ``ProfileStore``, ``ModerationStore``), or in
+/// memory when ``EngineContext/files`` is nil.
 ///
 /// Nobody else writes the files, so nothing ever arrives from elsewhere: the handlers the domains install on these
 /// engines get only what the engines decide themselves (the event engine's online states).
@@ -35,9 +35,10 @@ public struct SQLiteEngines: AreaEngines {
         // Everything acknowledged is in SQLite: load it all before accepting connections.
         if context.areas.contains(.metadata) {
             if let files {
+                let backend = try SQLiteBackend(path: files.metadata)
                 opened.metadata = try MetadataStore.load(
-                    from: try SQLiteBackend(path: files.metadata), configuration: context.store, logger: context.logger,
-                    metricsFactory: context.metricsFactory)
+                    from: backend, durableLocks: backend.lockFile(clock: context.store.clock),
+                    configuration: context.store, logger: context.logger, metricsFactory: context.metricsFactory)
             } else {
                 opened.metadata = MetadataStore(configuration: context.store, logger: context.logger)
             }

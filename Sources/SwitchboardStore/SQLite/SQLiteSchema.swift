@@ -6,7 +6,8 @@ import GRDB
 /// set had when removed). `metadata_item` has one row per live item; `position` restores insertion order on load
 /// (see ``ChangeBatch/positionIndexBits``). Both are `WITHOUT ROWID` tables clustered on their primary key in
 /// scope order, so a batch sorted by key writes each B-tree sequentially and a load reads both in one ordered
-/// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0.
+/// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0. `channel_locks` has one
+/// row per channel with locks: its lock revision and its locks, JSON-encoded (``SQLiteLockFile``).
 enum SQLiteSchema {
     static let schema = SQLiteFile.Schema(migrations: [
         (
@@ -38,7 +39,19 @@ enum SQLiteSchema {
                     );
                     INSERT INTO store_health (id, probes) VALUES (1, 0);
                     """
-        )
+        ),
+        (
+            "v2-channel-locks",
+            """
+                    CREATE TABLE channel_locks (
+                        channel_type INTEGER NOT NULL,
+                        channel TEXT NOT NULL,
+                        revision INTEGER NOT NULL,
+                        locks BLOB NOT NULL,
+                        PRIMARY KEY (channel_type, channel)
+                    ) WITHOUT ROWID;
+                    """
+        ),
     ])
 
     static let upsertSet = """
