@@ -49,12 +49,14 @@ struct ClusterInfoTests {
             }
             let after = ContinuousClock.now - stopped
             nodes[0].process.signal(SIGCONT)
-            #expect(seenDead, "\(try await Self.info(observer))")
+            let whilePaused = try await Self.info(observer)
+            #expect(seenDead, "\(whilePaused)")
             #expect(after >= .seconds(2), "listed as not alive after \(after)")
             let back = try await eventually(seconds: 8) {
                 try await Self.info(observer).nodes.first { $0.address == paused }?.alive == true
             }
-            #expect(back, "\(try await Self.info(observer))")
+            let resumed = try await Self.info(observer)
+            #expect(back, "\(resumed)")
             await observer.close()
             await writer.close()
         }
