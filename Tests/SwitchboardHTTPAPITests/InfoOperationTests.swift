@@ -20,7 +20,7 @@ struct InfoOperationTests {
             for (client, channel) in [(ann, "room"), (bob, "room"), (bobAgain, "room"), (bob, "hall")] {
                 _ = try await client.send(.subscribeChannel(SubscribeChannelRequest(channel: channel)))
             }
-            _ = try await ann.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Bob")))
+            _ = try await ann.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Ann")))
             _ = try await bob.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Bob")))
             for value in ["1", "2", "3", "4", "5"] {
                 _ = try await ann.send(
