@@ -250,6 +250,14 @@ RESPONSES = {
     "listChannels": {"channels": [{"channel": "room:c", "users": 2, "sessions": 3},
                                   {"channel": "room:d", "users": 1, "sessions": 1}], "nextCursor": "1:room:d"},
     "getLastSeen": {"users": [{"userId": "Ann", "online": True}, {"userId": "Eve", "lastSeenMs": T0}]},
+    "info": {"nodeId": "9f2c41aa", "version": "0.9.0", "uptimeMs": 3723000, "serverTimeMs": T0, "connections": 4,
+             "sessions": 3, "usersOnline": 2, "channels": 2, "memberships": 3, "userSubscriptions": 1,
+             "metadataSets": 5, "metadataItems": 12, "writesTotal": 840, "writesPerSecond": 14,
+             "feedPosition": 1207, "nodes": [
+                 {"nodeId": "9f2c41aa", "address": "10.0.0.5:7400", "startedAtMs": T0 - 3723000,
+                  "heartbeatAtMs": T0 - 400, "alive": True, "appliedPosition": 1207, "local": True},
+                 {"nodeId": "c03e7b19", "address": "10.0.0.6:7400", "startedAtMs": T0 - 90000,
+                  "heartbeatAtMs": T0 - 6100, "appliedPosition": 1180, "lagPositions": 27, "lagMs": 5200}]},
 }
 
 
@@ -837,7 +845,7 @@ def unknown_file():
         valid("errorForUnknownOp", "The server's answer to unknown op 63: ERROR flag, same op and request id.",
               E(63, 6, 1013, message="unknown op 0x3f")),
     ]
-    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (58, 11)):
+    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (62, 11)):
         vs.append(invalid("unknownOp.%d" % op, "A request with op %d, which v1 does not define: answered with error "
                           "1013 (same op and request id); the connection stays open. The body is not parsed." % op,
                           req(op, rid, fs(1, "x")), 1013, rid))

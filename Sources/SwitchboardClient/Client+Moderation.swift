@@ -73,4 +73,13 @@ extension SwitchboardClient {
             return response.users
         }
     }
+
+    /// The gateway's statistics (admins only): sessions, channels, writes per second, the write-back queue and, on a
+    /// cluster, every node with its change feed lag.
+    public func info() async throws(SwitchboardClientError) -> InfoResponse {
+        try await self.call(.info(EmptyBody())) {
+            guard case .info(let response) = $0 else { return nil }
+            return response
+        }
+    }
 }

@@ -19,10 +19,16 @@ final class ClusterState: Sendable {
     let feedReconnects = Atomic<Int>(0)
     let writerReconnects = Atomic<Int>(0)
     let fenced = Atomic<Bool>(false)
+    /// The gateway address the node advertises in `sb_node` (``PostgresCluster/advertise(address:)``).
+    let address = Mutex<String>("")
+    /// The feed's last committed position and every node's row, as the probe last read them.
+    let cluster = Mutex<(feedPosition: Int64, nodes: [ClusterNodeStatus])>((0, []))
     private let usesRedis: Bool
+    private let nodeID: String
 
-    init(usesRedis: Bool) {
+    init(usesRedis: Bool, nodeID: String) {
         self.usesRedis = usesRedis
+        self.nodeID = nodeID
     }
 
     var report: ClusterStatusReport {
@@ -30,34 +36,42 @@ final class ClusterState: Sendable {
             ("postgresql", self.postgresReachable.load(ordering: .relaxed))
         ]
         if self.usesRedis { dependencies.append(("redis", self.redisReachable.load(ordering: .relaxed))) }
-        return ClusterStatusReport(
+        let cluster = self.cluster.withLock { $0 }
+        var report = ClusterStatusReport(
             dependencies: dependencies, liveNodes: self.liveNodes.load(ordering: .relaxed),
             lagRows: self.lagRows.load(ordering: .relaxed),
             lagSeconds: Double(self.lagAge.load(ordering: .relaxed)) / 1_000,
             feedReconnects: self.feedReconnects.load(ordering: .relaxed),
             writerReconnects: self.writerReconnects.load(ordering: .relaxed), fenced: self.fenced.load(ordering: .relaxed))
+        report.nodeID = self.nodeID
+        report.feedPosition = cluster.feedPosition
+        report.nodes = cluster.nodes
+        return report
     }
 }
 
 /// Tries PostgreSQL (and Redis) every ``interval`` on connections of its own, each try bounded by its deadline, and
 /// notes in the ``ClusterState`` whether each answered, how many nodes are alive and how far this node's change feed
-/// reader is behind the feed.
+/// reader is behind the feed, and every node's `sb_node` row with the feed's last position (the `info` operation).
 final class ClusterProbe: Service, Sendable {
     let interval: Duration
     private let location: PostgresLocation
     private let redis: RedisLocation?
     private let nodeTimeout: Duration
+    /// How old a node's heartbeat may be for the node to be listed as alive.
+    private let aliveWithin: Duration
     private let state: ClusterState
     private let progress: FeedProgress
     private let logger: Logger
 
     init(
-        location: PostgresLocation, redis: RedisLocation?, nodeTimeout: Duration, state: ClusterState,
-        progress: FeedProgress, interval: Duration = .milliseconds(500), logger: Logger
+        location: PostgresLocation, redis: RedisLocation?, nodeTimeout: Duration, aliveWithin: Duration,
+        state: ClusterState, progress: FeedProgress, interval: Duration = .milliseconds(500), logger: Logger
     ) {
         self.location = location
         self.redis = redis
         self.nodeTimeout = nodeTimeout
+        self.aliveWithin = aliveWithin
         self.state = state
         self.progress = progress
         self.interval = interval
@@ -98,6 +112,7 @@ final class ClusterProbe: Service, Sendable {
                 self.state.lagRows.store(Int(behind), ordering: .relaxed)
                 self.state.lagAge.store(Int(max(age, 0) * 1_000), ordering: .relaxed)
             }
+            try await self.readNodes(on: connection)
             if !self.state.postgresReachable.exchange(true, ordering: .relaxed) {
                 self.logger.notice("PostgreSQL reachable again")
             }
@@ -107,6 +122,32 @@ final class ClusterProbe: Service, Sendable {
             }
             await slot.close()
         }
+    }
+
+    /// Reads every node's `sb_node` row and the feed's last position into the state.
+    private func readNodes(on connection: PostgresConnection) async throws {
+        let alive = Double(self.aliveWithin.components.seconds) + Double(self.aliveWithin.components.attoseconds) / 1e18
+        let rows = try await connection.query(
+            """
+            SELECT id, address, (extract(epoch FROM started_at) * 1000)::int8,
+                   (extract(epoch FROM heartbeat_at) * 1000)::int8,
+                   heartbeat_at >= now() - make_interval(secs => \(alive)), applied_position, lag_rows, lag_ms,
+                   (SELECT coalesce(max(id), 0) FROM sb_outbox)
+            FROM sb_node ORDER BY id
+            """, by: .now + .seconds(2), logger: self.logger, "the cluster probe's node list")
+        var nodes: [ClusterNodeStatus] = []
+        var feedPosition: Int64 = 0
+        for row in rows {
+            let (id, address, started, heartbeat, isAlive, applied, lagRows, lagMs, head) = try row.decode(
+                (String, String, Int64, Int64, Bool, Int64, Int64, Int64, Int64).self)
+            nodes.append(
+                ClusterNodeStatus(
+                    nodeID: id, address: address, startedAtMs: started, heartbeatAtMs: heartbeat, alive: isAlive,
+                    appliedPosition: applied, lagRows: lagRows, lagMs: lagMs))
+            feedPosition = head
+        }
+        let list = nodes
+        self.state.cluster.withLock { $0 = (feedPosition, list) }
     }
 
     private func probeRedis(_ location: RedisLocation, slot: RedisSlot) async {

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import ServiceLifecycle
+import Synchronization
 
 /// Keeps this node's row in `sb_node` fresh, fences the node when it cannot, and removes the rows of dead nodes.
 ///
@@ -13,6 +14,10 @@ import ServiceLifecycle
 /// meanwhile. In both cases it fences itself: ``run()`` throws ``NodeFenced`` before the node writes anything else,
 /// its service group shuts the gateway down (clients get GOAWAY and reconnect to another node) and the process exits
 /// with a failure, so that its supervisor starts it again as a new node.
+///
+/// Each heartbeat also publishes, in the node's row, the address it advertises and how far its change feed reader got
+/// (the position it applied every change up to, and the lag the ``ClusterProbe`` last measured): the `info`
+/// operation lists every node with them.
 ///
 /// After each heartbeat the node deletes the rows of nodes whose heartbeat is older than ``timeout`` (killed, paused
 /// or cut off from the database, and fenced by now), logging each: a node's death is visible to the others within the
@@ -27,15 +32,23 @@ final class NodeHeartbeat: Service, Sendable {
     private let nodeID: String
     private let liveness: NodeLiveness
     private let sweepers: [any DeadNodeSweeper]
+    /// Where the advertised address and the measured lag are read from at each heartbeat.
+    private let state: ClusterState
+    /// How far the change feed reader got.
+    private let progress: FeedProgress
     private let logger: Logger
 
     /// - Parameters:
     ///   - liveness: Notes each successful heartbeat and fences the node.
     ///   - sweepers: What removes a dead node's state, in the transaction that removes its row.
+    ///   - state: The address the node advertises and its lag, published at each heartbeat.
+    ///   - progress: How far the change feed reader got, published at each heartbeat.
     init(
         location: PostgresLocation, nodeID: String, interval: Duration, liveness: NodeLiveness,
-        sweepers: [any DeadNodeSweeper] = [], logger: Logger
+        sweepers: [any DeadNodeSweeper] = [], state: ClusterState, progress: FeedProgress, logger: Logger
     ) {
+        self.state = state
+        self.progress = progress
         self.location = location
         self.nodeID = nodeID
         self.liveness = liveness
@@ -161,9 +174,17 @@ final class NodeHeartbeat: Service, Sendable {
                         _ = current.close() as EventLoopFuture<Void>
                     }
                     defer { attempt.cancel() }
+                    let address = self.state.address.withLock { $0 }
+                    let applied = self.progress.value
+                    let lagRows = Int64(self.state.lagRows.load(ordering: .relaxed))
+                    let lagMs = Int64(self.state.lagAge.load(ordering: .relaxed))
                     if registered {
                         let rows = try await current.query(
-                            "UPDATE sb_node SET heartbeat_at = now() WHERE id = \(self.nodeID) RETURNING 1",
+                            """
+                            UPDATE sb_node SET heartbeat_at = now(), address = \(address), applied_position = \(applied),
+                                lag_rows = \(lagRows), lag_ms = \(lagMs)
+                            WHERE id = \(self.nodeID) RETURNING 1
+                            """,
                             logger: self.logger)
                         var found = false
                         for try await _ in rows.decode(Int32.self) { found = true }
@@ -172,8 +193,10 @@ final class NodeHeartbeat: Service, Sendable {
                         // Until the first heartbeat is known to have succeeded the row may or may not be there.
                         try await current.query(
                             """
-                            INSERT INTO sb_node (id, started_at, heartbeat_at) VALUES (\(self.nodeID), now(), now())
-                            ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+                            INSERT INTO sb_node (id, started_at, heartbeat_at, address, applied_position, lag_rows, lag_ms)
+                            VALUES (\(self.nodeID), now(), now(), \(address), \(applied), \(lagRows), \(lagMs))
+                            ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), address = \(address),
+                                applied_position = \(applied), lag_rows = \(lagRows), lag_ms = \(lagMs)
                             """, logger: self.logger)
                         registered = true
                     }

@@ -62,7 +62,7 @@ public struct PostgresCluster: AreaEngines {
         self.location = location
         self.redis = redis
         self.nodeID = nodeID
-        self.state = ClusterState(usesRedis: redis != nil)
+        self.state = ClusterState(usesRedis: redis != nil, nodeID: nodeID)
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
         let presence = PostgresPresence(nodeID: nodeID)
         self.presence = presence
@@ -77,6 +77,12 @@ public struct PostgresCluster: AreaEngines {
     /// Whether PostgreSQL (and Redis) answered the node's last try, the live nodes, how far the change feed reader is
     /// behind, its reconnects and the metadata writer's, and whether the node fenced itself.
     public var statusReport: ClusterStatusReport? { self.state.report }
+
+    /// Makes the node advertise `address` (its gateway's host:port) in its `sb_node` row from its next heartbeat on:
+    /// the `info` operation lists it with the node. The executable calls it once its listeners are up.
+    public func advertise(address: String) {
+        self.state.address.withLock { $0 = address }
+    }
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
     public var presenceReplication: any PresenceReplication { self.presence }
@@ -225,10 +231,12 @@ public struct PostgresCluster: AreaEngines {
             FenceReporting(
                 heartbeat: NodeHeartbeat(
                     location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval,
-                    liveness: self.liveness, sweepers: sweepers, logger: logger),
+                    liveness: self.liveness, sweepers: sweepers, state: self.state, progress: self.feedProgress,
+                    logger: logger),
                 state: self.state),
             ClusterProbe(
-                location: self.location, redis: self.redis, nodeTimeout: self.nodeTimeout, state: self.state,
+                location: self.location, redis: self.redis, nodeTimeout: self.nodeTimeout,
+                aliveWithin: min(self.heartbeatInterval * 3, self.nodeTimeout), state: self.state,
                 progress: self.feedProgress, logger: logger),
             ChangeFeed(
                 location: self.location, nodeID: self.nodeID, startingAfter: self.startingCursor.value,

@@ -11,7 +11,8 @@ import PostgresNIO
 /// - `sb_lock`: one lease row per channel lock: its holder, TTL, when the holder's last session ended (the lease runs
 ///   out `ttl_seconds` later), the waiting requests (encoded, each named by its node). The channel's
 ///   `sb_metadata_set.lock_revision` counts its lock changes; lock operations lock that row.
-/// - `sb_node`: one row per running node, its heartbeat refreshed every second (``NodeHeartbeat``).
+/// - `sb_node`: one row per running node, its heartbeat refreshed every second (``NodeHeartbeat``) with the address
+///   it advertises and how far it applied the change feed (the `info` operation lists them).
 /// - `sb_outbox`: the change feed: one row per committed change, in commit order (writers insert under one
 ///   transaction-scoped advisory lock, so ids commit in increasing order and a reader's cursor never skips a row).
 ///   Every node reads it from its cursor; `NOTIFY sb_outbox` with an empty payload only wakes readers up.
@@ -88,6 +89,14 @@ enum PostgresSchema {
             started_at timestamptz NOT NULL,
             heartbeat_at timestamptz NOT NULL
         )
+        """,
+        // What each node publishes at its heartbeat (the `info` operation): the address it advertises and how far it
+        // applied the change feed.
+        """
+        ALTER TABLE sb_node ADD COLUMN IF NOT EXISTS address text NOT NULL DEFAULT '',
+            ADD COLUMN IF NOT EXISTS applied_position bigint NOT NULL DEFAULT 0,
+            ADD COLUMN IF NOT EXISTS lag_rows bigint NOT NULL DEFAULT 0,
+            ADD COLUMN IF NOT EXISTS lag_ms bigint NOT NULL DEFAULT 0
         """,
         """
         CREATE TABLE IF NOT EXISTS sb_outbox (

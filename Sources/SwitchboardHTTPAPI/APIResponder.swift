@@ -5,7 +5,8 @@ import SwitchboardServer
 import SwitchboardWire
 
 /// Answers the API's requests: `GET /openapi.json` with the document, `POST /v1/<op>` by running the op as the
-/// caller (``APIAccess``) through ``GatewayOperations``; everything else with a JSON error.
+/// caller (``APIAccess``) through ``GatewayOperations`` (also `GET` for an op that takes nothing, `GET /v1/info`);
+/// everything else with a JSON error.
 ///
 /// A success is 200 with the response body's canonical JSON rendering; a failure is the wire's ErrorBody rendered
 /// the same way with the error's `name` after its `code`, under the status ``APIOperations/status(of:)`` gives the
@@ -44,7 +45,11 @@ struct APIResponder: Sendable {
         guard op != nil || webhookRoute else {
             return Self.failure(ErrorBody(.unknownOperation, "no operation at \(path); the API's operations are in \(APIOperations.documentPath)"))
         }
-        guard request.method == .post else { return Self.methodNotAllowed("POST") }
+        // An operation that takes nothing (info) also answers GET, as a POST with an empty object.
+        let byGet = APIOperations.gettable.contains(op) && request.method == .get
+        guard request.method == .post || byGet else {
+            return Self.methodNotAllowed(APIOperations.gettable.contains(op) ? "GET, POST" : "POST")
+        }
         let caller: GatewayOperations.Caller
         switch await self.access.caller(authorization: request.headers[.authorization]) {
         case .success(let found):
@@ -55,11 +60,13 @@ struct APIResponder: Sendable {
             return response
         }
         let body = request.body
-        let bytes: ByteBuffer
-        do {
-            bytes = try await body.collect(upTo: self.maxBodyBytes)
-        } catch {
-            return Self.failure(ErrorBody(.frameTooLarge, "the body is larger than \(self.maxBodyBytes) bytes"))
+        var bytes = ByteBuffer(string: "{}")
+        if !byGet {
+            do {
+                bytes = try await body.collect(upTo: self.maxBodyBytes)
+            } catch {
+                return Self.failure(ErrorBody(.frameTooLarge, "the body is larger than \(self.maxBodyBytes) bytes"))
+            }
         }
         if let webhooks = self.webhooks, webhookRoute {
             // Every caller that passed ``APIAccess`` is an API key or an admin: both may manage dead letters.

@@ -412,11 +412,15 @@ public struct GatewayApplication: Service {
         if let events { built.append(events) }
         if let profiles { built.append(profiles) }
         if let moderation { built.append(moderation) }
+        // Statistics (`info`) read every area's state and the engines' cluster status.
+        let statistics = StatisticsArea(
+            sessions: sessions, subscriptions: subscriptions, presence: presence?.domain, store: metadataStore,
+            engines: configuration.engines.implementation, timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
         return Services(
             sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore,
             engines: opened, storage: storage, presence: presence, events: events, profiles: profiles,
             moderation: moderation,
-            handlers: built.map { $0 as any RequestHandler } + self.handlers,
+            handlers: built.map { $0 as any RequestHandler } + [statistics] + self.handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }
 }

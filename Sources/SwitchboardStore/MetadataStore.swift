@@ -43,6 +43,8 @@ public final class MetadataStore: Sendable {
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
     let lockCount = Atomic<Int>(0)
+    /// Metadata writes that passed validation and went to the write engine (the `info` operation's write rate).
+    private let writesTaken = Atomic<Int>(0)
 
     /// An empty store that keeps everything in memory only.
     /// - Parameters:
@@ -212,6 +214,7 @@ public final class MetadataStore: Sendable {
             completion(.failure(error))
             return
         }
+        self.writesTaken.add(1, ordering: .relaxed)
         self.writes.write(request, caller: caller, nowMs: nowMs, completion: completion, store: self)
     }
 
@@ -258,6 +261,28 @@ public final class MetadataStore: Sendable {
     /// Reads and locks keep working. Calling it again does nothing; for a memory-only store it does nothing.
     public func close() async {
         await self.writes.closeWrites()
+    }
+
+    /// Metadata writes (set, update, remove) the store took since it was made: those that passed validation and went
+    /// to its write engine, whatever their outcome.
+    public var writesTotal: Int { self.writesTaken.load(ordering: .relaxed) }
+
+    /// How many metadata sets exist (not removed) and how many items they hold, as this store holds them.
+    ///
+    /// Takes every shard's lock in turn and walks its sets: for statistics (`info`), not per request.
+    public func contentCounts() -> (sets: Int, items: Int) {
+        var sets = 0
+        var items = 0
+        for shard in self.shards {
+            shard.state.withLock { state in
+                for scope in state.sets.keys {
+                    guard let set = state.readableSet(scope), !set.isRemoved else { continue }
+                    sets += 1
+                    items += set.items.count
+                }
+            }
+        }
+        return (sets, items)
     }
 
     /// Write-back queue length, lag and health; nil for a memory-only store.

@@ -444,6 +444,7 @@ extension ServeSettings {
         applicationConfiguration.unawaitedWriteDelayMs = self.unawaitedWriteDelayMs
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         var nodeID: String?
+        var clusterEngine: PostgresCluster?
         if let url = self.cluster {
             let location: PostgresLocation
             do {
@@ -461,6 +462,7 @@ extension ServeSettings {
             }
             let engine = PostgresCluster(location: location, redis: redis)
             nodeID = engine.nodeID
+            clusterEngine = engine
             // A dead node's members must be gone from the others within the presence timeout: a node is seen dead
             // one heartbeat after its node timeout, so a short presence timeout shortens the node timeout too.
             let presenceBound = Duration.seconds(self.presenceTimeout) - engine.heartbeatInterval
@@ -476,6 +478,7 @@ extension ServeSettings {
         // SIGHUP's default action ends the process: ignored until the gateway runs, then it reloads.
         signal(SIGHUP, SIG_IGN)
         let startLine = StartLine(nodeID: nodeID)
+        let advertised = clusterEngine
         let application = GatewayApplication(
             configuration: applicationConfiguration, addOns: addOns, metrics: metricsPrometheus, logger: logger,
             onServerRunning: { [self] running in
@@ -483,6 +486,11 @@ extension ServeSettings {
                 startLine.log(
                     running, tls: configuration.tls != nil, tokens: configuration.requiresTokens, logger: logger)
                 CredentialReload.install(gateway: running.gateway, settings: self, logger: logger)
+                // The other nodes' `info` lists this node at the address its clients reach it (TCP, else WebSocket).
+                if let address = running.addresses.tcp ?? running.addresses.webSocket, let port = address.port {
+                    let host = address.ipAddress ?? "127.0.0.1"
+                    advertised?.advertise(address: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+                }
             })
         do {
             try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])

@@ -237,6 +237,37 @@ struct EndToEndTests {
         }
     }
 
+    @Test("info shows an admin the gateway's statistics (sessions, sets, writes) after the session facts, in text and JSON")
+    func infoShowsStatistics() async throws {
+        try await withChildGateway { gateway in
+            #expect(try await gateway.sbctl(["user-meta", "set", "Tony", "Name=Tony", "Age=40"]).status == 0)
+            #expect(try await gateway.sbctl(["channel-meta", "set", "lobby", "topic=hi"]).status == 0)
+            #expect(try await gateway.sbctl(["user-meta", "set", "Tony", "Name=T"]).status == 0)
+
+            let info = try await gateway.sbctl(["info"])
+            #expect(info.status == 0, "\(info.errorOutput)")
+            let start = try #require(info.outputLines.firstIndex(of: "statistics"), "\(info.outputLines)")
+            #expect(info.outputLines[..<start].contains("user Tony admin"))
+            var stats: [String: String] = [:]
+            for line in info.outputLines[(start + 1)...] {
+                let words = line.split(separator: " ", maxSplits: 1).map(String.init)
+                if words.count == 2 { stats[words[0]] = words[1].trimmingCharacters(in: .whitespaces) }
+            }
+            #expect(stats["version"] == SwitchboardVersion.current, "\(info.outputLines)")
+            #expect(stats["metadataSets"] == "2" && stats["metadataItems"] == "3", "\(info.outputLines)")
+            #expect(stats["writesTotal"] == "3", "\(info.outputLines)")
+            #expect(Int(stats["sessions"] ?? "") ?? 0 >= 1, "\(info.outputLines)")
+            #expect(stats["uptime"]?.hasSuffix("s") == true && stats["nodes"] == nil, "\(info.outputLines)")
+
+            let json = try await gateway.sbctl(["info", "--json"])
+            #expect(json.status == 0, "\(json.errorOutput)")
+            let value = try Self.json(try #require(json.outputLines.first))
+            let stats2 = try InfoResponse(json: try #require(value["stats"]))
+            #expect(stats2.metadataSets == 2 && stats2.metadataItems == 3 && stats2.writesTotal == 3)
+            #expect(stats2.version == SwitchboardVersion.current)
+        }
+    }
+
     @Test("a gateway that cannot be reached exits 69")
     func unreachableGatewayExits69() async throws {
         let child = try ChildProcess(Executables.sbctl, ["who-now", "lobby", "--unix", "/tmp/sbctl-nothing-here.sock"])

@@ -19,7 +19,7 @@ struct HTTPAPIDocumentTests {
         return out
     }
 
-    @Test("/openapi.json is Protocol/openapi.json; its paths are exactly the routes served, each a POST")
+    @Test("/openapi.json is Protocol/openapi.json; its paths are exactly the routes served, each a POST (and a GET for an op that takes nothing)")
     func routesAndDocumentAgree() async throws {
         let repository = try Repository.text("Protocol/openapi.json")
         try await withAPIGateway { gateway in
@@ -37,7 +37,11 @@ struct HTTPAPIDocumentTests {
                 let answer = try await gateway.post(path, "{}")
                 #expect(answer.status == 404 && answer.error?.name == "unknownOperation", "\(path): \(answer)")
             }
-            for (path, methods) in paths { #expect(methods == ["post"], "\(path)") }
+            let gettable = Set(APIOperations.gettable.map { "/v1/" + $0.name })
+            #expect(gettable == ["/v1/info"])
+            for (path, methods) in paths {
+                #expect(methods == (gettable.contains(path) ? ["post", "get"] : ["post"]), "\(path)")
+            }
 
             // Every wire operation: served (answered by its area, not unknownOperation) exactly when the document has
             // its path.

@@ -56,7 +56,7 @@ import Testing
         .listChannels,
     ]
     /// Operations only admins may call.
-    static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider]
+    static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider, .info]
 
     /// The acting user of `op`'s case.
     static func actor(_ op: Opcode) -> String { "u\(op.rawValue)" }
@@ -562,6 +562,7 @@ import Testing
             let requests: [Request] = [
                 .registerProvider(RegisterProviderRequest(kinds: [.user])),
                 .answerProvider(AnswerProviderRequest(providerRequestId: 1)),
+                .info(EmptyBody()),
             ]
             #expect(Set(requests.map(\.operation)) == Self.adminOnly)
             let user = try await gateway.session("mallory")

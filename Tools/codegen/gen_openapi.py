@@ -162,6 +162,15 @@ def document(schema):
             },
             "responses": responses,
         }}
+        if not op["request"]:
+            # An operation that takes nothing (info) also answers GET, with no body.
+            paths[api["pathPrefix"] + name]["get"] = {
+                "operationId": name + "Get",
+                "summary": "The same as POST, without a body.",
+                "description": "`%s` by GET: the answer and errors of the POST." % name,
+                "tags": [op["area"]],
+                "responses": responses,
+            }
     webhook_routes(api, components, paths)
     return {
         "openapi": "3.1.0",
@@ -261,6 +270,9 @@ def swift(schema, text):
     for name in api["operations"]:
         o.append("        .%s,\n" % name)
     o.append("    ]\n\n")
+    o.append("    /// The operations that take no request fields: they also answer `GET pathPrefix + name`, with no body.\n")
+    o.append("    static let gettable: Set<Opcode> = [%s]\n\n" % ", ".join(
+        ".%s" % n for n in api["operations"] if not by_name[n]["request"]))
     o.append("    /// The HTTP status an error answers with (SPEC.md §9's class, a few codes their own).\n")
     o.append("    static func status(of code: ErrorCode) -> Int {\n")
     o.append("        switch code {\n")

@@ -96,10 +96,14 @@ public struct PingCommand: SessionCommand {
 public struct InfoCommand: SessionCommand {
     public static let configuration = CommandConfiguration(
         commandName: "info",
-        abstract: "Show the gateway and session: endpoint, server name and version, session id, features, limits.",
+        abstract: "Show the gateway and session (endpoint, version, features, limits) and, to admins, its statistics.",
         discussion: """
-            Everything comes from the WELCOME the gateway sent at login (Protocol/SPEC.md §5.1). With --json: \
-            {"kind": "info", "endpoint": ..., "welcome": {...}} with the WELCOME in canonical JSON.
+            The gateway and session come from the WELCOME the gateway sent at login (Protocol/SPEC.md §5.1). An admin \
+            session also asks the gateway for its statistics (the info operation): uptime, connections, sessions, \
+            users online, channels and memberships, subscriptions, metadata sets and items, writes per second, the \
+            write-back queue, and on a cluster every node with its heartbeat and change feed lag. With --json: \
+            {"kind": "info", "endpoint": ..., "welcome": {...}, "stats": {...}} with the WELCOME and the info \
+            answer in canonical JSON ("stats" only for admins).
             """)
 
     @OptionGroup public var connection: ConnectionOptions
@@ -108,15 +112,30 @@ public struct InfoCommand: SessionCommand {
 
     public func run(in session: CommandSession) async -> ExitStatus {
         let endpoint = session.endpoint.map(\.description)
+        let welcome = session.connection.welcome
+        // Statistics are for admins: others get the session facts alone, without a request that would be refused.
+        var stats: InfoResponse?
+        if welcome.isAdmin {
+            switch await session.send(.info(EmptyBody())) {
+            case .success(.info(let body)): stats = body
+            case .success: break
+            case .failure(let failure):
+                session.report(failure)
+                return failure.status
+            }
+        }
         switch session.format {
         case .text:
-            for line in Self.lines(welcome: session.connection.welcome, endpoint: endpoint) {
-                session.console.out(line)
+            for line in Self.lines(welcome: welcome, endpoint: endpoint) { session.console.out(line) }
+            if let stats {
+                session.console.out("statistics")
+                for line in ResponseText.info(stats) { session.console.out("  " + line) }
             }
         case .json:
             var members: [(key: String, value: JSONValue)] = [("kind", .string("info"))]
             if let endpoint { members.append(("endpoint", .string(endpoint))) }
-            members.append(("welcome", session.connection.welcome.jsonValue))
+            members.append(("welcome", welcome.jsonValue))
+            if let stats { members.append(("stats", stats.jsonValue)) }
             session.console.out(JSONValue.object(members).description)
         }
         return .success

@@ -60,6 +60,8 @@ public enum ResponseText {
             return lines
         case .getLastSeen(let body):
             return body.users.map(Self.lastSeen)
+        case .info(let body):
+            return Self.info(body)
         case .renewToken(let body):
             if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
             return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]
@@ -97,6 +99,48 @@ public enum ResponseText {
     /// `"room"  message  users=2 sessions=3`.
     static func occupancy(_ row: ChannelOccupancy) -> String {
         "\(TextQuoting.quoted(row.channel))  \(row.channelType)  users=\(row.users) sessions=\(row.sessions)"
+    }
+
+    /// The statistics, one `name value` line each (aligned), then `nodes N` and a line per cluster node.
+    static func info(_ body: InfoResponse) -> [String] {
+        var rows: [(String, String)] = []
+        if !body.nodeId.isEmpty { rows.append(("node", body.nodeId)) }
+        rows += [
+            ("version", body.version), ("uptime", Self.duration(milliseconds: body.uptimeMs)),
+            ("connections", "\(body.connections)"), ("sessions", "\(body.sessions)"),
+            ("usersOnline", "\(body.usersOnline)"), ("channels", "\(body.channels)"),
+            ("memberships", "\(body.memberships)"), ("userSubscriptions", "\(body.userSubscriptions)"),
+            ("metadataSets", "\(body.metadataSets)"), ("metadataItems", "\(body.metadataItems)"),
+            ("writesTotal", "\(body.writesTotal)"), ("writesPerSecond", "\(body.writesPerSecond)"),
+            ("writeBackQueue", "\(body.writeBackQueue)"), ("writeBackAge", "\(body.writeBackAgeMs) ms"),
+        ]
+        if !body.nodes.isEmpty || !body.nodeId.isEmpty { rows.append(("feedPosition", "\(body.feedPosition)")) }
+        let width = rows.map(\.0.count).max() ?? 0
+        var lines = rows.map { name, value in name + String(repeating: " ", count: width - name.count) + "  " + value }
+        if !body.nodes.isEmpty {
+            lines.append("nodes \(body.nodes.count)")
+            lines += body.nodes.map(Self.clusterNode)
+        }
+        return lines
+    }
+
+    /// `  4f2a…  127.0.0.1:7400  alive  applied=120 lag=0 rows/0 ms  heartbeat=<instant>  (this node)`.
+    static func clusterNode(_ node: ClusterNodeInfo) -> String {
+        var line = "  \(node.nodeId)  \(node.address.isEmpty ? "-" : node.address)  \(node.alive ? "alive" : "NOT ALIVE")"
+        line += "  applied=\(node.appliedPosition) lag=\(node.lagPositions) rows/\(node.lagMs) ms"
+        line += "  heartbeat=\(TextQuoting.instant(milliseconds: node.heartbeatAtMs))"
+        if node.local { line += "  (this node)" }
+        return line
+    }
+
+    /// `3d 4h 5m 6s`, leaving out leading zero units (`12s`, `0s`).
+    static func duration(milliseconds: UInt64) -> String {
+        var seconds = milliseconds / 1000
+        let days = seconds / 86_400
+        seconds %= 86_400
+        let parts = [(days, "d"), (seconds / 3600, "h"), (seconds % 3600 / 60, "m"), (seconds % 60, "s")]
+        let shown = parts.drop { $0.0 == 0 && $0.1 != "s" }
+        return shown.map { "\($0.0)\($0.1)" }.joined(separator: " ")
     }
 
     /// `ann  online` or `ann  lastSeen=<instant>` (`never` when never seen).

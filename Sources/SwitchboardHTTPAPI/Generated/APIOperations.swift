@@ -45,7 +45,11 @@ enum APIOperations {
         .revokeTokens,
         .listChannels,
         .getLastSeen,
+        .info,
     ]
+
+    /// The operations that take no request fields: they also answer `GET pathPrefix + name`, with no body.
+    static let gettable: Set<Opcode> = [.info]
 
     /// The HTTP status an error answers with (SPEC.md §9's class, a few codes their own).
     static func status(of code: ErrorCode) -> Int {
@@ -3401,6 +3405,178 @@ enum APIOperations {
         }
       }
     },
+    "/v1/info": {
+      "post": {
+        "operationId": "info",
+        "summary": "Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is.",
+        "description": "Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.\n\nWire twin: `info` (op 0x3A, Protocol/SPEC.md).",
+        "tags": [
+          "admin"
+        ],
+        "requestBody": {
+          "required": true,
+          "content": {
+            "application/json": {
+              "schema": {
+                "$ref": "#/components/schemas/InfoRequest"
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/InfoResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: malformedBody (1000), invalidUtf8 (1006).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "500": {
+            "description": "Internal Server Error: internal (8000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "503": {
+            "description": "Service Unavailable: unavailable (8004), shuttingDown (8002).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      },
+      "get": {
+        "operationId": "infoGet",
+        "summary": "The same as POST, without a body.",
+        "description": "`info` by GET: the answer and errors of the POST.",
+        "tags": [
+          "admin"
+        ],
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/InfoResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: malformedBody (1000), invalidUtf8 (1006).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "500": {
+            "description": "Internal Server Error: internal (8000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "503": {
+            "description": "Service Unavailable: unavailable (8004), shuttingDown (8002).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      }
+    },
     "/v1/listWebhookDeadLetters": {
       "post": {
         "operationId": "listWebhookDeadLetters",
@@ -4116,6 +4292,59 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "When the user's last session ended (server ms); 0 when online or never seen."
+          }
+        },
+        "additionalProperties": false
+      },
+      "ClusterNodeInfo": {
+        "type": "object",
+        "description": "One node of a cluster as the info operation sees it (from the nodes' sb_node rows, as this node's probe last read them).",
+        "properties": {
+          "nodeId": {
+            "type": "string",
+            "description": "The node's id (new at each start)."
+          },
+          "address": {
+            "type": "string",
+            "description": "The gateway address the node advertises (its TCP listener, host:port); empty when it advertises none."
+          },
+          "startedAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "When the node joined the cluster (server ms)."
+          },
+          "heartbeatAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The node's last heartbeat (server ms)."
+          },
+          "alive": {
+            "type": "boolean",
+            "description": "The node's last heartbeat is at most three heartbeat intervals old. A node that stopped heart-beating shows false until the others sweep it (after the node timeout) and it leaves the list."
+          },
+          "appliedPosition": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The change feed position (sb_outbox id) the node had applied every change up to, as it published at its last heartbeat."
+          },
+          "lagPositions": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Change feed rows committed that the node had not applied, as it measured at its last heartbeat."
+          },
+          "lagMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Age in ms of the oldest change feed row the node had not applied, as it measured at its last heartbeat; 0 when it was up to date."
+          },
+          "local": {
+            "type": "boolean",
+            "description": "This is the node that answered."
           }
         },
         "additionalProperties": false
@@ -5316,6 +5545,124 @@ enum APIOperations {
               "$ref": "#/components/schemas/LastSeen"
             },
             "description": "In the order asked."
+          }
+        },
+        "additionalProperties": false
+      },
+      "InfoRequest": {
+        "type": "object",
+        "description": "Request of `info` (wire op 0x3A).",
+        "properties": {},
+        "additionalProperties": false
+      },
+      "InfoResponse": {
+        "type": "object",
+        "description": "Response of `info`: fields that hold their default are left out.",
+        "properties": {
+          "nodeId": {
+            "type": "string",
+            "description": "This node's cluster id; empty on a single gateway."
+          },
+          "version": {
+            "type": "string",
+            "description": "The server's version (SwitchboardVersion)."
+          },
+          "uptimeMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "How long the gateway has been running."
+          },
+          "serverTimeMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The server clock when it answered (ms since the Unix epoch)."
+          },
+          "connections": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Open client connections on this node (logged in or not)."
+          },
+          "sessions": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Logged-in sessions on this node."
+          },
+          "usersOnline": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Distinct users with a session on this node."
+          },
+          "channels": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Channels with members (every node of a cluster)."
+          },
+          "memberships": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Sessions joined to channels, summed over the channels (every node of a cluster)."
+          },
+          "userSubscriptions": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "User metadata subscriptions of this node's sessions (subscribeUserMetadata)."
+          },
+          "metadataSets": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Metadata sets that exist (channel and user), as this node holds them."
+          },
+          "metadataItems": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Items in those sets."
+          },
+          "writesTotal": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Metadata writes (set, update, remove) this node's store took since it started."
+          },
+          "writesPerSecond": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Metadata writes per second on this node over the last 10 s (rounded)."
+          },
+          "writeBackQueue": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Writes applied in memory and not yet committed to the database (single gateway with write-behind or group commit; 0 otherwise)."
+          },
+          "writeBackAgeMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Age of the oldest of them; 0 when the queue is empty."
+          },
+          "feedPosition": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The change feed's last committed position as this node last read it (cluster; 0 on a single gateway)."
+          },
+          "nodes": {
+            "type": "array",
+            "items": {
+              "$ref": "#/components/schemas/ClusterNodeInfo"
+            },
+            "description": "Every node of the cluster (this one included), ordered by id; empty on a single gateway."
           }
         },
         "additionalProperties": false

@@ -134,6 +134,11 @@ public final class SubscriptionRegistry: Sendable {
         }
     }
 
+    /// How many user-metadata subscriptions this gateway's sessions hold (one per session and user).
+    public var userSubscriptionCount: Int {
+        self.state.withLock { state in state.userSubscribers.values.reduce(0) { $0 + $1.count } }
+    }
+
     /// Sessions subscribed to `userID`'s metadata.
     public func userSubscribers(of userID: String) -> [SessionHandle] {
         self.state.withLock { Array($0.userSubscribers[userID] ?? []) }

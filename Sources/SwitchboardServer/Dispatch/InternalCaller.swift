@@ -23,7 +23,7 @@ enum InternalAnswer: Sendable {
 final class InternalCaller: Sendable {
     /// The operations an internal caller may run: reads only.
     static let readOperations: Set<Opcode> = [
-        .listChannels, .whoNow, .whereNow, .getState, .getChannelMetadata, .getUserMetadata, .getLastSeen,
+        .listChannels, .whoNow, .whereNow, .getState, .getChannelMetadata, .getUserMetadata, .getLastSeen, .info,
     ]
 
     /// Handlers indexed by op (0...63), as the gateway's dispatch has them.

@@ -61,6 +61,11 @@ public final class SessionRegistry: Sendable {
         self.state.withLock { state in state.sessionsByUser.values.flatMap(\.values) }
     }
 
+    /// How many sessions this gateway has (logged in; connections still in their handshake are not counted).
+    public var sessionCount: Int {
+        self.state.withLock { state in state.sessionsByUser.values.reduce(0) { $0 + $1.count } }
+    }
+
     /// Whether `userID` has a session on this gateway (O(1), unlike ``sessions(ofUser:)``, which copies them).
     public func hasSessions(ofUser userID: String) -> Bool {
         self.state.withLock { $0.sessionsByUser[userID] != nil }

@@ -16,6 +16,12 @@ public struct ClusterStatusReport: Sendable, Equatable {
     public var writerReconnects: Int
     /// Whether the node stopped serving because it could not keep its heartbeat.
     public var fenced: Bool
+    /// This node's id in the cluster.
+    public var nodeID: String = ""
+    /// The change feed's last committed position, as last read.
+    public var feedPosition: Int64 = 0
+    /// Every node's `sb_node` row (this one's included), ordered by id, as last read.
+    public var nodes: [ClusterNodeStatus] = []
 
     /// Creates a report.
     public init(
@@ -38,6 +44,43 @@ public struct ClusterStatusReport: Sendable, Equatable {
         lhs.dependencies.map(\.name) == rhs.dependencies.map(\.name)
             && lhs.dependencies.map(\.reachable) == rhs.dependencies.map(\.reachable) && lhs.liveNodes == rhs.liveNodes
             && lhs.lagRows == rhs.lagRows && lhs.lagSeconds == rhs.lagSeconds && lhs.feedReconnects == rhs.feedReconnects
-            && lhs.writerReconnects == rhs.writerReconnects && lhs.fenced == rhs.fenced
+            && lhs.writerReconnects == rhs.writerReconnects && lhs.fenced == rhs.fenced && lhs.nodeID == rhs.nodeID
+            && lhs.feedPosition == rhs.feedPosition && lhs.nodes == rhs.nodes
+    }
+}
+
+/// One node of a cluster as its `sb_node` row says (the `info` operation's node list): its heartbeat and what it
+/// published at that heartbeat of how far it applied the change feed.
+public struct ClusterNodeStatus: Sendable, Hashable {
+    /// The node's id.
+    public var nodeID: String
+    /// The gateway address it advertises (host:port), empty when none.
+    public var address: String
+    /// When it joined (ms since the Unix epoch).
+    public var startedAtMs: Int64
+    /// Its last heartbeat (ms since the Unix epoch).
+    public var heartbeatAtMs: Int64
+    /// Whether that heartbeat is recent (at most three heartbeat intervals old when read).
+    public var alive: Bool
+    /// The feed position it had applied every change up to.
+    public var appliedPosition: Int64
+    /// Feed rows committed that it had not applied.
+    public var lagRows: Int64
+    /// Age in ms of the oldest feed row it had not applied (0: none).
+    public var lagMs: Int64
+
+    /// Creates a node's status.
+    public init(
+        nodeID: String, address: String, startedAtMs: Int64, heartbeatAtMs: Int64, alive: Bool,
+        appliedPosition: Int64, lagRows: Int64, lagMs: Int64
+    ) {
+        self.nodeID = nodeID
+        self.address = address
+        self.startedAtMs = startedAtMs
+        self.heartbeatAtMs = heartbeatAtMs
+        self.alive = alive
+        self.appliedPosition = appliedPosition
+        self.lagRows = lagRows
+        self.lagMs = lagMs
     }
 }

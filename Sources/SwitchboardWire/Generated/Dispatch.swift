@@ -50,6 +50,7 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case revokeTokens = 55
     case listChannels = 56
     case getLastSeen = 57
+    case info = 58
 
     /// The op's name in the spec.
     public var name: String {
@@ -101,6 +102,7 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .revokeTokens: return "revokeTokens"
         case .listChannels: return "listChannels"
         case .getLastSeen: return "getLastSeen"
+        case .info: return "info"
         }
     }
 
@@ -156,6 +158,7 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "revokeTokens": self = .revokeTokens
         case "listChannels": self = .listChannels
         case "getLastSeen": self = .getLastSeen
+        case "info": self = .info
         default: return nil
         }
     }
@@ -257,6 +260,8 @@ public enum Request: Sendable, Hashable {
     case listChannels(ListChannelsRequest)
     /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
     case getLastSeen(GetLastSeenRequest)
+    /// Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.
+    case info(EmptyBody)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -308,6 +313,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
+        case .info: return .info
         }
     }
 
@@ -361,6 +367,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): return body.wireSize
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
+        case .info(let body): return body.wireSize
         }
     }
 
@@ -414,6 +421,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): body.encode(to: &writer)
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
+        case .info(let body): body.encode(to: &writer)
         }
     }
 
@@ -467,6 +475,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(from: &reader))
         case .listChannels: return .listChannels(try ListChannelsRequest(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(from: &reader))
+        case .info: return .info(try EmptyBody(from: &reader))
         }
     }
 
@@ -520,6 +529,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): return body.jsonValue
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
+        case .info(let body): return body.jsonValue
         }
     }
 
@@ -573,6 +583,7 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(json: body))
         case .listChannels: return .listChannels(try ListChannelsRequest(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(json: body))
+        case .info: return .info(try EmptyBody(json: body))
         }
     }
 }
@@ -673,6 +684,8 @@ public enum Response: Sendable, Hashable {
     case listChannels(ListChannelsResponse)
     /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
     case getLastSeen(GetLastSeenResponse)
+    /// Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.
+    indirect case info(InfoResponse)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -724,6 +737,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
+        case .info: return .info
         }
     }
 
@@ -777,6 +791,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): return body.wireSize
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
+        case .info(let body): return body.wireSize
         }
     }
 
@@ -830,6 +845,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): body.encode(to: &writer)
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
+        case .info(let body): body.encode(to: &writer)
         }
     }
 
@@ -883,6 +899,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(from: &reader))
         case .listChannels: return .listChannels(try ListChannelsResponse(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(from: &reader))
+        case .info: return .info(try InfoResponse(from: &reader))
         }
     }
 
@@ -936,6 +953,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): return body.jsonValue
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
+        case .info(let body): return body.jsonValue
         }
     }
 
@@ -989,6 +1007,7 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(json: body))
         case .listChannels: return .listChannels(try ListChannelsResponse(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(json: body))
+        case .info: return .info(try InfoResponse(json: body))
         }
     }
 }

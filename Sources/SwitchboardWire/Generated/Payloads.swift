@@ -1205,6 +1205,150 @@ extension LastSeen: JSONRepresentable {
     }
 }
 
+/// One node of a cluster as the info operation sees it (from the nodes' sb_node rows, as this node's probe last read them).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | nodeId | string |
+/// | 2 | address | string |
+/// | 3 | startedAtMs | uint |
+/// | 4 | heartbeatAtMs | uint |
+/// | 5 | alive | bool |
+/// | 6 | appliedPosition | uint |
+/// | 7 | lagPositions | uint |
+/// | 8 | lagMs | uint |
+/// | 9 | local | bool |
+public struct ClusterNodeInfo: WireCodable {
+    /// The node's id (new at each start).
+    public var nodeId: String
+    /// The gateway address the node advertises (its TCP listener, host:port); empty when it advertises none.
+    public var address: String
+    /// When the node joined the cluster (server ms).
+    public var startedAtMs: UInt64
+    /// The node's last heartbeat (server ms).
+    public var heartbeatAtMs: UInt64
+    /// The node's last heartbeat is at most three heartbeat intervals old. A node that stopped heart-beating shows false until the others sweep it (after the node timeout) and it leaves the list.
+    public var alive: Bool
+    /// The change feed position (sb_outbox id) the node had applied every change up to, as it published at its last heartbeat.
+    public var appliedPosition: UInt64
+    /// Change feed rows committed that the node had not applied, as it measured at its last heartbeat.
+    public var lagPositions: UInt64
+    /// Age in ms of the oldest change feed row the node had not applied, as it measured at its last heartbeat; 0 when it was up to date.
+    public var lagMs: UInt64
+    /// This is the node that answered.
+    public var local: Bool
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(nodeId: String = "", address: String = "", startedAtMs: UInt64 = 0, heartbeatAtMs: UInt64 = 0, alive: Bool = false, appliedPosition: UInt64 = 0, lagPositions: UInt64 = 0, lagMs: UInt64 = 0, local: Bool = false) {
+        self.nodeId = nodeId
+        self.address = address
+        self.startedAtMs = startedAtMs
+        self.heartbeatAtMs = heartbeatAtMs
+        self.alive = alive
+        self.appliedPosition = appliedPosition
+        self.lagPositions = lagPositions
+        self.lagMs = lagMs
+        self.local = local
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.nodeId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.address = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.startedAtMs = try reader.readVarint()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.heartbeatAtMs = try reader.readVarint()
+            case 5:
+                try reader.require(field.wireType, is: .varint, field: 5)
+                self.alive = try reader.readBool()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.appliedPosition = try reader.readVarint()
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.lagPositions = try reader.readVarint()
+            case 8:
+                try reader.require(field.wireType, is: .varint, field: 8)
+                self.lagMs = try reader.readVarint()
+            case 9:
+                try reader.require(field.wireType, is: .varint, field: 9)
+                self.local = try reader.readBool()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.nodeId.isEmpty) { size += WireField.stringFieldSize(1, self.nodeId) }
+        if !(self.address.isEmpty) { size += WireField.stringFieldSize(2, self.address) }
+        if !(self.startedAtMs == 0) { size += WireField.varintFieldSize(3, self.startedAtMs) }
+        if !(self.heartbeatAtMs == 0) { size += WireField.varintFieldSize(4, self.heartbeatAtMs) }
+        if !(!self.alive) { size += WireField.varintFieldSize(5, (self.alive ? 1 : 0)) }
+        if !(self.appliedPosition == 0) { size += WireField.varintFieldSize(6, self.appliedPosition) }
+        if !(self.lagPositions == 0) { size += WireField.varintFieldSize(7, self.lagPositions) }
+        if !(self.lagMs == 0) { size += WireField.varintFieldSize(8, self.lagMs) }
+        if !(!self.local) { size += WireField.varintFieldSize(9, (self.local ? 1 : 0)) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.nodeId.isEmpty) { writer.writeStringField(1, self.nodeId) }
+        if !(self.address.isEmpty) { writer.writeStringField(2, self.address) }
+        if !(self.startedAtMs == 0) { writer.writeVarintField(3, self.startedAtMs) }
+        if !(self.heartbeatAtMs == 0) { writer.writeVarintField(4, self.heartbeatAtMs) }
+        if !(!self.alive) { writer.writeVarintField(5, (self.alive ? 1 : 0)) }
+        if !(self.appliedPosition == 0) { writer.writeVarintField(6, self.appliedPosition) }
+        if !(self.lagPositions == 0) { writer.writeVarintField(7, self.lagPositions) }
+        if !(self.lagMs == 0) { writer.writeVarintField(8, self.lagMs) }
+        if !(!self.local) { writer.writeVarintField(9, (self.local ? 1 : 0)) }
+    }
+}
+
+extension ClusterNodeInfo: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.nodeId.isEmpty) { members.append(("nodeId", .string(self.nodeId))) }
+        if !(self.address.isEmpty) { members.append(("address", .string(self.address))) }
+        if !(self.startedAtMs == 0) { members.append(("startedAtMs", .uint(self.startedAtMs))) }
+        if !(self.heartbeatAtMs == 0) { members.append(("heartbeatAtMs", .uint(self.heartbeatAtMs))) }
+        if !(!self.alive) { members.append(("alive", .bool(self.alive))) }
+        if !(self.appliedPosition == 0) { members.append(("appliedPosition", .uint(self.appliedPosition))) }
+        if !(self.lagPositions == 0) { members.append(("lagPositions", .uint(self.lagPositions))) }
+        if !(self.lagMs == 0) { members.append(("lagMs", .uint(self.lagMs))) }
+        if !(!self.local) { members.append(("local", .bool(self.local))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ClusterNodeInfo") {
+            switch member.key {
+            case "nodeId": self.nodeId = try JSONField.string(member.value, "nodeId")
+            case "address": self.address = try JSONField.string(member.value, "address")
+            case "startedAtMs": self.startedAtMs = try JSONField.uint64(member.value, "startedAtMs")
+            case "heartbeatAtMs": self.heartbeatAtMs = try JSONField.uint64(member.value, "heartbeatAtMs")
+            case "alive": self.alive = try JSONField.bool(member.value, "alive")
+            case "appliedPosition": self.appliedPosition = try JSONField.uint64(member.value, "appliedPosition")
+            case "lagPositions": self.lagPositions = try JSONField.uint64(member.value, "lagPositions")
+            case "lagMs": self.lagMs = try JSONField.uint64(member.value, "lagMs")
+            case "local": self.local = try JSONField.bool(member.value, "local")
+            default: throw SwitchboardWireError(.malformedBody, "json: ClusterNodeInfo has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Request of `renewToken` (op 0x02). Replaces the session's token before it expires. The token must be for the same user.
 ///
 /// | # | field | type |
@@ -5755,6 +5899,253 @@ extension GetLastSeenResponse: JSONRepresentable {
                     self.users.append(try LastSeen(json: element))
                 }
             default: throw SwitchboardWireError(.malformedBody, "json: GetLastSeenResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `info` (op 0x3A). Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | nodeId | string |
+/// | 2 | version | string |
+/// | 3 | uptimeMs | uint |
+/// | 4 | serverTimeMs | uint |
+/// | 5 | connections | uint |
+/// | 6 | sessions | uint |
+/// | 7 | usersOnline | uint |
+/// | 8 | channels | uint |
+/// | 9 | memberships | uint |
+/// | 10 | userSubscriptions | uint |
+/// | 11 | metadataSets | uint |
+/// | 12 | metadataItems | uint |
+/// | 13 | writesTotal | uint |
+/// | 14 | writesPerSecond | uint |
+/// | 15 | writeBackQueue | uint |
+/// | 16 | writeBackAgeMs | uint |
+/// | 17 | feedPosition | uint |
+/// | 18 | nodes | repeated ClusterNodeInfo |
+public struct InfoResponse: WireCodable {
+    /// This node's cluster id; empty on a single gateway.
+    public var nodeId: String
+    /// The server's version (SwitchboardVersion).
+    public var version: String
+    /// How long the gateway has been running.
+    public var uptimeMs: UInt64
+    /// The server clock when it answered (ms since the Unix epoch).
+    public var serverTimeMs: UInt64
+    /// Open client connections on this node (logged in or not).
+    public var connections: UInt64
+    /// Logged-in sessions on this node.
+    public var sessions: UInt64
+    /// Distinct users with a session on this node.
+    public var usersOnline: UInt64
+    /// Channels with members (every node of a cluster).
+    public var channels: UInt64
+    /// Sessions joined to channels, summed over the channels (every node of a cluster).
+    public var memberships: UInt64
+    /// User metadata subscriptions of this node's sessions (subscribeUserMetadata).
+    public var userSubscriptions: UInt64
+    /// Metadata sets that exist (channel and user), as this node holds them.
+    public var metadataSets: UInt64
+    /// Items in those sets.
+    public var metadataItems: UInt64
+    /// Metadata writes (set, update, remove) this node's store took since it started.
+    public var writesTotal: UInt64
+    /// Metadata writes per second on this node over the last 10 s (rounded).
+    public var writesPerSecond: UInt64
+    /// Writes applied in memory and not yet committed to the database (single gateway with write-behind or group commit; 0 otherwise).
+    public var writeBackQueue: UInt64
+    /// Age of the oldest of them; 0 when the queue is empty.
+    public var writeBackAgeMs: UInt64
+    /// The change feed's last committed position as this node last read it (cluster; 0 on a single gateway).
+    public var feedPosition: UInt64
+    /// Every node of the cluster (this one included), ordered by id; empty on a single gateway.
+    public var nodes: [ClusterNodeInfo]
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(nodeId: String = "", version: String = "", uptimeMs: UInt64 = 0, serverTimeMs: UInt64 = 0, connections: UInt64 = 0, sessions: UInt64 = 0, usersOnline: UInt64 = 0, channels: UInt64 = 0, memberships: UInt64 = 0, userSubscriptions: UInt64 = 0, metadataSets: UInt64 = 0, metadataItems: UInt64 = 0, writesTotal: UInt64 = 0, writesPerSecond: UInt64 = 0, writeBackQueue: UInt64 = 0, writeBackAgeMs: UInt64 = 0, feedPosition: UInt64 = 0, nodes: [ClusterNodeInfo] = []) {
+        self.nodeId = nodeId
+        self.version = version
+        self.uptimeMs = uptimeMs
+        self.serverTimeMs = serverTimeMs
+        self.connections = connections
+        self.sessions = sessions
+        self.usersOnline = usersOnline
+        self.channels = channels
+        self.memberships = memberships
+        self.userSubscriptions = userSubscriptions
+        self.metadataSets = metadataSets
+        self.metadataItems = metadataItems
+        self.writesTotal = writesTotal
+        self.writesPerSecond = writesPerSecond
+        self.writeBackQueue = writeBackQueue
+        self.writeBackAgeMs = writeBackAgeMs
+        self.feedPosition = feedPosition
+        self.nodes = nodes
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.nodeId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.version = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.uptimeMs = try reader.readVarint()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.serverTimeMs = try reader.readVarint()
+            case 5:
+                try reader.require(field.wireType, is: .varint, field: 5)
+                self.connections = try reader.readVarint()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.sessions = try reader.readVarint()
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.usersOnline = try reader.readVarint()
+            case 8:
+                try reader.require(field.wireType, is: .varint, field: 8)
+                self.channels = try reader.readVarint()
+            case 9:
+                try reader.require(field.wireType, is: .varint, field: 9)
+                self.memberships = try reader.readVarint()
+            case 10:
+                try reader.require(field.wireType, is: .varint, field: 10)
+                self.userSubscriptions = try reader.readVarint()
+            case 11:
+                try reader.require(field.wireType, is: .varint, field: 11)
+                self.metadataSets = try reader.readVarint()
+            case 12:
+                try reader.require(field.wireType, is: .varint, field: 12)
+                self.metadataItems = try reader.readVarint()
+            case 13:
+                try reader.require(field.wireType, is: .varint, field: 13)
+                self.writesTotal = try reader.readVarint()
+            case 14:
+                try reader.require(field.wireType, is: .varint, field: 14)
+                self.writesPerSecond = try reader.readVarint()
+            case 15:
+                try reader.require(field.wireType, is: .varint, field: 15)
+                self.writeBackQueue = try reader.readVarint()
+            case 16:
+                try reader.require(field.wireType, is: .varint, field: 16)
+                self.writeBackAgeMs = try reader.readVarint()
+            case 17:
+                try reader.require(field.wireType, is: .varint, field: 17)
+                self.feedPosition = try reader.readVarint()
+            case 18:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 18)
+                try reader.requireRoom(in: self.nodes.count, field: 18)
+                self.nodes.append(try reader.readMessage(ClusterNodeInfo.self))
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.nodeId.isEmpty) { size += WireField.stringFieldSize(1, self.nodeId) }
+        if !(self.version.isEmpty) { size += WireField.stringFieldSize(2, self.version) }
+        if !(self.uptimeMs == 0) { size += WireField.varintFieldSize(3, self.uptimeMs) }
+        if !(self.serverTimeMs == 0) { size += WireField.varintFieldSize(4, self.serverTimeMs) }
+        if !(self.connections == 0) { size += WireField.varintFieldSize(5, self.connections) }
+        if !(self.sessions == 0) { size += WireField.varintFieldSize(6, self.sessions) }
+        if !(self.usersOnline == 0) { size += WireField.varintFieldSize(7, self.usersOnline) }
+        if !(self.channels == 0) { size += WireField.varintFieldSize(8, self.channels) }
+        if !(self.memberships == 0) { size += WireField.varintFieldSize(9, self.memberships) }
+        if !(self.userSubscriptions == 0) { size += WireField.varintFieldSize(10, self.userSubscriptions) }
+        if !(self.metadataSets == 0) { size += WireField.varintFieldSize(11, self.metadataSets) }
+        if !(self.metadataItems == 0) { size += WireField.varintFieldSize(12, self.metadataItems) }
+        if !(self.writesTotal == 0) { size += WireField.varintFieldSize(13, self.writesTotal) }
+        if !(self.writesPerSecond == 0) { size += WireField.varintFieldSize(14, self.writesPerSecond) }
+        if !(self.writeBackQueue == 0) { size += WireField.varintFieldSize(15, self.writeBackQueue) }
+        if !(self.writeBackAgeMs == 0) { size += WireField.varintFieldSize(16, self.writeBackAgeMs) }
+        if !(self.feedPosition == 0) { size += WireField.varintFieldSize(17, self.feedPosition) }
+        for element in self.nodes { size += WireField.lengthDelimitedFieldSize(18, length: element.wireSize) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.nodeId.isEmpty) { writer.writeStringField(1, self.nodeId) }
+        if !(self.version.isEmpty) { writer.writeStringField(2, self.version) }
+        if !(self.uptimeMs == 0) { writer.writeVarintField(3, self.uptimeMs) }
+        if !(self.serverTimeMs == 0) { writer.writeVarintField(4, self.serverTimeMs) }
+        if !(self.connections == 0) { writer.writeVarintField(5, self.connections) }
+        if !(self.sessions == 0) { writer.writeVarintField(6, self.sessions) }
+        if !(self.usersOnline == 0) { writer.writeVarintField(7, self.usersOnline) }
+        if !(self.channels == 0) { writer.writeVarintField(8, self.channels) }
+        if !(self.memberships == 0) { writer.writeVarintField(9, self.memberships) }
+        if !(self.userSubscriptions == 0) { writer.writeVarintField(10, self.userSubscriptions) }
+        if !(self.metadataSets == 0) { writer.writeVarintField(11, self.metadataSets) }
+        if !(self.metadataItems == 0) { writer.writeVarintField(12, self.metadataItems) }
+        if !(self.writesTotal == 0) { writer.writeVarintField(13, self.writesTotal) }
+        if !(self.writesPerSecond == 0) { writer.writeVarintField(14, self.writesPerSecond) }
+        if !(self.writeBackQueue == 0) { writer.writeVarintField(15, self.writeBackQueue) }
+        if !(self.writeBackAgeMs == 0) { writer.writeVarintField(16, self.writeBackAgeMs) }
+        if !(self.feedPosition == 0) { writer.writeVarintField(17, self.feedPosition) }
+        for element in self.nodes { writer.writeMessageField(18, element) }
+    }
+}
+
+extension InfoResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.nodeId.isEmpty) { members.append(("nodeId", .string(self.nodeId))) }
+        if !(self.version.isEmpty) { members.append(("version", .string(self.version))) }
+        if !(self.uptimeMs == 0) { members.append(("uptimeMs", .uint(self.uptimeMs))) }
+        if !(self.serverTimeMs == 0) { members.append(("serverTimeMs", .uint(self.serverTimeMs))) }
+        if !(self.connections == 0) { members.append(("connections", .uint(self.connections))) }
+        if !(self.sessions == 0) { members.append(("sessions", .uint(self.sessions))) }
+        if !(self.usersOnline == 0) { members.append(("usersOnline", .uint(self.usersOnline))) }
+        if !(self.channels == 0) { members.append(("channels", .uint(self.channels))) }
+        if !(self.memberships == 0) { members.append(("memberships", .uint(self.memberships))) }
+        if !(self.userSubscriptions == 0) { members.append(("userSubscriptions", .uint(self.userSubscriptions))) }
+        if !(self.metadataSets == 0) { members.append(("metadataSets", .uint(self.metadataSets))) }
+        if !(self.metadataItems == 0) { members.append(("metadataItems", .uint(self.metadataItems))) }
+        if !(self.writesTotal == 0) { members.append(("writesTotal", .uint(self.writesTotal))) }
+        if !(self.writesPerSecond == 0) { members.append(("writesPerSecond", .uint(self.writesPerSecond))) }
+        if !(self.writeBackQueue == 0) { members.append(("writeBackQueue", .uint(self.writeBackQueue))) }
+        if !(self.writeBackAgeMs == 0) { members.append(("writeBackAgeMs", .uint(self.writeBackAgeMs))) }
+        if !(self.feedPosition == 0) { members.append(("feedPosition", .uint(self.feedPosition))) }
+        if !self.nodes.isEmpty { members.append(("nodes", .array(self.nodes.map { $0.jsonValue }))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "InfoResponse") {
+            switch member.key {
+            case "nodeId": self.nodeId = try JSONField.string(member.value, "nodeId")
+            case "version": self.version = try JSONField.string(member.value, "version")
+            case "uptimeMs": self.uptimeMs = try JSONField.uint64(member.value, "uptimeMs")
+            case "serverTimeMs": self.serverTimeMs = try JSONField.uint64(member.value, "serverTimeMs")
+            case "connections": self.connections = try JSONField.uint64(member.value, "connections")
+            case "sessions": self.sessions = try JSONField.uint64(member.value, "sessions")
+            case "usersOnline": self.usersOnline = try JSONField.uint64(member.value, "usersOnline")
+            case "channels": self.channels = try JSONField.uint64(member.value, "channels")
+            case "memberships": self.memberships = try JSONField.uint64(member.value, "memberships")
+            case "userSubscriptions": self.userSubscriptions = try JSONField.uint64(member.value, "userSubscriptions")
+            case "metadataSets": self.metadataSets = try JSONField.uint64(member.value, "metadataSets")
+            case "metadataItems": self.metadataItems = try JSONField.uint64(member.value, "metadataItems")
+            case "writesTotal": self.writesTotal = try JSONField.uint64(member.value, "writesTotal")
+            case "writesPerSecond": self.writesPerSecond = try JSONField.uint64(member.value, "writesPerSecond")
+            case "writeBackQueue": self.writeBackQueue = try JSONField.uint64(member.value, "writeBackQueue")
+            case "writeBackAgeMs": self.writeBackAgeMs = try JSONField.uint64(member.value, "writeBackAgeMs")
+            case "feedPosition": self.feedPosition = try JSONField.uint64(member.value, "feedPosition")
+            case "nodes":
+                for element in try JSONField.array(member.value, "nodes") {
+                    self.nodes.append(try ClusterNodeInfo(json: element))
+                }
+            default: throw SwitchboardWireError(.malformedBody, "json: InfoResponse has no field \(member.key)")
             }
         }
     }

@@ -433,6 +433,71 @@ export interface LastSeenArg {
   lastSeenMs?: Int;
 }
 
+/**
+ * One node of a cluster as the info operation sees it (from the nodes' sb_node rows, as this node's probe last read
+ * them).
+ */
+export interface ClusterNodeInfo {
+  /** The node's id (new at each start). */
+  nodeId: string;
+  /** The gateway address the node advertises (its TCP listener, host:port); empty when it advertises none. */
+  address: string;
+  /** When the node joined the cluster (server ms). */
+  startedAtMs: Int;
+  /** The node's last heartbeat (server ms). */
+  heartbeatAtMs: Int;
+  /**
+   * The node's last heartbeat is at most three heartbeat intervals old. A node that stopped heart-beating shows
+   * false until the others sweep it (after the node timeout) and it leaves the list.
+   */
+  alive: boolean;
+  /**
+   * The change feed position (sb_outbox id) the node had applied every change up to, as it published at its last
+   * heartbeat.
+   */
+  appliedPosition: Int;
+  /** Change feed rows committed that the node had not applied, as it measured at its last heartbeat. */
+  lagPositions: Int;
+  /**
+   * Age in ms of the oldest change feed row the node had not applied, as it measured at its last heartbeat; 0 when
+   * it was up to date.
+   */
+  lagMs: Int;
+  /** This is the node that answered. */
+  local: boolean;
+}
+
+/** ClusterNodeInfo as an argument: every key optional. */
+export interface ClusterNodeInfoArg {
+  /** The node's id (new at each start). */
+  nodeId?: string;
+  /** The gateway address the node advertises (its TCP listener, host:port); empty when it advertises none. */
+  address?: string;
+  /** When the node joined the cluster (server ms). */
+  startedAtMs?: Int;
+  /** The node's last heartbeat (server ms). */
+  heartbeatAtMs?: Int;
+  /**
+   * The node's last heartbeat is at most three heartbeat intervals old. A node that stopped heart-beating shows
+   * false until the others sweep it (after the node timeout) and it leaves the list.
+   */
+  alive?: boolean;
+  /**
+   * The change feed position (sb_outbox id) the node had applied every change up to, as it published at its last
+   * heartbeat.
+   */
+  appliedPosition?: Int;
+  /** Change feed rows committed that the node had not applied, as it measured at its last heartbeat. */
+  lagPositions?: Int;
+  /**
+   * Age in ms of the oldest change feed row the node had not applied, as it measured at its last heartbeat; 0 when
+   * it was up to date.
+   */
+  lagMs?: Int;
+  /** This is the node that answered. */
+  local?: boolean;
+}
+
 /** The request body of `logout`: every key optional. */
 export interface LogoutRequest {
 }
@@ -1053,6 +1118,53 @@ export interface GetLastSeenResponse {
   users: Array<LastSeen>;
 }
 
+/** The request body of `info`: every key optional. */
+export interface InfoRequest {
+}
+
+/** The response of `info`. */
+export interface InfoResponse {
+  /** This node's cluster id; empty on a single gateway. */
+  nodeId: string;
+  /** The server's version (SwitchboardVersion). */
+  version: string;
+  /** How long the gateway has been running. */
+  uptimeMs: Int;
+  /** The server clock when it answered (ms since the Unix epoch). */
+  serverTimeMs: Int;
+  /** Open client connections on this node (logged in or not). */
+  connections: Int;
+  /** Logged-in sessions on this node. */
+  sessions: Int;
+  /** Distinct users with a session on this node. */
+  usersOnline: Int;
+  /** Channels with members (every node of a cluster). */
+  channels: Int;
+  /** Sessions joined to channels, summed over the channels (every node of a cluster). */
+  memberships: Int;
+  /** User metadata subscriptions of this node's sessions (subscribeUserMetadata). */
+  userSubscriptions: Int;
+  /** Metadata sets that exist (channel and user), as this node holds them. */
+  metadataSets: Int;
+  /** Items in those sets. */
+  metadataItems: Int;
+  /** Metadata writes (set, update, remove) this node's store took since it started. */
+  writesTotal: Int;
+  /** Metadata writes per second on this node over the last 10 s (rounded). */
+  writesPerSecond: Int;
+  /**
+   * Writes applied in memory and not yet committed to the database (single gateway with write-behind or group
+   * commit; 0 otherwise).
+   */
+  writeBackQueue: Int;
+  /** Age of the oldest of them; 0 when the queue is empty. */
+  writeBackAgeMs: Int;
+  /** The change feed's last committed position as this node last read it (cluster; 0 on a single gateway). */
+  feedPosition: Int;
+  /** Every node of the cluster (this one included), ordered by id; empty on a single gateway. */
+  nodes: Array<ClusterNodeInfo>;
+}
+
 /**
  * Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that asked
  * for metadata events, or to sessions that subscribed to the user's metadata.
@@ -1556,4 +1668,12 @@ export declare class Operations {
    * invalidArgument, identifierTooLong, storageFailure.
    */
   getLastSeen(args?: GetLastSeenRequest, options?: CallOptions): Promise<GetLastSeenResponse>;
+  /**
+   * `info` (op 0x3A, admin). Statistics of the gateway, in the manner of Redis INFO: this node's id, version and
+   * uptime; its connections, sessions and users online; the channels with members and their memberships (on every
+   * node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata
+   * writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its
+   * heartbeat and how far behind the change feed it is. Admins only. Errors: permissionDenied.
+   */
+  info(args?: InfoRequest, options?: CallOptions): Promise<InfoResponse>;
 }

@@ -491,6 +491,66 @@ export const SCHEMA = {
           "doc": "When the user's last session ended (server ms); 0 when online or never seen."
         }
       ]
+    },
+    "ClusterNodeInfo": {
+      "doc": "One node of a cluster as the info operation sees it (from the nodes' sb_node rows, as this node's probe last read them).",
+      "fields": [
+        {
+          "n": 1,
+          "name": "nodeId",
+          "type": "string",
+          "req": true,
+          "doc": "The node's id (new at each start)."
+        },
+        {
+          "n": 2,
+          "name": "address",
+          "type": "string",
+          "doc": "The gateway address the node advertises (its TCP listener, host:port); empty when it advertises none."
+        },
+        {
+          "n": 3,
+          "name": "startedAtMs",
+          "type": "uint",
+          "doc": "When the node joined the cluster (server ms)."
+        },
+        {
+          "n": 4,
+          "name": "heartbeatAtMs",
+          "type": "uint",
+          "doc": "The node's last heartbeat (server ms)."
+        },
+        {
+          "n": 5,
+          "name": "alive",
+          "type": "bool",
+          "doc": "The node's last heartbeat is at most three heartbeat intervals old. A node that stopped heart-beating shows false until the others sweep it (after the node timeout) and it leaves the list."
+        },
+        {
+          "n": 6,
+          "name": "appliedPosition",
+          "type": "uint",
+          "doc": "The change feed position (sb_outbox id) the node had applied every change up to, as it published at its last heartbeat."
+        },
+        {
+          "n": 7,
+          "name": "lagPositions",
+          "type": "uint",
+          "doc": "Change feed rows committed that the node had not applied, as it measured at its last heartbeat."
+        },
+        {
+          "n": 8,
+          "name": "lagMs",
+          "type": "uint",
+          "doc": "Age in ms of the oldest change feed row the node had not applied, as it measured at its last heartbeat; 0 when it was up to date."
+        },
+        {
+          "n": 9,
+          "name": "local",
+          "type": "bool",
+          "doc": "This is the node that answered."
+        }
+      ]
     }
   },
   "controls": [
@@ -774,7 +834,8 @@ export const SCHEMA = {
       "forceUnsubscribe",
       "revokeTokens",
       "listChannels",
-      "getLastSeen"
+      "getLastSeen",
+      "info"
     ]
   },
   "operations": [
@@ -2820,6 +2881,130 @@ export const SCHEMA = {
         "identifierTooLong",
         "storageFailure"
       ]
+    },
+    {
+      "op": 58,
+      "name": "info",
+      "area": "admin",
+      "doc": "Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.",
+      "authorize": {
+        "admin": "statistics of the whole gateway and cluster"
+      },
+      "request": [],
+      "response": [
+        {
+          "n": 1,
+          "name": "nodeId",
+          "type": "string",
+          "doc": "This node's cluster id; empty on a single gateway."
+        },
+        {
+          "n": 2,
+          "name": "version",
+          "type": "string",
+          "doc": "The server's version (SwitchboardVersion)."
+        },
+        {
+          "n": 3,
+          "name": "uptimeMs",
+          "type": "uint",
+          "doc": "How long the gateway has been running."
+        },
+        {
+          "n": 4,
+          "name": "serverTimeMs",
+          "type": "uint",
+          "doc": "The server clock when it answered (ms since the Unix epoch)."
+        },
+        {
+          "n": 5,
+          "name": "connections",
+          "type": "uint",
+          "doc": "Open client connections on this node (logged in or not)."
+        },
+        {
+          "n": 6,
+          "name": "sessions",
+          "type": "uint",
+          "doc": "Logged-in sessions on this node."
+        },
+        {
+          "n": 7,
+          "name": "usersOnline",
+          "type": "uint",
+          "doc": "Distinct users with a session on this node."
+        },
+        {
+          "n": 8,
+          "name": "channels",
+          "type": "uint",
+          "doc": "Channels with members (every node of a cluster)."
+        },
+        {
+          "n": 9,
+          "name": "memberships",
+          "type": "uint",
+          "doc": "Sessions joined to channels, summed over the channels (every node of a cluster)."
+        },
+        {
+          "n": 10,
+          "name": "userSubscriptions",
+          "type": "uint",
+          "doc": "User metadata subscriptions of this node's sessions (subscribeUserMetadata)."
+        },
+        {
+          "n": 11,
+          "name": "metadataSets",
+          "type": "uint",
+          "doc": "Metadata sets that exist (channel and user), as this node holds them."
+        },
+        {
+          "n": 12,
+          "name": "metadataItems",
+          "type": "uint",
+          "doc": "Items in those sets."
+        },
+        {
+          "n": 13,
+          "name": "writesTotal",
+          "type": "uint",
+          "doc": "Metadata writes (set, update, remove) this node's store took since it started."
+        },
+        {
+          "n": 14,
+          "name": "writesPerSecond",
+          "type": "uint",
+          "doc": "Metadata writes per second on this node over the last 10 s (rounded)."
+        },
+        {
+          "n": 15,
+          "name": "writeBackQueue",
+          "type": "uint",
+          "doc": "Writes applied in memory and not yet committed to the database (single gateway with write-behind or group commit; 0 otherwise)."
+        },
+        {
+          "n": 16,
+          "name": "writeBackAgeMs",
+          "type": "uint",
+          "doc": "Age of the oldest of them; 0 when the queue is empty."
+        },
+        {
+          "n": 17,
+          "name": "feedPosition",
+          "type": "uint",
+          "doc": "The change feed's last committed position as this node last read it (cluster; 0 on a single gateway)."
+        },
+        {
+          "n": 18,
+          "name": "nodes",
+          "type": "ClusterNodeInfo",
+          "repeated": true,
+          "doc": "Every node of the cluster (this one included), ordered by id; empty on a single gateway."
+        }
+      ],
+      "errors": [
+        "permissionDenied"
+      ]
     }
   ],
   "pushes": [
@@ -4362,5 +4547,20 @@ export class Operations {
    */
   getLastSeen(args = {}, options = {}) {
     return this.call("getLastSeen", args, options);
+  }
+
+  /**
+   * `info` (op 0x3A, admin). Statistics of the gateway, in the manner of Redis INFO: this node's id, version and
+   * uptime; its connections, sessions and users online; the channels with members and their memberships (on every
+   * node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata
+   * writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its
+   * heartbeat and how far behind the change feed it is. Admins only. Errors: permissionDenied. Fields left out are
+   * not sent (the server uses their defaults).
+   * @param {import('./generated').InfoRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').InfoResponse>}
+   */
+  info(args = {}, options = {}) {
+    return this.call("info", args, options);
   }
 }

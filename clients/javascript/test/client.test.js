@@ -275,3 +275,36 @@ test("listeners see pushes and connection events as they come", async () => {
   await client.logout();
   assert.deepEqual(states, ["connected", "disconnected"]);
 });
+
+test("info counts the sessions, channels, subscriptions and writes made, and is for admins only", async () => {
+  const gateway = await new Gateway({ secret: SECRET }).start();
+  try {
+    const root = new Client(gateway.tcp, { token: gateway.token("root", { admin: true }) });
+    const ana = new Client(gateway.unix, { token: gateway.token("ana") });
+    const welcome = await root.connect();
+    await ana.connect();
+    await root.subscribeChannel({ channel: "room" });
+    await ana.subscribeUserMetadata({ userId: "ana" });
+    await ana.setUserMetadata({ items: [{ key: "k", value: "1" }] });
+    await ana.setUserMetadata({ items: [{ key: "k", value: "2" }, { key: "j", value: "3" }] });
+    const info = await root.info();
+    assert.equal(info.version, welcome.serverName.split("/")[1]);
+    assert.equal(info.sessions, 2);
+    assert.equal(info.usersOnline, 2);
+    assert.equal(info.channels, 1);
+    assert.equal(info.memberships, 1);
+    assert.equal(info.userSubscriptions, 1);
+    assert.equal(info.metadataSets, 1);
+    assert.equal(info.metadataItems, 2);
+    assert.equal(info.writesTotal, 2);
+    assert.ok(info.writesPerSecond >= 1 && info.writesPerSecond <= 2, `${info.writesPerSecond}`);
+    assert.deepEqual(info.nodes ?? [], []);
+    const refused = await ana.info().then(() => null, (e) => e);
+    assert.ok(refused instanceof ServerError, `${refused}`);
+    assert.equal(refused.code, ErrorCode.permissionDenied);
+    await ana.logout();
+    await root.logout();
+  } finally {
+    await gateway.remove();
+  }
+});

@@ -395,3 +395,38 @@ def test_package_version_and_exports() -> None:
     assert switchboard.__version__ == "0.1.0"
     assert "Client" in switchboard.__all__ and switchboard.PUSH_NAMES[0] == "storageEvent"
     assert json.loads(open(os.path.join(os.path.dirname(wire.__file__), "schema.json")).read())["version"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def test_info_counts_the_sessions_channels_subscriptions_and_writes_made(fresh_gateway: Gateway) -> None:
+    async def main() -> None:
+        async with Client(fresh_gateway.tcp, "tony") as tony, Client(fresh_gateway.unix, "ana") as ana:
+            await tony.subscribe_channel("room")
+            await ana.subscribe_channel("room")
+            await ana.subscribe_channel("hall")
+            await ana.subscribe_user_metadata(user_id="tony")
+            for value in ("a", "b", "c"):
+                await tony.set_user_metadata(items=[{"key": "k", "value": value}])
+            await tony.set_channel_metadata("room", items=[{"key": "x", "value": "1"}, {"key": "y", "value": "2"}])
+            info = await tony.info()
+            assert info["version"] == tony.welcome["serverName"].split("/")[1]  # type: ignore[index]
+            assert info["sessions"] == 2 and info["usersOnline"] == 2 and info["connections"] == 2
+            assert info["channels"] == 2 and info["memberships"] == 3
+            assert info["userSubscriptions"] == 1
+            assert info["metadataSets"] == 2 and info["metadataItems"] == 3
+            assert info["writesTotal"] == 4 and 1 <= info["writesPerSecond"] <= 4
+            assert info["nodeId"] == "" and info["nodes"] == [] and info["uptimeMs"] > 0
+    run(main())
+
+
+def test_info_is_for_admins_only(token_gateway: Gateway) -> None:
+    async def main() -> None:
+        async with Client(token_gateway.tcp, token=token_gateway.token("ana")) as ana:
+            with pytest.raises(ServerError) as refused:
+                await ana.info()
+            assert refused.value.code == ErrorCode.permissionDenied
+        async with Client(token_gateway.tcp, token=token_gateway.token("root", admin=True)) as root:
+            assert (await root.info())["sessions"] == 1
+    run(main())

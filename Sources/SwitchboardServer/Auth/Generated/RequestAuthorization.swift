@@ -106,6 +106,8 @@ extension RequestAuthorizer {
             return nil  // lists only the channels the caller has `moderate` on
         case .getLastSeen(let body):
             return self.require(.moderate, .user, each: body.userIds)
+        case .info:
+            return self.requireAdmin(.info)  // statistics of the whole gateway and cluster
         }
     }
 
@@ -158,6 +160,7 @@ extension RequestAuthorizer {
         .revokeTokens: "by `userId`: `moderate` on `user:` + `userId`; by `tokenId`: `moderate` on `user:` + the user of each live session that logged in with the token, or on `user:*` when none is live on the node (checked by the moderation area, which knows the sessions)",
         .listChannels: "always allowed (lists only the channels the caller has `moderate` on)",
         .getLastSeen: "`moderate` on `user:` + each of `userIds`",
+        .info: "admins only (statistics of the whole gateway and cluster)",
     ]
 
     /// The permissions of the spec's table, in its order.

@@ -164,6 +164,23 @@ extension LastSeen {
     }
 }
 
+extension ClusterNodeInfo {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ClusterNodeInfo {
+        var value = ClusterNodeInfo()
+        if generator.bool() { value.nodeId = generator.string() }
+        if generator.bool() { value.address = generator.string() }
+        if generator.bool() { value.startedAtMs = generator.uint64() }
+        if generator.bool() { value.heartbeatAtMs = generator.uint64() }
+        if generator.bool() { value.alive = generator.bool() }
+        if generator.bool() { value.appliedPosition = generator.uint64() }
+        if generator.bool() { value.lagPositions = generator.uint64() }
+        if generator.bool() { value.lagMs = generator.uint64() }
+        if generator.bool() { value.local = generator.bool() }
+        return value
+    }
+}
+
 extension RenewTokenRequest {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
@@ -821,6 +838,32 @@ extension GetLastSeenResponse {
     }
 }
 
+extension InfoResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> InfoResponse {
+        var value = InfoResponse()
+        if generator.bool() { value.nodeId = generator.string() }
+        if generator.bool() { value.version = generator.string() }
+        if generator.bool() { value.uptimeMs = generator.uint64() }
+        if generator.bool() { value.serverTimeMs = generator.uint64() }
+        if generator.bool() { value.connections = generator.uint64() }
+        if generator.bool() { value.sessions = generator.uint64() }
+        if generator.bool() { value.usersOnline = generator.uint64() }
+        if generator.bool() { value.channels = generator.uint64() }
+        if generator.bool() { value.memberships = generator.uint64() }
+        if generator.bool() { value.userSubscriptions = generator.uint64() }
+        if generator.bool() { value.metadataSets = generator.uint64() }
+        if generator.bool() { value.metadataItems = generator.uint64() }
+        if generator.bool() { value.writesTotal = generator.uint64() }
+        if generator.bool() { value.writesPerSecond = generator.uint64() }
+        if generator.bool() { value.writeBackQueue = generator.uint64() }
+        if generator.bool() { value.writeBackAgeMs = generator.uint64() }
+        if generator.bool() { value.feedPosition = generator.uint64() }
+        for _ in 0..<generator.count() { value.nodes.append(ClusterNodeInfo.random(using: &generator)) }
+        return value
+    }
+}
+
 extension Hello {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> Hello {
@@ -1001,7 +1044,7 @@ extension Unsubscribed {
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 47) {
+        switch generator.index(below: 48) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
@@ -1048,7 +1091,8 @@ extension Request {
         case 43: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
         case 44: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
         case 45: return .listChannels(ListChannelsRequest.random(using: &generator))
-        default: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
+        case 46: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
+        default: return .info(EmptyBody.random(using: &generator))
         }
     }
 }
@@ -1056,7 +1100,7 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 47) {
+        switch generator.index(below: 48) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
@@ -1103,7 +1147,8 @@ extension Response {
         case 43: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
         case 44: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
         case 45: return .listChannels(ListChannelsResponse.random(using: &generator))
-        default: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
+        case 46: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
+        default: return .info(InfoResponse.random(using: &generator))
         }
     }
 }

@@ -475,6 +475,34 @@ class LastSeenArg(TypedDict, total=False):
     lastSeenMs: int
 
 
+class ClusterNodeInfo(TypedDict):
+    """One node of a cluster as the info operation sees it (from the nodes' sb_node rows, as this node's probe last
+    read them).
+    """
+    nodeId: str
+    address: str
+    startedAtMs: int
+    heartbeatAtMs: int
+    alive: bool
+    appliedPosition: int
+    lagPositions: int
+    lagMs: int
+    local: bool
+
+
+class ClusterNodeInfoArg(TypedDict, total=False):
+    """ClusterNodeInfo as an argument: every key optional."""
+    nodeId: str
+    address: str
+    startedAtMs: int
+    heartbeatAtMs: int
+    alive: bool
+    appliedPosition: int
+    lagPositions: int
+    lagMs: int
+    local: bool
+
+
 class RenewTokenResponse(TypedDict):
     """The response of `renewToken`."""
     expiresAtMs: int
@@ -624,6 +652,28 @@ class ListChannelsResponse(TypedDict):
 class GetLastSeenResponse(TypedDict):
     """The response of `getLastSeen`."""
     users: List[LastSeen]
+
+
+class InfoResponse(TypedDict):
+    """The response of `info`."""
+    nodeId: str
+    version: str
+    uptimeMs: int
+    serverTimeMs: int
+    connections: int
+    sessions: int
+    usersOnline: int
+    channels: int
+    memberships: int
+    userSubscriptions: int
+    metadataSets: int
+    metadataItems: int
+    writesTotal: int
+    writesPerSecond: int
+    writeBackQueue: int
+    writeBackAgeMs: int
+    feedPosition: int
+    nodes: List[ClusterNodeInfo]
 
 
 class StorageEvent(TypedDict):
@@ -1619,3 +1669,17 @@ class Operations:
         if user_ids is not None:
             body["userIds"] = list(user_ids)
         return cast(GetLastSeenResponse, await self.call("getLastSeen", body, timeout=timeout))
+
+    async def info(
+        self,
+        *, timeout: Optional[float] = None,
+    ) -> InfoResponse:
+        """`info` (op 0x3A, admin). Statistics of the gateway, in the manner of Redis INFO: this node's id, version and
+        uptime; its connections, sessions and users online; the channels with members and their memberships (on
+        every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds;
+        metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every
+        node with its heartbeat and how far behind the change feed it is. Admins only. Fields left None are not sent
+        (the server uses their defaults). Errors: permissionDenied.
+        """
+        body: Dict[str, Any] = {}
+        return cast(InfoResponse, await self.call("info", body, timeout=timeout))
