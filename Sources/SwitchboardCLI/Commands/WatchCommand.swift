@@ -11,7 +11,9 @@ public struct WatchCommand: SessionCommand {
             event subscriptions, serverNotice). Channel options (--metadata, --locks, --no-presence, --quiet) apply \
             to every --channel and --stream-channel. --events-from subscribes your user to those publishers' events \
             (a subscription that outlives this command; see 'sbctl events'). Inside the shell, watch subscribes and \
-            returns; the shell prints pushes anyway.
+            returns; the shell prints pushes anyway. --changes-channel and --changes-user open the admin change \
+            stream (needs moderate on the patterns): every presence, online, metadata and lock change matching, \
+            printed as 'change #POSITION KIND ...'; --resume EPOCH:POSITION resumes an earlier one after that position.
             """)
 
     @Option(name: .customLong("channel"), help: ArgumentHelp("Message channel to subscribe to. Repeatable.", valueName: "name"))
@@ -30,6 +32,19 @@ public struct WatchCommand: SessionCommand {
     @Option(help: ArgumentHelp("Expiry of the --events-from subscription (60-2592000).", valueName: "seconds"))
     var expiry: UInt64 = 86_400
     @Flag(help: "With --events-from: get the publishers' current events at once.") var sync = false
+    @Option(name: .customLong("changes-channel"), help: ArgumentHelp(
+        "Admin change stream: channels matching this pattern (exact, or a prefix ending in *).", valueName: "pattern"))
+    var changesChannel: String?
+    @Option(name: .customLong("changes-user"), help: ArgumentHelp(
+        "Admin change stream: users matching this pattern.", valueName: "pattern"))
+    var changesUser: String?
+    @Option(name: .customLong("changes-kind"), parsing: .upToNextOption, help: ArgumentHelp(
+        "Admin change stream: only these kinds (presenceJoin presenceLeave presenceTimeout presenceState online channelMetadata userMetadata lock).",
+        valueName: "kind"))
+    var changesKinds: [String] = []
+    @Option(name: .customLong("resume"), help: ArgumentHelp(
+        "Admin change stream: resume after this position of that epoch.", valueName: "epoch:position"))
+    var resume: String?
     @Option(help: ArgumentHelp("Stop after this many pushes.", valueName: "n")) var count: Int?
     @Option(name: .customLong("for"), help: ArgumentHelp("Stop after this many seconds.", valueName: "seconds"))
     var duration: Double?
@@ -40,6 +55,33 @@ public struct WatchCommand: SessionCommand {
     public func validate() throws {
         if let count = self.count, count < 1 { throw ValidationError("--count must be at least 1") }
         if let duration = self.duration, !(duration > 0) { throw ValidationError("--for must be positive") }
+        let wantsChanges = self.changesChannel != nil || self.changesUser != nil
+        if !wantsChanges && (!self.changesKinds.isEmpty || self.resume != nil) {
+            throw ValidationError("--changes-kind and --resume need --changes-channel or --changes-user")
+        }
+        for kind in self.changesKinds where ChangeKind.allKnown.first(where: { $0.name == kind }) == nil {
+            throw ValidationError("unknown change kind \(kind)")
+        }
+        if let resume = self.resume, Self.resumePoint(resume) == nil {
+            throw ValidationError("--resume is EPOCH:POSITION (two numbers)")
+        }
+    }
+
+    /// `EPOCH:POSITION` as numbers.
+    static func resumePoint(_ text: String) -> (epoch: UInt64, position: UInt64)? {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let epoch = UInt64(parts[0]), let position = UInt64(parts[1]) else { return nil }
+        return (epoch, position)
+    }
+
+    /// The admin change stream's request, when the options ask for one.
+    func changesRequest() -> SubscribeChangesRequest? {
+        guard self.changesChannel != nil || self.changesUser != nil else { return nil }
+        let kinds = self.changesKinds.compactMap { name in ChangeKind.allKnown.first { $0.name == name } }
+        let resume = self.resume.flatMap(Self.resumePoint)
+        return SubscribeChangesRequest(
+            kinds: kinds, channelPattern: self.changesChannel ?? "", userPattern: self.changesUser ?? "",
+            resumeEpoch: resume?.epoch ?? 0, resumeFrom: resume?.position ?? 0)
     }
 
     /// The subscriptions this watch makes, in order.
@@ -62,6 +104,7 @@ public struct WatchCommand: SessionCommand {
             requests.append(.subscribeEvent(SubscribeEventRequest(
                 expirySeconds: self.expiry, syncEnabled: self.sync, publishers: self.eventsFrom)))
         }
+        if let changes = self.changesRequest() { requests.append(.subscribeChanges(changes)) }
         return requests
     }
 
@@ -72,6 +115,9 @@ public struct WatchCommand: SessionCommand {
             case .success(.subscribeEvent(let answer)) where !answer.failedPublishers.isEmpty:
                 session.report(.usage("not valid publishers: \(answer.failedPublishers.joined(separator: ", "))"))
                 return .usage
+            case .success(let response) where request.operation == .subscribeChanges:
+                // The epoch and position to resume from (--resume EPOCH:POSITION), and whether a resume had a gap.
+                for line in Rendering.lines(for: response, format: session.format) { session.console.out(line) }
             case .success:
                 continue
             case .failure(let failure):

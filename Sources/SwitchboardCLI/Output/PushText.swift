@@ -16,7 +16,42 @@ public enum PushText {
             var line = "unsubscribed \(Self.channelName(notice.channel, notice.channelType))"
             if !notice.reason.isEmpty { line += " reason=\(TextQuoting.quoted(notice.reason))" }
             return line
+        case .change(let change): return Self.change(change)
         }
+    }
+
+    /// `change #POSITION KIND ...`: one admin change-stream change, with the fields its kind sets.
+    static func change(_ change: Change) -> String {
+        var line = "change #\(change.position) \(change.kind)"
+        if change.kind.rawValue != ChangeKind.online.rawValue && change.kind.rawValue != ChangeKind.userMetadata.rawValue {
+            line += " channel \(Self.channelName(change.channel, change.channelType))"
+        }
+        if !change.userId.isEmpty { line += " user \(TextQuoting.quoted(change.userId))" }
+        switch change.kind {
+        case .online:
+            line += " value=\(change.onlineValue)"
+            if !change.onlineClientTypes.isEmpty {
+                line += " on=[\(change.onlineClientTypes.map { "\($0)" }.joined(separator: " "))]"
+            }
+        case .channelMetadata, .userMetadata:
+            line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
+            if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
+            let items = change.storageEventType == .remove
+                ? change.items.map { TextQuoting.quoted($0.key) }
+                : change.items.map { TextQuoting.pair($0.key, $0.value) }
+            if !items.isEmpty { line += ": " + items.joined(separator: " ") }
+        case .lock:
+            line += " \(change.lockEventType)"
+            let locks = change.locks.map { lock in
+                TextQuoting.quoted(lock.lockName) + (lock.owner.isEmpty ? "(free)" : "(owner=\(TextQuoting.quoted(lock.owner)))")
+            }
+            if !locks.isEmpty { line += ": " + locks.joined(separator: " ") }
+        default:
+            line += " totalOccupancy=\(change.totalOccupancy)"
+            let states = change.states.map { TextQuoting.pair($0.key, $0.value) }
+            if !states.isEmpty { line += ": " + states.joined(separator: " ") }
+        }
+        return line
     }
 
     static func channelName(_ channel: String, _ type: ChannelType) -> String {

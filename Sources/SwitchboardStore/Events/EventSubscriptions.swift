@@ -157,6 +157,9 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Where each online state (this node's decisions and, in a cluster, the cluster's) is announced to the admin
+    /// change log (off until it is switched on).
+    public let changeTap = ChangeTap()
     private let backend: any EventBackend
     /// The cluster side (nil for a gateway on its own): online state is decided there.
     private let shared: (any SharedEventBackend)?
@@ -592,6 +595,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
             eventId: Self.newEventID(), eventType: 1, value: value, publisher: user, timestampMs: UInt64(max(now, 0)),
             expiresAtMs: 0, onlineClientTypes: types)
         state.onlineState[user] = event
+        self.changeTap.emit(.online(event))
         // Stored for publishers with subscribers only (the state of everyone else is of no use after a restart,
         // when nobody is online), so a stream of logins of unwatched users costs no database writes.
         if !(state.subscribers[user]?.isEmpty ?? true) { self.backend.setOnlineState(event) }
@@ -726,6 +730,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 guard version >= state.onlineVersions[event.publisher] ?? Int64.min else { return }
                 state.onlineVersions[event.publisher] = version
                 state.onlineState[event.publisher] = event
+                self.changeTap.emit(.online(event))
                 let targets = Self.subscriberSessions(of: event.publisher, in: &state, now: now)
                 self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
             }

@@ -50,6 +50,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case revokeTokens = 55
     case listChannels = 56
     case getLastSeen = 57
+    case subscribeChanges = 59
+    case unsubscribeChanges = 60
 
     /// The op's name in the spec.
     public var name: String {
@@ -101,6 +103,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .revokeTokens: return "revokeTokens"
         case .listChannels: return "listChannels"
         case .getLastSeen: return "getLastSeen"
+        case .subscribeChanges: return "subscribeChanges"
+        case .unsubscribeChanges: return "unsubscribeChanges"
         }
     }
 
@@ -156,6 +160,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "revokeTokens": self = .revokeTokens
         case "listChannels": self = .listChannels
         case "getLastSeen": self = .getLastSeen
+        case "subscribeChanges": self = .subscribeChanges
+        case "unsubscribeChanges": self = .unsubscribeChanges
         default: return nil
         }
     }
@@ -257,6 +263,10 @@ public enum Request: Sendable, Hashable {
     case listChannels(ListChannelsRequest)
     /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
     case getLastSeen(GetLastSeenRequest)
+    /// Opens the session's admin change stream (SPEC.md §13.8): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+    case subscribeChanges(SubscribeChangesRequest)
+    /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
+    case unsubscribeChanges(EmptyBody)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -308,6 +318,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
+        case .subscribeChanges: return .subscribeChanges
+        case .unsubscribeChanges: return .unsubscribeChanges
         }
     }
 
@@ -361,6 +373,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): return body.wireSize
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
+        case .subscribeChanges(let body): return body.wireSize
+        case .unsubscribeChanges(let body): return body.wireSize
         }
     }
 
@@ -414,6 +428,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): body.encode(to: &writer)
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
+        case .subscribeChanges(let body): body.encode(to: &writer)
+        case .unsubscribeChanges(let body): body.encode(to: &writer)
         }
     }
 
@@ -467,6 +483,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(from: &reader))
         case .listChannels: return .listChannels(try ListChannelsRequest(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(from: &reader))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(from: &reader))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
         }
     }
 
@@ -520,6 +538,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens(let body): return body.jsonValue
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
+        case .subscribeChanges(let body): return body.jsonValue
+        case .unsubscribeChanges(let body): return body.jsonValue
         }
     }
 
@@ -573,6 +593,8 @@ public enum Request: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensRequest(json: body))
         case .listChannels: return .listChannels(try ListChannelsRequest(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(json: body))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(json: body))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
         }
     }
 }
@@ -673,6 +695,10 @@ public enum Response: Sendable, Hashable {
     case listChannels(ListChannelsResponse)
     /// For each user: online now (any node of a cluster), or when their last session ended (persisted across restarts; 0: never seen since the gateway's moderation database was made). Needs the moderate permission on user:<id> of every user asked about.
     case getLastSeen(GetLastSeenResponse)
+    /// Opens the session's admin change stream (SPEC.md §13.8): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+    case subscribeChanges(SubscribeChangesResponse)
+    /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
+    case unsubscribeChanges(EmptyBody)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -724,6 +750,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
+        case .subscribeChanges: return .subscribeChanges
+        case .unsubscribeChanges: return .unsubscribeChanges
         }
     }
 
@@ -777,6 +805,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): return body.wireSize
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
+        case .subscribeChanges(let body): return body.wireSize
+        case .unsubscribeChanges(let body): return body.wireSize
         }
     }
 
@@ -830,6 +860,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): body.encode(to: &writer)
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
+        case .subscribeChanges(let body): body.encode(to: &writer)
+        case .unsubscribeChanges(let body): body.encode(to: &writer)
         }
     }
 
@@ -883,6 +915,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(from: &reader))
         case .listChannels: return .listChannels(try ListChannelsResponse(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(from: &reader))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(from: &reader))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
         }
     }
 
@@ -936,6 +970,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens(let body): return body.jsonValue
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
+        case .subscribeChanges(let body): return body.jsonValue
+        case .unsubscribeChanges(let body): return body.jsonValue
         }
     }
 
@@ -989,6 +1025,8 @@ public enum Response: Sendable, Hashable {
         case .revokeTokens: return .revokeTokens(try RevokeTokensResponse(json: body))
         case .listChannels: return .listChannels(try ListChannelsResponse(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(json: body))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(json: body))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
         }
     }
 }
@@ -1117,6 +1155,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
     case providerRequest = 6
     case serverNotice = 7
     case unsubscribed = 8
+    case change = 9
 
     /// The name in the spec.
     public var name: String {
@@ -1129,6 +1168,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case .providerRequest: return "providerRequest"
         case .serverNotice: return "serverNotice"
         case .unsubscribed: return "unsubscribed"
+        case .change: return "change"
         }
     }
 
@@ -1145,6 +1185,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case "providerRequest": self = .providerRequest
         case "serverNotice": self = .serverNotice
         case "unsubscribed": self = .unsubscribed
+        case "change": self = .change
         default: return nil
         }
     }
@@ -1168,6 +1209,8 @@ public enum Push: Sendable, Hashable {
     case serverNotice(ServerNotice)
     /// A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the channel's events.
     case unsubscribed(Unsubscribed)
+    /// One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.
+    indirect case change(Change)
 
     /// The op this value travels under.
     public var pushCode: PushCode {
@@ -1180,6 +1223,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest
         case .serverNotice: return .serverNotice
         case .unsubscribed: return .unsubscribed
+        case .change: return .change
         }
     }
 
@@ -1194,6 +1238,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): return body.wireSize
         case .serverNotice(let body): return body.wireSize
         case .unsubscribed(let body): return body.wireSize
+        case .change(let body): return body.wireSize
         }
     }
 
@@ -1208,6 +1253,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): body.encode(to: &writer)
         case .serverNotice(let body): body.encode(to: &writer)
         case .unsubscribed(let body): body.encode(to: &writer)
+        case .change(let body): body.encode(to: &writer)
         }
     }
 
@@ -1222,6 +1268,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest(try ProviderRequest(from: &reader))
         case .serverNotice: return .serverNotice(try ServerNotice(from: &reader))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(from: &reader))
+        case .change: return .change(try Change(from: &reader))
         }
     }
 
@@ -1236,6 +1283,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): return body.jsonValue
         case .serverNotice(let body): return body.jsonValue
         case .unsubscribed(let body): return body.jsonValue
+        case .change(let body): return body.jsonValue
         }
     }
 
@@ -1250,6 +1298,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest(try ProviderRequest(json: body))
         case .serverNotice: return .serverNotice(try ServerNotice(json: body))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(json: body))
+        case .change: return .change(try Change(json: body))
         }
     }
 }

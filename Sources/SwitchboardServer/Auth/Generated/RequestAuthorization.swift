@@ -106,6 +106,10 @@ extension RequestAuthorizer {
             return nil  // lists only the channels the caller has `moderate` on
         case .getLastSeen(let body):
             return self.require(.moderate, .user, each: body.userIds)
+        case .subscribeChanges(let body):
+            return self.checkSubscribeChanges(body)
+        case .unsubscribeChanges:
+            return nil  // ends the caller's own stream
         }
     }
 
@@ -158,6 +162,8 @@ extension RequestAuthorizer {
         .revokeTokens: "by `userId`: `moderate` on `user:` + `userId`; by `tokenId`: `moderate` on `user:` + the user of each live session that logged in with the token, or on `user:*` when none is live on the node (checked by the moderation area, which knows the sessions)",
         .listChannels: "always allowed (lists only the channels the caller has `moderate` on)",
         .getLastSeen: "`moderate` on `user:` + each of `userIds`",
+        .subscribeChanges: "`moderate` on every resource the patterns can name: the channel pattern as `message:` and/or `stream:` (by channelType), the user pattern as `user:`; a grant covers a pattern when its own pattern matches every name the requested one matches",
+        .unsubscribeChanges: "always allowed (ends the caller's own stream)",
     ]
 
     /// The permissions of the spec's table, in its order.
