@@ -32,19 +32,7 @@ public struct WatchCommand: SessionCommand {
     @Option(help: ArgumentHelp("Expiry of the --events-from subscription (60-2592000).", valueName: "seconds"))
     var expiry: UInt64 = 86_400
     @Flag(help: "With --events-from: get the publishers' current events at once.") var sync = false
-    @Option(name: .customLong("changes-channel"), help: ArgumentHelp(
-        "Admin change stream: channels matching this pattern (exact, or a prefix ending in *).", valueName: "pattern"))
-    var changesChannel: String?
-    @Option(name: .customLong("changes-user"), help: ArgumentHelp(
-        "Admin change stream: users matching this pattern.", valueName: "pattern"))
-    var changesUser: String?
-    @Option(name: .customLong("changes-kind"), parsing: .upToNextOption, help: ArgumentHelp(
-        "Admin change stream: only these kinds (presenceJoin presenceLeave presenceTimeout presenceState online channelMetadata userMetadata lock).",
-        valueName: "kind"))
-    var changesKinds: [String] = []
-    @Option(name: .customLong("resume"), help: ArgumentHelp(
-        "Admin change stream: resume after this position of that epoch.", valueName: "epoch:position"))
-    var resume: String?
+    @OptionGroup var changeStream: ChangeStreamOptions
     @Option(help: ArgumentHelp("Stop after this many pushes.", valueName: "n")) var count: Int?
     @Option(name: .customLong("for"), help: ArgumentHelp("Stop after this many seconds.", valueName: "seconds"))
     var duration: Double?
@@ -55,33 +43,7 @@ public struct WatchCommand: SessionCommand {
     public func validate() throws {
         if let count = self.count, count < 1 { throw ValidationError("--count must be at least 1") }
         if let duration = self.duration, !(duration > 0) { throw ValidationError("--for must be positive") }
-        let wantsChanges = self.changesChannel != nil || self.changesUser != nil
-        if !wantsChanges && (!self.changesKinds.isEmpty || self.resume != nil) {
-            throw ValidationError("--changes-kind and --resume need --changes-channel or --changes-user")
-        }
-        for kind in self.changesKinds where ChangeKind.allKnown.first(where: { $0.name == kind }) == nil {
-            throw ValidationError("unknown change kind \(kind)")
-        }
-        if let resume = self.resume, Self.resumePoint(resume) == nil {
-            throw ValidationError("--resume is EPOCH:POSITION (two numbers)")
-        }
-    }
-
-    /// `EPOCH:POSITION` as numbers.
-    static func resumePoint(_ text: String) -> (epoch: UInt64, position: UInt64)? {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, let epoch = UInt64(parts[0]), let position = UInt64(parts[1]) else { return nil }
-        return (epoch, position)
-    }
-
-    /// The admin change stream's request, when the options ask for one.
-    func changesRequest() -> SubscribeChangesRequest? {
-        guard self.changesChannel != nil || self.changesUser != nil else { return nil }
-        let kinds = self.changesKinds.compactMap { name in ChangeKind.allKnown.first { $0.name == name } }
-        let resume = self.resume.flatMap(Self.resumePoint)
-        return SubscribeChangesRequest(
-            kinds: kinds, channelPattern: self.changesChannel ?? "", userPattern: self.changesUser ?? "",
-            resumeEpoch: resume?.epoch ?? 0, resumeFrom: resume?.position ?? 0)
+        try self.changeStream.check()
     }
 
     /// The subscriptions this watch makes, in order.
@@ -104,7 +66,7 @@ public struct WatchCommand: SessionCommand {
             requests.append(.subscribeEvent(SubscribeEventRequest(
                 expirySeconds: self.expiry, syncEnabled: self.sync, publishers: self.eventsFrom)))
         }
-        if let changes = self.changesRequest() { requests.append(.subscribeChanges(changes)) }
+        if let changes = self.changeStream.request { requests.append(.subscribeChanges(changes)) }
         return requests
     }
 
