@@ -31,8 +31,9 @@ struct SubscriptionLedger: Sendable {
 
     /// Notes a change received on the admin change stream: a new session resumes after it.
     mutating func noteChange(at position: UInt64) {
-        guard self.changeStream != nil else { return }
-        self.changeStream?.resumeFrom = max(self.changeStream?.resumeFrom ?? 0, position)
+        guard var stream = self.changeStream else { return }
+        stream.resumeFrom = max(stream.resumeFrom, position)
+        self.changeStream = stream
     }
 
     /// Forgets a channel the server took the session out of (the `unsubscribed` push).
