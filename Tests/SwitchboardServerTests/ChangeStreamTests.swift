@@ -150,6 +150,7 @@ import Testing
             #expect(resumed.replayed == 3)
             _ = try await alice.send(.unsubscribeChannel(UnsubscribeChannelRequest(channel: "game.1")))  // live
             let got = Self.changes(await secondPushes.wait(seconds: 10) { Self.changes($0).count >= 4 })
+            try #require(got.count == 4, "got \(got)")
             #expect(got.map(\.kind) == [.presenceJoin, .presenceState, .channelMetadata, .presenceLeave])
             #expect(got.map(\.channel) == ["game.2", "game.1", "game.2", "game.1"])
             #expect(got.map(\.userId) == ["bob", "alice", "", "alice"])
