@@ -547,6 +547,7 @@ import Testing
                 .unsubscribeChannel(UnsubscribeChannelRequest(channel: "room")),
                 .unsubscribeEvent(UnsubscribeEventRequest()),
                 .unsubscribeProfiles(SubscribeProfilesRequest(userIds: ["someone"])),
+                .unsubscribeChanges(EmptyBody()),
                 .logout(EmptyBody()),
                 .listChannels(ListChannelsRequest()),  // lists only what the caller may moderate
             ]
