@@ -207,6 +207,8 @@ REQUESTS = {
     "revokeTokens": {"userId": "Eve", "issuedBeforeMs": T0},
     "listChannels": {"channelType": "message", "prefix": "room:", "cursor": "1:room:b", "limit": 2},
     "getLastSeen": {"userIds": ["Ann", "Eve"]},
+    "subscribeChanges": {"kinds": ["presenceJoin", "presenceLeave", "online"], "channelPattern": "room.*",
+                         "userPattern": "player-*", "resumeEpoch": T0 * 1000 + 7, "resumeFrom": 4096},
 }
 
 RESPONSES = {
@@ -258,6 +260,7 @@ RESPONSES = {
                   "heartbeatAtMs": T0 - 400, "alive": True, "appliedPosition": 1207, "local": True},
                  {"nodeId": "c03e7b19", "address": "10.0.0.6:7400", "startedAtMs": T0 - 90000,
                   "heartbeatAtMs": T0 - 6100, "appliedPosition": 1180, "lagPositions": 27, "lagMs": 5200}]},
+    "subscribeChanges": {"epoch": T0 * 1000 + 7, "position": 4100, "replayed": 2},
 }
 
 
@@ -364,6 +367,20 @@ def frames_file():
               P("providerRequest", {"providerRequestId": 43, "kind": "groupMember", "id": "g1", "memberUserId": "Ann"})),
         valid("push.serverNotice", "Token expires soon.",
               P("serverNotice", {"code": 2002, "message": "token expires in 60 s", "atMs": T0 + 60000})),
+        valid("push.change.presenceJoin", "Admin change stream: a member joined a channel with state.",
+              P("change", {"position": 4097, "channel": "room.7", "userId": "player-9",
+                           "states": [{"key": "seat", "value": "3"}], "totalOccupancy": 12, "timestampMs": T0})),
+        valid("push.change.online", "Admin change stream: a user dropped (abnormal end), still online on the web.",
+              P("change", {"position": 4098, "kind": "online", "userId": "player-9", "onlineValue": 3,
+                           "onlineClientTypes": ["web"], "timestampMs": T0})),
+        valid("push.change.channelMetadata", "Admin change stream: a channel's metadata was updated.",
+              P("change", {"position": 4099, "kind": "channelMetadata", "channel": "room.7", "channelType": "stream",
+                           "storageEventType": "update", "majorRevision": 5,
+                           "items": [{"key": "topic", "value": "finals", "revision": 9}], "author": "Ann",
+                           "timestampMs": T0})),
+        valid("push.change.lock", "Admin change stream: a lock was acquired.",
+              P("change", {"position": 4100, "kind": "lock", "channel": "room.7", "lockEventType": "acquired",
+                           "locks": [{"lockName": "mic", "owner": "Ann", "ttlSeconds": 30}], "timestampMs": T0})),
         valid("push.unsubscribed", "A moderator took the session out of a stream channel.",
               P("unsubscribed", {"channel": "stage-1", "channelType": "stream", "reason": "off topic"})),
     ]

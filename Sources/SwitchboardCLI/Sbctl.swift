@@ -21,7 +21,8 @@ public struct Sbctl: ParsableCommand {
             UserMetaCommand.self, ChannelMetaCommand.self, LockCommand.self, ChannelCommand.self,
             WhoNowCommand.self, WhereNowCommand.self, StateCommand.self, EventsCommand.self, ProfileCommand.self,
             ProviderCommand.self, KickCommand.self, UnsubscribeUserCommand.self, RevokeCommand.self,
-            ChannelsCommand.self, LastSeenCommand.self, TokenCommand.self, LogoutCommand.self, CallCommand.self,
+            ChannelsCommand.self, LastSeenCommand.self, ChangesCommand.self, TokenCommand.self, LogoutCommand.self,
+            CallCommand.self,
             WatchCommand.self,
             PingCommand.self, InfoCommand.self, ShellCommand.self,
         ])

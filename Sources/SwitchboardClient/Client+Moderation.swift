@@ -82,4 +82,38 @@ extension SwitchboardClient {
             return response
         }
     }
+
+    /// Opens the session's admin change stream (`Protocol/SPEC.md` §13.9): every presence, online-state, metadata
+    /// and lock change the node learns whose channel and user match arrives on ``changes``, in position order.
+    /// Needs `moderate` on the patterns. Restored after a reconnect, resuming after the last change received; when
+    /// the server could not replay everything missed, ``RestoreReport/changeStream`` says `gap`.
+    ///
+    /// - Parameters:
+    ///   - kinds: the kinds wanted; empty: all.
+    ///   - channelPattern: channels whose name matches (exact, or a prefix ending in `*`); empty: no channel condition.
+    ///   - channelType: one type, or nil for both.
+    ///   - userPattern: users whose id matches; empty: no user condition. At least one pattern is required.
+    @discardableResult
+    public func subscribeChanges(
+        kinds: [ChangeKind] = [], channelPattern: String = "", channelType: ChannelType? = nil, userPattern: String = ""
+    ) async throws(SwitchboardClientError) -> SubscribeChangesResponse {
+        let request = SubscribeChangesRequest(
+            kinds: kinds, channelPattern: channelPattern, channelType: channelType ?? ChannelType(rawValue: 0),
+            userPattern: userPattern)
+        return try await self.call(.subscribeChanges(request)) {
+            guard case .subscribeChanges(let response) = $0 else { return nil }
+            return response
+        }
+    }
+
+    /// Closes the admin change stream (a reconnect no longer opens it).
+    public func unsubscribeChanges() async throws(SwitchboardClientError) {
+        _ = try await self.send(.unsubscribeChanges(EmptyBody()))
+    }
+
+    /// Where the admin change stream stands: its epoch and the position of the last change received (nil: no
+    /// stream open).
+    public var changeStreamPosition: (epoch: UInt64, position: UInt64)? {
+        self.withCore { core in core.ledger.changeStream.map { ($0.resumeEpoch, $0.resumeFrom) } }
+    }
 }

@@ -22,6 +22,9 @@ extension SwitchboardClient {
     public var serverNotices: AsyncStream<ServerNotice> { self.router.serverNotices.lifetime }
     /// Channels a moderator took this session out of (`forceUnsubscribe`); they are not restored after a reconnect.
     public var unsubscriptions: AsyncStream<Unsubscribed> { self.router.unsubscriptions.lifetime }
+    /// The admin change stream's changes (``SwitchboardClient/subscribeChanges(kinds:channelPattern:channelType:userPattern:)``),
+    /// in position order, across reconnects (each reconnect resumes after the last one received).
+    public var changes: AsyncStream<Change> { self.router.changes.lifetime }
 
     /// A new stream of storage events from now on.
     public func makeStorageEventStream() -> AsyncStream<StorageEvent> { self.router.storageEvents.makeStream() }
@@ -43,6 +46,9 @@ extension SwitchboardClient {
     public func makeServerNoticeStream() -> AsyncStream<ServerNotice> { self.router.serverNotices.makeStream() }
     /// A new stream of forced unsubscriptions from now on.
     public func makeUnsubscriptionStream() -> AsyncStream<Unsubscribed> { self.router.unsubscriptions.makeStream() }
+
+    /// A new stream of admin changes from now on.
+    public func makeChangeStream() -> AsyncStream<Change> { self.router.changes.makeStream() }
     /// A new stream of every push, of all areas, in arrival order, from now on.
     public func makePushStream() -> AsyncStream<Push> { self.router.all.makeStream() }
     /// A new stream of every push with whether its frame was compressed (``ReceivedPush``), from now on.

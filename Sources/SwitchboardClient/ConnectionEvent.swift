@@ -72,6 +72,9 @@ public enum RestorableSubscription: Sendable, Hashable {
     case profiles(userIDs: [String], groupIDs: [String])
     /// `registerProvider` of these kinds.
     case provider(kinds: [ProfileKind])
+    /// `subscribeChanges` (the admin change stream) with its filter, resuming after the last change received
+    /// (`resumeEpoch`, `resumeFrom`).
+    case changes(SubscribeChangesRequest)
 }
 
 /// What a reconnect restored.
@@ -91,4 +94,7 @@ public struct RestoreReport: Sendable {
     public var restored: [RestorableSubscription] = []
     /// Subscriptions the server refused.
     public var failed: [Failure] = []
+    /// The answer of the restored admin change stream, when there is one: with `gap` the changes since the last one
+    /// received could not all be replayed, and the app re-reads the state it follows.
+    public var changeStream: SubscribeChangesResponse?
 }

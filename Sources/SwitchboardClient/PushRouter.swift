@@ -12,6 +12,7 @@ final class PushRouter: Sendable {
     let providerRequests: Broadcast<ProviderRequest>
     let serverNotices: Broadcast<ServerNotice>
     let unsubscriptions: Broadcast<Unsubscribed>
+    let changes: Broadcast<Change>
     let all: Broadcast<Push>
     let received: Broadcast<ReceivedPush>
     let drops: DroppedPushes
@@ -26,6 +27,7 @@ final class PushRouter: Sendable {
         self.providerRequests = Broadcast(bufferLimit: bufferLimit, name: "providerRequests", drops: drops)
         self.serverNotices = Broadcast(bufferLimit: bufferLimit, name: "serverNotices", drops: drops)
         self.unsubscriptions = Broadcast(bufferLimit: bufferLimit, name: "unsubscriptions", drops: drops)
+        self.changes = Broadcast(bufferLimit: bufferLimit, name: "changes", drops: drops)
         self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false, name: "pushes", drops: drops)
         self.received = Broadcast(
             bufferLimit: bufferLimit, withLifetimeStream: false, name: "receivedPushes", drops: drops)
@@ -44,6 +46,7 @@ final class PushRouter: Sendable {
         case .providerRequest(let request): self.providerRequests.yield(request)
         case .serverNotice(let notice): self.serverNotices.yield(notice)
         case .unsubscribed(let notice): self.unsubscriptions.yield(notice)
+        case .change(let change): self.changes.yield(change)
         }
     }
 
@@ -56,6 +59,7 @@ final class PushRouter: Sendable {
         self.providerRequests.finish()
         self.serverNotices.finish()
         self.unsubscriptions.finish()
+        self.changes.finish()
         self.all.finish()
         self.received.finish()
     }

@@ -26,6 +26,15 @@ struct SubscriptionLedger: Sendable {
     private(set) var profileUsers: Set<String> = []
     private(set) var profileGroups: Set<String> = []
     private(set) var providerKinds: Set<ProfileKind> = []
+    /// The admin change stream, with the resume point of the last change received.
+    private(set) var changeStream: SubscribeChangesRequest?
+
+    /// Notes a change received on the admin change stream: a new session resumes after it.
+    mutating func noteChange(at position: UInt64) {
+        guard var stream = self.changeStream else { return }
+        stream.resumeFrom = max(stream.resumeFrom, position)
+        self.changeStream = stream
+    }
 
     /// Forgets a channel the server took the session out of (the `unsubscribed` push).
     mutating func forgetChannel(_ name: String, type: ChannelType) {
@@ -59,6 +68,20 @@ struct SubscriptionLedger: Sendable {
             self.profileGroups.subtract(unsubscribe.groupIds)
         case .registerProvider(let register) where succeeded:
             self.providerKinds.formUnion(register.kinds)
+        case .subscribeChanges(var subscribe) where succeeded:
+            guard case .success(.subscribeChanges(let answer)) = outcome else { return }
+            let sameRun = self.changeStream?.resumeEpoch == answer.epoch
+            let seen = sameRun ? self.changeStream?.resumeFrom ?? 0 : 0
+            if subscribe.resumeEpoch == answer.epoch && !answer.gap {
+                // The replay follows the answer and moves the resume point on.
+                subscribe.resumeFrom = max(subscribe.resumeFrom, seen)
+            } else {
+                subscribe.resumeFrom = max(answer.position, seen)
+            }
+            subscribe.resumeEpoch = answer.epoch
+            self.changeStream = subscribe
+        case .unsubscribeChanges where succeeded:
+            self.changeStream = nil
         default:
             break
         }
@@ -76,6 +99,8 @@ struct SubscriptionLedger: Sendable {
             self.profileGroups.subtract(groupIDs)
         case .provider(let kinds):
             self.providerKinds.subtract(kinds)
+        case .changes:
+            self.changeStream = nil
         }
     }
 
@@ -98,6 +123,7 @@ struct SubscriptionLedger: Sendable {
         if !self.providerKinds.isEmpty {
             result.append(.provider(kinds: self.providerKinds.sorted { $0.rawValue < $1.rawValue }))
         }
+        if let changeStream = self.changeStream { result.append(.changes(changeStream)) }
         return result
     }
 }
@@ -111,6 +137,7 @@ extension RestorableSubscription {
         case .profiles(let userIDs, let groupIDs):
             return .subscribeProfiles(SubscribeProfilesRequest(userIds: userIDs, groupIds: groupIDs))
         case .provider(let kinds): return .registerProvider(RegisterProviderRequest(kinds: kinds))
+        case .changes(let subscribe): return .subscribeChanges(subscribe)
         }
     }
 }

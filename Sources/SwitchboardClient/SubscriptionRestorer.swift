@@ -13,8 +13,8 @@ enum SubscriptionRestorer {
     static func restore(
         _ subscriptions: [RestorableSubscription], on connection: SwitchboardConnection, timeout: Duration
     ) async -> RestoreReport {
-        var results = [Result<Void, SwitchboardClientError>?](repeating: nil, count: subscriptions.count)
-        await withTaskGroup(of: (Int, Result<Void, SwitchboardClientError>).self) { group in
+        var results = [Result<Response, SwitchboardClientError>?](repeating: nil, count: subscriptions.count)
+        await withTaskGroup(of: (Int, Result<Response, SwitchboardClientError>).self) { group in
             var next = 0
             func startNext() {
                 guard next < subscriptions.count else { return }
@@ -31,8 +31,9 @@ enum SubscriptionRestorer {
         var report = RestoreReport()
         for (subscription, result) in zip(subscriptions, results) {
             switch result {
-            case .success?:
+            case .success(let response)?:
                 report.restored.append(subscription)
+                if case .subscribeChanges(let answer) = response { report.changeStream = answer }
             case .failure(let error)?:
                 report.failed.append(RestoreReport.Failure(subscription: subscription, error: error))
             case nil:
@@ -45,12 +46,11 @@ enum SubscriptionRestorer {
     /// Makes one subscription, waiting and trying again while the server says to slow down.
     private static func make(
         _ subscription: RestorableSubscription, on connection: SwitchboardConnection, timeout: Duration
-    ) async -> Result<Void, SwitchboardClientError> {
+    ) async -> Result<Response, SwitchboardClientError> {
         var attempt = 1
         while true {
             do {
-                _ = try await connection.send(subscription.request, timeout: timeout)
-                return .success(())
+                return .success(try await connection.send(subscription.request, timeout: timeout))
             } catch {
                 let error = SwitchboardClientError(wrapping: error)
                 let slowDown = error.kind == .server && (error.code == .rateLimited || error.code == .tooManyInflight)

@@ -100,6 +100,11 @@ extension SwitchboardClient {
                 for failure in report.failed where failure.error.kind == .server {
                     core.ledger.forget(failure.subscription)
                 }
+                for case .changes(let request) in report.restored {
+                    if let answer = report.changeStream {
+                        core.ledger.record(.subscribeChanges(request), outcome: .success(.subscribeChanges(answer)))
+                    }
+                }
             }
             guard self.publish(connection, replacing: .reconnecting(attempt: attempt)) else {
                 await connection.close()  // the app closed the client meanwhile

@@ -441,6 +441,10 @@ public final class SwitchboardClient: Sendable {
                     // A moderator ended the subscription: a reconnect must not make it again.
                     self.core.withLock { $0.ledger.forgetChannel(notice.channel, type: notice.channelType) }
                 }
+                if case .change(let change) = push {
+                    // A new session resumes the admin change stream after it.
+                    self.core.withLock { $0.ledger.noteChange(at: change.position) }
+                }
                 self.router.route(received)
                 if case .serverNotice(let notice) = push, notice.code == UInt64(ErrorCode.tokenExpired.rawValue),
                     self.tokenProvider != nil

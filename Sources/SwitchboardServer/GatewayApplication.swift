@@ -63,6 +63,8 @@ public struct GatewayApplication: Service {
         public var eventGracePeriod: TimeAmount = .seconds(2)
         /// How long a profile read waits for a provider's answer.
         public var providerTimeout: TimeAmount = .seconds(5)
+        /// How many changes the admin change log holds for resuming streams (`subscribeChanges`).
+        public var changeLogCapacity = ChangeLog.defaultCapacity
         /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
         /// Serve Prometheus metrics on `metricsHost:port/metrics`, the gateway's health on `/health` and the live
@@ -165,6 +167,8 @@ public struct GatewayApplication: Service {
         public let profiles: ProfileArea?
         /// The moderation area, with ``Areas/moderation``.
         public let moderation: ModerationArea?
+        /// The admin change streams (`subscribeChanges`) over this node's change log.
+        public var changes: ChangeArea? = nil
         /// The areas, then the extra handlers the application was given.
         public let handlers: [any RequestHandler]
         /// The areas, then the extra observers the application was given.
@@ -416,10 +420,17 @@ public struct GatewayApplication: Service {
         let statistics = StatisticsArea(
             sessions: sessions, subscriptions: subscriptions, presence: presence?.domain, store: metadataStore,
             engines: configuration.engines.implementation, timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
+        // The change log hears every domain at the place it emits its own events (off until an admin subscribes).
+        let taps = [storage?.changeTap, presence?.domain.changeTap, events?.domain.changeTap].compactMap { $0 }
+        let changes = ChangeArea(
+            log: ChangeLog(
+                taps: taps, capacity: max(configuration.changeLogCapacity, 1),
+                compressionThreshold: server.compressionThreshold, nowMillis: nowMillis))
+        built.append(changes)
         return Services(
             sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore,
             engines: opened, storage: storage, presence: presence, events: events, profiles: profiles,
-            moderation: moderation,
+            moderation: moderation, changes: changes,
             handlers: built.map { $0 as any RequestHandler } + [statistics] + self.handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }

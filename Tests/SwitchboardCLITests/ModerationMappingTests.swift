@@ -39,4 +39,29 @@ struct ModerationMappingTests {
         #expect(try request("last-seen", "ann", "eve") == .getLastSeen(GetLastSeenRequest(userIds: ["ann", "eve"])))
         #expect(isUsageError("last-seen"))
     }
+
+    @Test("changes subscribe maps patterns, kinds and the resume point; bad kinds and resume points are usage errors")
+    func changesMap() throws {
+        #expect(try request("changes", "subscribe", "--changes-channel", "room.*")
+            == .subscribeChanges(SubscribeChangesRequest(channelPattern: "room.*")))
+        #expect(try request(
+            "changes", "subscribe", "--changes-user", "p-*", "--changes-kind", "online", "userMetadata",
+            "--resume", "17:42")
+            == .subscribeChanges(SubscribeChangesRequest(
+                kinds: [.online, .userMetadata], userPattern: "p-*", resumeEpoch: 17, resumeFrom: 42)))
+        #expect(try request("changes", "unsubscribe") == .unsubscribeChanges(EmptyBody()))
+        #expect(isUsageError("changes", "subscribe"))
+        #expect(isUsageError("changes", "subscribe", "--changes-user", "p-*", "--changes-kind", "bogus"))
+        #expect(isUsageError("changes", "subscribe", "--changes-user", "p-*", "--resume", "17"))
+    }
+
+    @Test("a change push prints one line with its position, kind and the fields of its kind")
+    func changeLines() {
+        let join = Change(
+            position: 7, kind: .presenceJoin, channel: "room.1", userId: "ann", states: [StateItem(key: "seat", value: "3")],
+            totalOccupancy: 2)
+        #expect(PushText.line(for: .change(join)) == #"change #7 presenceJoin channel room.1 user ann totalOccupancy=2: seat=3"#)
+        let online = Change(position: 8, kind: .online, userId: "ann", onlineValue: 3, onlineClientTypes: [.web])
+        #expect(PushText.line(for: .change(online)) == "change #8 online user ann value=3 on=[web]")
+    }
 }

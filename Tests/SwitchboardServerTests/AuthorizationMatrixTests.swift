@@ -53,7 +53,7 @@ import Testing
     /// Operations every session may call, whatever its grants.
     static let alwaysAllowed: Set<Opcode> = [
         .logout, .renewToken, .unsubscribeUserMetadata, .unsubscribeChannel, .unsubscribeEvent, .unsubscribeProfiles,
-        .listChannels,
+        .listChannels, .unsubscribeChanges,
     ]
     /// Operations only admins may call.
     static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider, .info]
@@ -351,6 +351,11 @@ import Testing
             return Scenario(
                 needs: [Need(permission: .moderate, kind: .user, name: friend)],
                 request: .getLastSeen(GetLastSeenRequest(userIds: [friend])))
+        case .subscribeChanges:
+            // A grant covering the user pattern (the exact id here; a prefix or `{user}` pattern covers it too).
+            return Scenario(
+                needs: [Need(permission: .moderate, kind: .user, name: friend)],
+                request: .subscribeChanges(SubscribeChangesRequest(userPattern: friend)))
         default:
             return nil
         }
@@ -542,6 +547,7 @@ import Testing
                 .unsubscribeChannel(UnsubscribeChannelRequest(channel: "room")),
                 .unsubscribeEvent(UnsubscribeEventRequest()),
                 .unsubscribeProfiles(SubscribeProfilesRequest(userIds: ["someone"])),
+                .unsubscribeChanges(EmptyBody()),
                 .logout(EmptyBody()),
                 .listChannels(ListChannelsRequest()),  // lists only what the caller may moderate
             ]

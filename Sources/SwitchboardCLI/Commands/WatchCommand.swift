@@ -11,7 +11,9 @@ public struct WatchCommand: SessionCommand {
             event subscriptions, serverNotice). Channel options (--metadata, --locks, --no-presence, --quiet) apply \
             to every --channel and --stream-channel. --events-from subscribes your user to those publishers' events \
             (a subscription that outlives this command; see 'sbctl events'). Inside the shell, watch subscribes and \
-            returns; the shell prints pushes anyway.
+            returns; the shell prints pushes anyway. --changes-channel and --changes-user open the admin change \
+            stream (needs moderate on the patterns): every presence, online, metadata and lock change matching, \
+            printed as 'change #POSITION KIND ...'; --resume EPOCH:POSITION resumes an earlier one after that position.
             """)
 
     @Option(name: .customLong("channel"), help: ArgumentHelp("Message channel to subscribe to. Repeatable.", valueName: "name"))
@@ -30,6 +32,7 @@ public struct WatchCommand: SessionCommand {
     @Option(help: ArgumentHelp("Expiry of the --events-from subscription (60-2592000).", valueName: "seconds"))
     var expiry: UInt64 = 86_400
     @Flag(help: "With --events-from: get the publishers' current events at once.") var sync = false
+    @OptionGroup var changeStream: ChangeStreamOptions
     @Option(help: ArgumentHelp("Stop after this many pushes.", valueName: "n")) var count: Int?
     @Option(name: .customLong("for"), help: ArgumentHelp("Stop after this many seconds.", valueName: "seconds"))
     var duration: Double?
@@ -40,6 +43,7 @@ public struct WatchCommand: SessionCommand {
     public func validate() throws {
         if let count = self.count, count < 1 { throw ValidationError("--count must be at least 1") }
         if let duration = self.duration, !(duration > 0) { throw ValidationError("--for must be positive") }
+        try self.changeStream.check()
     }
 
     /// The subscriptions this watch makes, in order.
@@ -62,6 +66,7 @@ public struct WatchCommand: SessionCommand {
             requests.append(.subscribeEvent(SubscribeEventRequest(
                 expirySeconds: self.expiry, syncEnabled: self.sync, publishers: self.eventsFrom)))
         }
+        if let changes = self.changeStream.request { requests.append(.subscribeChanges(changes)) }
         return requests
     }
 
@@ -72,6 +77,9 @@ public struct WatchCommand: SessionCommand {
             case .success(.subscribeEvent(let answer)) where !answer.failedPublishers.isEmpty:
                 session.report(.usage("not valid publishers: \(answer.failedPublishers.joined(separator: ", "))"))
                 return .usage
+            case .success(let response) where request.operation == .subscribeChanges:
+                // The epoch and position to resume from (--resume EPOCH:POSITION), and whether a resume had a gap.
+                for line in Rendering.lines(for: response, format: session.format) { session.console.out(line) }
             case .success:
                 continue
             case .failure(let failure):

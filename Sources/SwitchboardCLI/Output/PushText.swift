@@ -16,7 +16,35 @@ public enum PushText {
             var line = "unsubscribed \(Self.channelName(notice.channel, notice.channelType))"
             if !notice.reason.isEmpty { line += " reason=\(TextQuoting.quoted(notice.reason))" }
             return line
+        case .change(let change): return Self.change(change)
         }
+    }
+
+    /// `change #POSITION KIND ...`: one admin change-stream change, with the fields its kind sets.
+    static func change(_ change: Change) -> String {
+        var line = "change #\(change.position) \(change.kind)"
+        if change.kind.rawValue != ChangeKind.online.rawValue && change.kind.rawValue != ChangeKind.userMetadata.rawValue {
+            line += " channel \(Self.channelName(change.channel, change.channelType))"
+        }
+        if !change.userId.isEmpty { line += " user \(TextQuoting.quoted(change.userId))" }
+        switch change.kind {
+        case .online:
+            line += " value=\(change.onlineValue)"
+            if !change.onlineClientTypes.isEmpty {
+                line += " on=[\(change.onlineClientTypes.map { "\($0)" }.joined(separator: " "))]"
+            }
+        case .channelMetadata, .userMetadata:
+            line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
+            if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
+            line += Self.items(change.items, removed: change.storageEventType == .remove)
+        case .lock:
+            line += " \(change.lockEventType)" + Self.locks(change.locks)
+        default:
+            line += " totalOccupancy=\(change.totalOccupancy)"
+            let states = change.states.map { TextQuoting.pair($0.key, $0.value) }
+            if !states.isEmpty { line += ": " + states.joined(separator: " ") }
+        }
+        return line
     }
 
     static func channelName(_ channel: String, _ type: ChannelType) -> String {
@@ -29,20 +57,27 @@ public enum PushText {
             : "user \(TextQuoting.quoted(event.target))"
         var line = "storageEvent \(event.eventType) \(target) majorRevision=\(event.majorRevision)"
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
-        let items = event.eventType == .remove
-            ? event.items.map { TextQuoting.quoted($0.key) }
-            : event.items.map { TextQuoting.pair($0.key, $0.value) }
-        if !items.isEmpty { line += ": " + items.joined(separator: " ") }
-        return line
+        return line + Self.items(event.items, removed: event.eventType == .remove)
+    }
+
+    /// `: k=v ...` (the keys alone for a removal), or nothing without items.
+    static func items(_ items: [MetadataItem], removed: Bool) -> String {
+        let parts = removed
+            ? items.map { TextQuoting.quoted($0.key) }
+            : items.map { TextQuoting.pair($0.key, $0.value) }
+        return parts.isEmpty ? "" : ": " + parts.joined(separator: " ")
     }
 
     static func lock(_ event: LockEvent) -> String {
-        var line = "lockEvent \(event.eventType) \(Self.channelName(event.channel, event.channelType))"
-        let locks = event.locks.map { lock in
+        "lockEvent \(event.eventType) \(Self.channelName(event.channel, event.channelType))" + Self.locks(event.locks)
+    }
+
+    /// `: name(owner=...) name(free) ...`, or nothing without locks.
+    static func locks(_ locks: [LockDetail]) -> String {
+        let parts = locks.map { lock in
             TextQuoting.quoted(lock.lockName) + (lock.owner.isEmpty ? "(free)" : "(owner=\(TextQuoting.quoted(lock.owner)))")
         }
-        if !locks.isEmpty { line += ": " + locks.joined(separator: " ") }
-        return line
+        return parts.isEmpty ? "" : ": " + parts.joined(separator: " ")
     }
 
     static func presence(_ event: PresenceEvent) -> String {

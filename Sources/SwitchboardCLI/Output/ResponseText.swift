@@ -62,13 +62,18 @@ public enum ResponseText {
             return body.users.map(Self.lastSeen)
         case .info(let body):
             return Self.info(body)
+        case .subscribeChanges(let body):
+            var line = "changes epoch=\(body.epoch) position=\(body.position)"
+            if body.gap { line += " gap" }
+            if body.replayed > 0 { line += " replayed=\(body.replayed)" }
+            return [line]
         case .renewToken(let body):
             if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
             return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]
         case .logout, .subscribeUserMetadata, .unsubscribeUserMetadata, .setLock, .acquireLock, .releaseLock,
             .removeLock, .revokeLock, .subscribeChannel, .unsubscribeChannel, .setState, .removeState,
             .unsubscribeEvent, .setUserInfo, .setGroupInfo, .setGroupMemberInfo, .subscribeProfiles,
-            .unsubscribeProfiles, .registerProvider, .answerProvider:
+            .unsubscribeProfiles, .registerProvider, .answerProvider, .unsubscribeChanges:
             return ["ok"]
         }
     }

@@ -3984,6 +3984,29 @@ enum APIOperations {
           }
         ]
       },
+      "ChangeKind": {
+        "description": "Kind of change an admin change stream carries (subscribeChanges, the change push). A name, or the number of a value this version does not name.",
+        "anyOf": [
+          {
+            "type": "string",
+            "enum": [
+              "presenceJoin",
+              "presenceLeave",
+              "presenceTimeout",
+              "presenceState",
+              "online",
+              "channelMetadata",
+              "userMetadata",
+              "lock"
+            ]
+          },
+          {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 4294967295
+          }
+        ]
+      },
       "MetadataItem": {
         "type": "object",
         "description": "One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set by the server and ignored when sent.",

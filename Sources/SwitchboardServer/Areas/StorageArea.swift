@@ -13,6 +13,9 @@ import Synchronization
 /// a tick schedules one commit at the end of that tick, on that loop: every write read in the tick shares the
 /// transaction, and the answers go out in place, as Redis does with `appendfsync always`.
 public final class StorageArea: RequestHandler, SessionObserver, ChannelMembershipObserver {
+    /// Where every committed metadata change (this node's and, in a cluster, the others') and every lock event is
+    /// announced to the admin change log (off until it is switched on).
+    public let changeTap = ChangeTap()
     private let store: MetadataStore
     private let subscriptions: SubscriptionRegistry
     private let sessions: SessionRegistry
@@ -37,13 +40,16 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         self.sessions = sessions
         self.publisher = publisher
         self.nowMillis = nowMillis
+        let changeTap = self.changeTap
         store.setLockEventHandler { event in
             if let webhook = WebhookEvent.lock(event) { publisher.webhooks?.record([webhook]) }
+            changeTap.emit(.lock(event))
             publisher.publish(
                 .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))
         }
         // Writes other gateways committed (a cluster's change feed) reach this gateway's subscribers the same way.
         store.setCommittedElsewhereHandler { change in
+            changeTap.emit(.storage(change.storageEvent))
             publisher.publish(.storageEvent(change.storageEvent), to: .metadataSubscribers(of: change.outcome.scope))
         }
     }
@@ -210,6 +216,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         {
             webhooks.record([event])
         }
+        self.changeTap.emit(.storage(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)))
         self.publisher.publish(
             .storageEvent(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs)),
             to: .metadataSubscribers(of: outcome.scope))

@@ -83,6 +83,18 @@ public struct ResourcePattern: Sendable, Hashable, CustomStringConvertible {
         // names (another user's id spelt with a combining accent).
         return name.utf8.elementsEqual(pattern.utf8)
     }
+
+    /// Whether this pattern matches every name `other` matches, for a session of `userID`: a prefix pattern covers
+    /// the names and prefixes that start with its prefix, an exact pattern only the same exact name.
+    public func covers(_ other: ResourcePattern, userID: String) -> Bool {
+        let mine = self.text.contains("{user}") ? self.text.replacing("{user}", with: userID) : self.text
+        let theirs = other.text.contains("{user}") ? other.text.replacing("{user}", with: userID) : other.text
+        if mine.hasSuffix("*") {
+            let body = theirs.hasSuffix("*") ? theirs.utf8.dropLast() : theirs.utf8[...]
+            return body.starts(with: mine.utf8.dropLast())
+        }
+        return !theirs.hasSuffix("*") && theirs.utf8.elementsEqual(mine.utf8)
+    }
 }
 
 /// One grant: the permissions allowed on the resources of one kind whose names match a pattern.
@@ -151,6 +163,15 @@ public struct GrantSet: Sendable, Hashable, CustomStringConvertible {
             if grant.pattern.matches(resource.name, userID: userID) { return true }
         }
         return false
+    }
+
+    /// Whether `permission` is allowed on every resource of `kind` whose name `pattern` matches, for a session of
+    /// `userID`: some one grant's pattern covers it (``ResourcePattern/covers(_:userID:)``).
+    public func allows(_ permission: Permission, onEvery kind: ResourceKind, matching pattern: ResourcePattern, userID: String) -> Bool {
+        if self.isUnrestricted { return true }
+        return self.grants.contains { grant in
+            grant.kind == kind && grant.permissions.contains(permission) && grant.pattern.covers(pattern, userID: userID)
+        }
     }
 
     /// The set as a `grants` claim.

@@ -88,4 +88,27 @@ struct RequestAuthorizer {
     func checkRevokeTokens(_ request: RevokeTokensRequest) -> AuthorizationDenial? {
         request.tokenId.isEmpty ? self.require(.moderate, .user, request.userId) : nil
     }
+
+    /// `subscribeChanges`: `moderate` on every resource its patterns can name: the channel pattern on message
+    /// channels, stream channels or both (by `channelType`), the user pattern on users. A grant must cover the whole
+    /// pattern (``GrantSet/allows(_:onEvery:matching:userID:)``). Patterns the area will refuse as malformed pass
+    /// here, so that they get `invalidArgument`.
+    func checkSubscribeChanges(_ request: SubscribeChangesRequest) -> AuthorizationDenial? {
+        let grants = self.session.grants
+        let user = self.session.userID
+        if !request.channelPattern.isEmpty, let pattern = ResourcePattern(request.channelPattern) {
+            var kinds: [ResourceKind] = []
+            if request.channelType != .stream { kinds.append(.message) }
+            if request.channelType != .message { kinds.append(.stream) }
+            for kind in kinds where !grants.allows(.moderate, onEvery: kind, matching: pattern, userID: user) {
+                return AuthorizationDenial(.moderate, on: Resource(kind, pattern.text))
+            }
+        }
+        if !request.userPattern.isEmpty, let pattern = ResourcePattern(request.userPattern),
+            !grants.allows(.moderate, onEvery: .user, matching: pattern, userID: user)
+        {
+            return AuthorizationDenial(.moderate, on: Resource(.user, pattern.text))
+        }
+        return nil
+    }
 }

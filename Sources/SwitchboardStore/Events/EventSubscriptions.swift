@@ -141,6 +141,9 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Where each online state (this node's decisions and, in a cluster, the cluster's) is announced to the admin
+    /// change log (off until it is switched on).
+    public let changeTap = ChangeTap()
     private let engine: any EventEngine
     private let nowMillis: @Sendable () -> Int64
     private let deliver: FanOut
@@ -592,6 +595,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                 state.onlineVersions[event.publisher] = version
                 state.onlineState[event.publisher] = event
                 self.onlineStateDecided?(event)
+                self.changeTap.emit(.online(event))
                 // Kept for publishers with subscribers only (the state of everyone else is of no use after a restart,
                 // when nobody is online), so a stream of logins of unwatched users costs no database writes.
                 if !(state.subscribers[event.publisher]?.isEmpty ?? true) { self.engine.keepOnlineState(event) }

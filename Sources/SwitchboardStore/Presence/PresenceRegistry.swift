@@ -133,6 +133,9 @@ public final class PresenceRegistry: Sendable {
     public typealias Broadcast = @Sendable (_ pushes: PresencePushes, _ channel: ChannelKey, _ aboutUser: String?) -> Void
 
     public let limits: PresenceLimits
+    /// Where each single join, leave, timeout and state change is announced to the admin change log (off until it
+    /// is switched on).
+    public let changeTap = ChangeTap()
     private let nowMillis: @Sendable () -> Int64
     private let schedule: Schedule
     private let broadcast: Broadcast
@@ -422,6 +425,7 @@ public final class PresenceRegistry: Sendable {
     // MARK: events
 
     private func changed(_ change: PresenceChange, member: PresenceMember, in channel: PresenceChannel, wasVisible: Bool, now: Int64) {
+        self.changeTap.emit(.presence(Self.event(change, of: member, in: channel, now: now)))
         if channel.intervalMode {
             channel.record(change, of: member.userID, wasVisible: wasVisible)
             return
@@ -434,6 +438,11 @@ public final class PresenceRegistry: Sendable {
             return
         }
         channel.snapshot = nil
+        self.broadcast(PresencePushes([Self.event(change, of: member, in: channel, now: now)]), channel.key, member.userID)
+    }
+
+    /// The single event of one member's change.
+    private static func event(_ change: PresenceChange, of member: PresenceMember, in channel: PresenceChannel, now: Int64) -> PresenceEvent {
         let eventType: PresenceEventType
         var states: [StateItem] = []
         switch change {
@@ -446,10 +455,9 @@ public final class PresenceRegistry: Sendable {
             eventType = .remoteStateChanged
             states = member.state.items
         }
-        let event = PresenceEvent(
+        return PresenceEvent(
             channel: channel.key.name, channelType: channel.key.type, eventType: eventType, publisher: member.userID,
             states: states, totalOccupancy: UInt64(channel.visible.count), timestampMs: UInt64(max(now, 0)))
-        self.broadcast(PresencePushes([event]), channel.key, member.userID)
     }
 
     private func scheduleTick(_ channel: PresenceChannel) {

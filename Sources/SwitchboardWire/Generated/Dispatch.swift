@@ -51,6 +51,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case listChannels = 56
     case getLastSeen = 57
     case info = 58
+    case subscribeChanges = 59
+    case unsubscribeChanges = 60
 
     /// The op's name in the spec.
     public var name: String {
@@ -103,6 +105,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .listChannels: return "listChannels"
         case .getLastSeen: return "getLastSeen"
         case .info: return "info"
+        case .subscribeChanges: return "subscribeChanges"
+        case .unsubscribeChanges: return "unsubscribeChanges"
         }
     }
 
@@ -159,6 +163,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "listChannels": self = .listChannels
         case "getLastSeen": self = .getLastSeen
         case "info": self = .info
+        case "subscribeChanges": self = .subscribeChanges
+        case "unsubscribeChanges": self = .unsubscribeChanges
         default: return nil
         }
     }
@@ -262,6 +268,10 @@ public enum Request: Sendable, Hashable {
     case getLastSeen(GetLastSeenRequest)
     /// Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.
     case info(EmptyBody)
+    /// Opens the session's admin change stream (SPEC.md §13.9): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+    case subscribeChanges(SubscribeChangesRequest)
+    /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
+    case unsubscribeChanges(EmptyBody)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -314,6 +324,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
         case .info: return .info
+        case .subscribeChanges: return .subscribeChanges
+        case .unsubscribeChanges: return .unsubscribeChanges
         }
     }
 
@@ -368,6 +380,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
         case .info(let body): return body.wireSize
+        case .subscribeChanges(let body): return body.wireSize
+        case .unsubscribeChanges(let body): return body.wireSize
         }
     }
 
@@ -422,6 +436,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
         case .info(let body): body.encode(to: &writer)
+        case .subscribeChanges(let body): body.encode(to: &writer)
+        case .unsubscribeChanges(let body): body.encode(to: &writer)
         }
     }
 
@@ -476,6 +492,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels: return .listChannels(try ListChannelsRequest(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(from: &reader))
         case .info: return .info(try EmptyBody(from: &reader))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(from: &reader))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
         }
     }
 
@@ -530,6 +548,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
         case .info(let body): return body.jsonValue
+        case .subscribeChanges(let body): return body.jsonValue
+        case .unsubscribeChanges(let body): return body.jsonValue
         }
     }
 
@@ -584,6 +604,8 @@ public enum Request: Sendable, Hashable {
         case .listChannels: return .listChannels(try ListChannelsRequest(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenRequest(json: body))
         case .info: return .info(try EmptyBody(json: body))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(json: body))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
         }
     }
 }
@@ -686,6 +708,10 @@ public enum Response: Sendable, Hashable {
     case getLastSeen(GetLastSeenResponse)
     /// Statistics of the gateway, in the manner of Redis INFO: this node's id, version and uptime; its connections, sessions and users online; the channels with members and their memberships (on every node of a cluster); this node's user metadata subscriptions; the metadata sets and items it holds; metadata writes (total and per second over the last 10 s); the write-behind queue; and in a cluster every node with its heartbeat and how far behind the change feed it is. Admins only.
     indirect case info(InfoResponse)
+    /// Opens the session's admin change stream (SPEC.md §13.9): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+    case subscribeChanges(SubscribeChangesResponse)
+    /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
+    case unsubscribeChanges(EmptyBody)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -738,6 +764,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels: return .listChannels
         case .getLastSeen: return .getLastSeen
         case .info: return .info
+        case .subscribeChanges: return .subscribeChanges
+        case .unsubscribeChanges: return .unsubscribeChanges
         }
     }
 
@@ -792,6 +820,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels(let body): return body.wireSize
         case .getLastSeen(let body): return body.wireSize
         case .info(let body): return body.wireSize
+        case .subscribeChanges(let body): return body.wireSize
+        case .unsubscribeChanges(let body): return body.wireSize
         }
     }
 
@@ -846,6 +876,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels(let body): body.encode(to: &writer)
         case .getLastSeen(let body): body.encode(to: &writer)
         case .info(let body): body.encode(to: &writer)
+        case .subscribeChanges(let body): body.encode(to: &writer)
+        case .unsubscribeChanges(let body): body.encode(to: &writer)
         }
     }
 
@@ -900,6 +932,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels: return .listChannels(try ListChannelsResponse(from: &reader))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(from: &reader))
         case .info: return .info(try InfoResponse(from: &reader))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(from: &reader))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
         }
     }
 
@@ -954,6 +988,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels(let body): return body.jsonValue
         case .getLastSeen(let body): return body.jsonValue
         case .info(let body): return body.jsonValue
+        case .subscribeChanges(let body): return body.jsonValue
+        case .unsubscribeChanges(let body): return body.jsonValue
         }
     }
 
@@ -1008,6 +1044,8 @@ public enum Response: Sendable, Hashable {
         case .listChannels: return .listChannels(try ListChannelsResponse(json: body))
         case .getLastSeen: return .getLastSeen(try GetLastSeenResponse(json: body))
         case .info: return .info(try InfoResponse(json: body))
+        case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(json: body))
+        case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
         }
     }
 }
@@ -1136,6 +1174,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
     case providerRequest = 6
     case serverNotice = 7
     case unsubscribed = 8
+    case change = 9
 
     /// The name in the spec.
     public var name: String {
@@ -1148,6 +1187,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case .providerRequest: return "providerRequest"
         case .serverNotice: return "serverNotice"
         case .unsubscribed: return "unsubscribed"
+        case .change: return "change"
         }
     }
 
@@ -1164,6 +1204,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case "providerRequest": self = .providerRequest
         case "serverNotice": self = .serverNotice
         case "unsubscribed": self = .unsubscribed
+        case "change": self = .change
         default: return nil
         }
     }
@@ -1187,6 +1228,8 @@ public enum Push: Sendable, Hashable {
     case serverNotice(ServerNotice)
     /// A moderator took the session out of a channel (forceUnsubscribe): it no longer gets the channel's events.
     case unsubscribed(Unsubscribed)
+    /// One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.
+    indirect case change(Change)
 
     /// The op this value travels under.
     public var pushCode: PushCode {
@@ -1199,6 +1242,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest
         case .serverNotice: return .serverNotice
         case .unsubscribed: return .unsubscribed
+        case .change: return .change
         }
     }
 
@@ -1213,6 +1257,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): return body.wireSize
         case .serverNotice(let body): return body.wireSize
         case .unsubscribed(let body): return body.wireSize
+        case .change(let body): return body.wireSize
         }
     }
 
@@ -1227,6 +1272,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): body.encode(to: &writer)
         case .serverNotice(let body): body.encode(to: &writer)
         case .unsubscribed(let body): body.encode(to: &writer)
+        case .change(let body): body.encode(to: &writer)
         }
     }
 
@@ -1241,6 +1287,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest(try ProviderRequest(from: &reader))
         case .serverNotice: return .serverNotice(try ServerNotice(from: &reader))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(from: &reader))
+        case .change: return .change(try Change(from: &reader))
         }
     }
 
@@ -1255,6 +1302,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest(let body): return body.jsonValue
         case .serverNotice(let body): return body.jsonValue
         case .unsubscribed(let body): return body.jsonValue
+        case .change(let body): return body.jsonValue
         }
     }
 
@@ -1269,6 +1317,7 @@ public enum Push: Sendable, Hashable {
         case .providerRequest: return .providerRequest(try ProviderRequest(json: body))
         case .serverNotice: return .serverNotice(try ServerNotice(json: body))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(json: body))
+        case .change: return .change(try Change(json: body))
         }
     }
 }

@@ -490,3 +490,74 @@ extension SessionEndReason: JSONRepresentable {
     }
 }
 
+/// Kind of change an admin change stream carries (subscribeChanges, the change push).
+///
+/// An open enumeration: values this version does not name are kept as their number.
+public struct ChangeKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt32
+
+    /// Creates a value from its wire number.
+    @inlinable
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    public static let presenceJoin = ChangeKind(rawValue: 1)
+    public static let presenceLeave = ChangeKind(rawValue: 2)
+    public static let presenceTimeout = ChangeKind(rawValue: 3)
+    public static let presenceState = ChangeKind(rawValue: 4)
+    public static let online = ChangeKind(rawValue: 5)
+    public static let channelMetadata = ChangeKind(rawValue: 6)
+    public static let userMetadata = ChangeKind(rawValue: 7)
+    public static let lock = ChangeKind(rawValue: 8)
+
+    /// Every value this version names.
+    public static let allKnown: [ChangeKind] = [.presenceJoin, .presenceLeave, .presenceTimeout, .presenceState, .online, .channelMetadata, .userMetadata, .lock]
+
+    /// The value's name in the spec, or nil for a number this version does not name.
+    public var name: String? {
+        switch self.rawValue {
+        case 1: return "presenceJoin"
+        case 2: return "presenceLeave"
+        case 3: return "presenceTimeout"
+        case 4: return "presenceState"
+        case 5: return "online"
+        case 6: return "channelMetadata"
+        case 7: return "userMetadata"
+        case 8: return "lock"
+        default: return nil
+        }
+    }
+
+    /// The value named `name` in the spec.
+    public init?(name: String) {
+        switch name {
+        case "presenceJoin": self.init(rawValue: 1)
+        case "presenceLeave": self.init(rawValue: 2)
+        case "presenceTimeout": self.init(rawValue: 3)
+        case "presenceState": self.init(rawValue: 4)
+        case "online": self.init(rawValue: 5)
+        case "channelMetadata": self.init(rawValue: 6)
+        case "userMetadata": self.init(rawValue: 7)
+        case "lock": self.init(rawValue: 8)
+        default: return nil
+        }
+    }
+
+    public var description: String { self.name ?? "ChangeKind(\(self.rawValue))" }
+}
+
+extension ChangeKind: JSONRepresentable {
+    /// The name when known, else the number.
+    public var jsonValue: JSONValue { self.name.map { .string($0) } ?? .uint(UInt64(self.rawValue)) }
+
+    /// Accepts a name or a number.
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        if let text = json.stringValue, let value = ChangeKind(name: text) {
+            self = value
+        } else if let number = json.uint64Value, let raw = UInt32(exactly: number) {
+            self.init(rawValue: raw)
+        } else {
+            throw SwitchboardWireError(.malformedBody, "json: \(json) is not a ChangeKind")
+        }
+    }
+}
+

@@ -6151,6 +6151,218 @@ extension InfoResponse: JSONRepresentable {
     }
 }
 
+/// Request of `subscribeChanges` (op 0x3B). Opens the session's admin change stream (SPEC.md §13.9): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | kinds | repeated ChangeKind |
+/// | 2 | channelPattern | string |
+/// | 3 | channelType | ChannelType |
+/// | 4 | userPattern | string |
+/// | 5 | resumeEpoch | uint |
+/// | 6 | resumeFrom | uint |
+public struct SubscribeChangesRequest: WireCodable {
+    /// The kinds wanted; none: every kind.
+    public var kinds: [ChangeKind]
+    /// Channels whose name matches: exact, or a prefix ending in `*` (`room.*`; `*` alone: every channel). A change without a channel (online state, user metadata) does not match a non-empty channel pattern.
+    public var channelPattern: String
+    /// 0 (absent): both types.
+    public var channelType: ChannelType
+    /// Users whose id matches, with the same syntax. A change without a user (channel metadata, locks) does not match a non-empty user pattern. At least one of the two patterns is required.
+    public var userPattern: String
+    /// The epoch of the stream being resumed (from the previous answer); 0: start from now.
+    public var resumeEpoch: UInt64
+    /// The last position the client received in that epoch; the changes after it are sent first.
+    public var resumeFrom: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(kinds: [ChangeKind] = [], channelPattern: String = "", channelType: ChannelType = ChannelType(rawValue: 0), userPattern: String = "", resumeEpoch: UInt64 = 0, resumeFrom: UInt64 = 0) {
+        self.kinds = kinds
+        self.channelPattern = channelPattern
+        self.channelType = channelType
+        self.userPattern = userPattern
+        self.resumeEpoch = resumeEpoch
+        self.resumeFrom = resumeFrom
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                if field.wireType == .lengthDelimited {  // packed, as protobuf encoders write it
+                    var packed = try reader.readLengthDelimited()
+                    while !packed.isAtEnd {
+                        try reader.requireRoom(in: self.kinds.count, field: 1)
+                        self.kinds.append(ChangeKind(rawValue: try packed.readUInt32()))
+                    }
+                    continue
+                }
+                try reader.require(field.wireType, is: .varint, field: 1)
+                try reader.requireRoom(in: self.kinds.count, field: 1)
+                self.kinds.append(ChangeKind(rawValue: try reader.readUInt32()))
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.channelPattern = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 4:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 4)
+                self.userPattern = try reader.readString()
+            case 5:
+                try reader.require(field.wireType, is: .varint, field: 5)
+                self.resumeEpoch = try reader.readVarint()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.resumeFrom = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.kinds { size += WireField.varintFieldSize(1, UInt64(element.rawValue)) }
+        if !(self.channelPattern.isEmpty) { size += WireField.stringFieldSize(2, self.channelPattern) }
+        if !(self.channelType == ChannelType(rawValue: 0)) { size += WireField.varintFieldSize(3, UInt64(self.channelType.rawValue)) }
+        if !(self.userPattern.isEmpty) { size += WireField.stringFieldSize(4, self.userPattern) }
+        if !(self.resumeEpoch == 0) { size += WireField.varintFieldSize(5, self.resumeEpoch) }
+        if !(self.resumeFrom == 0) { size += WireField.varintFieldSize(6, self.resumeFrom) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.kinds { writer.writeVarintField(1, UInt64(element.rawValue)) }
+        if !(self.channelPattern.isEmpty) { writer.writeStringField(2, self.channelPattern) }
+        if !(self.channelType == ChannelType(rawValue: 0)) { writer.writeVarintField(3, UInt64(self.channelType.rawValue)) }
+        if !(self.userPattern.isEmpty) { writer.writeStringField(4, self.userPattern) }
+        if !(self.resumeEpoch == 0) { writer.writeVarintField(5, self.resumeEpoch) }
+        if !(self.resumeFrom == 0) { writer.writeVarintField(6, self.resumeFrom) }
+    }
+}
+
+extension SubscribeChangesRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.kinds.isEmpty { members.append(("kinds", .array(self.kinds.map { $0.jsonValue }))) }
+        if !(self.channelPattern.isEmpty) { members.append(("channelPattern", .string(self.channelPattern))) }
+        if !(self.channelType == ChannelType(rawValue: 0)) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.userPattern.isEmpty) { members.append(("userPattern", .string(self.userPattern))) }
+        if !(self.resumeEpoch == 0) { members.append(("resumeEpoch", .uint(self.resumeEpoch))) }
+        if !(self.resumeFrom == 0) { members.append(("resumeFrom", .uint(self.resumeFrom))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "SubscribeChangesRequest") {
+            switch member.key {
+            case "kinds":
+                for element in try JSONField.array(member.value, "kinds") {
+                    self.kinds.append(try ChangeKind(json: element))
+                }
+            case "channelPattern": self.channelPattern = try JSONField.string(member.value, "channelPattern")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "userPattern": self.userPattern = try JSONField.string(member.value, "userPattern")
+            case "resumeEpoch": self.resumeEpoch = try JSONField.uint64(member.value, "resumeEpoch")
+            case "resumeFrom": self.resumeFrom = try JSONField.uint64(member.value, "resumeFrom")
+            default: throw SwitchboardWireError(.malformedBody, "json: SubscribeChangesRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `subscribeChanges` (op 0x3B). Opens the session's admin change stream (SPEC.md §13.9): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | epoch | uint |
+/// | 2 | position | uint |
+/// | 3 | gap | bool |
+/// | 4 | replayed | uint |
+public struct SubscribeChangesResponse: WireCodable {
+    /// This node's run of the change log (its start time in microseconds): another value than the client saw means the node restarted and positions started again.
+    public var epoch: UInt64
+    /// The position of the latest change the node holds (0: none yet); live changes have greater positions.
+    public var position: UInt64
+    /// A resume was asked for and could not be served whole (another epoch, or changes after resumeFrom no longer held): the client re-reads the state it follows. False with a resume: every change after resumeFrom that matches follows the answer, in order.
+    public var gap: Bool
+    /// How many changes of a resume follow the answer before the live ones.
+    public var replayed: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(epoch: UInt64 = 0, position: UInt64 = 0, gap: Bool = false, replayed: UInt64 = 0) {
+        self.epoch = epoch
+        self.position = position
+        self.gap = gap
+        self.replayed = replayed
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.epoch = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.position = try reader.readVarint()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.gap = try reader.readBool()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.replayed = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.epoch == 0) { size += WireField.varintFieldSize(1, self.epoch) }
+        if !(self.position == 0) { size += WireField.varintFieldSize(2, self.position) }
+        if !(!self.gap) { size += WireField.varintFieldSize(3, (self.gap ? 1 : 0)) }
+        if !(self.replayed == 0) { size += WireField.varintFieldSize(4, self.replayed) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.epoch == 0) { writer.writeVarintField(1, self.epoch) }
+        if !(self.position == 0) { writer.writeVarintField(2, self.position) }
+        if !(!self.gap) { writer.writeVarintField(3, (self.gap ? 1 : 0)) }
+        if !(self.replayed == 0) { writer.writeVarintField(4, self.replayed) }
+    }
+}
+
+extension SubscribeChangesResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.epoch == 0) { members.append(("epoch", .uint(self.epoch))) }
+        if !(self.position == 0) { members.append(("position", .uint(self.position))) }
+        if !(!self.gap) { members.append(("gap", .bool(self.gap))) }
+        if !(self.replayed == 0) { members.append(("replayed", .uint(self.replayed))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "SubscribeChangesResponse") {
+            switch member.key {
+            case "epoch": self.epoch = try JSONField.uint64(member.value, "epoch")
+            case "position": self.position = try JSONField.uint64(member.value, "position")
+            case "gap": self.gap = try JSONField.bool(member.value, "gap")
+            case "replayed": self.replayed = try JSONField.uint64(member.value, "replayed")
+            default: throw SwitchboardWireError(.malformedBody, "json: SubscribeChangesResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Control frame `hello` (control op 0x01). First frame a client sends. Opens the session: protocol version, features, credentials, who the client is.
 ///
 /// | # | field | type |
@@ -7548,6 +7760,247 @@ extension Unsubscribed: JSONRepresentable {
             case "channelType": self.channelType = try ChannelType(json: member.value)
             case "reason": self.reason = try JSONField.string(member.value, "reason")
             default: throw SwitchboardWireError(.malformedBody, "json: Unsubscribed has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Push `change` (push code 0x09). One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | position | uint |
+/// | 2 | kind | ChangeKind |
+/// | 3 | channel | string |
+/// | 4 | channelType | ChannelType |
+/// | 5 | userId | string |
+/// | 6 | states | repeated StateItem |
+/// | 7 | totalOccupancy | uint |
+/// | 8 | onlineValue | uint |
+/// | 9 | onlineClientTypes | repeated ClientType |
+/// | 10 | storageEventType | StorageEventType |
+/// | 11 | majorRevision | uint |
+/// | 12 | items | repeated MetadataItem |
+/// | 13 | author | string |
+/// | 14 | lockEventType | LockEventType |
+/// | 15 | locks | repeated LockDetail |
+/// | 16 | timestampMs | uint |
+public struct Change: WireCodable {
+    /// The change's position in this node's change log (increasing by 1 per change the node learns, of every kind and channel).
+    public var position: UInt64
+    public var kind: ChangeKind
+    public var channel: String
+    public var channelType: ChannelType
+    /// The user the change is about: the member, the user online, the owner of user metadata.
+    public var userId: String
+    /// presenceJoin: the member's state; presenceState: their whole state.
+    public var states: [StateItem]
+    /// Presence kinds: visible members after the change.
+    public var totalOccupancy: UInt64
+    /// online: 1 online, 2 offline (logout or kick), 3 dropped (abnormal end, after the grace period).
+    public var onlineValue: UInt64
+    /// online: the client types the user is online on after the change.
+    public var onlineClientTypes: [ClientType]
+    /// Metadata kinds: set, update or remove.
+    public var storageEventType: StorageEventType
+    /// Metadata kinds: the set's majorRevision after the change.
+    public var majorRevision: UInt64
+    /// Metadata kinds: as in storageEvent.
+    public var items: [MetadataItem]
+    /// Metadata kinds: who made the change.
+    public var author: String
+    public var lockEventType: LockEventType
+    /// lock: the locks the event is about.
+    public var locks: [LockDetail]
+    /// When the node learned the change (server ms).
+    public var timestampMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(position: UInt64 = 0, kind: ChangeKind = .presenceJoin, channel: String = "", channelType: ChannelType = .message, userId: String = "", states: [StateItem] = [], totalOccupancy: UInt64 = 0, onlineValue: UInt64 = 0, onlineClientTypes: [ClientType] = [], storageEventType: StorageEventType = .set, majorRevision: UInt64 = 0, items: [MetadataItem] = [], author: String = "", lockEventType: LockEventType = .set, locks: [LockDetail] = [], timestampMs: UInt64 = 0) {
+        self.position = position
+        self.kind = kind
+        self.channel = channel
+        self.channelType = channelType
+        self.userId = userId
+        self.states = states
+        self.totalOccupancy = totalOccupancy
+        self.onlineValue = onlineValue
+        self.onlineClientTypes = onlineClientTypes
+        self.storageEventType = storageEventType
+        self.majorRevision = majorRevision
+        self.items = items
+        self.author = author
+        self.lockEventType = lockEventType
+        self.locks = locks
+        self.timestampMs = timestampMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.position = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.kind = ChangeKind(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 3)
+                self.channel = try reader.readString()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 5:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 5)
+                self.userId = try reader.readString()
+            case 6:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 6)
+                try reader.requireRoom(in: self.states.count, field: 6)
+                self.states.append(try reader.readMessage(StateItem.self))
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.totalOccupancy = try reader.readVarint()
+            case 8:
+                try reader.require(field.wireType, is: .varint, field: 8)
+                self.onlineValue = try reader.readVarint()
+            case 9:
+                if field.wireType == .lengthDelimited {  // packed, as protobuf encoders write it
+                    var packed = try reader.readLengthDelimited()
+                    while !packed.isAtEnd {
+                        try reader.requireRoom(in: self.onlineClientTypes.count, field: 9)
+                        self.onlineClientTypes.append(ClientType(rawValue: try packed.readUInt32()))
+                    }
+                    continue
+                }
+                try reader.require(field.wireType, is: .varint, field: 9)
+                try reader.requireRoom(in: self.onlineClientTypes.count, field: 9)
+                self.onlineClientTypes.append(ClientType(rawValue: try reader.readUInt32()))
+            case 10:
+                try reader.require(field.wireType, is: .varint, field: 10)
+                self.storageEventType = StorageEventType(rawValue: try reader.readUInt32())
+            case 11:
+                try reader.require(field.wireType, is: .varint, field: 11)
+                self.majorRevision = try reader.readVarint()
+            case 12:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 12)
+                try reader.requireRoom(in: self.items.count, field: 12)
+                self.items.append(try reader.readMessage(MetadataItem.self))
+            case 13:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 13)
+                self.author = try reader.readString()
+            case 14:
+                try reader.require(field.wireType, is: .varint, field: 14)
+                self.lockEventType = LockEventType(rawValue: try reader.readUInt32())
+            case 15:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 15)
+                try reader.requireRoom(in: self.locks.count, field: 15)
+                self.locks.append(try reader.readMessage(LockDetail.self))
+            case 16:
+                try reader.require(field.wireType, is: .varint, field: 16)
+                self.timestampMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.position == 0) { size += WireField.varintFieldSize(1, self.position) }
+        if !(self.kind == .presenceJoin) { size += WireField.varintFieldSize(2, UInt64(self.kind.rawValue)) }
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(3, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(4, UInt64(self.channelType.rawValue)) }
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(5, self.userId) }
+        for element in self.states { size += WireField.lengthDelimitedFieldSize(6, length: element.wireSize) }
+        if !(self.totalOccupancy == 0) { size += WireField.varintFieldSize(7, self.totalOccupancy) }
+        if !(self.onlineValue == 0) { size += WireField.varintFieldSize(8, self.onlineValue) }
+        for element in self.onlineClientTypes { size += WireField.varintFieldSize(9, UInt64(element.rawValue)) }
+        if !(self.storageEventType == .set) { size += WireField.varintFieldSize(10, UInt64(self.storageEventType.rawValue)) }
+        if !(self.majorRevision == 0) { size += WireField.varintFieldSize(11, self.majorRevision) }
+        for element in self.items { size += WireField.lengthDelimitedFieldSize(12, length: element.wireSize) }
+        if !(self.author.isEmpty) { size += WireField.stringFieldSize(13, self.author) }
+        if !(self.lockEventType == .set) { size += WireField.varintFieldSize(14, UInt64(self.lockEventType.rawValue)) }
+        for element in self.locks { size += WireField.lengthDelimitedFieldSize(15, length: element.wireSize) }
+        if !(self.timestampMs == 0) { size += WireField.varintFieldSize(16, self.timestampMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.position == 0) { writer.writeVarintField(1, self.position) }
+        if !(self.kind == .presenceJoin) { writer.writeVarintField(2, UInt64(self.kind.rawValue)) }
+        if !(self.channel.isEmpty) { writer.writeStringField(3, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(4, UInt64(self.channelType.rawValue)) }
+        if !(self.userId.isEmpty) { writer.writeStringField(5, self.userId) }
+        for element in self.states { writer.writeMessageField(6, element) }
+        if !(self.totalOccupancy == 0) { writer.writeVarintField(7, self.totalOccupancy) }
+        if !(self.onlineValue == 0) { writer.writeVarintField(8, self.onlineValue) }
+        for element in self.onlineClientTypes { writer.writeVarintField(9, UInt64(element.rawValue)) }
+        if !(self.storageEventType == .set) { writer.writeVarintField(10, UInt64(self.storageEventType.rawValue)) }
+        if !(self.majorRevision == 0) { writer.writeVarintField(11, self.majorRevision) }
+        for element in self.items { writer.writeMessageField(12, element) }
+        if !(self.author.isEmpty) { writer.writeStringField(13, self.author) }
+        if !(self.lockEventType == .set) { writer.writeVarintField(14, UInt64(self.lockEventType.rawValue)) }
+        for element in self.locks { writer.writeMessageField(15, element) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(16, self.timestampMs) }
+    }
+}
+
+extension Change: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.position == 0) { members.append(("position", .uint(self.position))) }
+        if !(self.kind == .presenceJoin) { members.append(("kind", self.kind.jsonValue)) }
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !self.states.isEmpty { members.append(("states", .array(self.states.map { $0.jsonValue }))) }
+        if !(self.totalOccupancy == 0) { members.append(("totalOccupancy", .uint(self.totalOccupancy))) }
+        if !(self.onlineValue == 0) { members.append(("onlineValue", .uint(self.onlineValue))) }
+        if !self.onlineClientTypes.isEmpty { members.append(("onlineClientTypes", .array(self.onlineClientTypes.map { $0.jsonValue }))) }
+        if !(self.storageEventType == .set) { members.append(("storageEventType", self.storageEventType.jsonValue)) }
+        if !(self.majorRevision == 0) { members.append(("majorRevision", .uint(self.majorRevision))) }
+        if !self.items.isEmpty { members.append(("items", .array(self.items.map { $0.jsonValue }))) }
+        if !(self.author.isEmpty) { members.append(("author", .string(self.author))) }
+        if !(self.lockEventType == .set) { members.append(("lockEventType", self.lockEventType.jsonValue)) }
+        if !self.locks.isEmpty { members.append(("locks", .array(self.locks.map { $0.jsonValue }))) }
+        if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "Change") {
+            switch member.key {
+            case "position": self.position = try JSONField.uint64(member.value, "position")
+            case "kind": self.kind = try ChangeKind(json: member.value)
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "states":
+                for element in try JSONField.array(member.value, "states") {
+                    self.states.append(try StateItem(json: element))
+                }
+            case "totalOccupancy": self.totalOccupancy = try JSONField.uint64(member.value, "totalOccupancy")
+            case "onlineValue": self.onlineValue = try JSONField.uint64(member.value, "onlineValue")
+            case "onlineClientTypes":
+                for element in try JSONField.array(member.value, "onlineClientTypes") {
+                    self.onlineClientTypes.append(try ClientType(json: element))
+                }
+            case "storageEventType": self.storageEventType = try StorageEventType(json: member.value)
+            case "majorRevision": self.majorRevision = try JSONField.uint64(member.value, "majorRevision")
+            case "items":
+                for element in try JSONField.array(member.value, "items") {
+                    self.items.append(try MetadataItem(json: element))
+                }
+            case "author": self.author = try JSONField.string(member.value, "author")
+            case "lockEventType": self.lockEventType = try LockEventType(json: member.value)
+            case "locks":
+                for element in try JSONField.array(member.value, "locks") {
+                    self.locks.append(try LockDetail(json: element))
+                }
+            case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: Change has no field \(member.key)")
             }
         }
     }

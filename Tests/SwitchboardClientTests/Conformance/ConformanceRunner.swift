@@ -233,6 +233,7 @@ final class ConformanceRunner {
         case .userMetadata: return Opcode.subscribeUserMetadata.name
         case .profiles: return Opcode.subscribeProfiles.name
         case .provider: return Opcode.registerProvider.name
+        case .changes: return Opcode.subscribeChanges.name
         }
     }
 

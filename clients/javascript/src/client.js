@@ -122,9 +122,31 @@ class Ledger {
     this.profileUsers = new Set();
     this.profileGroups = new Set();
     this.provider = null;
+    this.changes = null;          // subscribeChanges, resuming after the last change seen
   }
 
-  record(op, body) {
+  /** A change push arrived: a new session resumes the admin change stream after it. */
+  noteChange(position) {
+    if (this.changes !== null && position > (this.changes.resumeFrom ?? 0)) this.changes.resumeFrom = position;
+  }
+
+  record(op, body, response) {
+    if (op === "subscribeChanges" && response) {
+      const seen = this.changes !== null && this.changes.resumeEpoch === response.epoch ? this.changes.resumeFrom ?? 0 : 0;
+      const changes = { ...body };
+      if ((body.resumeEpoch ?? 0) === response.epoch && !response.gap) {
+        changes.resumeFrom = Math.max(body.resumeFrom ?? 0, seen);   // the replay follows and moves it on
+      } else {
+        changes.resumeFrom = Math.max(response.position, seen);
+      }
+      changes.resumeEpoch = response.epoch;
+      this.changes = changes;
+      return;
+    }
+    if (op === "unsubscribeChanges") {
+      this.changes = null;
+      return;
+    }
     const channelKey = `${body.channelType ?? "message"}\u0000${body.channel ?? ""}`;
     if (op === "subscribeChannel") this.channels.set(channelKey, { ...body });
     else if (op === "unsubscribeChannel") this.channels.delete(channelKey);
@@ -149,6 +171,7 @@ class Ledger {
       out.push(["subscribeProfiles", { userIds: [...this.profileUsers].sort(), groupIds: [...this.profileGroups].sort() }]);
     }
     if (this.provider !== null) out.push(["registerProvider", this.provider]);
+    if (this.changes !== null) out.push(["subscribeChanges", { ...this.changes }]);
     return out;
   }
 
@@ -157,6 +180,7 @@ class Ledger {
     const undo = { subscribeChannel: "unsubscribeChannel", subscribeUserMetadata: "unsubscribeUserMetadata", subscribeProfiles: "unsubscribeProfiles" };
     if (undo[op]) this.record(undo[op], body);
     else if (op === "registerProvider") this.provider = null;
+    else if (op === "subscribeChanges") this.changes = null;
   }
 }
 
@@ -289,7 +313,7 @@ export class Client extends Operations {
         continue;
       }
       const response = await connection.request(op, body, Math.max(0, deadline - Date.now()));
-      this.ledger.record(op, body);
+      this.ledger.record(op, body, response);
       return response;
     }
   }
@@ -338,6 +362,7 @@ export class Client extends Operations {
   }
 
   onPush(push) {
+    if (push.kind === "change") this.ledger.noteChange(push.body.position);
     for (const stream of this.pushStreams) stream.offer(push);
     for (const listener of this.listeners.push) listener(push);
     if (push.kind === "serverNotice" && push.body.code === 2002 && this.tokenProvider) this.renew();
@@ -442,7 +467,7 @@ export class Client extends Operations {
         connection.close();
         return;
       }
-      const { restored, failed } = await this.restore(connection);
+      const { restored, failed, changeStream } = await this.restore(connection);
       if (connection.isClosed) {
         cause = connection.closeReason ?? cause;
         continue;
@@ -453,23 +478,28 @@ export class Client extends Operations {
       }
       this.adopt(connection);
       this.emit({ kind: "connected", welcome: connection.welcome });
-      this.emit({ kind: "restored", restored, failed });
+      this.emit({ kind: "restored", restored, failed, changeStream });
       return;
     }
   }
 
   async restore(connection) {
     const restored = [], failed = [];
+    let changeStream = null;      // the resumed admin change stream's answer: its gap says to re-read state
     for (const [op, body] of this.ledger.requests()) {
       try {
-        await connection.request(op, body, this.requestTimeout);
+        const response = await connection.request(op, body, this.requestTimeout);
         restored.push([op, body]);
+        if (op === "subscribeChanges") {
+          changeStream = response;
+          this.ledger.record(op, body, response);
+        }
       } catch (e) {
         if (e instanceof ConnectionLost || e instanceof NotConnected || e instanceof RequestTimeout || e instanceof ConnectFailed) break;
         failed.push([op, body, e]);
         this.ledger.drop(op, body);
       }
     }
-    return { restored, failed };
+    return { restored, failed, changeStream };
   }
 }

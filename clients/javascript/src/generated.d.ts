@@ -35,6 +35,12 @@ export type ProfileKind = "user" | "group" | "groupMember" | "memberList";
  */
 export type SessionEndReason = "logout" | "abnormal" | "kicked" | "serverShutdown" | "protocolError" | "slowConsumer" | "authExpired";
 
+/**
+ * Kind of change an admin change stream carries (subscribeChanges, the change push). Values this version does not
+ * name arrive as their number.
+ */
+export type ChangeKind = "presenceJoin" | "presenceLeave" | "presenceTimeout" | "presenceState" | "online" | "channelMetadata" | "userMetadata" | "lock";
+
 /** The spec's error codes by name (SPEC 9). */
 export declare const ErrorCode: {
   readonly malformedBody: 1000;
@@ -1165,6 +1171,52 @@ export interface InfoResponse {
   nodes: Array<ClusterNodeInfo>;
 }
 
+/** The request body of `subscribeChanges`: every key optional. */
+export interface SubscribeChangesRequest {
+  /** The kinds wanted; none: every kind. */
+  kinds?: ReadonlyArray<ChangeKind | number>;
+  /**
+   * Channels whose name matches: exact, or a prefix ending in `*` (`room.*`; `*` alone: every channel). A change
+   * without a channel (online state, user metadata) does not match a non-empty channel pattern. Limit: at most 64
+   * bytes.
+   */
+  channelPattern?: string;
+  /** 0 (absent): both types. */
+  channelType?: ChannelType | number;
+  /**
+   * Users whose id matches, with the same syntax. A change without a user (channel metadata, locks) does not match
+   * a non-empty user pattern. At least one of the two patterns is required. Limit: at most 64 bytes.
+   */
+  userPattern?: string;
+  /** The epoch of the stream being resumed (from the previous answer); 0: start from now. */
+  resumeEpoch?: Int;
+  /** The last position the client received in that epoch; the changes after it are sent first. */
+  resumeFrom?: Int;
+}
+
+/** The response of `subscribeChanges`. */
+export interface SubscribeChangesResponse {
+  /**
+   * This node's run of the change log (its start time in microseconds): another value than the client saw means the
+   * node restarted and positions started again.
+   */
+  epoch: Int;
+  /** The position of the latest change the node holds (0: none yet); live changes have greater positions. */
+  position: Int;
+  /**
+   * A resume was asked for and could not be served whole (another epoch, or changes after resumeFrom no longer
+   * held): the client re-reads the state it follows. False with a resume: every change after resumeFrom that
+   * matches follows the answer, in order.
+   */
+  gap: boolean;
+  /** How many changes of a resume follow the answer before the live ones. */
+  replayed: Int;
+}
+
+/** The request body of `unsubscribeChanges`: every key optional. */
+export interface UnsubscribeChangesRequest {
+}
+
 /**
  * Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that asked
  * for metadata events, or to sessions that subscribed to the user's metadata.
@@ -1291,6 +1343,50 @@ export interface Unsubscribed {
 }
 
 /**
+ * Push `change`. One change on an admin change stream (subscribeChanges), in position order. Which fields are set
+ * depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their
+ * whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel,
+ * channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields;
+ * lock: channel, channelType, lockEventType, locks.
+ */
+export interface Change {
+  /**
+   * The change's position in this node's change log (increasing by 1 per change the node learns, of every kind and
+   * channel).
+   */
+  position: Int;
+  /** Default: "presenceJoin". */
+  kind: ChangeKind | number;
+  channel: string;
+  /** Default: "message". */
+  channelType: ChannelType | number;
+  /** The user the change is about: the member, the user online, the owner of user metadata. */
+  userId: string;
+  /** presenceJoin: the member's state; presenceState: their whole state. */
+  states: Array<StateItem>;
+  /** Presence kinds: visible members after the change. */
+  totalOccupancy: Int;
+  /** online: 1 online, 2 offline (logout or kick), 3 dropped (abnormal end, after the grace period). */
+  onlineValue: Int;
+  /** online: the client types the user is online on after the change. */
+  onlineClientTypes: Array<ClientType | number>;
+  /** Metadata kinds: set, update or remove. Default: "set". */
+  storageEventType: StorageEventType | number;
+  /** Metadata kinds: the set's majorRevision after the change. */
+  majorRevision: Int;
+  /** Metadata kinds: as in storageEvent. */
+  items: Array<MetadataItem>;
+  /** Metadata kinds: who made the change. */
+  author: string;
+  /** Default: "set". */
+  lockEventType: LockEventType | number;
+  /** lock: the locks the event is about. */
+  locks: Array<LockDetail>;
+  /** When the node learned the change (server ms). */
+  timestampMs: Int;
+}
+
+/**
  * Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
  * who the client is.
  */
@@ -1381,7 +1477,7 @@ export interface GoAway {
 }
 
 /** The push kinds (SPEC 8). */
-export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice" | "unsubscribed";
+export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice" | "unsubscribed" | "change";
 
 /** The body type of each push kind. */
 export interface PushBodies {
@@ -1393,6 +1489,7 @@ export interface PushBodies {
   providerRequest: ProviderRequest;
   serverNotice: ServerNotice;
   unsubscribed: Unsubscribed;
+  change: Change;
 }
 
 /** Options of one request. */
@@ -1676,4 +1773,19 @@ export declare class Operations {
    * heartbeat and how far behind the change feed it is. Admins only. Errors: permissionDenied.
    */
   info(args?: InfoRequest, options?: CallOptions): Promise<InfoResponse>;
+  /**
+   * `subscribeChanges` (op 0x3B, moderation). Opens the session's admin change stream (SPEC.md §13.9): from now on
+   * every presence, online-state, metadata and lock change this node learns whose channel and user match the
+   * patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With
+   * resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order;
+   * when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the
+   * state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested
+   * one; admins may ask for anything). Errors: permissionDenied, invalidArgument, valueTooLong.
+   */
+  subscribeChanges(args?: SubscribeChangesRequest, options?: CallOptions): Promise<SubscribeChangesResponse>;
+  /**
+   * `unsubscribeChanges` (op 0x3C, moderation). Closes the session's admin change stream (nothing when none is
+   * open). Ending the session closes it too.
+   */
+  unsubscribeChanges(args?: UnsubscribeChangesRequest, options?: CallOptions): Promise<void>;
 }

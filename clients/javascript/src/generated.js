@@ -89,6 +89,19 @@ export const SCHEMA = {
         "slowConsumer": 6,
         "authExpired": 7
       }
+    },
+    "ChangeKind": {
+      "doc": "Kind of change an admin change stream carries (subscribeChanges, the change push).",
+      "values": {
+        "presenceJoin": 1,
+        "presenceLeave": 2,
+        "presenceTimeout": 3,
+        "presenceState": 4,
+        "online": 5,
+        "channelMetadata": 6,
+        "userMetadata": 7,
+        "lock": 8
+      }
     }
   },
   "structs": {
@@ -856,7 +869,9 @@ export const SCHEMA = {
       "name": "renewToken",
       "area": "session",
       "doc": "Replaces the session's token before it expires. The token must be for the same user.",
-      "authorize": {"always": "the new token is verified as at login, for the same user, role and grants"},
+      "authorize": {
+        "always": "the new token is verified as at login, for the same user, role and grants"
+      },
       "request": [
         {
           "n": 1,
@@ -3005,6 +3020,99 @@ export const SCHEMA = {
       "errors": [
         "permissionDenied"
       ]
+    },
+    {
+      "op": 59,
+      "name": "subscribeChanges",
+      "area": "moderation",
+      "doc": "Opens the session's admin change stream (SPEC.md §13.9): from now on every presence, online-state, metadata and lock change this node learns whose channel and user match the patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested one; admins may ask for anything).",
+      "authorize": {
+        "custom": "`moderate` on every resource the patterns can name: the channel pattern as `message:` and/or `stream:` (by channelType), the user pattern as `user:`; a grant covers a pattern when its own pattern matches every name the requested one matches"
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "kinds",
+          "type": "ChangeKind",
+          "repeated": true,
+          "doc": "The kinds wanted; none: every kind."
+        },
+        {
+          "n": 2,
+          "name": "channelPattern",
+          "type": "string",
+          "limit": "at most 64 bytes",
+          "doc": "Channels whose name matches: exact, or a prefix ending in `*` (`room.*`; `*` alone: every channel). A change without a channel (online state, user metadata) does not match a non-empty channel pattern."
+        },
+        {
+          "n": 3,
+          "name": "channelType",
+          "type": "ChannelType",
+          "doc": "0 (absent): both types."
+        },
+        {
+          "n": 4,
+          "name": "userPattern",
+          "type": "string",
+          "limit": "at most 64 bytes",
+          "doc": "Users whose id matches, with the same syntax. A change without a user (channel metadata, locks) does not match a non-empty user pattern. At least one of the two patterns is required."
+        },
+        {
+          "n": 5,
+          "name": "resumeEpoch",
+          "type": "uint",
+          "doc": "The epoch of the stream being resumed (from the previous answer); 0: start from now."
+        },
+        {
+          "n": 6,
+          "name": "resumeFrom",
+          "type": "uint",
+          "doc": "The last position the client received in that epoch; the changes after it are sent first."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "epoch",
+          "type": "uint",
+          "doc": "This node's run of the change log (its start time in microseconds): another value than the client saw means the node restarted and positions started again."
+        },
+        {
+          "n": 2,
+          "name": "position",
+          "type": "uint",
+          "doc": "The position of the latest change the node holds (0: none yet); live changes have greater positions."
+        },
+        {
+          "n": 3,
+          "name": "gap",
+          "type": "bool",
+          "doc": "A resume was asked for and could not be served whole (another epoch, or changes after resumeFrom no longer held): the client re-reads the state it follows. False with a resume: every change after resumeFrom that matches follows the answer, in order."
+        },
+        {
+          "n": 4,
+          "name": "replayed",
+          "type": "uint",
+          "doc": "How many changes of a resume follow the answer before the live ones."
+        }
+      ],
+      "errors": [
+        "permissionDenied",
+        "invalidArgument",
+        "valueTooLong"
+      ]
+    },
+    {
+      "op": 60,
+      "name": "unsubscribeChanges",
+      "area": "moderation",
+      "doc": "Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.",
+      "authorize": {
+        "always": "ends the caller's own stream"
+      },
+      "request": [],
+      "response": [],
+      "errors": []
     }
   ],
   "pushes": [
@@ -3319,6 +3427,113 @@ export const SCHEMA = {
           "name": "reason",
           "type": "string",
           "doc": "The moderator's text."
+        }
+      ]
+    },
+    {
+      "code": 9,
+      "name": "change",
+      "doc": "One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.",
+      "fields": [
+        {
+          "n": 1,
+          "name": "position",
+          "type": "uint",
+          "doc": "The change's position in this node's change log (increasing by 1 per change the node learns, of every kind and channel)."
+        },
+        {
+          "n": 2,
+          "name": "kind",
+          "type": "ChangeKind",
+          "default": "presenceJoin"
+        },
+        {
+          "n": 3,
+          "name": "channel",
+          "type": "string"
+        },
+        {
+          "n": 4,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 5,
+          "name": "userId",
+          "type": "string",
+          "doc": "The user the change is about: the member, the user online, the owner of user metadata."
+        },
+        {
+          "n": 6,
+          "name": "states",
+          "type": "StateItem",
+          "repeated": true,
+          "doc": "presenceJoin: the member's state; presenceState: their whole state."
+        },
+        {
+          "n": 7,
+          "name": "totalOccupancy",
+          "type": "uint",
+          "doc": "Presence kinds: visible members after the change."
+        },
+        {
+          "n": 8,
+          "name": "onlineValue",
+          "type": "uint",
+          "doc": "online: 1 online, 2 offline (logout or kick), 3 dropped (abnormal end, after the grace period)."
+        },
+        {
+          "n": 9,
+          "name": "onlineClientTypes",
+          "type": "ClientType",
+          "repeated": true,
+          "doc": "online: the client types the user is online on after the change."
+        },
+        {
+          "n": 10,
+          "name": "storageEventType",
+          "type": "StorageEventType",
+          "default": "set",
+          "doc": "Metadata kinds: set, update or remove."
+        },
+        {
+          "n": 11,
+          "name": "majorRevision",
+          "type": "uint",
+          "doc": "Metadata kinds: the set's majorRevision after the change."
+        },
+        {
+          "n": 12,
+          "name": "items",
+          "type": "MetadataItem",
+          "repeated": true,
+          "doc": "Metadata kinds: as in storageEvent."
+        },
+        {
+          "n": 13,
+          "name": "author",
+          "type": "string",
+          "doc": "Metadata kinds: who made the change."
+        },
+        {
+          "n": 14,
+          "name": "lockEventType",
+          "type": "LockEventType",
+          "default": "set"
+        },
+        {
+          "n": 15,
+          "name": "locks",
+          "type": "LockDetail",
+          "repeated": true,
+          "doc": "lock: the locks the event is about."
+        },
+        {
+          "n": 16,
+          "name": "timestampMs",
+          "type": "uint",
+          "doc": "When the node learned the change (server ms)."
         }
       ]
     }
@@ -3945,6 +4160,7 @@ export const PUSH_NAMES = Object.freeze([
   "providerRequest",
   "serverNotice",
   "unsubscribed",
+  "change",
 ]);
 
 /**
@@ -4562,5 +4778,33 @@ export class Operations {
    */
   info(args = {}, options = {}) {
     return this.call("info", args, options);
+  }
+
+  /**
+   * `subscribeChanges` (op 0x3B, moderation). Opens the session's admin change stream (SPEC.md §13.9): from now on
+   * every presence, online-state, metadata and lock change this node learns whose channel and user match the
+   * patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With
+   * resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in order;
+   * when it no longer holds them (or the epoch is another run's) the answer says gap and the client re-reads the
+   * state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers the requested
+   * one; admins may ask for anything). Errors: permissionDenied, invalidArgument, valueTooLong. Fields left out are
+   * not sent (the server uses their defaults).
+   * @param {import('./generated').SubscribeChangesRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').SubscribeChangesResponse>}
+   */
+  subscribeChanges(args = {}, options = {}) {
+    return this.call("subscribeChanges", args, options);
+  }
+
+  /**
+   * `unsubscribeChanges` (op 0x3C, moderation). Closes the session's admin change stream (nothing when none is
+   * open). Ending the session closes it too. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').UnsubscribeChangesRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<void>}
+   */
+  async unsubscribeChanges(args = {}, options = {}) {
+    await this.call("unsubscribeChanges", args, options);
   }
 }

@@ -1,6 +1,6 @@
 // Declarations of the client's public API (hand-written; the schema's types are in generated.d.ts, generated).
 import { Operations } from "./generated.js";
-import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, Welcome } from "./generated.js";
+import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, SubscribeChangesResponse, Welcome } from "./generated.js";
 
 export * from "./generated.js";
 
@@ -70,7 +70,13 @@ export type ConnectionEvent =
   | { kind: "connected"; welcome: Welcome }
   | { kind: "disconnected"; error: SwitchboardError | null; willReconnect: boolean }
   | { kind: "reconnecting"; error: SwitchboardError; attempt: number; delay: number }
-  | { kind: "restored"; restored: Array<[string, object]>; failed: Array<[string, object, SwitchboardError]> }
+  | {
+      kind: "restored";
+      restored: Array<[string, object]>;
+      failed: Array<[string, object, SwitchboardError]>;
+      /** The resumed admin change stream's answer (subscribeChanges), or null: its gap says to re-read state. */
+      changeStream: SubscribeChangesResponse | null;
+    }
   | { kind: "tokenRenewed" }
   | { kind: "tokenRenewalFailed"; error: SwitchboardError };
 

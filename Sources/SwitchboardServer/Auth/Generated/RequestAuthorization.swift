@@ -108,6 +108,10 @@ extension RequestAuthorizer {
             return self.require(.moderate, .user, each: body.userIds)
         case .info:
             return self.requireAdmin(.info)  // statistics of the whole gateway and cluster
+        case .subscribeChanges(let body):
+            return self.checkSubscribeChanges(body)
+        case .unsubscribeChanges:
+            return nil  // ends the caller's own stream
         }
     }
 
@@ -161,6 +165,8 @@ extension RequestAuthorizer {
         .listChannels: "always allowed (lists only the channels the caller has `moderate` on)",
         .getLastSeen: "`moderate` on `user:` + each of `userIds`",
         .info: "admins only (statistics of the whole gateway and cluster)",
+        .subscribeChanges: "`moderate` on every resource the patterns can name: the channel pattern as `message:` and/or `stream:` (by channelType), the user pattern as `user:`; a grant covers a pattern when its own pattern matches every name the requested one matches",
+        .unsubscribeChanges: "always allowed (ends the caller's own stream)",
     ]
 
     /// The permissions of the spec's table, in its order.

@@ -864,6 +864,32 @@ extension InfoResponse {
     }
 }
 
+extension SubscribeChangesRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeChangesRequest {
+        var value = SubscribeChangesRequest()
+        for _ in 0..<generator.count() { value.kinds.append(ChangeKind(rawValue: generator.enumRaw(known: ChangeKind.allKnown.map(\.rawValue)))) }
+        if generator.bool() { value.channelPattern = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.userPattern = generator.string() }
+        if generator.bool() { value.resumeEpoch = generator.uint64() }
+        if generator.bool() { value.resumeFrom = generator.uint64() }
+        return value
+    }
+}
+
+extension SubscribeChangesResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SubscribeChangesResponse {
+        var value = SubscribeChangesResponse()
+        if generator.bool() { value.epoch = generator.uint64() }
+        if generator.bool() { value.position = generator.uint64() }
+        if generator.bool() { value.gap = generator.bool() }
+        if generator.bool() { value.replayed = generator.uint64() }
+        return value
+    }
+}
+
 extension Hello {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> Hello {
@@ -1041,10 +1067,34 @@ extension Unsubscribed {
     }
 }
 
+extension Change {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> Change {
+        var value = Change()
+        if generator.bool() { value.position = generator.uint64() }
+        if generator.bool() { value.kind = ChangeKind(rawValue: generator.enumRaw(known: ChangeKind.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.userId = generator.string() }
+        for _ in 0..<generator.count() { value.states.append(StateItem.random(using: &generator)) }
+        if generator.bool() { value.totalOccupancy = generator.uint64() }
+        if generator.bool() { value.onlineValue = generator.uint64() }
+        for _ in 0..<generator.count() { value.onlineClientTypes.append(ClientType(rawValue: generator.enumRaw(known: ClientType.allKnown.map(\.rawValue)))) }
+        if generator.bool() { value.storageEventType = StorageEventType(rawValue: generator.enumRaw(known: StorageEventType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.majorRevision = generator.uint64() }
+        for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
+        if generator.bool() { value.author = generator.string() }
+        if generator.bool() { value.lockEventType = LockEventType(rawValue: generator.enumRaw(known: LockEventType.allKnown.map(\.rawValue))) }
+        for _ in 0..<generator.count() { value.locks.append(LockDetail.random(using: &generator)) }
+        if generator.bool() { value.timestampMs = generator.uint64() }
+        return value
+    }
+}
+
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 48) {
+        switch generator.index(below: 50) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
@@ -1092,7 +1142,9 @@ extension Request {
         case 44: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
         case 45: return .listChannels(ListChannelsRequest.random(using: &generator))
         case 46: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
-        default: return .info(EmptyBody.random(using: &generator))
+        case 47: return .info(EmptyBody.random(using: &generator))
+        case 48: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
+        default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
         }
     }
 }
@@ -1100,7 +1152,7 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 48) {
+        switch generator.index(below: 50) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
@@ -1148,7 +1200,9 @@ extension Response {
         case 44: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
         case 45: return .listChannels(ListChannelsResponse.random(using: &generator))
         case 46: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
-        default: return .info(InfoResponse.random(using: &generator))
+        case 47: return .info(InfoResponse.random(using: &generator))
+        case 48: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
+        default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
         }
     }
 }
@@ -1169,7 +1223,7 @@ extension Control {
 extension Push {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Push {
-        switch generator.index(below: 8) {
+        switch generator.index(below: 9) {
         case 0: return .storageEvent(StorageEvent.random(using: &generator))
         case 1: return .lockEvent(LockEvent.random(using: &generator))
         case 2: return .presenceEvent(PresenceEvent.random(using: &generator))
@@ -1177,7 +1231,8 @@ extension Push {
         case 4: return .profileChanged(ProfileChanged.random(using: &generator))
         case 5: return .providerRequest(ProviderRequest.random(using: &generator))
         case 6: return .serverNotice(ServerNotice.random(using: &generator))
-        default: return .unsubscribed(Unsubscribed.random(using: &generator))
+        case 7: return .unsubscribed(Unsubscribed.random(using: &generator))
+        default: return .change(Change.random(using: &generator))
         }
     }
 }

@@ -87,6 +87,20 @@ SessionEndReason = Literal[
 name arrive as their number.
 """
 
+ChangeKind = Literal[
+    "presenceJoin",
+    "presenceLeave",
+    "presenceTimeout",
+    "presenceState",
+    "online",
+    "channelMetadata",
+    "userMetadata",
+    "lock",
+]
+"""Kind of change an admin change stream carries (subscribeChanges, the change push). Values this version does not name
+arrive as their number.
+"""
+
 
 class ErrorCode(enum.IntEnum):
     """The spec's error codes (SPEC 9). A code this version does not know is kept as an int."""
@@ -676,6 +690,14 @@ class InfoResponse(TypedDict):
     nodes: List[ClusterNodeInfo]
 
 
+class SubscribeChangesResponse(TypedDict):
+    """The response of `subscribeChanges`."""
+    epoch: int
+    position: int
+    gap: bool
+    replayed: int
+
+
 class StorageEvent(TypedDict):
     """Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that
     asked for metadata events, or to sessions that subscribed to the user's metadata.
@@ -762,6 +784,31 @@ class Unsubscribed(TypedDict):
     reason: str
 
 
+class Change(TypedDict):
+    """Push `change`. One change on an admin change stream (subscribeChanges), in position order. Which fields are set
+    depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their
+    whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel,
+    channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields;
+    lock: channel, channelType, lockEventType, locks.
+    """
+    position: int
+    kind: Union[ChangeKind, int]
+    channel: str
+    channelType: Union[ChannelType, int]
+    userId: str
+    states: List[StateItem]
+    totalOccupancy: int
+    onlineValue: int
+    onlineClientTypes: List[Union[ClientType, int]]
+    storageEventType: Union[StorageEventType, int]
+    majorRevision: int
+    items: List[MetadataItem]
+    author: str
+    lockEventType: Union[LockEventType, int]
+    locks: List[LockDetail]
+    timestampMs: int
+
+
 class Hello(TypedDict):
     """Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
     who the client is.
@@ -824,6 +871,7 @@ PUSH_NAMES = (
     "providerRequest",
     "serverNotice",
     "unsubscribed",
+    "change",
 )
 """The push kinds (SPEC 8), in code order."""
 
@@ -1683,3 +1731,43 @@ class Operations:
         """
         body: Dict[str, Any] = {}
         return cast(InfoResponse, await self.call("info", body, timeout=timeout))
+
+    async def subscribe_changes(
+        self,
+        *, kinds: Optional[Sequence[Union[ChangeKind, int]]] = None, channel_pattern: Optional[str] = None,
+        channel_type: Optional[Union[ChannelType, int]] = None, user_pattern: Optional[str] = None,
+        resume_epoch: Optional[int] = None, resume_from: Optional[int] = None, timeout: Optional[float] = None,
+    ) -> SubscribeChangesResponse:
+        """`subscribeChanges` (op 0x3B, moderation). Opens the session's admin change stream (SPEC.md §13.9): from now
+        on every presence, online-state, metadata and lock change this node learns whose channel and user match the
+        patterns arrives as a change push, numbered by position. A second call replaces the stream's filter. With
+        resumeEpoch and resumeFrom the changes after that position that the node still holds are sent first, in
+        order; when it no longer holds them (or the epoch is another run's) the answer says gap and the client
+        re-reads the state it follows. Needs the moderate permission on the patterns (a grant whose pattern covers
+        the requested one; admins may ask for anything). Fields left None are not sent (the server uses their
+        defaults). Errors: permissionDenied, invalidArgument, valueTooLong.
+        """
+        body: Dict[str, Any] = {}
+        if kinds is not None:
+            body["kinds"] = list(kinds)
+        if channel_pattern is not None:
+            body["channelPattern"] = channel_pattern
+        if channel_type is not None:
+            body["channelType"] = channel_type
+        if user_pattern is not None:
+            body["userPattern"] = user_pattern
+        if resume_epoch is not None:
+            body["resumeEpoch"] = resume_epoch
+        if resume_from is not None:
+            body["resumeFrom"] = resume_from
+        return cast(SubscribeChangesResponse, await self.call("subscribeChanges", body, timeout=timeout))
+
+    async def unsubscribe_changes(
+        self,
+        *, timeout: Optional[float] = None,
+    ) -> None:
+        """`unsubscribeChanges` (op 0x3C, moderation). Closes the session's admin change stream (nothing when none is
+        open). Ending the session closes it too. Fields left None are not sent (the server uses their defaults).
+        """
+        body: Dict[str, Any] = {}
+        await self.call("unsubscribeChanges", body, timeout=timeout)

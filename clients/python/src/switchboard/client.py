@@ -59,6 +59,9 @@ class ConnectionEvent:
     delay: float = 0.0
     restored: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)
     failed: List[Tuple[str, Dict[str, Any], SwitchboardError]] = field(default_factory=list)
+    #: `restored`: the answer of the resumed admin change stream (subscribeChanges), if one was open; its `gap`
+    #: says the changes missed could not all be replayed and the app re-reads the state it follows.
+    change_stream: Optional[Dict[str, Any]] = None
 
 
 T = TypeVar("T")
@@ -131,9 +134,29 @@ class _Ledger:
         self.profile_users: Set[str] = set()
         self.profile_groups: Set[str] = set()
         self.provider: Optional[Dict[str, Any]] = None
+        self.changes: Optional[Dict[str, Any]] = None       # subscribeChanges, resuming after the last change seen
 
-    def record(self, op: str, body: Dict[str, Any]) -> None:
+    def note_change(self, position: int) -> None:
+        """A change push arrived: a new session resumes the admin change stream after it."""
+        if self.changes is not None:
+            self.changes["resumeFrom"] = max(self.changes.get("resumeFrom", 0), position)
+
+    def record(self, op: str, body: Dict[str, Any], response: Optional[Dict[str, Any]] = None) -> None:
         """Called after a successful request."""
+        if op == "subscribeChanges" and response is not None:
+            same_run = self.changes is not None and self.changes.get("resumeEpoch") == response["epoch"]
+            seen = self.changes.get("resumeFrom", 0) if same_run and self.changes is not None else 0
+            changes = dict(body)
+            if body.get("resumeEpoch", 0) == response["epoch"] and not response["gap"]:
+                changes["resumeFrom"] = max(body.get("resumeFrom", 0), seen)   # the replay follows and moves it on
+            else:
+                changes["resumeFrom"] = max(response["position"], seen)
+            changes["resumeEpoch"] = response["epoch"]
+            self.changes = changes
+            return
+        if op == "unsubscribeChanges":
+            self.changes = None
+            return
         channel_key = (body.get("channel", ""), body.get("channelType", "message"))
         if op == "subscribeChannel":
             self.channels[channel_key] = dict(body)
@@ -161,6 +184,8 @@ class _Ledger:
                                               "groupIds": sorted(self.profile_groups)}))
         if self.provider is not None:
             out.append(("registerProvider", self.provider))
+        if self.changes is not None:
+            out.append(("subscribeChanges", dict(self.changes)))
         return out
 
     def drop(self, op: str, body: Dict[str, Any]) -> None:
@@ -171,6 +196,8 @@ class _Ledger:
             self.record(undo[op], body)
         elif op == "registerProvider":
             self.provider = None
+        elif op == "subscribeChanges":
+            self.changes = None
 
 
 FATAL_GOAWAY_CLASSES = (2, 7)           # auth and HELLO fields: another attempt would be refused the same way
@@ -322,7 +349,7 @@ class Client(Operations):
                         op, self.endpoint, timeout)) from None
                 continue
             response = await connection.request(op, body, max(0.0, deadline - loop.time()))
-            self._ledger.record(op, body)
+            self._ledger.record(op, body, response)
             return response
 
     async def _wait_ready_or_closed(self) -> None:
@@ -344,8 +371,9 @@ class Client(Operations):
 
     def pushes(self, *kinds: str, limit: Optional[int] = None) -> Stream[Push]:
         """A stream of the pushes of these kinds (all kinds when none is named: storageEvent, lockEvent,
-        presenceEvent, subscribedEvents, profileChanged, providerRequest, serverNotice) that arrive from now on,
-        over whichever connection is current. Make it before the request whose pushes it should see."""
+        presenceEvent, subscribedEvents, profileChanged, providerRequest, serverNotice, unsubscribed, change) that
+        arrive from now on, over whichever connection is current. Make it before the request whose pushes it should
+        see."""
         wanted = set(kinds)
         stream: Stream[Push] = Stream(self, lambda p: not wanted or p.kind in wanted, limit or self.stream_buffer_limit)
         if self.state == "closed":
@@ -369,6 +397,8 @@ class Client(Operations):
                 streams.remove(stream)
 
     def _on_push(self, push: Push) -> None:
+        if push.kind == "change":
+            self._ledger.note_change(push.body["position"])
         for stream in self._push_streams:
             stream._offer(push)
         if push.kind == "serverNotice" and push.body["code"] == ErrorCode.tokenExpired and self.token_provider:
@@ -494,28 +524,33 @@ class Client(Operations):
                     return
                 cause = e
                 continue
-            restored, failed = await self._restore(connection)
+            restored, failed, change_stream = await self._restore(connection)
             if connection.closed.is_set():
                 cause = connection.close_reason or cause
                 continue
             self._adopt(connection)
             log.info("reconnected to %s: session %s", self.endpoint, connection.welcome["sessionId"])
             self._emit(ConnectionEvent("connected", welcome=connection.welcome))
-            self._emit(ConnectionEvent("restored", restored=restored, failed=failed))
+            self._emit(ConnectionEvent("restored", restored=restored, failed=failed, change_stream=change_stream))
             return
 
     async def _restore(self, connection: Connection) -> Tuple[List[Tuple[str, Dict[str, Any]]],
-                                                               List[Tuple[str, Dict[str, Any], SwitchboardError]]]:
+                                                               List[Tuple[str, Dict[str, Any], SwitchboardError]],
+                                                               Optional[Dict[str, Any]]]:
         restored: List[Tuple[str, Dict[str, Any]]] = []
         failed: List[Tuple[str, Dict[str, Any], SwitchboardError]] = []
+        change_stream: Optional[Dict[str, Any]] = None
         for op, body in self._ledger.requests():
             try:
-                await connection.request(op, body, self.request_timeout)
+                response = await connection.request(op, body, self.request_timeout)
                 restored.append((op, body))
+                if op == "subscribeChanges":
+                    change_stream = response
+                    self._ledger.record(op, body, response)
             except (ConnectionLost, NotConnected, RequestTimeout, ConnectFailed):
                 break                                           # this connection is gone too: the next one retries
             except SwitchboardError as e:
                 log.warning("%s %s was not restored: %s", op, body, e)
                 failed.append((op, body, e))
                 self._ledger.drop(op, body)
-        return restored, failed
+        return restored, failed, change_stream
