@@ -44,7 +44,7 @@ final class ClusterState: Sendable {
 /// reader is behind the feed.
 final class ClusterProbe: Service, Sendable {
     let interval: Duration
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let redis: RedisLocation?
     private let nodeTimeout: Duration
     private let state: ClusterState
@@ -52,10 +52,10 @@ final class ClusterProbe: Service, Sendable {
     private let logger: Logger
 
     init(
-        location: PostgresLocation, redis: RedisLocation?, nodeTimeout: Duration, state: ClusterState,
+        pool: PostgresPool, redis: RedisLocation?, nodeTimeout: Duration, state: ClusterState,
         progress: FeedProgress, interval: Duration = .milliseconds(500), logger: Logger
     ) {
-        self.location = location
+        self.pool = pool
         self.redis = redis
         self.nodeTimeout = nodeTimeout
         self.state = state
@@ -65,33 +65,30 @@ final class ClusterProbe: Service, Sendable {
     }
 
     func run() async throws {
-        let postgres = PostgresConnectionSlot(
-            location: self.location, name: "switchboard-probe", firstID: 4_000, connectTimeout: .seconds(2),
-            logger: self.logger)
         let redis = RedisSlot()
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                await self.probePostgres(postgres)
+                await self.probePostgres()
                 if let location = self.redis { await self.probeRedis(location, slot: redis) }
                 try await Task.sleep(for: self.interval)
             }
         }
-        await postgres.close()
         await redis.close()
     }
 
-    private func probePostgres(_ slot: PostgresConnectionSlot) async {
+    private func probePostgres() async {
         let seconds = Double(self.nodeTimeout.components.seconds) + Double(self.nodeTimeout.components.attoseconds) / 1e18
         let cursor = self.progress.value
         do {
-            let connection = try await slot.open()
-            let rows = try await connection.query(
-                """
-                SELECT (SELECT count(*) FROM sb_node WHERE heartbeat_at >= now() - make_interval(secs => \(seconds))),
-                       (SELECT count(*) FROM (SELECT 1 FROM sb_outbox WHERE id > \(cursor) LIMIT 1000000) AS behind),
-                       coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM sb_outbox
-                                 WHERE id > \(cursor) ORDER BY id LIMIT 1), 0)
-                """, by: .now + .seconds(2), logger: self.logger, "the cluster probe")
+            let rows = try await self.pool.withConnection("the cluster probe", timeout: .seconds(2)) { lease in
+                try await lease.query(
+                    """
+                    SELECT (SELECT count(*) FROM sb_node WHERE heartbeat_at >= now() - make_interval(secs => \(seconds))),
+                           (SELECT count(*) FROM (SELECT 1 FROM sb_outbox WHERE id > \(cursor) LIMIT 1000000) AS behind),
+                           coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM sb_outbox
+                                     WHERE id > \(cursor) ORDER BY id LIMIT 1), 0)
+                    """, "the cluster probe")
+            }
             if let row = rows.first {
                 let (nodes, behind, age) = try row.decode((Int64, Int64, Double).self)
                 self.state.liveNodes.store(Int(nodes), ordering: .relaxed)
@@ -105,7 +102,6 @@ final class ClusterProbe: Service, Sendable {
             if self.state.postgresReachable.exchange(false, ordering: .relaxed) {
                 self.logger.error("PostgreSQL unreachable", metadata: ["error": "\(String(reflecting: error))"])
             }
-            await slot.close()
         }
     }
 
