@@ -19,16 +19,17 @@ struct ClusterConnectionTests {
             let node = nodes[0]
             let pool = node.engine.pool
             let client = try await node.client("Ana")
-            let peak = Mutex(0)
             let connectionsOfNode =
                 "SELECT count(*) FROM pg_stat_activity WHERE substring(application_name FROM '[^-]*$') = '\(node.engine.nodeID)'"
             // Many more transactions at once than the pool has connections, beside the gateway's own writes.
-            try await withThrowingTaskGroup(of: Void.self) { group in
+            // The most connections of the node seen at once.
+            let seen = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<(pool.size * 3) {
                     group.addTask {
                         _ = try await pool.withTransaction("a test transaction", timeout: .seconds(30)) { transaction in
                             try await transaction.query("SELECT pg_sleep(0.2)")
                         }
+                        return 0
                     }
                 }
                 group.addTask {
@@ -36,15 +37,17 @@ struct ClusterConnectionTests {
                         _ = try await client.setChannelMetadata(
                             channel: "busy", items: [MetadataItem(key: "k\(index)", value: "v")])
                     }
+                    return 0
                 }
                 group.addTask {
+                    var peak = 0
                     for _ in 0..<15 {
-                        let count = try await postgres.psql(connectionsOfNode)
-                        peak.withLock { $0 = max($0, Int(count) ?? -1) }
+                        peak = max(peak, Int(try await postgres.psql(connectionsOfNode)) ?? -1)
                         try await Task.sleep(for: .milliseconds(50))
                     }
+                    return peak
                 }
-                try await group.waitForAll()
+                return try await group.reduce(0, max)
             }
             let names = try await postgres.psql(
                 """
@@ -52,7 +55,6 @@ struct ClusterConnectionTests {
                 FROM pg_stat_activity WHERE substring(application_name FROM '[^-]*$') = '\(node.engine.nodeID)'
                 """)
             await client.close()
-            let seen = peak.withLock { $0 }
             // The pool filled up (the load asked for three times its size), and no connection was opened beside it.
             #expect(seen > pool.size / 2, "the load did not use the pool: \(seen) connections")
             #expect(seen <= pool.size + 1, "\(seen) connections for a pool of \(pool.size) and the feed")
@@ -63,13 +65,13 @@ struct ClusterConnectionTests {
     @Test("a transaction whose session the server ends fails within its bound, and the next one gets a new connection")
     func aTransactionWhoseSessionEndsFailsAndTheNextSucceeds() async throws {
         try await Self.withPool { pool, postgres in
-            let ended = Mutex<Int32?>(nil)
+            let ended = EndedSession()
             let returned = await finishes(by: .now + .seconds(10)) {
                 do {
                     try await pool.withTransaction("a doomed transaction", timeout: .seconds(30)) { transaction in
                         try await transaction.query("CREATE TABLE doomed (id int)")
                         let pid = try await transaction.query("SELECT pg_backend_pid()").first!.decode(Int32.self)
-                        ended.withLock { $0 = pid }
+                        ended.pid.withLock { $0 = pid }
                         _ = try await postgres.psql("SELECT pg_terminate_backend(\(pid), 5000)")
                         try await transaction.query("INSERT INTO doomed VALUES (1)")
                     }
@@ -82,7 +84,7 @@ struct ClusterConnectionTests {
             let next = try await pool.withTransaction("the next transaction") { transaction in
                 try await transaction.query("SELECT pg_backend_pid()").first!.decode(Int32.self)
             }
-            #expect(next != ended.withLock { $0 })
+            #expect(next != ended.pid.withLock { $0 })
             #expect(try await postgres.psql("SELECT count(*) FROM pg_tables WHERE tablename = 'doomed'") == "0")
         }
     }
@@ -134,4 +136,9 @@ struct ClusterConnectionTests {
         await pool.shutdown()
         await postgres.stop()
     }
+}
+
+/// The server process of the session a test ended.
+private final class EndedSession: Sendable {
+    let pid = Mutex<Int32?>(nil)
 }
