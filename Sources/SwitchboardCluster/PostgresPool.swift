@@ -68,7 +68,9 @@ final class PostgresPool: Sendable {
         self.runner.withLock { state in
             guard case .idle = state else { return }
             let client = self.client
-            state = .running(Task { await client.run() })
+            // Detached: not under the graceful shutdown of whatever task started it (the gateway's own, when it runs
+            // in a service group), which would close the pool before the node's writers flushed. PoolService stops it.
+            state = .running(Task.detached { await client.run() })
         }
     }
 
