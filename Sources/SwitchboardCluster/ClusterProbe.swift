@@ -50,12 +50,12 @@ final class ClusterState: Sendable {
     }
 }
 
-/// Tries PostgreSQL (and Redis) every ``interval`` on connections of its own, each try bounded by its deadline, and
+/// Tries PostgreSQL (on the node's pool) and Redis (on a connection of its own) every ``interval``, each try bounded by its deadline, and
 /// notes in the ``ClusterState`` whether each answered, how many nodes are alive and how far this node's change feed
 /// reader is behind the feed, and every node's `sb_node` row with the feed's last position (the `info` operation).
 final class ClusterProbe: Service, Sendable {
     let interval: Duration
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let redis: RedisLocation?
     private let nodeTimeout: Duration
     /// How old a node's heartbeat may be for the node to be listed as alive.
@@ -65,10 +65,10 @@ final class ClusterProbe: Service, Sendable {
     private let logger: Logger
 
     init(
-        location: PostgresLocation, redis: RedisLocation?, nodeTimeout: Duration, aliveWithin: Duration,
+        pool: PostgresPool, redis: RedisLocation?, nodeTimeout: Duration, aliveWithin: Duration,
         state: ClusterState, progress: FeedProgress, interval: Duration = .milliseconds(500), logger: Logger
     ) {
-        self.location = location
+        self.pool = pool
         self.redis = redis
         self.nodeTimeout = nodeTimeout
         self.aliveWithin = aliveWithin
@@ -79,40 +79,37 @@ final class ClusterProbe: Service, Sendable {
     }
 
     func run() async throws {
-        let postgres = PostgresConnectionSlot(
-            location: self.location, name: "switchboard-probe", firstID: 4_000, connectTimeout: .seconds(2),
-            logger: self.logger)
         let redis = RedisSlot()
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                await self.probePostgres(postgres)
+                await self.probePostgres()
                 if let location = self.redis { await self.probeRedis(location, slot: redis) }
                 try await Task.sleep(for: self.interval)
             }
         }
-        await postgres.close()
         await redis.close()
     }
 
-    private func probePostgres(_ slot: PostgresConnectionSlot) async {
+    private func probePostgres() async {
         let seconds = Double(self.nodeTimeout.components.seconds) + Double(self.nodeTimeout.components.attoseconds) / 1e18
         let cursor = self.progress.value
         do {
-            let connection = try await slot.open()
-            let rows = try await connection.query(
-                """
-                SELECT (SELECT count(*) FROM sb_node WHERE heartbeat_at >= now() - make_interval(secs => \(seconds))),
-                       (SELECT count(*) FROM (SELECT 1 FROM sb_outbox WHERE id > \(cursor) LIMIT 1000000) AS behind),
-                       coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM sb_outbox
-                                 WHERE id > \(cursor) ORDER BY id LIMIT 1), 0)
-                """, by: .now + .seconds(2), logger: self.logger, "the cluster probe")
+            let rows = try await self.pool.withConnection("the cluster probe", timeout: .seconds(2)) { lease in
+                try await lease.query(
+                    """
+                    SELECT (SELECT count(*) FROM sb_node WHERE heartbeat_at >= now() - make_interval(secs => \(seconds))),
+                           (SELECT count(*) FROM (SELECT 1 FROM sb_outbox WHERE id > \(cursor) LIMIT 1000000) AS behind),
+                           coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM sb_outbox
+                                     WHERE id > \(cursor) ORDER BY id LIMIT 1), 0)
+                    """, "the cluster probe")
+            }
             if let row = rows.first {
                 let (nodes, behind, age) = try row.decode((Int64, Int64, Double).self)
                 self.state.liveNodes.store(Int(nodes), ordering: .relaxed)
                 self.state.lagRows.store(Int(behind), ordering: .relaxed)
                 self.state.lagAge.store(Int(max(age, 0) * 1_000), ordering: .relaxed)
             }
-            try await self.readNodes(on: connection)
+            try await self.readNodes()
             if !self.state.postgresReachable.exchange(true, ordering: .relaxed) {
                 self.logger.notice("PostgreSQL reachable again")
             }
@@ -120,21 +117,22 @@ final class ClusterProbe: Service, Sendable {
             if self.state.postgresReachable.exchange(false, ordering: .relaxed) {
                 self.logger.error("PostgreSQL unreachable", metadata: ["error": "\(String(reflecting: error))"])
             }
-            await slot.close()
         }
     }
 
     /// Reads every node's `sb_node` row and the feed's last position into the state.
-    private func readNodes(on connection: PostgresConnection) async throws {
+    private func readNodes() async throws {
         let alive = Double(self.aliveWithin.components.seconds) + Double(self.aliveWithin.components.attoseconds) / 1e18
-        let rows = try await connection.query(
-            """
-            SELECT id, address, (extract(epoch FROM started_at) * 1000)::int8,
-                   (extract(epoch FROM heartbeat_at) * 1000)::int8,
-                   heartbeat_at >= now() - make_interval(secs => \(alive)), applied_position, lag_rows, lag_ms,
-                   (SELECT coalesce(max(id), 0) FROM sb_outbox)
-            FROM sb_node ORDER BY id
-            """, by: .now + .seconds(2), logger: self.logger, "the cluster probe's node list")
+        let rows = try await self.pool.withConnection("the cluster probe's node list", timeout: .seconds(2)) { lease in
+            try await lease.query(
+                """
+                SELECT id, address, (extract(epoch FROM started_at) * 1000)::int8,
+                       (extract(epoch FROM heartbeat_at) * 1000)::int8,
+                       heartbeat_at >= now() - make_interval(secs => \(alive)), applied_position, lag_rows, lag_ms,
+                       (SELECT coalesce(max(id), 0) FROM sb_outbox)
+                FROM sb_node ORDER BY id
+                """, "the cluster probe's node list")
+        }
         var nodes: [ClusterNodeStatus] = []
         var feedPosition: Int64 = 0
         for row in rows {

@@ -8,7 +8,12 @@ import PostgresNIO
 /// false for a moment.
 enum ConnectionLoss {
     static func caused(_ error: any Error, on connection: PostgresConnection) -> Bool {
-        if connection.isClosed { return true }
+        connection.isClosed || Self.caused(error)
+    }
+
+    /// Whether `error` itself says the connection was lost (whatever connection it came from).
+    static func caused(_ error: any Error) -> Bool {
+        if error is ConnectionClosed { return true }
         guard let error = error as? PSQLError else { return false }
         switch error.code {
         case .serverClosedConnection, .connectionError, .uncleanShutdown:

@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 import PostgresNIO
 import Synchronization
 
@@ -13,6 +14,13 @@ enum ClusterDeadlines {
     static let transaction: Duration = .seconds(5)
     /// How long one read of the change feed (a page, what its rows refer to) may take.
     static let feedRead: Duration = .seconds(5)
+}
+
+/// The connection closed before what was waited for was answered.
+struct ConnectionClosed: Error, CustomStringConvertible {
+    /// What was waited for.
+    var what: String
+    var description: String { "the connection closed before \(self.what) was answered" }
 }
 
 /// A wait on PostgreSQL or Redis passed its deadline; the connection was closed.
@@ -44,12 +52,17 @@ func finishes(by deadline: ContinuousClock.Instant, _ body: @escaping @Sendable 
 /// runs (it closes the connection `operation` waits on, so that the operation fails soon after), and the caller goes
 /// on at once: a wait the driver never ends (a query on a connection the server reset) cannot hold it. Cancelling the
 /// caller cancels `operation` and throws `CancellationError`.
+///
+/// With `closed` (a connection's `closeFuture`), the wait also ends, with ``ConnectionClosed``, as soon as it
+/// completes: postgres-nio never answers a statement written to a closed channel.
 func withDeadline<T: Sendable>(
     _ deadline: ContinuousClock.Instant, _ what: @autoclosure () -> String,
-    onExpiry: @escaping @Sendable () -> Void, _ operation: @escaping @Sendable () async throws -> T
+    onExpiry: @escaping @Sendable () -> Void, failingWhen closed: EventLoopFuture<Void>? = nil,
+    _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let decided = FirstOfTwo<Result<T, any Error>>()
     let what = what()
+    closed?.whenComplete { _ in decided.resume(.failure(ConnectionClosed(what: what))) }
     let worker = Task {
         do {
             decided.resume(.success(try await operation()))
@@ -119,11 +132,14 @@ private final class FirstOfTwo<Value: Sendable>: Sendable {
 
 extension PostgresConnection {
     /// Runs `query` and reads all its rows by `deadline`; on expiry the connection is closed (so it is opened again
-    /// for the next use) and ``DeadlineExceeded`` thrown.
+    /// for the next use) and ``DeadlineExceeded`` thrown. When the connection closes first (or had closed), the wait
+    /// ends at once with ``ConnectionClosed``.
+    @discardableResult
     func query(
         _ query: PostgresQuery, by deadline: ContinuousClock.Instant, logger: Logger, _ what: String = "a PostgreSQL query"
     ) async throws -> [PostgresRow] {
-        try await withDeadline(deadline, what, onExpiry: { self.closeNow() }) {
+        if self.isClosed { throw ConnectionClosed(what: what) }
+        return try await withDeadline(deadline, what, onExpiry: { self.closeNow() }, failingWhen: self.closeFuture) {
             try await self.query(query, logger: logger).collect()
         }
     }
@@ -134,12 +150,21 @@ extension PostgresConnection {
     /// session that ended had begun, and postgres-nio never answers a statement written to a closed channel (it
     /// would wait forever, as CI saw a profile writer do after `pg_terminate_backend`). A ROLLBACK that takes longer
     /// than the second closes the connection, which ends the transaction just the same.
-    func rollBack(after error: any Error, logger: Logger) async {
+    ///
+    /// - Returns: Whether the connection is still usable (the ROLLBACK was answered).
+    @discardableResult
+    func rollBack(after error: any Error, logger: Logger) async -> Bool {
         guard !ConnectionLoss.caused(error, on: self) else {
             self.closeNow()
-            return
+            return false
         }
-        _ = try? await self.query("ROLLBACK", by: .now + .seconds(1), logger: logger, "a ROLLBACK")
+        do {
+            try await self.query("ROLLBACK", by: .now + .seconds(1), logger: logger, "a ROLLBACK")
+            return true
+        } catch {
+            self.closeNow()
+            return false
+        }
     }
 
     /// Closes the connection without waiting (what waits on it fails). The connection is kept until its channel has

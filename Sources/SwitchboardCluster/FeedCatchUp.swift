@@ -3,7 +3,7 @@ import PostgresNIO
 import Synchronization
 
 /// Waits until this node's feed reader has applied every change committed before a call: reads where the feed ends
-/// (`max(id)` of `sb_outbox`, on a connection of its own) and waits for the reader to get there (``FeedProgress``).
+/// (`max(id)` of `sb_outbox`, on a connection of the node's ``PostgresPool``) and waits for the reader to get there (``FeedProgress``).
 ///
 /// A change committed before the call has a row at or below the end read after the call, because rows commit in id
 /// order (``ChangeFeedRows/append(_:node:notify:on:logger:)``). Calls that come while a read is on its way wait for
@@ -17,16 +17,14 @@ final class FeedCatchUp: Sendable {
     }
 
     private let progress: FeedProgress
-    private let connection: PostgresConnectionSlot
+    private let pool: PostgresPool
     private let logger: Logger
     private let state = Mutex(State())
 
-    init(location: PostgresLocation, nodeID: String, progress: FeedProgress, logger: Logger) {
+    init(pool: PostgresPool, progress: FeedProgress, logger: Logger) {
         self.progress = progress
         self.logger = logger
-        self.connection = PostgresConnectionSlot(
-            location: location, name: "switchboard-catch-up-\(nodeID)", firstID: 3_600, connectTimeout: .seconds(2),
-            logger: logger)
+        self.pool = pool
     }
 
     /// Runs `then` once the feed reader applied every row committed before this call (at once, on the task that
@@ -69,7 +67,6 @@ final class FeedCatchUp: Sendable {
                 for then in waiting { then() }
             case nil:
                 self.logger.warning("the change feed's end was not read in time; answering from this node's copy")
-                await self.connection.close()
                 for then in waiting { then() }
             }
         }
@@ -79,17 +76,8 @@ final class FeedCatchUp: Sendable {
     private static let timeout = Duration.seconds(2)
 
     private func readEnd() async throws -> Int64 {
-        let connection = try await self.connection.open()
-        do {
-            return try await ChangeFeedRows.head(on: connection, logger: self.logger)
-        } catch {
-            self.connection.forget(ifClosed: connection)
-            throw error
+        try await self.pool.withConnection("reading the change feed's end", timeout: Self.timeout) { lease in
+            try await ChangeFeedRows.head(on: lease.connection, logger: lease.logger)
         }
-    }
-
-    /// Closes the connection.
-    func close() async {
-        await self.connection.close()
     }
 }

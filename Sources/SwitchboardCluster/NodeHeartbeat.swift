@@ -7,7 +7,7 @@ import Synchronization
 /// Keeps this node's row in `sb_node` fresh, fences the node when it cannot, and removes the rows of dead nodes.
 ///
 /// The node's first heartbeat inserts its row; every later one only updates it (`UPDATE … WHERE id`), every
-/// ``interval``, on a connection of its own. The node id is drawn at each start, so a row names one incarnation of a
+/// ``interval``, on a connection of the node's pool (``PostgresPool``). The node id is drawn at each start, so a row names one incarnation of a
 /// node. A heartbeat that finds the row gone means the others declared the node dead and swept it (it was paused,
 /// frozen or cut off for longer than ``timeout``): its state is gone from the cluster, so the node must not go on.
 /// Likewise a node whose last successful heartbeat is ``timeout`` old (``NodeLiveness``) may have been swept
@@ -28,7 +28,7 @@ final class NodeHeartbeat: Service, Sendable {
     let interval: Duration
     /// How long the node may go without a successful write before it stops serving.
     var timeout: Duration { self.liveness.timeout }
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let nodeID: String
     private let liveness: NodeLiveness
     private let sweepers: [any DeadNodeSweeper]
@@ -44,12 +44,12 @@ final class NodeHeartbeat: Service, Sendable {
     ///   - state: The address the node advertises and its lag, published at each heartbeat.
     ///   - progress: How far the change feed reader got, published at each heartbeat.
     init(
-        location: PostgresLocation, nodeID: String, interval: Duration, liveness: NodeLiveness,
+        pool: PostgresPool, nodeID: String, interval: Duration, liveness: NodeLiveness,
         sweepers: [any DeadNodeSweeper] = [], state: ClusterState, progress: FeedProgress, logger: Logger
     ) {
         self.state = state
         self.progress = progress
-        self.location = location
+        self.pool = pool
         self.nodeID = nodeID
         self.liveness = liveness
         self.sweepers = sweepers
@@ -58,16 +58,15 @@ final class NodeHeartbeat: Service, Sendable {
     }
 
     func run() async throws {
-        let connection = try await cancelWhenGracefulShutdown { () async throws -> PostgresConnection? in
+        let registered = try await cancelWhenGracefulShutdown { () async throws -> Bool in
             try await self.beat()
         }
         // A node that stops on purpose leaves the cluster at once instead of timing out (not a fenced one: it threw).
-        if let connection, !connection.isClosed {
-            let (nodeID, logger) = (self.nodeID, self.logger)
-            _ = await finishes(by: .now + .seconds(5)) {
-                _ = try? await connection.query("DELETE FROM sb_node WHERE id = \(nodeID)", logger: logger)
+        if registered {
+            let nodeID = self.nodeID
+            _ = try? await self.pool.withConnection("leaving the cluster", timeout: .seconds(5)) { lease in
+                try await lease.query("DELETE FROM sb_node WHERE id = \(nodeID)")
             }
-            _ = try? await connection.close()
         }
     }
 
@@ -76,18 +75,20 @@ final class NodeHeartbeat: Service, Sendable {
     ///
     /// Two live nodes may try at once: the second waits for the first's row locks and then finds nothing to delete,
     /// so each dead node is swept exactly once.
-    private func removeDeadNodes(on connection: PostgresConnection) async throws {
+    private func removeDeadNodes() async throws {
         let timeout = self.timeout
         let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        let candidates = try await connection.query(
-            "SELECT id FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds))", logger: self.logger)
-        var stale: [String] = []
-        for try await id in candidates.decode(String.self) { stale.append(id) }
+        let stale = try await self.pool.withConnection("looking for dead nodes") { lease in
+            let candidates = try await lease.query(
+                "SELECT id FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds))")
+            let stale = try candidates.map { try $0.decode(String.self) }
+            if !stale.isEmpty { await self.terminateSessions(ofNodes: stale, on: lease.connection) }
+            return stale
+        }
         guard !stale.isEmpty else { return }
-        await self.terminateSessions(ofNodes: stale, on: connection)
-        try await connection.query("BEGIN", logger: self.logger)
         var afterCommit: [@Sendable () -> Void] = []
-        do {
+        let dead = try await self.pool.withTransaction("removing dead nodes") { transaction in
+            let connection = transaction.connection
             let rows = try await connection.query(
                 """
                 DELETE FROM sb_node WHERE heartbeat_at < now() - make_interval(secs => \(seconds)) RETURNING id
@@ -99,13 +100,10 @@ final class NodeHeartbeat: Service, Sendable {
                     afterCommit.append(try await sweeper.sweep(deadNodes: dead, on: connection, logger: self.logger))
                 }
             }
-            try await connection.query("COMMIT", logger: self.logger)
-            for id in dead {
-                self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
-            }
-        } catch {
-            await connection.rollBack(after: error, logger: self.logger)
-            throw error
+            return dead
+        }
+        for id in dead {
+            self.logger.warning("cluster node stopped heart-beating; removed", metadata: ["node": "\(id)"])
         }
         for action in afterCommit { action() }
     }
@@ -136,14 +134,13 @@ final class NodeHeartbeat: Service, Sendable {
         }
     }
 
-    /// Refreshes the row every interval until cancelled; returns the open connection.
+    /// Refreshes the row every interval until cancelled; returns whether the row was written (so the node leaves).
     ///
     /// - Throws: ``NodeFenced`` when the row is gone, or no refresh succeeded for ``timeout``.
-    private func beat() async throws -> PostgresConnection? {
+    private func beat() async throws -> Bool {
         let clock = ContinuousClock()
         let started = clock.now
         var registered = false
-        var connection: PostgresConnection?
         do {
             while !Task.isCancelled {
                 // First, before anything else is written: a node that was stopped for the timeout may have been swept.
@@ -153,60 +150,46 @@ final class NodeHeartbeat: Service, Sendable {
                         NodeFenced(node: self.nodeID, reason: .heartbeatTooOld(clock.now - started, timeout: self.timeout)))
                 }
                 do {
-                    let current: PostgresConnection
-                    if let open = connection, !open.isClosed {
-                        current = open
-                    } else {
-                        var configuration = self.location.configuration(
-                            applicationName: PostgresLocation.applicationName("heartbeat", node: self.nodeID))
-                        configuration.options.connectTimeout = .seconds(2)
-                        current = try await PostgresConnection.connect(
-                            configuration: configuration, id: 2_000, logger: self.logger)
-                        connection = current
-                    }
                     let sent = clock.now
                     // An unresponsive database must not hold the heartbeat past the moment the node has to fence
                     // itself: then the connection is closed, which fails the query, and the next round fences.
                     let deadline = self.liveness.fenceDeadline ?? started + self.timeout
                     let wait = max(deadline - sent, .milliseconds(100))
-                    let nanoseconds = wait.components.seconds * 1_000_000_000 + wait.components.attoseconds / 1_000_000_000
-                    let attempt = current.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
-                        _ = current.close() as EventLoopFuture<Void>
-                    }
-                    defer { attempt.cancel() }
+                    let nodeID = self.nodeID
                     let address = self.state.address.withLock { $0 }
                     let applied = self.progress.value
                     let lagRows = Int64(self.state.lagRows.load(ordering: .relaxed))
                     let lagMs = Int64(self.state.lagAge.load(ordering: .relaxed))
                     if registered {
-                        let rows = try await current.query(
-                            """
-                            UPDATE sb_node SET heartbeat_at = now(), address = \(address), applied_position = \(applied),
-                                lag_rows = \(lagRows), lag_ms = \(lagMs)
-                            WHERE id = \(self.nodeID) RETURNING 1
-                            """,
-                            logger: self.logger)
-                        var found = false
-                        for try await _ in rows.decode(Int32.self) { found = true }
+                        let found = try await self.pool.withConnection("the heartbeat", timeout: wait) { lease in
+                            let rows = try await lease.query(
+                                """
+                                UPDATE sb_node SET heartbeat_at = now(), address = \(address),
+                                    applied_position = \(applied), lag_rows = \(lagRows), lag_ms = \(lagMs)
+                                WHERE id = \(nodeID) RETURNING 1
+                                """)
+                            return !rows.isEmpty
+                        }
                         guard found else { throw self.liveness.fence(NodeFenced(node: self.nodeID, reason: .swept)) }
                     } else {
                         // Until the first heartbeat is known to have succeeded the row may or may not be there.
-                        try await current.query(
-                            """
-                            INSERT INTO sb_node (id, started_at, heartbeat_at, address, applied_position, lag_rows, lag_ms)
-                            VALUES (\(self.nodeID), now(), now(), \(address), \(applied), \(lagRows), \(lagMs))
-                            ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), address = \(address),
-                                applied_position = \(applied), lag_rows = \(lagRows), lag_ms = \(lagMs)
-                            """, logger: self.logger)
+                        try await self.pool.withConnection("the first heartbeat", timeout: wait) { lease in
+                            try await lease.query(
+                                """
+                                INSERT INTO sb_node (id, started_at, heartbeat_at, address, applied_position, lag_rows, lag_ms)
+                                VALUES (\(nodeID), now(), now(), \(address), \(applied), \(lagRows), \(lagMs))
+                                ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), address = \(address),
+                                    applied_position = \(applied), lag_rows = \(lagRows), lag_ms = \(lagMs)
+                                """)
+                        }
                         registered = true
                     }
                     self.liveness.beat(sentAt: sent)
-                    try await self.removeDeadNodes(on: current)
+                    try await self.removeDeadNodes()
                 } catch let fenced as NodeFenced {
                     throw fenced
                 } catch {
-                    if Task.isCancelled { return connection }
-                    if let open = connection, open.isClosed { connection = nil }
+                    if Task.isCancelled { return registered }
                     self.logger.warning(
                         "cluster heartbeat failed", metadata: ["node": "\(self.nodeID)", "error": "\(String(reflecting: error))"])
                     try self.liveness.checkAlive()  // the attempt may have ended at the deadline
@@ -214,15 +197,14 @@ final class NodeHeartbeat: Service, Sendable {
                 do {
                     try await Task.sleep(for: self.interval)
                 } catch {
-                    return connection
+                    return registered
                 }
             }
         } catch let fenced as NodeFenced {
             self.logger.critical("\(fenced.description)")
-            if let connection { _ = try? await connection.close() }
             throw fenced
         }
-        return connection
+        return registered
     }
 }
 

@@ -13,7 +13,7 @@ import Synchronization
 /// early, for the clocks' rates. Before its first heartbeat succeeded the node is in no `sb_node` row, so no one
 /// can sweep it and it counts as alive.
 ///
-/// Every writer asks ``checkAlive()`` before each transaction (``PostgresConnectionSlot/open()``), so a node that
+/// Every writer asks ``checkAlive()`` before each transaction (``PostgresPool/withConnection(_:timeout:_:)``, once it leased a connection), so a node that
 /// wakes up after the others swept it writes nothing more: a transaction it had begun before the sweep was ended with
 /// its database session by the sweeping node, and a new one is refused here.
 public final class NodeLiveness: Sendable, Hashable {

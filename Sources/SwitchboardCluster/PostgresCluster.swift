@@ -52,6 +52,8 @@ public struct PostgresCluster: AreaEngines {
     private let presenceStore: any PresenceStore
     /// What the node knows of PostgreSQL, Redis and the cluster (``statusReport``).
     private let state: ClusterState
+    /// The node's connections to PostgreSQL, which every backend takes its connections from.
+    let pool: PostgresPool
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -64,18 +66,23 @@ public struct PostgresCluster: AreaEngines {
         self.nodeID = nodeID
         self.state = ClusterState(usesRedis: redis != nil, nodeID: nodeID)
         self.relay = redis.map { RedisFeedRelay(location: $0, logger: Logger(label: "switchboard.cluster.relay")) }
+        let state = self.state
+        let pool = PostgresPool(
+            location: location, onReconnect: { state.writerReconnects.add(1, ordering: .relaxed) },
+            logger: Logger(label: "switchboard.cluster.postgres"))
+        self.pool = pool
         let presence = PostgresPresence(nodeID: nodeID)
         self.presence = presence
         if let redis {
             self.presenceStore = RedisPresenceStore(
                 presence: presence, location: redis, logger: Logger(label: "switchboard.cluster.presence"))
         } else {
-            self.presenceStore = PostgresPresenceStore(presence: presence, location: location)
+            self.presenceStore = PostgresPresenceStore(presence: presence, pool: pool)
         }
     }
 
     /// Whether PostgreSQL (and Redis) answered the node's last try, the live nodes, how far the change feed reader is
-    /// behind, its reconnects and the metadata writer's, and whether the node fenced itself.
+    /// behind, its reconnects and the PostgreSQL pool's, and whether the node fenced itself.
     public var statusReport: ClusterStatusReport? { self.state.report }
 
     /// Makes the node advertise `address` (its gateway's host:port) in its `sb_node` row from its next heartbeat on:
@@ -98,6 +105,15 @@ public struct PostgresCluster: AreaEngines {
 
     /// Joins the cluster (``join(logger:)``), then loads every area of `context` from the shared database.
     public func open(_ context: EngineContext) async throws -> OpenedEngines {
+        do {
+            return try await self.load(context)
+        } catch {
+            await self.pool.shutdown()  // no services will run to stop it
+            throw error
+        }
+    }
+
+    private func load(_ context: EngineContext) async throws -> OpenedEngines {
         let logger = context.logger
         try await self.join(logger: logger)
         var opened = OpenedEngines()
@@ -121,19 +137,16 @@ public struct PostgresCluster: AreaEngines {
     /// The feed's end is read before any state is loaded, so a change committed in between is both loaded and read
     /// again from the feed (applying it twice changes nothing), never missed.
     func join(logger: Logger) async throws {
-        let connection = try await PostgresConnection.connect(
-            configuration: self.location.configuration, id: 0, logger: logger)
-        do {
-            try await PostgresSchema.migrate(connection, logger: logger)
+        try await self.pool.withTransaction("creating the cluster's tables", timeout: .seconds(60)) { transaction in
+            try await PostgresSchema.migrate(transaction)
+        }
+        try await self.pool.withConnection("joining the cluster", timeout: .seconds(60)) { lease in
+            let connection = lease.connection
             self.startingCursor.value = try await ChangeFeedRows.head(on: connection, logger: logger)
             try await self.presence.loadBookmarkKey(on: connection, logger: logger)
             self.presence.setLoaded(try await self.presenceStore.load(on: connection, logger: logger))
-            self.feedProgress.advance(to: self.startingCursor.value)
-            try await connection.close()
-        } catch {
-            try? await connection.close()
-            throw error
         }
+        self.feedProgress.advance(to: self.startingCursor.value)
         var metadata: Logger.Metadata = ["node": "\(self.nodeID)", "database": "\(self.location)"]
         if let redis = self.redis { metadata["redis"] = "\(redis)" }
         logger.info("cluster node starting", metadata: metadata)
@@ -141,11 +154,8 @@ public struct PostgresCluster: AreaEngines {
 
     /// Loads every metadata set (after ``join(logger:)``).
     func openMetadataStore(configuration: StoreConfiguration, logger: Logger) async throws -> MetadataStore {
-        let state = self.state
-        let backend = PostgresMetadataBackend(
-            location: self.location, nodeID: self.nodeID, relay: self.relay,
-            onReconnect: { state.writerReconnects.add(1, ordering: .relaxed) }, logger: logger)
-        let locks = PostgresLockBackend(location: self.location, nodeID: self.nodeID, relay: self.relay, logger: logger)
+        let backend = PostgresMetadataBackend(pool: self.pool, nodeID: self.nodeID, relay: self.relay, logger: logger)
+        let locks = PostgresLockBackend(pool: self.pool, nodeID: self.nodeID, relay: self.relay, logger: logger)
         self.lockBackend.value = locks
         return try await MetadataStore.open(shared: backend, locks: locks, configuration: configuration, logger: logger)
     }
@@ -153,7 +163,7 @@ public struct PostgresCluster: AreaEngines {
     /// Loads the profile directory and who provides each kind (after ``join(logger:)``).
     func openProfileBackend(logger: Logger) async throws -> any ProfileBackend {
         let backend = try await PostgresProfileBackend.open(
-            location: self.location, nodeID: self.nodeID, progress: self.feedProgress, logger: logger)
+            pool: self.pool, nodeID: self.nodeID, progress: self.feedProgress, logger: logger)
         self.profileBackend.value = backend
         return backend
     }
@@ -162,7 +172,7 @@ public struct PostgresCluster: AreaEngines {
     /// through the shared database and the change feed.
     func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> any EventEngine {
         let backend = try await PostgresEventBackend.open(
-            location: self.location, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
+            pool: self.pool, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
             nowMillis: systemNowMillis, logger: logger)
         self.eventBackend.value = backend
         return backend
@@ -172,7 +182,7 @@ public struct PostgresCluster: AreaEngines {
     /// through the change feed.
     func openModerationBackend(logger: Logger) async throws -> any ModerationBackend {
         let backend = try await PostgresModerationBackend.open(
-            location: self.location, nodeID: self.nodeID, nowMillis: systemNowMillis(), logger: logger)
+            pool: self.pool, nodeID: self.nodeID, nowMillis: systemNowMillis(), logger: logger)
         self.moderationBackend.value = backend
         return backend
     }
@@ -197,7 +207,7 @@ public struct PostgresCluster: AreaEngines {
                 locks.tracksSessions.store(true, ordering: .relaxed)
                 writers.append(
                     LockHolderWatch(
-                        store: store, sessions: domains.sessions, location: self.location, nodeID: self.nodeID,
+                        store: store, sessions: domains.sessions, pool: self.pool, nodeID: self.nodeID,
                         logger: logger))
             }
         }
@@ -228,14 +238,15 @@ public struct PostgresCluster: AreaEngines {
         // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
         let store = domains.metadata
         return [
+            PostgresPool.PoolService(pool: self.pool),
             FenceReporting(
                 heartbeat: NodeHeartbeat(
-                    location: self.location, nodeID: self.nodeID, interval: self.heartbeatInterval,
+                    pool: self.pool, nodeID: self.nodeID, interval: self.heartbeatInterval,
                     liveness: self.liveness, sweepers: sweepers, state: self.state, progress: self.feedProgress,
                     logger: logger),
                 state: self.state),
             ClusterProbe(
-                location: self.location, redis: self.redis, nodeTimeout: self.nodeTimeout,
+                pool: self.pool, redis: self.redis, nodeTimeout: self.nodeTimeout,
                 aliveWithin: min(self.heartbeatInterval * 3, self.nodeTimeout), state: self.state,
                 progress: self.feedProgress, logger: logger),
             ChangeFeed(

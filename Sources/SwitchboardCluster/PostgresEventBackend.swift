@@ -14,11 +14,12 @@ import Synchronization
 /// the cluster ended), `sb_event_drop` (abnormal ends waiting for their grace period), and the sessions of every
 /// node, `sb_session` (``ClusterSessions``).
 ///
-/// Every change is queued; the queue is written on one connection of its own, a batch of changes per transaction,
-/// each change appending one `.event` row to the change feed (``EventFeedCoding``), so every other node applies it
-/// to its copy and delivers its events to its own sessions (``EventFeedConsumer``), through the attachment the domain
-/// gave, as the engine hands it the online states it decides. Writes complete after the commit; a failed transaction
-/// fails its writes (the domain undoes them), and its session changes are tried again.
+/// Every change is queued; the queue is written by one writer on the node's connections (``PostgresPool``), a batch
+/// of changes per transaction, each change appending one `.event` row to the change feed (``EventFeedCoding``), so
+/// every other node applies it to its copy and delivers its events to its own sessions (``EventFeedConsumer``),
+/// through the attachment the domain gave, as the engine hands it the online states it decides. Writes complete
+/// after the commit; a failed transaction fails its writes (the domain undoes them), and its session changes are
+/// tried again.
 ///
 /// Online state is decided here, under the user's advisory lock: a session start is the user's first in the cluster
 /// when `sb_session` holds no other of theirs (only that session gets the login sync, so two nodes never both deliver
@@ -64,7 +65,7 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
     }
 
     let nodeID: String
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let gracePeriod: Duration
     private let logger: Logger
     private let nowMillis: @Sendable () -> Int64
@@ -74,41 +75,31 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
     private let queue = Mutex(Queue())
     /// When this node's recorded drops pass their grace period, earliest first.
     private let dropDeadlines = Mutex<[ContinuousClock.Instant]>([])
-    private let connection: PostgresConnectionSlot
     private let eventIDs = EventIDs()
 
     private init(
-        location: PostgresLocation, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
+        pool: PostgresPool, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
         snapshot: EventSnapshot, nowMillis: @escaping @Sendable () -> Int64, logger: Logger
     ) {
-        self.location = location
+        self.pool = pool
         self.nodeID = nodeID
         self.gracePeriod = gracePeriod
         self.progress = progress
         self.snapshot = snapshot
         self.nowMillis = nowMillis
         self.logger = logger
-        self.connection = PostgresConnectionSlot(
-            location: location, name: "switchboard-events-\(nodeID)", firstID: 3_001, connectTimeout: .seconds(2),
-            logger: logger)
     }
 
     /// Loads what the cluster holds (after the node noted the feed's end, so nothing committed meanwhile is missed).
     static func open(
-        location: PostgresLocation, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
+        pool: PostgresPool, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
         nowMillis: @escaping @Sendable () -> Int64, logger: Logger
     ) async throws -> PostgresEventBackend {
-        let connection = try await PostgresConnection.connect(configuration: location.configuration, id: 3_000, logger: logger)
-        let snapshot: EventSnapshot
-        do {
-            snapshot = try await Self.read(nowMillis: nowMillis(), on: connection, logger: logger)
-            try await connection.close()
-        } catch {
-            try? await connection.close()
-            throw error
+        let snapshot = try await pool.withConnection("loading the event area", timeout: .seconds(60)) { lease in
+            try await Self.read(nowMillis: nowMillis(), on: lease.connection, logger: logger)
         }
         return PostgresEventBackend(
-            location: location, nodeID: nodeID, gracePeriod: gracePeriod, progress: progress, snapshot: snapshot,
+            pool: pool, nodeID: nodeID, gracePeriod: gracePeriod, progress: progress, snapshot: snapshot,
             nowMillis: nowMillis, logger: logger)
     }
 
@@ -245,7 +236,7 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
                 try await self.commit(batch)
                 retryBackoff.succeeded()
             } catch {
-                let connectionLost = self.connection.isDisconnected
+                let connectionLost = PostgresPool.lostTheDatabase(error)
                 let stopping = self.queue.withLock { $0.stopping }
                 let retrying = connectionLost || Self.isTransient(error)
                 self.logger.error(
@@ -298,16 +289,8 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
         }
     }
 
-    /// Closes the writer's connection.
-    func close() async {
-        await self.connection.close()
-    }
-
     /// One batch, one transaction.
     private func commit(_ batch: [Operation]) async throws {
-        // Bounded: past its deadline the connection is closed, which fails the waiting statement, and is opened again.
-        let (connection, watch) = try await self.connection.openWatched()
-        defer { watch.end() }
         let logger = self.logger
         var users: [String] = []
         for operation in batch {
@@ -324,8 +307,11 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
         // Login syncs of this node's sessions (those of other nodes' sessions go through the feed).
         var loginSyncs: [SharedEventChange] = []
         var drops = 0
-        try await connection.query("BEGIN", logger: logger)
-        do {
+        var subscriptionVersion: Int64 = 0
+        var head: Int64 = 0
+        // Bounded: past its deadline the connection is closed, which fails the waiting statement, and not used again.
+        try await self.pool.withTransaction("a cluster event batch") { transaction in
+            let connection = transaction.connection
             try await ClusterSessions.lockUsers(users, on: connection, logger: logger)
             for operation in batch {
                 switch operation {
@@ -396,7 +382,6 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
             // Subscription changes are ordered by where the feed stood when this transaction took its lock (held
             // until the commit): every transaction that appended rows before has a smaller version, every later one
             // a greater.
-            var subscriptionVersion: Int64 = 0
             if batch.contains(where: \.isSubscriptionChange) {
                 subscriptionVersion = try await Self.feedHead(on: connection, logger: logger)
                 feed = feed.map { Self.versioned($0, subscriptionVersion: subscriptionVersion) }
@@ -404,7 +389,6 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
             try await ChangeFeedRows.append(
                 feed.map { ChangeFeedRows.Row(kind: .event, payload: EventFeedCoding.encode($0)) },
                 node: self.nodeID, on: connection, logger: logger)
-            var head: Int64 = 0
             if !decided.isEmpty || !starts.isEmpty || !loginSyncs.isEmpty {
                 head = try await Self.feedHead(on: connection, logger: logger)
             }
@@ -415,39 +399,31 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
                 let apply = self.apply.withLock { $0 }
                 for change in decided { apply?(change, self.progress.value) }
             }
-            try await connection.query("COMMIT", logger: logger)
-            if drops > 0 {
-                let deadline = ContinuousClock.now + self.gracePeriod
-                self.dropDeadlines.withLock { $0 += Array(repeating: deadline, count: drops) }
+        }
+        if drops > 0 {
+            let deadline = ContinuousClock.now + self.gracePeriod
+            self.dropDeadlines.withLock { $0 += Array(repeating: deadline, count: drops) }
+        }
+        if !loginSyncs.isEmpty {
+            // Once this node holds every kept event committed before.
+            let apply = self.apply.withLock { $0 }
+            let changes = loginSyncs
+            let progress = self.progress
+            self.progress.whenReached(head) { for change in changes { apply?(change, progress.value) } }
+        }
+        for operation in batch {
+            switch operation {
+            case .upsert(_, let completion), .unsubscribe(_, _, let completion):
+                completion?(.success(subscriptionVersion))
+            case .publish(_, _, _, let completion):
+                completion?(.success(()))
+            default: break
             }
-            if !loginSyncs.isEmpty {
-                // Once this node holds every kept event committed before.
-                let apply = self.apply.withLock { $0 }
-                let changes = loginSyncs
-                let progress = self.progress
-                self.progress.whenReached(head) { for change in changes { apply?(change, progress.value) } }
-            }
-            for operation in batch {
-                switch operation {
-                case .upsert(_, let completion), .unsubscribe(_, _, let completion):
-                    completion?(.success(subscriptionVersion))
-                case .publish(_, _, _, let completion):
-                    completion?(.success(()))
-                default: break
-                }
-            }
-            for (completion, decidedStart) in starts {
-                let start = SharedSessionStart(
-                    firstSession: decidedStart.firstSession, lastOfflineMs: decidedStart.lastOfflineMs, position: head)
-                self.progress.whenReached(head) { completion(start) }
-            }
-        } catch {
-            if watch.expired {
-                self.connection.discard(connection)
-            } else {
-                await connection.rollBack(after: error, logger: logger)
-            }
-            throw error
+        }
+        for (completion, decidedStart) in starts {
+            let start = SharedSessionStart(
+                firstSession: decidedStart.firstSession, lastOfflineMs: decidedStart.lastOfflineMs, position: head)
+            self.progress.whenReached(head) { completion(start) }
         }
     }
 
@@ -686,7 +662,6 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
         let limit = ContinuousClock.now + self.gracePeriod + .seconds(5)
         guard await finishes(by: limit, { await self.drain() }) else {
             self.logger.warning("cluster events: the node stops with event writes unfinished")
-            await self.close()
             return
         }
         let last = self.dropDeadlines.withLock { $0.last }
@@ -697,7 +672,6 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
         if !(await finishes(by: limit + self.gracePeriod, { await self.drain() })) {
             self.logger.warning("cluster events: the node stops with event writes unfinished")
         }
-        await self.close()
         self.logger.debug("cluster events: left")
     }
 

@@ -11,29 +11,28 @@ import Synchronization
 ///
 /// A lock operation locks the channel's `sb_metadata_set` row, the same row a metadata write of the channel locks:
 /// lock changes and lock-guarded writes of one channel are decided one after the other, whichever node makes them.
-/// Operations run on a connection of their own (the store runs them one at a time).
+/// Operations run on the node's connections (``PostgresPool``), each in one bounded transaction.
 final class PostgresLockBackend: SharedLockBackend {
     let nodeID: String
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let relay: RedisFeedRelay?
     private let logger: Logger
-    private let connection: PostgresConnectionSlot
     /// Whether `sb_session` holds every node's sessions (the event area keeps it), so holders' sessions on other
     /// nodes can be told.
     let tracksSessions = Atomic<Bool>(false)
 
     /// - Parameter relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
-    init(location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
-        self.location = location
+    init(pool: PostgresPool, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
+        self.pool = pool
         self.nodeID = nodeID
         self.relay = relay
         self.logger = logger
-        self.connection = PostgresConnectionSlot(
-            location: location, name: "switchboard-locks-\(nodeID)", firstID: 3_000, logger: logger)
     }
 
     func loadAllLocks() async throws -> [StoredChannelLocks] {
-        try await Self.readLocks(nil, on: try await self.connection.open(), logger: self.logger)
+        try await self.pool.withConnection("loading the locks", timeout: .seconds(60)) { lease in
+            try await Self.readLocks(nil, on: lease.connection, logger: lease.logger)
+        }
     }
 
     func withChannelLocked<Result: Sendable>(
@@ -41,35 +40,25 @@ final class PostgresLockBackend: SharedLockBackend {
         _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result {
         // Bounded: past its deadline the connection is closed, which fails the transaction's waiting statement.
-        let (connection, watch) = try await self.connection.openWatched()
-        defer { watch.end() }
-        do {
-            try await connection.query("BEGIN", logger: self.logger)
-            do {
-                let committed = try await Self.lockChannel(channel, on: connection, logger: self.logger)
-                var onlineElsewhere: Set<String>?
-                if self.tracksSessions.load(ordering: .relaxed) {
-                    let holders = Set(committed.locks.map(\.holder).filter { !$0.isEmpty })
-                    onlineElsewhere = try await Self.usersWithSessions(
-                        Array(holders), otherThan: self.nodeID, on: connection, logger: self.logger)
-                }
-                let (commit, result) = try decide(committed, onlineElsewhere)
-                var appended: [ChangeFeedRows.Entry] = []
-                if let commit {
-                    appended = try await Self.store(
-                        commit, node: self.nodeID, notify: self.relay == nil, on: connection, logger: self.logger)
-                }
-                try await connection.query("COMMIT", logger: self.logger)
-                self.relay?.publish(appended)
-                return result
-            } catch {
-                await connection.rollBack(after: error, logger: self.logger)
-                throw error
+        let outcome = try await self.pool.withTransaction("a lock transaction") { transaction in
+            let connection = transaction.connection
+            let committed = try await Self.lockChannel(channel, on: connection, logger: self.logger)
+            var onlineElsewhere: Set<String>?
+            if self.tracksSessions.load(ordering: .relaxed) {
+                let holders = Set(committed.locks.map(\.holder).filter { !$0.isEmpty })
+                onlineElsewhere = try await Self.usersWithSessions(
+                    Array(holders), otherThan: self.nodeID, on: connection, logger: self.logger)
             }
-        } catch {
-            if watch.expired { self.connection.discard(connection) } else { self.connection.forget(ifClosed: connection) }
-            throw error
+            let (commit, result) = try decide(committed, onlineElsewhere)
+            var appended: [ChangeFeedRows.Entry] = []
+            if let commit {
+                appended = try await Self.store(
+                    commit, node: self.nodeID, notify: self.relay == nil, on: connection, logger: self.logger)
+            }
+            return AppendedResult(entries: appended, result: result)
         }
+        self.relay?.publish(outcome.entries)
+        return outcome.result
     }
 
     // MARK: Statements (shared with the metadata transaction and the dead-node sweep)
@@ -228,45 +217,41 @@ struct LockFeedConsumer: ChangeFeedConsumer {
 final class LockHolderWatch: Service, Sendable {
     private let store: MetadataStore
     private let sessions: any LocalSessions
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let nodeID: String
     private let interval: Duration
     private let logger: Logger
 
     init(
-        store: MetadataStore, sessions: any LocalSessions, location: PostgresLocation, nodeID: String,
+        store: MetadataStore, sessions: any LocalSessions, pool: PostgresPool, nodeID: String,
         interval: Duration = .seconds(1), logger: Logger
     ) {
         self.store = store
         self.sessions = sessions
-        self.location = location
+        self.pool = pool
         self.nodeID = nodeID
         self.interval = interval
         self.logger = logger
     }
 
     func run() async throws {
-        let connection = PostgresConnectionSlot(
-            location: self.location, name: "switchboard-lock-holders-\(self.nodeID)", firstID: 3_500, logger: self.logger)
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try await Task.sleep(for: self.interval)
                 do {
-                    let (current, watch) = try await connection.openWatched()
-                    defer { watch.end() }
-                    for (channel, holder) in try await self.holdersWithoutSessions(on: current)
-                    where !self.sessions.hasSessions(ofUser: holder) {
+                    let holders = try await self.pool.withConnection("the lock holder check") { lease in
+                        try await self.holdersWithoutSessions(on: lease.connection)
+                    }
+                    for (channel, holder) in holders where !self.sessions.hasSessions(ofUser: holder) {
                         self.store.holderMayBeOffline(holder, in: channel)
                     }
                 } catch is CancellationError {
                     return
                 } catch {
                     self.logger.debug("lock holder check failed", metadata: ["error": "\(error)"])
-                    await connection.close()
                 }
             }
         }
-        await connection.close()
     }
 
     private func holdersWithoutSessions(on connection: PostgresConnection) async throws -> [(MetadataScope, String)] {
@@ -425,4 +410,10 @@ enum LockCoding {
         guard let value = buffer.readInteger(as: T.self) else { throw truncated }
         return value
     }
+}
+
+/// What a lock transaction returns, with the feed rows it appended (published once it committed).
+private struct AppendedResult<Result: Sendable>: Sendable {
+    var entries: [ChangeFeedRows.Entry]
+    var result: Result
 }

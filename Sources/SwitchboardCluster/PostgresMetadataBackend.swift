@@ -5,95 +5,57 @@ import SwitchboardStore
 import SwitchboardWire
 import Synchronization
 
-/// The metadata sets of a cluster in PostgreSQL (``PostgresSchema``): a ``SharedMetadataBackend`` on one connection
-/// of its own, opened on first use and again after it failed.
+/// The metadata sets of a cluster in PostgreSQL (``PostgresSchema``): a ``SharedMetadataBackend`` on the node's
+/// connections (``PostgresPool``).
 ///
 /// Each batch of writes is one transaction of a handful of statements whatever its size: rows are locked, read,
 /// written and fed to the outbox with `unnest` over arrays, so a node's throughput grows with its batches rather
 /// than with round trips.
 final class PostgresMetadataBackend: SharedMetadataBackend {
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let nodeID: String
     private let relay: RedisFeedRelay?
     private let logger: Logger
-    private let connection: PostgresConnectionSlot
 
     /// - Parameters:
+    ///   - pool: The node's connections.
     ///   - relay: Carries committed feed rows to the other nodes (nil: `NOTIFY` wakes them).
-    ///   - onReconnect: Called when the writer's connection is opened again after it was lost (a metric).
-    init(
-        location: PostgresLocation, nodeID: String, relay: RedisFeedRelay? = nil,
-        onReconnect: (@Sendable () -> Void)? = nil, logger: Logger
-    ) {
-        self.location = location
+    init(pool: PostgresPool, nodeID: String, relay: RedisFeedRelay? = nil, logger: Logger) {
+        self.pool = pool
         self.nodeID = nodeID
         self.relay = relay
         self.logger = logger
-        self.connection = PostgresConnectionSlot(
-            location: location, name: "switchboard-metadata-\(nodeID)", firstID: 1, onReconnect: onReconnect,
-            logger: logger)
     }
 
     func loadAll() async throws -> [StoredSet] {
-        let connection = try await self.connection.open()
-        return try await Self.readSets(nil, on: connection, by: .now + .seconds(60), logger: self.logger)
-    }
-
-    /// Runs `body` in one transaction that must end by ``ClusterDeadlines/transaction`` from now: every statement,
-    /// COMMIT included, waits at most until then. On expiry the connection is closed (and opened again for the next
-    /// transaction) and the wait ends with ``DeadlineExceeded``; when that happens during COMMIT, or the connection
-    /// breaks then, ``SharedCommitOutcomeUnknown`` is thrown instead.
-    func withTransaction<Result: Sendable>(
-        _ body: (any SharedMetadataTransaction) async throws -> Result
-    ) async throws -> Result {
-        let deadline = ContinuousClock.now + ClusterDeadlines.transaction
-        let connection = try await self.connection.open()
-        let logger = self.logger
-        do {
-            try await Self.run("BEGIN", on: connection, by: deadline, logger: logger)
-            let result: Result
-            let appended = AppendedRows()
-            do {
-                result = try await body(
-                    Transaction(
-                        connection: connection, deadline: deadline, nodeID: self.nodeID, notify: self.relay == nil,
-                        appended: appended, logger: logger))
-            } catch {
-                _ = try? await Self.run("ROLLBACK", on: connection, by: min(deadline, .now + .seconds(1)), logger: logger)
-                throw error
-            }
-            do {
-                try await Self.run("COMMIT", on: connection, by: deadline, logger: logger)
-            } catch let error as PSQLError where error.serverInfo?[.severity] == "ERROR" {
-                throw error  // the server refused the COMMIT: the transaction rolled back
-            } catch {
-                connection.closeNow()
-                throw SharedCommitOutcomeUnknown(underlying: error)
-            }
-            self.relay?.publish(appended.entries)
-            return result
-        } catch let error as PSQLError where error.serverInfo?[.severity] == "ERROR" {
-            self.connection.forget(ifClosed: connection)
-            throw error
-        } catch {
-            // A deadline, a broken connection, an unknown outcome: start the next transaction on a new connection.
-            self.connection.discard(connection)
-            throw error
+        try await self.pool.withConnection("loading the metadata sets", timeout: .seconds(60)) { lease in
+            try await Self.readSets(nil, on: lease.connection, by: lease.deadline, logger: lease.logger)
         }
     }
 
-    /// Runs one statement on `connection`, bounded by `deadline`.
-    private static func run(
-        _ statement: PostgresQuery, on connection: PostgresConnection, by deadline: ContinuousClock.Instant,
-        logger: Logger
-    ) async throws {
-        _ = try await connection.query(statement, by: deadline, logger: logger, "a metadata transaction")
+    /// Runs `body` in one transaction that must end by ``ClusterDeadlines/transaction`` from now
+    /// (``PostgresPool/withTransaction(_:timeout:_:)``): every statement, COMMIT included, waits at most until then.
+    /// On expiry the connection is closed (and not used again) and the wait ends with ``DeadlineExceeded``; when
+    /// that happens during COMMIT, or the connection breaks then, ``SharedCommitOutcomeUnknown`` is thrown instead.
+    func withTransaction<Result: Sendable>(
+        _ body: (any SharedMetadataTransaction) async throws -> Result
+    ) async throws -> Result {
+        let appended = AppendedRows()
+        let result: Result
+        do {
+            result = try await self.pool.withTransaction("a metadata transaction") { transaction in
+                try await body(
+                    Transaction(
+                        connection: transaction.connection, deadline: transaction.deadline, nodeID: self.nodeID,
+                        notify: self.relay == nil, appended: appended, logger: self.logger))
+            }
+        } catch let error as PostgresCommitOutcomeUnknown {
+            throw SharedCommitOutcomeUnknown(underlying: error.underlying)
+        }
+        self.relay?.publish(appended.entries)
+        return result
     }
 
-    /// Closes the connection.
-    func close() async {
-        await self.connection.close()
-    }
 
     // MARK: Reading sets
 
@@ -174,7 +136,8 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         private func bounded<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
             let connection = self.connection
             return try await withDeadline(
-                self.deadline, "a metadata transaction", onExpiry: { connection.closeNow() }, operation)
+                self.deadline, "a metadata transaction", onExpiry: { connection.closeNow() },
+                failingWhen: connection.closeFuture, operation)
         }
 
         private func query(_ query: PostgresQuery) async throws -> [PostgresRow] {

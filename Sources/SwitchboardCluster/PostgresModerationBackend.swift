@@ -14,14 +14,14 @@ import Synchronization
 /// default); each node then applies the action to its ledger (so its handshakes refuse the user or token) and ends
 /// its own sessions (``ModerationFeedConsumer``). A node that starts later loads the bans and revocations in force.
 final class PostgresModerationBackend: ModerationBackend {
-    private let slot: PostgresConnectionSlot
+    private let pool: PostgresPool
     private let nodeID: String
     private let logger: Logger
     private let loaded: ModerationSnapshot
     private let remote = Mutex<(@Sendable (ModerationAction) -> Void)?>(nil)
 
-    private init(slot: PostgresConnectionSlot, nodeID: String, loaded: ModerationSnapshot, logger: Logger) {
-        self.slot = slot
+    private init(pool: PostgresPool, nodeID: String, loaded: ModerationSnapshot, logger: Logger) {
+        self.pool = pool
         self.nodeID = nodeID
         self.loaded = loaded
         self.logger = logger
@@ -29,11 +29,19 @@ final class PostgresModerationBackend: ModerationBackend {
 
     /// Loads the bans and revocations in force (after the cluster's `join`, so an action committed meanwhile is both
     /// loaded and read from the feed: applying it twice changes nothing).
-    static func open(location: PostgresLocation, nodeID: String, nowMillis: Int64, logger: Logger) async throws
+    static func open(pool: PostgresPool, nodeID: String, nowMillis: Int64, logger: Logger) async throws
         -> PostgresModerationBackend
     {
-        let slot = PostgresConnectionSlot(location: location, name: "moderation", firstID: 6_000, logger: logger)
-        let connection = try await slot.open()
+        let snapshot = try await pool.withConnection("loading the moderation state", timeout: .seconds(60)) { lease in
+            try await Self.load(on: lease.connection, nowMillis: nowMillis, logger: logger)
+        }
+        return PostgresModerationBackend(pool: pool, nodeID: nodeID, loaded: snapshot, logger: logger)
+    }
+
+    /// The bans and revocations in force; deletes those that lapsed.
+    private static func load(on connection: PostgresConnection, nowMillis: Int64, logger: Logger) async throws
+        -> ModerationSnapshot
+    {
         var snapshot = ModerationSnapshot()
         let bans = try await connection.query(
             "SELECT user_id, until_ms FROM sb_moderation_ban WHERE until_ms > \(nowMillis)", logger: logger)
@@ -58,7 +66,7 @@ final class PostgresModerationBackend: ModerationBackend {
             "DELETE FROM sb_moderation_revoked_token WHERE kept_until_ms <= \(nowMillis)", logger: logger)
         try await connection.query(
             "DELETE FROM sb_moderation_revoked_before WHERE kept_until_ms <= \(nowMillis)", logger: logger)
-        return PostgresModerationBackend(slot: slot, nodeID: nodeID, loaded: snapshot, logger: logger)
+        return snapshot
     }
 
     func load(nowMillis: Int64) throws -> ModerationSnapshot {
@@ -68,67 +76,51 @@ final class PostgresModerationBackend: ModerationBackend {
     }
 
     func record(_ action: ModerationAction) async throws {
-        let (connection, watch) = try await self.slot.openWatched()
-        defer { watch.end() }
-        do {
-            try await connection.query("BEGIN", logger: self.logger)
-            do {
-                switch action {
-                case .kick(_, _, nil), .unsubscribe:
-                    break
-                case .kick(let user, _, let until?):
-                    try await connection.query(
-                        """
-                        INSERT INTO sb_moderation_ban (user_id, until_ms) VALUES (\(ByteBuffer(string: user)), \(until))
-                        ON CONFLICT (user_id) DO UPDATE SET until_ms = excluded.until_ms
-                        """, logger: self.logger)
-                case .revokeToken(let id, let kept):
-                    try await connection.query(
-                        """
-                        INSERT INTO sb_moderation_revoked_token (token_id, kept_until_ms)
-                        VALUES (\(ByteBuffer(string: id)), \(kept))
-                        ON CONFLICT (token_id) DO UPDATE
-                        SET kept_until_ms = greatest(sb_moderation_revoked_token.kept_until_ms, excluded.kept_until_ms)
-                        """, logger: self.logger)
-                case .revokeIssuedBefore(let user, let before, let kept):
-                    try await connection.query(
-                        """
-                        INSERT INTO sb_moderation_revoked_before (user_id, before_ms, kept_until_ms)
-                        VALUES (\(ByteBuffer(string: user)), \(before), \(kept))
-                        ON CONFLICT (user_id) DO UPDATE
-                        SET before_ms = greatest(sb_moderation_revoked_before.before_ms, excluded.before_ms),
-                            kept_until_ms = greatest(sb_moderation_revoked_before.kept_until_ms, excluded.kept_until_ms)
-                        """, logger: self.logger)
-                }
-                let row = ChangeFeedRows.Row(kind: .moderation, payload: ByteBuffer(string: action.json.description))
-                try await ChangeFeedRows.append([row], node: self.nodeID, on: connection, logger: self.logger)
-                try await connection.query("COMMIT", logger: self.logger)
-            } catch {
-                await connection.rollBack(after: error, logger: self.logger)
-                throw error
+        try await self.pool.withTransaction("a moderation action") { transaction in
+            let connection = transaction.connection
+            switch action {
+            case .kick(_, _, nil), .unsubscribe:
+                break
+            case .kick(let user, _, let until?):
+                try await transaction.query(
+                    """
+                    INSERT INTO sb_moderation_ban (user_id, until_ms) VALUES (\(ByteBuffer(string: user)), \(until))
+                    ON CONFLICT (user_id) DO UPDATE SET until_ms = excluded.until_ms
+                    """)
+            case .revokeToken(let id, let kept):
+                try await transaction.query(
+                    """
+                    INSERT INTO sb_moderation_revoked_token (token_id, kept_until_ms)
+                    VALUES (\(ByteBuffer(string: id)), \(kept))
+                    ON CONFLICT (token_id) DO UPDATE
+                    SET kept_until_ms = greatest(sb_moderation_revoked_token.kept_until_ms, excluded.kept_until_ms)
+                    """)
+            case .revokeIssuedBefore(let user, let before, let kept):
+                try await transaction.query(
+                    """
+                    INSERT INTO sb_moderation_revoked_before (user_id, before_ms, kept_until_ms)
+                    VALUES (\(ByteBuffer(string: user)), \(before), \(kept))
+                    ON CONFLICT (user_id) DO UPDATE
+                    SET before_ms = greatest(sb_moderation_revoked_before.before_ms, excluded.before_ms),
+                        kept_until_ms = greatest(sb_moderation_revoked_before.kept_until_ms, excluded.kept_until_ms)
+                    """)
             }
-        } catch {
-            self.slot.forget(ifClosed: connection)
-            throw error
+            let row = ChangeFeedRows.Row(kind: .moderation, payload: ByteBuffer(string: action.json.description))
+            try await ChangeFeedRows.append([row], node: self.nodeID, on: connection, logger: self.logger)
         }
     }
 
     func setLastSeen(user: String, atMs: Int64) {
-        let slot = self.slot
+        let pool = self.pool
         let logger = self.logger
         Task {
             do {
-                let (connection, watch) = try await slot.openWatched()
-                defer { watch.end() }
-                do {
-                    try await connection.query(
+                try await pool.withConnection("recording a last-seen time") { lease in
+                    try await lease.query(
                         """
                         INSERT INTO sb_last_seen (user_id, at_ms) VALUES (\(ByteBuffer(string: user)), \(atMs))
                         ON CONFLICT (user_id) DO UPDATE SET at_ms = greatest(sb_last_seen.at_ms, excluded.at_ms)
-                        """, logger: logger)
-                } catch {
-                    slot.forget(ifClosed: connection)
-                    throw error
+                        """)
                 }
             } catch {
                 logger.warning("last-seen time not recorded", metadata: ["user": "\(user)", "error": "\(error)"])
@@ -137,33 +129,26 @@ final class PostgresModerationBackend: ModerationBackend {
     }
 
     func lastSeen(of users: [String]) async throws -> [String: Int64] {
-        let (connection, watch) = try await self.slot.openWatched()
-        defer { watch.end() }
-        do {
-            let rows = try await connection.query(
+        try await self.pool.withConnection("reading last-seen times") { lease in
+            let rows = try await lease.query(
                 """
                 SELECT user_id, at_ms FROM sb_last_seen
                 WHERE user_id = ANY(\(users.map { ByteBuffer(string: $0) })::bytea[])
-                """, logger: self.logger)
+                """)
             var seen: [String: Int64] = [:]
-            for try await (user, at) in rows.decode((ByteBuffer, Int64).self) { seen[String(buffer: user)] = at }
+            for row in rows {
+                let (user, at) = try row.decode((ByteBuffer, Int64).self)
+                seen[String(buffer: user)] = at
+            }
             return seen
-        } catch {
-            self.slot.forget(ifClosed: connection)
-            throw error
         }
     }
 
     /// From `sb_session`, which the event area keeps (a cluster without the event area sees only this node's users).
     func onlineElsewhere(_ users: [String]) async throws -> Set<String> {
         guard !users.isEmpty else { return [] }
-        let (connection, watch) = try await self.slot.openWatched()
-        defer { watch.end() }
-        do {
-            return try await ClusterSessions.onlineUsers(users, on: connection, logger: self.logger)
-        } catch {
-            self.slot.forget(ifClosed: connection)
-            throw error
+        return try await self.pool.withConnection("reading who is online elsewhere") { lease in
+            try await ClusterSessions.onlineUsers(users, on: lease.connection, logger: lease.logger)
         }
     }
 

@@ -255,26 +255,25 @@ final class PresenceMirror: Sendable {
 /// removes whatever rows of the node remain.
 final class PresenceWriter: Service, Sendable {
     private let presence: PostgresPresence
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
     private static let batchLimit = 1_000
 
-    init(presence: PostgresPresence, location: PostgresLocation, logger: Logger) {
+    init(presence: PostgresPresence, pool: PostgresPool, logger: Logger) {
         self.presence = presence
-        self.location = location
+        self.pool = pool
         self.logger = logger
     }
 
     func run() async throws {
-        var connection: PostgresConnection?
         var reconnect = ReconnectPolicy.connection.backoff()
         var registration = ReconnectPolicy.registration.backoff()
         await withGracefulShutdownHandler {
             while !self.stopping.load(ordering: .relaxed) && !Task.isCancelled {
                 await self.presence.wakeup.wait(timeout: .seconds(1))
                 do {
-                    while try await self.writeBatch(&connection) {}
+                    while try await self.writeBatch() {}
                     reconnect.succeeded()
                     registration.succeeded()
                 } catch is NodeNotRegistered {
@@ -283,8 +282,6 @@ final class PresenceWriter: Service, Sendable {
                 } catch {
                     self.logger.warning(
                         "presence write failed; trying again", metadata: ["error": "\(String(reflecting: error))"])
-                    if let open = connection { _ = try? await open.close() }
-                    connection = nil
                     try? await reconnect.wait()
                 }
             }
@@ -292,61 +289,35 @@ final class PresenceWriter: Service, Sendable {
             self.stopping.store(true, ordering: .relaxed)
             self.presence.wakeup.signal()
         }
-        // What is queued, then the node's rows (whether or not a write left a connection open), within a time limit.
-        let last = LastConnection(connection)
+        // What is queued, then the node's rows, within a time limit.
         let done = await finishes(by: .now + .seconds(10)) {
-            var connection = last.connection
-            defer { last.connection = connection }
             do {
-                while try await self.writeBatch(&connection) {}
-                let current: PostgresConnection
-                if let open = connection, !open.isClosed {
-                    current = open
-                } else {
-                    current = try await PostgresConnection.connect(
-                        configuration: self.location.configuration, id: 3_000, logger: self.logger)
-                    connection = current
-                    last.connection = current
+                while try await self.writeBatch() {}
+                try await self.pool.withConnection("removing the node's presence rows") { lease in
+                    try await lease.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)")
+                    try await lease.query("DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)")
                 }
-                try await current.query("DELETE FROM sb_presence WHERE node = \(self.presence.nodeID)", logger: self.logger)
-                try await current.query(
-                    "DELETE FROM sb_presence_state WHERE node = \(self.presence.nodeID)", logger: self.logger)
             } catch {
                 self.logger.warning("presence rows not removed at shutdown", metadata: ["error": "\(error)"])
             }
         }
         if !done { self.logger.warning("presence rows not removed at shutdown: the database did not answer in time") }
-        if let connection = last.connection { _ = try? await connection.close() }
     }
 
     /// Writes one batch; true when one was written (more may be queued).
-    private func writeBatch(_ connection: inout PostgresConnection?) async throws -> Bool {
+    private func writeBatch() async throws -> Bool {
         let changes = self.presence.take(limit: Self.batchLimit)
         guard !changes.isEmpty else { return false }
-        var watch: ConnectionWatch?
-        defer { watch?.end() }
         do {
-            let current: PostgresConnection
-            if let open = connection, !open.isClosed {
-                current = open
-            } else {
-                var configuration = self.location.configuration
-                configuration.options.connectTimeout = .seconds(2)
-                current = try await PostgresConnection.connect(configuration: configuration, id: 3_000, logger: self.logger)
-                connection = current
-            }
-            // Bounded: past its deadline the connection is closed (failing the waiting statement) and opened again.
-            watch = ConnectionWatch(current)
-            try await self.write(changes, on: current)
+            try await self.write(changes)
             return true
         } catch {
-            if watch?.expired == true { connection = nil }
             self.presence.putBack(changes)
             throw error
         }
     }
 
-    private func write(_ changes: [PresenceChange], on connection: PostgresConnection) async throws {
+    private func write(_ changes: [PresenceChange]) async throws {
         // The net effect per row: the last change of a session in a channel, the last state of a user in a channel.
         var sessions: [PresenceChange.Session: (present: Bool, quiet: Bool, order: Int)] = [:]
         var states: [StateRowKey: (items: [StateItem], order: Int)] = [:]
@@ -380,8 +351,9 @@ final class PresenceWriter: Service, Sendable {
             stateValues.append(buffer)
         }
         let node = self.presence.nodeID
-        try await connection.query("BEGIN", logger: self.logger)
-        do {
+        // Bounded: past its deadline the connection is closed (failing the waiting statement) and not used again.
+        try await self.pool.withTransaction("a presence batch") { transaction in
+            let connection = transaction.connection
             // Only while the node is registered: a node already swept as dead (its heartbeat failed while this
             // connection worked) must not add rows nobody would sweep again. The shared row lock orders this batch
             // before or after a sweep of the node, never beside it.
@@ -426,10 +398,6 @@ final class PresenceWriter: Service, Sendable {
             try await ChangeFeedRows.append(
                 [ChangeFeedRows.Row(kind: .presence, payload: PresenceChangeCoding.encode(changes))], node: node,
                 on: connection, logger: self.logger)
-            try await connection.query("COMMIT", logger: self.logger)
-        } catch {
-            await connection.rollBack(after: error, logger: self.logger)
-            throw error
         }
     }
 
@@ -626,19 +594,5 @@ enum PresenceChangeCoding {
         guard let session = buffer.readInteger(as: UInt64.self) else { throw Self.malformed }
         let userID = try Self.readString(&buffer)
         return PresenceChange.Session(node: node, session: session, userID: userID, channel: try Self.readChannel(&buffer))
-    }
-}
-
-/// The presence writer's connection, handed to its bounded last writes (and closed by the writer if they time out).
-private final class LastConnection: Sendable {
-    private let value: Mutex<PostgresConnection?>
-
-    init(_ connection: PostgresConnection?) {
-        self.value = Mutex(connection)
-    }
-
-    var connection: PostgresConnection? {
-        get { self.value.withLock { $0 } }
-        set { self.value.withLock { $0 = newValue } }
     }
 }

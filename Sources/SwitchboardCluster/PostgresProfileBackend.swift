@@ -10,9 +10,9 @@ import Synchronization
 /// ``ProfileBackend`` of every node's ``ProfileDirectory``, and its ``ProfileProviderRelay`` to the other nodes.
 ///
 /// Writes are queued in the order the directory makes them and committed in batches, one transaction each, by
-/// ``run()`` (a service of the node) on a connection of its own; each write appends one `.profile` change feed row
-/// (``ProfileFeedMessage``) in that transaction, from which the other nodes bring their copies up to date and tell
-/// their own subscribers (``ProfileFeedConsumer``). Completions run after the commit, on the writer's task.
+/// ``run()`` (a service of the node) on the node's connections (``PostgresPool``); each write appends one `.profile`
+/// change feed row (``ProfileFeedMessage``) in that transaction, from which the other nodes bring their copies up to
+/// date and tell their own subscribers (``ProfileFeedConsumer``). Completions run after the commit, on the writer's task.
 ///
 /// Provider requests travel through the feed as well, addressed to a node: a node with no provider of a kind
 /// forwards a read's ask to the node whose session registered last (`sb_profile_provider`), which asks its provider;
@@ -25,7 +25,7 @@ import Synchronization
 final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Service {
     /// This node.
     let nodeID: String
-    private let location: PostgresLocation
+    private let pool: PostgresPool
     private let logger: Logger
     private let snapshot: ProfileSnapshot
     private let queue = Mutex(Queue())
@@ -45,26 +45,26 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     }
 
     private init(
-        location: PostgresLocation, nodeID: String, snapshot: ProfileSnapshot, providers: [ProfileKind: String],
+        pool: PostgresPool, nodeID: String, snapshot: ProfileSnapshot, providers: [ProfileKind: String],
         progress: FeedProgress, logger: Logger
     ) {
-        self.location = location
+        self.pool = pool
         self.nodeID = nodeID
         self.snapshot = snapshot
         self.remoteNodes = Mutex(providers)
         self.logger = logger
-        self.feedCatchUp = FeedCatchUp(location: location, nodeID: nodeID, progress: progress, logger: logger)
+        self.feedCatchUp = FeedCatchUp(pool: pool, progress: progress, logger: logger)
     }
 
     /// Reads the directory and its providers (after the node noted where the feed ends).
     ///
     /// - Parameter progress: How far the node's feed reader got.
-    static func open(location: PostgresLocation, nodeID: String, progress: FeedProgress, logger: Logger) async throws
+    static func open(pool: PostgresPool, nodeID: String, progress: FeedProgress, logger: Logger) async throws
         -> PostgresProfileBackend
     {
-        let connection = try await PostgresConnection.connect(
-            configuration: location.configuration, id: 3_000, logger: logger)
-        do {
+        let loading = "loading the profile directory"
+        let (snapshot, providers) = try await pool.withConnection(loading, timeout: .seconds(60)) { lease in
+            let connection = lease.connection
             let snapshot = try await Self.readSnapshot(on: connection, logger: logger)
             var providers: [ProfileKind: String] = [:]
             // A registration left by a node that is gone without being swept (it left while its last write failed)
@@ -77,14 +77,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             for try await (kind, node) in rows.decode((Int16, String).self) where node != nodeID {
                 providers[ProfileKind(rawValue: UInt32(UInt16(bitPattern: kind)))] = node
             }
-            try await connection.close()
-            return PostgresProfileBackend(
-                location: location, nodeID: nodeID, snapshot: snapshot, providers: providers, progress: progress,
-                logger: logger)
-        } catch {
-            try? await connection.close()
-            throw error
+            return (snapshot, providers)
         }
+        return PostgresProfileBackend(
+            pool: pool, nodeID: nodeID, snapshot: snapshot, providers: providers, progress: progress, logger: logger)
     }
 
     private static func readSnapshot(on connection: PostgresConnection, logger: Logger) async throws -> ProfileSnapshot {
@@ -253,30 +249,12 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     }
 
     private func writeUntilStopped() async {
-        var connection: PostgresConnection?
-        var connectionID = 3_001
         /// Records of failed writes, to read again as committed once the database answers.
         var stale = Set<ProfileRecordKey>()
-        func open() async throws -> PostgresConnection {
-            if let current = connection, !current.isClosed {
-                try self.location.node?.checkAlive()
-                return current
-            }
-            connectionID += 1
-            var configuration = self.location.configuration(applicationName: "switchboard-profiles-\(self.nodeID)")
-            configuration.options.connectTimeout = .seconds(2)  // ClusterDeadlines.connect
-            let opened = try await PostgresConnection.connect(configuration: configuration, id: connectionID, logger: self.logger)
-            connection = opened
-            try self.location.node?.checkAlive()  // before each batch: see PostgresConnectionSlot.open()
-            return opened
-        }
         while true {
             if !stale.isEmpty {
                 do {
-                    let current = try await open()
-                    let watch = ConnectionWatch(current)
-                    defer { watch.end() }
-                    try await self.reread(Array(stale), on: current)
+                    try await self.reread(Array(stale))
                     stale = []
                 } catch {
                     self.logger.warning(
@@ -302,7 +280,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             self.tracker.withLock { $0.startWriting(keys) }
             while true {
                 do {
-                    let (version, messages) = try await self.commit(batch.map(\.write), on: try await open())
+                    let (version, messages) = try await self.commit(batch.map(\.write))
                     // Changes another node committed after a first attempt took its version, applied meanwhile, are
                     // older than this commit after all: read those records again as committed.
                     let overtaken = self.tracker.withLock { $0.end(keys, committedAt: version) }
@@ -310,10 +288,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                     self.install(messages, committedAt: version)
                     for (_, completion) in batch { completion?(.success(())) }
                 } catch {
-                    if !retried, let lost = connection, ConnectionLoss.caused(error, on: lost) {
-                        lost.closeNow()
+                    if !retried, PostgresPool.lostTheDatabase(error) {
                         retried = true
-                        connection = nil
                         self.tracker.withLock { $0.writingVersion = nil }
                         continue
                     }
@@ -329,8 +305,6 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             }
             self.tracker.withLock { $0.endWriting() }
         }
-        if let connection { try? await connection.close() }
-        await self.feedCatchUp.close()
     }
 
     private static func rereadable(_ record: ProfileRecordKey) -> Bool {
@@ -339,7 +313,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     }
 
     /// Reads `records` as committed and puts them in the directory, unless a newer change of one is there or pending.
-    private func reread(_ records: [ProfileRecordKey], on connection: PostgresConnection) async throws {
+    private func reread(_ records: [ProfileRecordKey]) async throws {
         guard let apply = self.installer.withLock({ $0 }) else { return }
         var users: [String] = []
         var groups: [String] = []
@@ -360,8 +334,8 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
         var foundMembers: [String: GroupMemberInfo] = [:]
         var foundLists: [String: [String]] = [:]
         var version: Int64 = 0
-        try await connection.query("BEGIN", logger: logger)
-        do {
+        try await self.pool.withTransaction("reading profile records again") { transaction in
+            let connection = transaction.connection
             // Under the feed's lock every commit up to the version read is visible, and none after it.
             try await connection.query("SELECT pg_advisory_xact_lock(\(PostgresSchema.outboxLockKey))", logger: logger)
             let versions = try await connection.query(
@@ -419,10 +393,6 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
             for try await (group, user) in entryRows.decode((ByteBuffer, ByteBuffer).self) {
                 foundLists[String(buffer: group), default: []].append(String(buffer: user))
             }
-            try await connection.query("COMMIT", logger: logger)
-        } catch {
-            await connection.rollBack(after: error, logger: logger)
-            throw error
         }
         func put(_ change: ProfileReplicatedChange) {
             apply(change) { key in self.tracker.withLock { $0.admitOwn(key, version: version) } }
@@ -448,14 +418,10 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
     }
 
     /// Applies `writes` in one transaction with their feed rows. - Returns: The transaction's version.
-    private func commit(_ writes: [ProfileWrite], on connection: PostgresConnection) async throws
-        -> (version: Int64, messages: [ProfileFeedMessage])
-    {
+    private func commit(_ writes: [ProfileWrite]) async throws -> (version: Int64, messages: [ProfileFeedMessage]) {
         // Bounded: past its deadline the connection is closed, which fails the waiting statement.
-        let watch = ConnectionWatch(connection)
-        defer { watch.end() }
-        try await connection.query("BEGIN", logger: self.logger)
-        do {
+        try await self.pool.withTransaction("a profile directory batch") { transaction in
+            let connection = transaction.connection
             var messages: [ProfileFeedMessage] = []
             messages.reserveCapacity(writes.count)
             var index = 0
@@ -506,11 +472,7 @@ final class PostgresProfileBackend: ProfileBackend, ProfileProviderRelay, Servic
                 ChangeFeedRows.Row(kind: .profile, payload: ProfileFeedCoding.encode($0, version: version))
             }
             try await ChangeFeedRows.append(rows, node: self.nodeID, on: connection, logger: self.logger)
-            try await connection.query("COMMIT", logger: self.logger)
             return (version, messages)
-        } catch {
-            await connection.rollBack(after: error, logger: self.logger)
-            throw error
         }
     }
 

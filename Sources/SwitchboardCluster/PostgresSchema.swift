@@ -241,16 +241,9 @@ enum PostgresSchema {
         "CREATE TABLE IF NOT EXISTS sb_last_seen (user_id bytea PRIMARY KEY, at_ms bigint NOT NULL)",
     ]
 
-    /// Creates the tables that do not exist yet.
-    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.query("BEGIN", logger: logger)
-        do {
-            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))", logger: logger)
-            for statement in Self.statements { try await connection.query(statement, logger: logger) }
-            try await connection.query("COMMIT", logger: logger)
-        } catch {
-            await connection.rollBack(after: error, logger: logger)
-            throw error
-        }
+    /// Creates the tables that do not exist yet, in `transaction` (``PostgresPool/withTransaction(_:timeout:_:)``).
+    static func migrate(_ transaction: PostgresTransaction) async throws {
+        try await transaction.query("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))", "the schema lock")
+        for statement in Self.statements { try await transaction.query(statement, "creating a table") }
     }
 }

@@ -34,7 +34,7 @@ struct PresenceStoreParts {
 /// Presence in `sb_presence` and `sb_presence_state`, its changes on the change feed (``PresenceWriter``).
 struct PostgresPresenceStore: PresenceStore {
     let presence: PostgresPresence
-    let location: PostgresLocation
+    let pool: PostgresPool
 
     func load(on connection: PostgresConnection, logger: Logger) async throws -> [PresenceChange] {
         try await PostgresPresence.loadRows(on: connection, logger: logger)
@@ -45,7 +45,7 @@ struct PostgresPresenceStore: PresenceStore {
     ) -> PresenceStoreParts {
         mirror.apply(loaded)
         return PresenceStoreParts(
-            services: [PresenceWriter(presence: self.presence, location: self.location, logger: logger)],
+            services: [PresenceWriter(presence: self.presence, pool: self.pool, logger: logger)],
             feedConsumer: PresenceFeedConsumer(mirror: mirror),
             sweeper: PresenceSweeper(nodeID: self.presence.nodeID, mirror: mirror, deadFor: deadFor))
     }

@@ -46,9 +46,10 @@ struct APIResponder: Sendable {
             return Self.failure(ErrorBody(.unknownOperation, "no operation at \(path); the API's operations are in \(APIOperations.documentPath)"))
         }
         // An operation that takes nothing (info) also answers GET, as a POST with an empty object.
-        let byGet = APIOperations.gettable.contains(op) && request.method == .get
+        let gettable = op.map { APIOperations.gettable.contains($0) } ?? false
+        let byGet = gettable && request.method == .get
         guard request.method == .post || byGet else {
-            return Self.methodNotAllowed(APIOperations.gettable.contains(op) ? "GET, POST" : "POST")
+            return Self.methodNotAllowed(gettable ? "GET, POST" : "POST")
         }
         let caller: GatewayOperations.Caller
         switch await self.access.caller(authorization: request.headers[.authorization]) {

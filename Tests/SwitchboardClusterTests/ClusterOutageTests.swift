@@ -110,7 +110,7 @@ struct ClusterOutageTests {
             #expect(sample("switchboard_cluster_fenced", text) == 0)
             #expect(text.contains(#"switchboard_cluster_dependency_up{dependency="postgresql"} 1"#))
 
-            // A restart of PostgreSQL: the feed reader and the metadata writer each connect again, and count it.
+            // A restart of PostgreSQL: the feed reader and the node's pool each connect again, and count it.
             await postgres.stopServer()
             try await Task.sleep(for: .seconds(2))
             try await postgres.startServer()

@@ -324,7 +324,7 @@ struct ClusterProfileTests {
         }
     }
 
-    @Test("a profile write after the database closed the node's writing connection is committed, not refused")
+    @Test("a profile write after the database closed the node's pooled connections is committed, not refused")
     func aWriteAfterTheWriterConnectionWasClosedIsCommitted() async throws {
         try await withCluster(nodes: 2) { postgres, nodes in
             let tony = try await nodes[0].client("Tony")
@@ -332,9 +332,9 @@ struct ClusterProfileTests {
             let killed = try await postgres.psql(
                 """
                 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                WHERE application_name = 'switchboard-profiles-\(nodes[0].engine.nodeID)'
+                WHERE application_name = 'switchboard-node-\(nodes[0].engine.nodeID)'
                 """)
-            #expect(killed == "1")
+            #expect((Int(killed) ?? 0) >= 1, "\(killed)")
             try await tony.setUserInfo(UserInfo(userId: "Tony", name: "second"))
             let reader = try await nodes[1].client("Reader")
             let settled15 = try await eventually { try await reader.getUserInfo(userIDs: ["Tony"]).users.map(\.name) == ["second"] }

@@ -127,7 +127,7 @@ public struct MetricFamily: Sendable, Hashable {
             help: "Times the change feed reader connected to PostgreSQL again after losing its connection."),
         MetricFamily(
             "switchboard_cluster_writer_reconnects_total", .counter,
-            help: "Times the metadata writer opened its PostgreSQL connection again after losing it."),
+            help: "Times the node's PostgreSQL pool opened a connection to replace one that was lost."),
         MetricFamily(
             "switchboard_cluster_fenced", .gauge,
             help: "1 once the node stopped serving because it could not keep its heartbeat, else 0."),

@@ -12,7 +12,7 @@ public struct ClusterStatusReport: Sendable, Equatable {
     public var lagSeconds: Double
     /// Times the change feed reader connected again after losing its connection.
     public var feedReconnects: Int
-    /// Times the metadata writer opened its PostgreSQL connection again after losing it.
+    /// Times the node's PostgreSQL pool opened a connection to replace one that was lost.
     public var writerReconnects: Int
     /// Whether the node stopped serving because it could not keep its heartbeat.
     public var fenced: Bool
