@@ -5,7 +5,7 @@ import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
-/// The admin change stream on a cluster (`Protocol/SPEC.md` §13.8): a node's stream carries what it learns from the
+/// The admin change stream on a cluster (`Protocol/SPEC.md` §13.9): a node's stream carries what it learns from the
 /// other nodes too, numbered by its own positions; resuming on another node answers `gap`.
 @Suite("Cluster change stream", .serialized, .timeLimit(.minutes(3)))
 struct ClusterChangeStreamTests {
@@ -31,7 +31,7 @@ struct ClusterChangeStreamTests {
                 got.append(change)
             }
             #expect(got.allSatisfy { $0.userId == "far-1" })
-            let presence = got.filter { [.presenceJoin, .presenceState, .presenceLeave].contains($0.kind) }
+            let presence = got.filter { Self.isMembership($0.kind) }
             #expect(presence.map(\.kind) == [.presenceJoin, .presenceState, .presenceLeave])
             #expect(presence.allSatisfy { $0.channel == "hall" })
             #expect(got.contains { $0.kind == .online && $0.onlineValue == 1 })
@@ -48,6 +48,13 @@ struct ClusterChangeStreamTests {
             #expect(resumed.gap && resumed.epoch != opened.epoch)
             for client in [admin, user, local, elsewhere] { await client.close() }
         }
+    }
+}
+
+extension ClusterChangeStreamTests {
+    /// A join, state change or leave of a channel member.
+    static func isMembership(_ kind: ChangeKind) -> Bool {
+        kind == ChangeKind.presenceJoin || kind == ChangeKind.presenceState || kind == ChangeKind.presenceLeave
     }
 }
 

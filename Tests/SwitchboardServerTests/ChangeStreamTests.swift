@@ -6,7 +6,7 @@ import SwitchboardTestSupport
 import SwitchboardWire
 import Testing
 
-/// The admin change stream (`subscribeChanges`, `Protocol/SPEC.md` §13.8) over real sockets, on a full gateway with
+/// The admin change stream (`subscribeChanges`, `Protocol/SPEC.md` §13.9) over real sockets, on a full gateway with
 /// its SQLite files: every presence, online and metadata change of thousands of matching users and none of the
 /// others, resuming after a disconnect, a gap for a position the ring no longer holds, and the grant check.
 @Suite struct ChangeStreamTests {
