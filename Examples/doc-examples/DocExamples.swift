@@ -117,7 +117,10 @@ func calls(_ client: SwitchboardClient) async throws {
     try await client.revokeToken(id: "jti-of-a-leaked-token")
     let rooms = try await client.listChannels(prefix: "room:", limit: 50)  // rooms.nextCursor for the next page
     let seen = try await client.lastSeen(["tony", "ana"])
+    // Admin change stream (§13.9, Docs/admin-changes.md): changes arrive on client.changes
+    let stream = try await client.subscribeChanges(channelPattern: "room.*")  // stream.epoch, stream.position
     // doc:end
+    try check(!stream.gap && stream.epoch > 0, "change stream: \(stream)")
     try check(mine.items.map(\.key) == ["status"], "user metadata: \(mine)")
     try check(page.users.map(\.userId) == ["tony"] && page.totalOccupancy == 1, "who now: \(page)")
     try check(users.users.map(\.name) == ["Tony"] && users.missing == ["ana"], "user info: \(users)")

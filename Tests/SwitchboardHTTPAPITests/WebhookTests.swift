@@ -229,7 +229,10 @@ struct WebhookTests {
         try await Self.run(second) {
             _ = try await receiver.wait(timeout: .seconds(10)) { $0.filter { $0.status == 200 }.count >= 3 }
         }
-        let accepted = receiver.accepted
+        // At least once: a try the receiver accepted but whose answer came too late for the sender (a loaded machine)
+        // is sent again with the same id; by id, each arrives once, in order.
+        var seen: Set<String> = []
+        let accepted = receiver.accepted.filter { seen.insert($0.id).inserted }
         #expect(accepted.map { $0.json["userId"] as? String ?? "" } == ["u1", "u2", "u3"])
         #expect(failedIDs.isSubset(of: Set(accepted.map(\.id))))
         #expect(try WebhookOutbox(path: path).pendingCount == 0)
