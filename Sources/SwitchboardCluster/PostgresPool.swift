@@ -157,6 +157,9 @@ final class PostgresPool: Sendable {
         let deadline = ContinuousClock.now + timeout
         let logger = self.logger
         let node = self.node
+        // A fenced node waits for no connection: what it would write is refused anyway (its shutdown then does not
+        // wait out a deadline per service for a database that turned it away).
+        try node?.checkAlive()
         // Waiting for a connection is bounded too: the lease is cancelled at the deadline.
         let leased = LeaseFlag()
         return try await withoutActuallyEscaping(body) { body in
