@@ -149,7 +149,7 @@ struct ClusterFencingTests {
         }
     }
 
-    @Test("a signal ends a fenced node at once (75), and a second SIGTERM ends a node stuck in its shutdown at once (130)")
+    @Test("a fenced node ends at once (75), and a second SIGTERM ends a node stuck in its shutdown at once (130)")
     func signalsEndAStuckNodeAtOnce() async throws {
         // A drain grace of a minute: neither node would be done by itself within the checks' bounds.
         try await ClusterProcessTests.withNodes(2, arguments: ["--presence-timeout", "8", "--shutdown-grace-ms", "60000"]) {
@@ -169,11 +169,12 @@ struct ClusterFencingTests {
             nodes[1].process.signal(SIGTERM)
             #expect(await nodes[1].process.waitForExit(seconds: 3) == 130)
 
-            // Node 0 fences itself (7 s): its client is sent away, then it waits on the database; a SIGTERM ends it.
+            // Node 0 fences itself (7 s): its client is sent away, and it stops with 75. A fenced node waits for no
+            // database connection (PostgresPool refuses it at once), so it may have ended by itself already; if not, a
+            // SIGTERM ends it at once.
             #expect(try await eventually(seconds: 20) { !client.state.isConnected })
             try await Task.sleep(for: .seconds(1))
-            #expect(nodes[0].process.isRunning, "the fenced node stopped by itself: nothing to check")
-            nodes[0].process.signal(SIGTERM)
+            if nodes[0].process.isRunning { nodes[0].process.signal(SIGTERM) }
             #expect(await nodes[0].process.waitForExit(seconds: 3) == 75)
             await client.close()
             await lingering.close()
