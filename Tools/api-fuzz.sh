@@ -26,9 +26,14 @@ cleanup() {
 trap cleanup EXIT
 key="sk_fuzz_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 echo "fuzz $key" > "$work/keys"
+# Webhooks on (to a port nobody listens on, with few tries), so their dead-letter routes are fuzzed too.
+cat > "$work/webhooks.json" <<'JSON'
+{"endpoints": [{"name": "fuzz", "url": "http://127.0.0.1:9/hooks",
+  "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], "maxAttempts": 2}]}
+JSON
 SWITCHBOARD_TOKEN_SECRET="fuzz-secret-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
   "$binary" --tcp 127.0.0.1:0 --unix-socket off --database "$work/fuzz.sqlite" --api 127.0.0.1:0 \
-  --api-key-file "$work/keys" 2>"$work/gateway.log" &
+  --api-key-file "$work/keys" --webhooks "$work/webhooks.json" 2>"$work/gateway.log" &
 gateway=$!
 api=""
 for _ in $(seq 1 300); do
