@@ -24,6 +24,15 @@ import Testing
         try result.get()
     }
 
+    /// A gateway on `database` where Tony holds lock `mic` (TTL 30 s) of channel `room`, stopped while he is online.
+    private static func storeTonysLock(in database: TemporaryPath, clock: ManualClock) async throws {
+        let first = try Self.open(database, clock: clock)
+        try await Self.change(first, "mic", .set(ttlSeconds: 30))
+        try await first.acquireLock(
+            channel: "room", channelType: .message, name: "mic", userID: "tony", session: "s1", retry: false)
+        await first.close()
+    }
+
     @Test func locksAndHoldersComeBackWhenTheFileIsOpenedAgain() async throws {
         let database = TemporaryPath("sb-durable-locks", suffix: ".sqlite")
         defer { database.remove() }  // with its siblings
@@ -47,11 +56,7 @@ import Testing
         let database = TemporaryPath("sb-durable-locks", suffix: ".sqlite")
         defer { database.remove() }  // with its siblings
         let clock = ManualClock()
-        let first = try Self.open(database, clock: clock)
-        try await Self.change(first, "mic", .set(ttlSeconds: 30))
-        try await first.acquireLock(
-            channel: "room", channelType: .message, name: "mic", userID: "tony", session: "s1", retry: false)
-        await first.close()
+        try await Self.storeTonysLock(in: database, clock: clock)
 
         // The gateway was down for a minute, longer than the TTL: the lease starts at the restart all the same.
         clock.advance(byMs: 60_000)
@@ -74,11 +79,7 @@ import Testing
         let database = TemporaryPath("sb-durable-locks", suffix: ".sqlite")
         defer { database.remove() }  // with its siblings
         let clock = ManualClock()
-        let first = try Self.open(database, clock: clock)
-        try await Self.change(first, "mic", .set(ttlSeconds: 30))
-        try await first.acquireLock(
-            channel: "room", channelType: .message, name: "mic", userID: "tony", session: "s1", retry: false)
-        await first.close()
+        try await Self.storeTonysLock(in: database, clock: clock)
 
         let second = try Self.open(database, clock: clock)
         clock.advance(byMs: 10_000)
@@ -100,11 +101,7 @@ import Testing
         let database = TemporaryPath("sb-durable-locks", suffix: ".sqlite")
         defer { database.remove() }  // with its siblings
         let clock = ManualClock()
-        let first = try Self.open(database, clock: clock)
-        try await Self.change(first, "mic", .set(ttlSeconds: 30))
-        try await first.acquireLock(
-            channel: "room", channelType: .message, name: "mic", userID: "tony", session: "s1", retry: false)
-        await first.close()
+        try await Self.storeTonysLock(in: database, clock: clock)
 
         // The first restart starts Tony's countdown; 20 s later the gateway restarts again without him.
         let second = try Self.open(database, clock: clock)
