@@ -38,7 +38,10 @@ export class Chromium {
     this.profile = mkdtempSync(join(tmpdir(), "sbchrome"));
     this.process = spawn(process.env.CHROMIUM || "chromium", ["--headless=new", "--no-sandbox", "--disable-gpu",
       "--no-first-run", "--remote-debugging-port=0", `--user-data-dir=${this.profile}`, "about:blank"],
-    { stdio: ["ignore", "ignore", "pipe"] });
+    // Its own process group, so that stop() can end the browser's helper processes (zygote, renderers, crashpad)
+    // too: they outlive the main process for a moment and keep writing into the profile directory.
+    { stdio: ["ignore", "ignore", "pipe"], detached: true });
+    this.exited = new Promise((resolve) => this.process.once("exit", resolve));
     const endpoint = await new Promise((resolve, reject) => {
       let text = "";
       const timer = setTimeout(() => reject(new Error(`chromium did not start within 30 s:\n${text}`)), 30000);
@@ -69,10 +72,24 @@ export class Chromium {
     return this;
   }
 
-  send(method, params = {}, sessionId) {
+  /**
+   * Sends a DevTools command and awaits its result, failing with the command's name after `timeoutMs` rather than
+   * waiting for the test's own timeout (which would not say which step hung).
+   */
+  send(method, params = {}, sessionId, { timeoutMs = 20000 } = {}) {
     const id = ++this.nextId;
     this.socket.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
-    return new Promise((resolve, reject) => this.waiting.set(id, { resolve, reject }));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        const what = params.expression ? ` of ${JSON.stringify(params.expression).slice(0, 200)}` : "";
+        reject(new Error(`chromium did not answer ${method}${what} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiting.set(id, {
+        resolve: (value) => { clearTimeout(timer); resolve(value); },
+        reject: (error) => { clearTimeout(timer); reject(error); },
+      });
+    });
   }
 
   /** Opens a page and returns a function that evaluates an expression in it (awaiting promises). */
@@ -86,13 +103,43 @@ export class Chromium {
     };
   }
 
+  /**
+   * Ends the browser and every process of its group: SIGTERM, then SIGKILL if the browser has not exited within
+   * 5 s (a headless Chromium can hang in its shutdown), and removes its profile directory.
+   */
   async stop() {
     this.socket?.terminate();
-    if (this.process && this.process.exitCode === null) {
-      const exited = new Promise((resolve) => this.process.once("exit", resolve));
-      this.process.kill("SIGTERM");
-      await exited;
+    if (this.process) {
+      const group = (signal) => {
+        try { process.kill(-this.process.pid, signal); } catch { /* the group has already gone */ }
+      };
+      if (this.process.exitCode === null && this.process.signalCode === null) {
+        group("SIGTERM");
+        const ended = await Promise.race([this.exited.then(() => true), pause(5000).then(() => false)]);
+        if (!ended) {
+          group("SIGKILL");
+          await this.exited;
+        }
+      }
+      group("SIGKILL");   // helpers that outlived the browser
     }
-    rmSync(this.profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    if (this.profile) removeDirectory(this.profile);
+  }
+}
+
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Removes `path`; a helper process ending late may still add a file, so a few tries, then only a warning. */
+function removeDirectory(path) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      rmSync(path, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+      return;
+    } catch (error) {
+      if (attempt >= 5) {
+        console.warn(`could not remove the chromium profile ${path}: ${error.message}`);
+        return;
+      }
+    }
   }
 }
