@@ -207,6 +207,12 @@ REQUESTS = {
     "revokeTokens": {"userId": "Eve", "issuedBeforeMs": T0},
     "listChannels": {"channelType": "message", "prefix": "room:", "cursor": "1:room:b", "limit": 2},
     "getLastSeen": {"userIds": ["Ann", "Eve"]},
+    "setWill": {"actions": [
+        {"operation": 12, "items": [{"key": "status", "value": "away"}], "recordTs": True},
+        {"operation": 11, "channel": "room.7", "items": [{"key": "seat-3"}], "majorRevision": 4},
+        {"operation": 20, "channel": "room.7", "lock": "mic"},
+        {"operation": 34, "value": 10001, "expirySeconds": 3600, "onlineOnly": False, "ext": "gone"}],
+        "delaySeconds": 30},
     "subscribeChanges": {"kinds": ["presenceJoin", "presenceLeave", "online"], "channelPattern": "room.*",
                          "userPattern": "player-*", "resumeEpoch": T0 * 1000 + 7, "resumeFrom": 4096},
 }
@@ -252,6 +258,8 @@ RESPONSES = {
     "listChannels": {"channels": [{"channel": "room:c", "users": 2, "sessions": 3},
                                   {"channel": "room:d", "users": 1, "sessions": 1}], "nextCursor": "1:room:d"},
     "getLastSeen": {"users": [{"userId": "Ann", "online": True}, {"userId": "Eve", "lastSeenMs": T0}]},
+    "setWill": {"actions": 4},
+    "getWill": {"actions": [{"operation": 12, "items": [{"key": "status", "value": "away"}]}], "delaySeconds": 30},
     "info": {"nodeId": "9f2c41aa", "version": "0.9.0", "uptimeMs": 3723000, "serverTimeMs": T0, "connections": 4,
              "sessions": 3, "usersOnline": 2, "channels": 2, "memberships": 3, "userSubscriptions": 1,
              "metadataSets": 5, "metadataItems": 12, "writesTotal": 840, "writesPerSecond": 14,

@@ -75,6 +75,8 @@ public enum RestorableSubscription: Sendable, Hashable {
     /// `subscribeChanges` (the admin change stream) with its filter, resuming after the last change received
     /// (`resumeEpoch`, `resumeFrom`).
     case changes(SubscribeChangesRequest)
+    /// `setWill`: the session's last will, registered again on the new session.
+    case will(SetWillRequest)
 }
 
 /// What a reconnect restored.

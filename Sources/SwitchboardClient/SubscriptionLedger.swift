@@ -28,6 +28,8 @@ struct SubscriptionLedger: Sendable {
     private(set) var providerKinds: Set<ProfileKind> = []
     /// The admin change stream, with the resume point of the last change received.
     private(set) var changeStream: SubscribeChangesRequest?
+    /// The session's last will, registered again on a new session (nil: none).
+    private(set) var will: SetWillRequest?
 
     /// Notes a change received on the admin change stream: a new session resumes after it.
     mutating func noteChange(at position: UInt64) {
@@ -82,6 +84,8 @@ struct SubscriptionLedger: Sendable {
             self.changeStream = subscribe
         case .unsubscribeChanges where succeeded:
             self.changeStream = nil
+        case .setWill(let will) where succeeded:
+            self.will = will.actions.isEmpty ? nil : will
         default:
             break
         }
@@ -101,10 +105,13 @@ struct SubscriptionLedger: Sendable {
             self.providerKinds.subtract(kinds)
         case .changes:
             self.changeStream = nil
+        case .will:
+            self.will = nil
         }
     }
 
-    /// Everything to restore, in a stable order: channels, user metadata, profiles (in batches), providers.
+    /// Everything to restore, in a stable order: channels, user metadata, profiles (in batches), providers, the
+    /// change stream, the last will.
     var subscriptions: [RestorableSubscription] {
         var result: [RestorableSubscription] = self.channels.keys.sorted().compactMap { self.channels[$0] }
             .map { .channel($0) }
@@ -124,6 +131,7 @@ struct SubscriptionLedger: Sendable {
             result.append(.provider(kinds: self.providerKinds.sorted { $0.rawValue < $1.rawValue }))
         }
         if let changeStream = self.changeStream { result.append(.changes(changeStream)) }
+        if let will = self.will { result.append(.will(will)) }
         return result
     }
 }
@@ -138,6 +146,7 @@ extension RestorableSubscription {
             return .subscribeProfiles(SubscribeProfilesRequest(userIds: userIDs, groupIds: groupIDs))
         case .provider(let kinds): return .registerProvider(RegisterProviderRequest(kinds: kinds))
         case .changes(let subscribe): return .subscribeChanges(subscribe)
+        case .will(let will): return .setWill(will)
         }
     }
 }

@@ -169,6 +169,8 @@ public struct GatewayApplication: Service {
         public let moderation: ModerationArea?
         /// The admin change streams (`subscribeChanges`) over this node's change log.
         public var changes: ChangeArea? = nil
+        /// Last wills (`setWill`, `getWill`).
+        public var wills: WillArea? = nil
         /// The areas, then the extra handlers the application was given.
         public let handlers: [any RequestHandler]
         /// The areas, then the extra observers the application was given.
@@ -427,11 +429,17 @@ public struct GatewayApplication: Service {
                 taps: taps, capacity: max(configuration.changeLogCapacity, 1),
                 compressionThreshold: server.compressionThreshold, nowMillis: nowMillis))
         built.append(changes)
+        // Last wills run their actions through the areas above, as the ended session.
+        let wills = WillArea(
+            sessions: sessions, limits: metadataStore?.limits ?? StoreLimits(), timerLoop: eventLoopGroup.next(),
+            logger: self.logger)
+        built.append(wills)
+        let handlers = built.map { $0 as any RequestHandler } + [statistics] + self.handlers
+        wills.bind(InternalCaller(handlers: handlers, operations: LastWill.operations, nowMillis: nowMillis))
         return Services(
             sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore,
             engines: opened, storage: storage, presence: presence, events: events, profiles: profiles,
-            moderation: moderation, changes: changes,
-            handlers: built.map { $0 as any RequestHandler } + [statistics] + self.handlers,
+            moderation: moderation, changes: changes, wills: wills, handlers: handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }
 }

@@ -31,7 +31,7 @@ public struct StoreLimits: Sendable, Hashable {
     }
 
     /// Whether `identifier` has an allowed length (1 to ``maxIdentifierBytes`` bytes).
-    func isValidIdentifier(_ identifier: String) -> Bool {
+    public func isValidIdentifier(_ identifier: String) -> Bool {
         let count = identifier.utf8.count
         return count >= 1 && count <= self.maxIdentifierBytes
     }

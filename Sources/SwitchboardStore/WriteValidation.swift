@@ -5,7 +5,7 @@ extension MetadataWriteRequest {
     /// limits `7001`–`7006`, then `7000`).
     ///
     /// - Returns: The first rule the request breaks, or nil.
-    func validationError(limits: StoreLimits) -> SwitchboardStoreError? {
+    public func validationError(limits: StoreLimits) -> SwitchboardStoreError? {
         guard limits.isValidIdentifier(self.scope.name) else {
             let what = self.scope.isChannel ? "channel name" : "user id"
             return SwitchboardStoreError(.identifierTooLong, "\(what) must be 1-\(limits.maxIdentifierBytes) bytes")

@@ -24,9 +24,11 @@ struct OperationCoverageTests {
         ["provider", "register", "user"], ["provider", "answer", "1"],
         ["kick", "u"], ["unsubscribe-user", "u", "c"], ["revoke", "--token-id", "t"], ["channels"], ["last-seen", "u"],
         ["changes", "subscribe", "--changes-channel", "room.*"], ["changes", "unsubscribe"],
+        ["will", "set", #"{"operation": "setUserMetadata", "items": [{"key": "status", "value": "away"}]}"#],
+        ["will", "get"],
     ]
 
-    @Test("the commands cover all 50 operations of the schema")
+    @Test("the commands cover all 52 operations of the schema")
     func commandsCoverEveryOperation() throws {
         var covered: Set<Opcode> = []
         for line in Self.commandLines {
@@ -37,8 +39,19 @@ struct OperationCoverageTests {
         // `sbctl info` drives its session itself: the WELCOME facts, then (admins) the info operation.
         #expect(try parseCommand(["info"]) is InfoCommand)
         covered.insert(.info)
-        #expect(Opcode.allCases.count == 50)
+        #expect(Opcode.allCases.count == 52)
         #expect(covered == Set(Opcode.allCases), "missing: \(Set(Opcode.allCases).subtracting(covered))")
+    }
+
+    @Test("will set reads actions as canonical JSON with the operation by name or number, and a delay")
+    func willSetReadsActions() throws {
+        let status = WillAction(
+            operation: UInt64(Opcode.setUserMetadata.rawValue), items: [MetadataItem(key: "status", value: "away")])
+        #expect(try request("will", "set", "--delay", "30", #"{"operation": "setUserMetadata", "items": [{"key": "status", "value": "away"}]}"#)
+            == .setWill(SetWillRequest(actions: [status], delaySeconds: 30)))
+        #expect(try request("will", "set", #"{"operation": 34, "value": 10001}"#)
+            == .setWill(SetWillRequest(actions: [WillAction(operation: 34, value: 10_001)])))
+        #expect(try request("will", "clear") == .setWill(SetWillRequest()))
     }
 
     @Test("call reads any operation's body from canonical JSON")

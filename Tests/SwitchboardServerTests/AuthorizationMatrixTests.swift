@@ -53,7 +53,7 @@ import Testing
     /// Operations every session may call, whatever its grants.
     static let alwaysAllowed: Set<Opcode> = [
         .logout, .renewToken, .unsubscribeUserMetadata, .unsubscribeChannel, .unsubscribeEvent, .unsubscribeProfiles,
-        .listChannels, .unsubscribeChanges,
+        .listChannels, .unsubscribeChanges, .getWill,
     ]
     /// Operations only admins may call.
     static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider, .info]
@@ -351,6 +351,15 @@ import Testing
             return Scenario(
                 needs: [Need(permission: .moderate, kind: .user, name: friend)],
                 request: .getLastSeen(GetLastSeenRequest(userIds: [friend])))
+        case .setWill:
+            // Each action is checked as its own operation's request: a will writing the room needs write on it.
+            return Scenario(
+                needs: [channel(.write)],
+                request: .setWill(
+                    SetWillRequest(actions: [
+                        WillAction(
+                            operation: UInt64(Opcode.setChannelMetadata.rawValue), channel: room, items: item)
+                    ])))
         case .subscribeChanges:
             // A grant covering the user pattern (the exact id here; a prefix or `{user}` pattern covers it too).
             return Scenario(
@@ -550,6 +559,7 @@ import Testing
                 .unsubscribeChanges(EmptyBody()),
                 .logout(EmptyBody()),
                 .listChannels(ListChannelsRequest()),  // lists only what the caller may moderate
+                .getWill(EmptyBody()),  // the caller's own will
             ]
             #expect(Set(requests.map(\.operation)) == Self.alwaysAllowed)
             let session = try await gateway.session("nobody")

@@ -67,6 +67,12 @@ public enum ResponseText {
             if body.gap { line += " gap" }
             if body.replayed > 0 { line += " replayed=\(body.replayed)" }
             return [line]
+        case .setWill(let body):
+            return [body.actions == 0 ? "no will" : "will registered: \(body.actions) action(s)"]
+        case .getWill(let body):
+            if body.actions.isEmpty { return ["no will"] }
+            let delay = body.delaySeconds == 0 ? "at once" : "after \(body.delaySeconds) s"
+            return ["will of \(body.actions.count) action(s), fires \(delay)"] + body.actions.map { "  \($0.jsonValue)" }
         case .renewToken(let body):
             if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
             return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]

@@ -4372,6 +4372,86 @@ enum APIOperations {
         },
         "additionalProperties": false
       },
+      "WillAction": {
+        "type": "object",
+        "description": "One action of a last will (setWill, SPEC.md §13.10): the request of one operation, named by `operation`, with that operation's fields under the same names. Fields the named operation does not have must be left at their defaults.",
+        "properties": {
+          "operation": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The operation the action runs, by op number. Limit: 8 setChannelMetadata, 10 updateChannelMetadata, 11 removeChannelMetadata, 12 setUserMetadata, 14 updateUserMetadata, 15 removeUserMetadata, 20 releaseLock or 34 publishEvent."
+          },
+          "channel": {
+            "type": "string",
+            "description": "Channel metadata operations and releaseLock: the channel."
+          },
+          "channelType": {
+            "$ref": "#/components/schemas/ChannelType",
+            "description": "With channel."
+          },
+          "userId": {
+            "type": "string",
+            "description": "User metadata operations: whose set (empty: the session's user)."
+          },
+          "items": {
+            "type": "array",
+            "items": {
+              "$ref": "#/components/schemas/MetadataItem"
+            },
+            "description": "Metadata operations: the items, with their per-item revision checks."
+          },
+          "majorRevision": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "Metadata operations: the set's compare-and-set check, evaluated when the will fires.",
+            "default": -1
+          },
+          "recordTs": {
+            "type": "boolean",
+            "description": "Metadata operations."
+          },
+          "recordUserId": {
+            "type": "boolean",
+            "description": "Metadata operations."
+          },
+          "lock": {
+            "type": "string",
+            "description": "Channel metadata operations: succeed only if the session's user holds this lock when the will fires. releaseLock: the lock to release."
+          },
+          "eventType": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "publishEvent.",
+            "default": 1
+          },
+          "value": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "publishEvent: the event value (10000 and up)."
+          },
+          "expirySeconds": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "publishEvent.",
+            "default": 604800
+          },
+          "onlineOnly": {
+            "type": "boolean",
+            "description": "publishEvent.",
+            "default": true
+          },
+          "ext": {
+            "type": "string",
+            "description": "publishEvent."
+          }
+        },
+        "additionalProperties": false
+      },
       "Error": {
         "type": "object",
         "description": "A failure: the wire's ErrorBody (SPEC.md §4.4) with the error's name.",

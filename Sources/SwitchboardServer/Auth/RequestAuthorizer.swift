@@ -111,4 +111,14 @@ struct RequestAuthorizer {
         }
         return nil
     }
+
+    /// `setWill`: each action as a request of its own operation would be checked. An action that is not a valid
+    /// request passes here, so that the area answers it with `invalidWillAction`.
+    func checkSetWill(_ request: SetWillRequest) -> AuthorizationDenial? {
+        for (index, action) in request.actions.enumerated() {
+            guard let asRequest = try? LastWill.request(of: action, at: index) else { continue }
+            if let denied = self.check(asRequest) { return denied }
+        }
+        return nil
+    }
 }

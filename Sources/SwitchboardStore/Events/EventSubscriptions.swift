@@ -16,6 +16,27 @@ public enum EventLimits {
     public static let maxExtBytes = 4_096
     public static let keptEventsPerPublisher = 100
     public static let maxUserIDBytes = 64
+
+    /// Checks a publish's arguments alone (`Protocol/SPEC.md` SB-13.4-3): event type 1, a value of 10000 and up, an
+    /// expiry of 60-604800 s, `ext` of at most 4096 bytes. A last will checks its publish actions with it when they
+    /// are registered.
+    /// - Throws: The first rule broken.
+    public static func checkPublishArguments(
+        eventType: UInt64, value: UInt64, expirySeconds: UInt64, ext: String
+    ) throws(SwitchboardStoreError) {
+        guard eventType == 1 else {
+            throw SwitchboardStoreError(body: ErrorBody(.unsupportedEventType, "only event type 1"))
+        }
+        guard value >= Self.minimumEventValue else {
+            throw SwitchboardStoreError(body: ErrorBody(.reservedEventValue, "event values 1-9999 are reserved for the server"))
+        }
+        guard Self.eventExpiry.contains(expirySeconds) else {
+            throw SwitchboardStoreError(body: ErrorBody(.invalidExpiry, "expirySeconds must be 60-604800"))
+        }
+        guard ext.utf8.count <= Self.maxExtBytes else {
+            throw SwitchboardStoreError(body: ErrorBody(.valueTooLong, "ext is at most 4096 bytes"))
+        }
+    }
 }
 
 /// The system's monotonic clock in ns (the default clock of ``EventSubscriptions``'s grace period).
@@ -346,14 +367,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         from session: Session, nowMs now: Int64,
         whenKept: @escaping @Sendable (Result<SubscribedEvent, SwitchboardStoreError>) -> Void
     ) throws(SwitchboardStoreError) -> Published {
-        try Self.checkEventType(eventType)
-        guard value >= Limits.minimumEventValue else {
-            throw Self.error(.reservedEventValue, "event values 1-9999 are reserved for the server")
-        }
-        guard Limits.eventExpiry.contains(expirySeconds) else {
-            throw Self.error(.invalidExpiry, "expirySeconds must be 60-604800")
-        }
-        guard ext.utf8.count <= Limits.maxExtBytes else { throw Self.error(.valueTooLong, "ext is at most 4096 bytes") }
+        try EventLimits.checkPublishArguments(eventType: eventType, value: value, expirySeconds: expirySeconds, ext: ext)
         let publisher = session.eventUserID
         let event = SubscribedEvent(
             eventId: newEventID(), eventType: 1, value: value, publisher: publisher,

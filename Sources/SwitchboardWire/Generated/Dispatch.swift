@@ -32,6 +32,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case unsubscribeEvent = 33
     case publishEvent = 34
     case queryEventSubscriptions = 35
+    case setWill = 36
+    case getWill = 37
     case setUserInfo = 40
     case getUserInfo = 41
     case setGroupInfo = 42
@@ -86,6 +88,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .unsubscribeEvent: return "unsubscribeEvent"
         case .publishEvent: return "publishEvent"
         case .queryEventSubscriptions: return "queryEventSubscriptions"
+        case .setWill: return "setWill"
+        case .getWill: return "getWill"
         case .setUserInfo: return "setUserInfo"
         case .getUserInfo: return "getUserInfo"
         case .setGroupInfo: return "setGroupInfo"
@@ -144,6 +148,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "unsubscribeEvent": self = .unsubscribeEvent
         case "publishEvent": self = .publishEvent
         case "queryEventSubscriptions": self = .queryEventSubscriptions
+        case "setWill": self = .setWill
+        case "getWill": self = .getWill
         case "setUserInfo": self = .setUserInfo
         case "getUserInfo": self = .getUserInfo
         case "setGroupInfo": self = .setGroupInfo
@@ -230,6 +236,10 @@ public enum Request: Sendable, Hashable {
     case publishEvent(PublishEventRequest)
     /// The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.
     case queryEventSubscriptions(QueryEventSubscriptionsRequest)
+    /// Registers the session's last will (SPEC.md §13.10), replacing any earlier one: actions the gateway runs as the session's user when the session ends other than by logout or a gateway shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.
+    case setWill(SetWillRequest)
+    /// The session's last will as registered (no actions: none).
+    case getWill(EmptyBody)
     /// Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.
     indirect case setUserInfo(SetUserInfoRequest)
     /// User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.
@@ -305,6 +315,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent
         case .publishEvent: return .publishEvent
         case .queryEventSubscriptions: return .queryEventSubscriptions
+        case .setWill: return .setWill
+        case .getWill: return .getWill
         case .setUserInfo: return .setUserInfo
         case .getUserInfo: return .getUserInfo
         case .setGroupInfo: return .setGroupInfo
@@ -361,6 +373,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent(let body): return body.wireSize
         case .publishEvent(let body): return body.wireSize
         case .queryEventSubscriptions(let body): return body.wireSize
+        case .setWill(let body): return body.wireSize
+        case .getWill(let body): return body.wireSize
         case .setUserInfo(let body): return body.wireSize
         case .getUserInfo(let body): return body.wireSize
         case .setGroupInfo(let body): return body.wireSize
@@ -417,6 +431,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent(let body): body.encode(to: &writer)
         case .publishEvent(let body): body.encode(to: &writer)
         case .queryEventSubscriptions(let body): body.encode(to: &writer)
+        case .setWill(let body): body.encode(to: &writer)
+        case .getWill(let body): body.encode(to: &writer)
         case .setUserInfo(let body): body.encode(to: &writer)
         case .getUserInfo(let body): body.encode(to: &writer)
         case .setGroupInfo(let body): body.encode(to: &writer)
@@ -473,6 +489,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent(try UnsubscribeEventRequest(from: &reader))
         case .publishEvent: return .publishEvent(try PublishEventRequest(from: &reader))
         case .queryEventSubscriptions: return .queryEventSubscriptions(try QueryEventSubscriptionsRequest(from: &reader))
+        case .setWill: return .setWill(try SetWillRequest(from: &reader))
+        case .getWill: return .getWill(try EmptyBody(from: &reader))
         case .setUserInfo: return .setUserInfo(try SetUserInfoRequest(from: &reader))
         case .getUserInfo: return .getUserInfo(try GetUserInfoRequest(from: &reader))
         case .setGroupInfo: return .setGroupInfo(try SetGroupInfoRequest(from: &reader))
@@ -529,6 +547,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent(let body): return body.jsonValue
         case .publishEvent(let body): return body.jsonValue
         case .queryEventSubscriptions(let body): return body.jsonValue
+        case .setWill(let body): return body.jsonValue
+        case .getWill(let body): return body.jsonValue
         case .setUserInfo(let body): return body.jsonValue
         case .getUserInfo(let body): return body.jsonValue
         case .setGroupInfo(let body): return body.jsonValue
@@ -585,6 +605,8 @@ public enum Request: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent(try UnsubscribeEventRequest(json: body))
         case .publishEvent: return .publishEvent(try PublishEventRequest(json: body))
         case .queryEventSubscriptions: return .queryEventSubscriptions(try QueryEventSubscriptionsRequest(json: body))
+        case .setWill: return .setWill(try SetWillRequest(json: body))
+        case .getWill: return .getWill(try EmptyBody(json: body))
         case .setUserInfo: return .setUserInfo(try SetUserInfoRequest(json: body))
         case .getUserInfo: return .getUserInfo(try GetUserInfoRequest(json: body))
         case .setGroupInfo: return .setGroupInfo(try SetGroupInfoRequest(json: body))
@@ -670,6 +692,10 @@ public enum Response: Sendable, Hashable {
     case publishEvent(PublishEventResponse)
     /// The caller's subscriptions to the named publishers (at most 100) with their remaining expiry.
     case queryEventSubscriptions(QueryEventSubscriptionsResponse)
+    /// Registers the session's last will (SPEC.md §13.10), replacing any earlier one: actions the gateway runs as the session's user when the session ends other than by logout or a gateway shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.
+    case setWill(SetWillResponse)
+    /// The session's last will as registered (no actions: none).
+    case getWill(GetWillResponse)
     /// Stores (replaces) a user's profile record (this is also the refresh operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record changes nothing.
     case setUserInfo(EmptyBody)
     /// User records for up to 100 user ids. Ids the directory does not hold are asked of the user-info provider, if one is registered; ids still unknown are listed in missing.
@@ -745,6 +771,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent
         case .publishEvent: return .publishEvent
         case .queryEventSubscriptions: return .queryEventSubscriptions
+        case .setWill: return .setWill
+        case .getWill: return .getWill
         case .setUserInfo: return .setUserInfo
         case .getUserInfo: return .getUserInfo
         case .setGroupInfo: return .setGroupInfo
@@ -801,6 +829,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent(let body): return body.wireSize
         case .publishEvent(let body): return body.wireSize
         case .queryEventSubscriptions(let body): return body.wireSize
+        case .setWill(let body): return body.wireSize
+        case .getWill(let body): return body.wireSize
         case .setUserInfo(let body): return body.wireSize
         case .getUserInfo(let body): return body.wireSize
         case .setGroupInfo(let body): return body.wireSize
@@ -857,6 +887,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent(let body): body.encode(to: &writer)
         case .publishEvent(let body): body.encode(to: &writer)
         case .queryEventSubscriptions(let body): body.encode(to: &writer)
+        case .setWill(let body): body.encode(to: &writer)
+        case .getWill(let body): body.encode(to: &writer)
         case .setUserInfo(let body): body.encode(to: &writer)
         case .getUserInfo(let body): body.encode(to: &writer)
         case .setGroupInfo(let body): body.encode(to: &writer)
@@ -913,6 +945,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent(try EmptyBody(from: &reader))
         case .publishEvent: return .publishEvent(try PublishEventResponse(from: &reader))
         case .queryEventSubscriptions: return .queryEventSubscriptions(try QueryEventSubscriptionsResponse(from: &reader))
+        case .setWill: return .setWill(try SetWillResponse(from: &reader))
+        case .getWill: return .getWill(try GetWillResponse(from: &reader))
         case .setUserInfo: return .setUserInfo(try EmptyBody(from: &reader))
         case .getUserInfo: return .getUserInfo(try GetUserInfoResponse(from: &reader))
         case .setGroupInfo: return .setGroupInfo(try EmptyBody(from: &reader))
@@ -969,6 +1003,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent(let body): return body.jsonValue
         case .publishEvent(let body): return body.jsonValue
         case .queryEventSubscriptions(let body): return body.jsonValue
+        case .setWill(let body): return body.jsonValue
+        case .getWill(let body): return body.jsonValue
         case .setUserInfo(let body): return body.jsonValue
         case .getUserInfo(let body): return body.jsonValue
         case .setGroupInfo(let body): return body.jsonValue
@@ -1025,6 +1061,8 @@ public enum Response: Sendable, Hashable {
         case .unsubscribeEvent: return .unsubscribeEvent(try EmptyBody(json: body))
         case .publishEvent: return .publishEvent(try PublishEventResponse(json: body))
         case .queryEventSubscriptions: return .queryEventSubscriptions(try QueryEventSubscriptionsResponse(json: body))
+        case .setWill: return .setWill(try SetWillResponse(json: body))
+        case .getWill: return .getWill(try GetWillResponse(json: body))
         case .setUserInfo: return .setUserInfo(try EmptyBody(json: body))
         case .getUserInfo: return .getUserInfo(try GetUserInfoResponse(json: body))
         case .setGroupInfo: return .setGroupInfo(try EmptyBody(json: body))

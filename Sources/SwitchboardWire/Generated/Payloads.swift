@@ -1349,6 +1349,209 @@ extension ClusterNodeInfo: JSONRepresentable {
     }
 }
 
+/// One action of a last will (setWill, SPEC.md §13.10): the request of one operation, named by `operation`, with that operation's fields under the same names. Fields the named operation does not have must be left at their defaults.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | operation | uint |
+/// | 2 | channel | string |
+/// | 3 | channelType | ChannelType |
+/// | 4 | userId | string |
+/// | 5 | items | repeated MetadataItem |
+/// | 6 | majorRevision | sint |
+/// | 7 | recordTs | bool |
+/// | 8 | recordUserId | bool |
+/// | 9 | lock | string |
+/// | 10 | eventType | uint |
+/// | 11 | value | uint |
+/// | 12 | expirySeconds | uint |
+/// | 13 | onlineOnly | bool |
+/// | 14 | ext | string |
+public struct WillAction: WireCodable {
+    /// The operation the action runs, by op number.
+    public var operation: UInt64
+    /// Channel metadata operations and releaseLock: the channel.
+    public var channel: String
+    /// With channel.
+    public var channelType: ChannelType
+    /// User metadata operations: whose set (empty: the session's user).
+    public var userId: String
+    /// Metadata operations: the items, with their per-item revision checks.
+    public var items: [MetadataItem]
+    /// Metadata operations: the set's compare-and-set check, evaluated when the will fires.
+    public var majorRevision: Int64
+    /// Metadata operations.
+    public var recordTs: Bool
+    /// Metadata operations.
+    public var recordUserId: Bool
+    /// Channel metadata operations: succeed only if the session's user holds this lock when the will fires. releaseLock: the lock to release.
+    public var lock: String
+    /// publishEvent.
+    public var eventType: UInt64
+    /// publishEvent: the event value (10000 and up).
+    public var value: UInt64
+    /// publishEvent.
+    public var expirySeconds: UInt64
+    /// publishEvent.
+    public var onlineOnly: Bool
+    /// publishEvent.
+    public var ext: String
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(operation: UInt64 = 0, channel: String = "", channelType: ChannelType = .message, userId: String = "", items: [MetadataItem] = [], majorRevision: Int64 = -1, recordTs: Bool = false, recordUserId: Bool = false, lock: String = "", eventType: UInt64 = 1, value: UInt64 = 0, expirySeconds: UInt64 = 604800, onlineOnly: Bool = true, ext: String = "") {
+        self.operation = operation
+        self.channel = channel
+        self.channelType = channelType
+        self.userId = userId
+        self.items = items
+        self.majorRevision = majorRevision
+        self.recordTs = recordTs
+        self.recordUserId = recordUserId
+        self.lock = lock
+        self.eventType = eventType
+        self.value = value
+        self.expirySeconds = expirySeconds
+        self.onlineOnly = onlineOnly
+        self.ext = ext
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.operation = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.channel = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 4:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 4)
+                self.userId = try reader.readString()
+            case 5:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 5)
+                try reader.requireRoom(in: self.items.count, field: 5)
+                self.items.append(try reader.readMessage(MetadataItem.self))
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.majorRevision = try reader.readSignedVarint()
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.recordTs = try reader.readBool()
+            case 8:
+                try reader.require(field.wireType, is: .varint, field: 8)
+                self.recordUserId = try reader.readBool()
+            case 9:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 9)
+                self.lock = try reader.readString()
+            case 10:
+                try reader.require(field.wireType, is: .varint, field: 10)
+                self.eventType = try reader.readVarint()
+            case 11:
+                try reader.require(field.wireType, is: .varint, field: 11)
+                self.value = try reader.readVarint()
+            case 12:
+                try reader.require(field.wireType, is: .varint, field: 12)
+                self.expirySeconds = try reader.readVarint()
+            case 13:
+                try reader.require(field.wireType, is: .varint, field: 13)
+                self.onlineOnly = try reader.readBool()
+            case 14:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 14)
+                self.ext = try reader.readString()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.operation == 0) { size += WireField.varintFieldSize(1, self.operation) }
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(2, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(3, UInt64(self.channelType.rawValue)) }
+        if !(self.userId.isEmpty) { size += WireField.stringFieldSize(4, self.userId) }
+        for element in self.items { size += WireField.lengthDelimitedFieldSize(5, length: element.wireSize) }
+        if !(self.majorRevision == -1) { size += WireField.varintFieldSize(6, Varint.zigzag(self.majorRevision)) }
+        if !(!self.recordTs) { size += WireField.varintFieldSize(7, (self.recordTs ? 1 : 0)) }
+        if !(!self.recordUserId) { size += WireField.varintFieldSize(8, (self.recordUserId ? 1 : 0)) }
+        if !(self.lock.isEmpty) { size += WireField.stringFieldSize(9, self.lock) }
+        if !(self.eventType == 1) { size += WireField.varintFieldSize(10, self.eventType) }
+        if !(self.value == 0) { size += WireField.varintFieldSize(11, self.value) }
+        if !(self.expirySeconds == 604800) { size += WireField.varintFieldSize(12, self.expirySeconds) }
+        if !(self.onlineOnly) { size += WireField.varintFieldSize(13, (self.onlineOnly ? 1 : 0)) }
+        if !(self.ext.isEmpty) { size += WireField.stringFieldSize(14, self.ext) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.operation == 0) { writer.writeVarintField(1, self.operation) }
+        if !(self.channel.isEmpty) { writer.writeStringField(2, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(3, UInt64(self.channelType.rawValue)) }
+        if !(self.userId.isEmpty) { writer.writeStringField(4, self.userId) }
+        for element in self.items { writer.writeMessageField(5, element) }
+        if !(self.majorRevision == -1) { writer.writeVarintField(6, Varint.zigzag(self.majorRevision)) }
+        if !(!self.recordTs) { writer.writeVarintField(7, (self.recordTs ? 1 : 0)) }
+        if !(!self.recordUserId) { writer.writeVarintField(8, (self.recordUserId ? 1 : 0)) }
+        if !(self.lock.isEmpty) { writer.writeStringField(9, self.lock) }
+        if !(self.eventType == 1) { writer.writeVarintField(10, self.eventType) }
+        if !(self.value == 0) { writer.writeVarintField(11, self.value) }
+        if !(self.expirySeconds == 604800) { writer.writeVarintField(12, self.expirySeconds) }
+        if !(self.onlineOnly) { writer.writeVarintField(13, (self.onlineOnly ? 1 : 0)) }
+        if !(self.ext.isEmpty) { writer.writeStringField(14, self.ext) }
+    }
+}
+
+extension WillAction: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.operation == 0) { members.append(("operation", .uint(self.operation))) }
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !self.items.isEmpty { members.append(("items", .array(self.items.map { $0.jsonValue }))) }
+        if !(self.majorRevision == -1) { members.append(("majorRevision", .int(self.majorRevision))) }
+        if !(!self.recordTs) { members.append(("recordTs", .bool(self.recordTs))) }
+        if !(!self.recordUserId) { members.append(("recordUserId", .bool(self.recordUserId))) }
+        if !(self.lock.isEmpty) { members.append(("lock", .string(self.lock))) }
+        if !(self.eventType == 1) { members.append(("eventType", .uint(self.eventType))) }
+        if !(self.value == 0) { members.append(("value", .uint(self.value))) }
+        if !(self.expirySeconds == 604800) { members.append(("expirySeconds", .uint(self.expirySeconds))) }
+        if !(self.onlineOnly) { members.append(("onlineOnly", .bool(self.onlineOnly))) }
+        if !(self.ext.isEmpty) { members.append(("ext", .string(self.ext))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "WillAction") {
+            switch member.key {
+            case "operation": self.operation = try JSONField.uint64(member.value, "operation")
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "items":
+                for element in try JSONField.array(member.value, "items") {
+                    self.items.append(try MetadataItem(json: element))
+                }
+            case "majorRevision": self.majorRevision = try JSONField.int64(member.value, "majorRevision")
+            case "recordTs": self.recordTs = try JSONField.bool(member.value, "recordTs")
+            case "recordUserId": self.recordUserId = try JSONField.bool(member.value, "recordUserId")
+            case "lock": self.lock = try JSONField.string(member.value, "lock")
+            case "eventType": self.eventType = try JSONField.uint64(member.value, "eventType")
+            case "value": self.value = try JSONField.uint64(member.value, "value")
+            case "expirySeconds": self.expirySeconds = try JSONField.uint64(member.value, "expirySeconds")
+            case "onlineOnly": self.onlineOnly = try JSONField.bool(member.value, "onlineOnly")
+            case "ext": self.ext = try JSONField.string(member.value, "ext")
+            default: throw SwitchboardWireError(.malformedBody, "json: WillAction has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Request of `renewToken` (op 0x02). Replaces the session's token before it expires. The token must be for the same user.
 ///
 /// | # | field | type |
@@ -3927,6 +4130,202 @@ extension QueryEventSubscriptionsResponse: JSONRepresentable {
                     self.subscriptions.append(try EventSubscription(json: element))
                 }
             default: throw SwitchboardWireError(.malformedBody, "json: QueryEventSubscriptionsResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `setWill` (op 0x24). Registers the session's last will (SPEC.md §13.10), replacing any earlier one: actions the gateway runs as the session's user when the session ends other than by logout or a gateway shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | actions | repeated WillAction |
+/// | 2 | delaySeconds | uint |
+public struct SetWillRequest: WireCodable {
+    /// Run in this order when the will fires; each on its own (one that fails does not stop the others).
+    public var actions: [WillAction]
+    /// How long after the session's end the will fires; a session of the same user that starts within it cancels the will. 0: at once.
+    public var delaySeconds: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(actions: [WillAction] = [], delaySeconds: UInt64 = 0) {
+        self.actions = actions
+        self.delaySeconds = delaySeconds
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.actions.count, field: 1)
+                self.actions.append(try reader.readMessage(WillAction.self))
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.delaySeconds = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.actions { size += WireField.lengthDelimitedFieldSize(1, length: element.wireSize) }
+        if !(self.delaySeconds == 0) { size += WireField.varintFieldSize(2, self.delaySeconds) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.actions { writer.writeMessageField(1, element) }
+        if !(self.delaySeconds == 0) { writer.writeVarintField(2, self.delaySeconds) }
+    }
+}
+
+extension SetWillRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.actions.isEmpty { members.append(("actions", .array(self.actions.map { $0.jsonValue }))) }
+        if !(self.delaySeconds == 0) { members.append(("delaySeconds", .uint(self.delaySeconds))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "SetWillRequest") {
+            switch member.key {
+            case "actions":
+                for element in try JSONField.array(member.value, "actions") {
+                    self.actions.append(try WillAction(json: element))
+                }
+            case "delaySeconds": self.delaySeconds = try JSONField.uint64(member.value, "delaySeconds")
+            default: throw SwitchboardWireError(.malformedBody, "json: SetWillRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `setWill` (op 0x24). Registers the session's last will (SPEC.md §13.10), replacing any earlier one: actions the gateway runs as the session's user when the session ends other than by logout or a gateway shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | actions | uint |
+public struct SetWillResponse: WireCodable {
+    /// How many actions the will now has (0: none).
+    public var actions: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(actions: UInt64 = 0) {
+        self.actions = actions
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.actions = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.actions == 0) { size += WireField.varintFieldSize(1, self.actions) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.actions == 0) { writer.writeVarintField(1, self.actions) }
+    }
+}
+
+extension SetWillResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.actions == 0) { members.append(("actions", .uint(self.actions))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "SetWillResponse") {
+            switch member.key {
+            case "actions": self.actions = try JSONField.uint64(member.value, "actions")
+            default: throw SwitchboardWireError(.malformedBody, "json: SetWillResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `getWill` (op 0x25). The session's last will as registered (no actions: none).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | actions | repeated WillAction |
+/// | 2 | delaySeconds | uint |
+public struct GetWillResponse: WireCodable {
+    public var actions: [WillAction]
+    public var delaySeconds: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(actions: [WillAction] = [], delaySeconds: UInt64 = 0) {
+        self.actions = actions
+        self.delaySeconds = delaySeconds
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.actions.count, field: 1)
+                self.actions.append(try reader.readMessage(WillAction.self))
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.delaySeconds = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.actions { size += WireField.lengthDelimitedFieldSize(1, length: element.wireSize) }
+        if !(self.delaySeconds == 0) { size += WireField.varintFieldSize(2, self.delaySeconds) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.actions { writer.writeMessageField(1, element) }
+        if !(self.delaySeconds == 0) { writer.writeVarintField(2, self.delaySeconds) }
+    }
+}
+
+extension GetWillResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.actions.isEmpty { members.append(("actions", .array(self.actions.map { $0.jsonValue }))) }
+        if !(self.delaySeconds == 0) { members.append(("delaySeconds", .uint(self.delaySeconds))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "GetWillResponse") {
+            switch member.key {
+            case "actions":
+                for element in try JSONField.array(member.value, "actions") {
+                    self.actions.append(try WillAction(json: element))
+                }
+            case "delaySeconds": self.delaySeconds = try JSONField.uint64(member.value, "delaySeconds")
+            default: throw SwitchboardWireError(.malformedBody, "json: GetWillResponse has no field \(member.key)")
             }
         }
     }

@@ -234,6 +234,7 @@ final class ConformanceRunner {
         case .profiles: return Opcode.subscribeProfiles.name
         case .provider: return Opcode.registerProvider.name
         case .changes: return Opcode.subscribeChanges.name
+        case .will: return Opcode.setWill.name
         }
     }
 

@@ -113,8 +113,8 @@ export class Stream {
   }
 }
 
-/** What the app subscribed to through the client, so that a new session can make it again (SPEC 13:
- * subscriptions belong to a session). Event subscriptions are kept by the server for the user. */
+/** What the app subscribed to through the client, and its last will, so that a new session can make them again
+ * (SPEC 13: subscriptions and wills belong to a session). Event subscriptions are kept by the server for the user. */
 class Ledger {
   constructor() {
     this.channels = new Map();
@@ -123,6 +123,7 @@ class Ledger {
     this.profileGroups = new Set();
     this.provider = null;
     this.changes = null;          // subscribeChanges, resuming after the last change seen
+    this.will = null;             // setWill: the session's last will, registered again on a new session
   }
 
   /** A change push arrived: a new session resumes the admin change stream after it. */
@@ -145,6 +146,10 @@ class Ledger {
     }
     if (op === "unsubscribeChanges") {
       this.changes = null;
+      return;
+    }
+    if (op === "setWill") {
+      this.will = body.actions && body.actions.length ? { ...body } : null;
       return;
     }
     const channelKey = `${body.channelType ?? "message"}\u0000${body.channel ?? ""}`;
@@ -172,6 +177,7 @@ class Ledger {
     }
     if (this.provider !== null) out.push(["registerProvider", this.provider]);
     if (this.changes !== null) out.push(["subscribeChanges", { ...this.changes }]);
+    if (this.will !== null) out.push(["setWill", { ...this.will }]);
     return out;
   }
 
@@ -181,6 +187,7 @@ class Ledger {
     if (undo[op]) this.record(undo[op], body);
     else if (op === "registerProvider") this.provider = null;
     else if (op === "subscribeChanges") this.changes = null;
+    else if (op === "setWill") this.will = null;
   }
 }
 

@@ -102,6 +102,7 @@ export declare const ErrorCode: {
   readonly tooManyPublishers: 7012;
   readonly batchTooLarge: 7013;
   readonly valueTooLong: 7014;
+  readonly invalidWillAction: 7021;
   readonly internal: 8000;
   readonly storageFailure: 8001;
   readonly shuttingDown: 8002;
@@ -502,6 +503,88 @@ export interface ClusterNodeInfoArg {
   lagMs?: Int;
   /** This is the node that answered. */
   local?: boolean;
+}
+
+/**
+ * One action of a last will (setWill, SPEC.md §13.10): the request of one operation, named by `operation`, with
+ * that operation's fields under the same names. Fields the named operation does not have must be left at their
+ * defaults.
+ */
+export interface WillAction {
+  /**
+   * The operation the action runs, by op number. Limit: 8 setChannelMetadata, 10 updateChannelMetadata, 11
+   * removeChannelMetadata, 12 setUserMetadata, 14 updateUserMetadata, 15 removeUserMetadata, 20 releaseLock or 34
+   * publishEvent.
+   */
+  operation: Int;
+  /** Channel metadata operations and releaseLock: the channel. */
+  channel: string;
+  /** With channel. Default: "message". */
+  channelType: ChannelType | number;
+  /** User metadata operations: whose set (empty: the session's user). */
+  userId: string;
+  /** Metadata operations: the items, with their per-item revision checks. */
+  items: Array<MetadataItem>;
+  /** Metadata operations: the set's compare-and-set check, evaluated when the will fires. Default: -1. */
+  majorRevision: Int;
+  /** Metadata operations. */
+  recordTs: boolean;
+  /** Metadata operations. */
+  recordUserId: boolean;
+  /**
+   * Channel metadata operations: succeed only if the session's user holds this lock when the will fires.
+   * releaseLock: the lock to release.
+   */
+  lock: string;
+  /** publishEvent. Default: 1. */
+  eventType: Int;
+  /** publishEvent: the event value (10000 and up). */
+  value: Int;
+  /** publishEvent. Default: 604800. */
+  expirySeconds: Int;
+  /** publishEvent. Default: true. */
+  onlineOnly: boolean;
+  /** publishEvent. */
+  ext: string;
+}
+
+/** WillAction as an argument: every key optional. */
+export interface WillActionArg {
+  /**
+   * The operation the action runs, by op number. Limit: 8 setChannelMetadata, 10 updateChannelMetadata, 11
+   * removeChannelMetadata, 12 setUserMetadata, 14 updateUserMetadata, 15 removeUserMetadata, 20 releaseLock or 34
+   * publishEvent.
+   */
+  operation?: Int;
+  /** Channel metadata operations and releaseLock: the channel. */
+  channel?: string;
+  /** With channel. Default: "message". */
+  channelType?: ChannelType | number;
+  /** User metadata operations: whose set (empty: the session's user). */
+  userId?: string;
+  /** Metadata operations: the items, with their per-item revision checks. */
+  items?: ReadonlyArray<MetadataItemArg>;
+  /** Metadata operations: the set's compare-and-set check, evaluated when the will fires. Default: -1. */
+  majorRevision?: Int;
+  /** Metadata operations. */
+  recordTs?: boolean;
+  /** Metadata operations. */
+  recordUserId?: boolean;
+  /**
+   * Channel metadata operations: succeed only if the session's user holds this lock when the will fires.
+   * releaseLock: the lock to release.
+   */
+  lock?: string;
+  /** publishEvent. Default: 1. */
+  eventType?: Int;
+  /** publishEvent: the event value (10000 and up). */
+  value?: Int;
+  /** publishEvent. Default: 604800. */
+  expirySeconds?: Int;
+  /** publishEvent. Default: true. */
+  onlineOnly?: boolean;
+  /** publishEvent. */
+  ext?: string;
 }
 
 /** The request body of `logout`: every key optional. */
@@ -906,6 +989,36 @@ export interface QueryEventSubscriptionsRequest {
 /** The response of `queryEventSubscriptions`. */
 export interface QueryEventSubscriptionsResponse {
   subscriptions: Array<EventSubscription>;
+}
+
+/** The request body of `setWill`: every key optional. */
+export interface SetWillRequest {
+  /**
+   * Run in this order when the will fires; each on its own (one that fails does not stop the others). Limit: 0-16
+   * actions.
+   */
+  actions?: ReadonlyArray<WillActionArg>;
+  /**
+   * How long after the session's end the will fires; a session of the same user that starts within it cancels the
+   * will. 0: at once. Limit: 0-3600.
+   */
+  delaySeconds?: Int;
+}
+
+/** The response of `setWill`. */
+export interface SetWillResponse {
+  /** How many actions the will now has (0: none). */
+  actions: Int;
+}
+
+/** The request body of `getWill`: every key optional. */
+export interface GetWillRequest {
+}
+
+/** The response of `getWill`. */
+export interface GetWillResponse {
+  actions: Array<WillAction>;
+  delaySeconds: Int;
 }
 
 /** The request body of `setUserInfo`: every key optional. */
@@ -1654,6 +1767,19 @@ export declare class Operations {
    * with their remaining expiry. Errors: unsupportedEventType, tooManyPublishers, invalidArgument.
    */
   queryEventSubscriptions(args?: QueryEventSubscriptionsRequest, options?: CallOptions): Promise<QueryEventSubscriptionsResponse>;
+  /**
+   * `setWill` (op 0x24, session). Registers the session's last will (SPEC.md §13.10), replacing any earlier one:
+   * actions the gateway runs as the session's user when the session ends other than by logout or a gateway
+   * shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked
+   * now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set
+   * checks and lock condition, when it runs. No actions: the session has no will any more. Errors:
+   * invalidWillAction, batchTooLarge, invalidArgument, permissionDenied, identifierTooLong, keyTooLong,
+   * itemTooLarge, metadataTooLarge, invalidRevision, duplicateKey, reservedEventValue, unsupportedEventType,
+   * invalidExpiry, valueTooLong.
+   */
+  setWill(args?: SetWillRequest, options?: CallOptions): Promise<SetWillResponse>;
+  /** `getWill` (op 0x25, session). The session's last will as registered (no actions: none). */
+  getWill(args?: GetWillRequest, options?: CallOptions): Promise<GetWillResponse>;
   /**
    * `setUserInfo` (op 0x28, profile). Stores (replaces) a user's profile record (this is also the refresh
    * operation). Needs profileWrite on the record's user (§5.10; the default grants: a user's own); a refused record

@@ -564,6 +564,103 @@ export const SCHEMA = {
           "doc": "This is the node that answered."
         }
       ]
+    },
+    "WillAction": {
+      "doc": "One action of a last will (setWill, SPEC.md §13.10): the request of one operation, named by `operation`, with that operation's fields under the same names. Fields the named operation does not have must be left at their defaults.",
+      "fields": [
+        {
+          "n": 1,
+          "name": "operation",
+          "type": "uint",
+          "req": true,
+          "limit": "8 setChannelMetadata, 10 updateChannelMetadata, 11 removeChannelMetadata, 12 setUserMetadata, 14 updateUserMetadata, 15 removeUserMetadata, 20 releaseLock or 34 publishEvent",
+          "doc": "The operation the action runs, by op number."
+        },
+        {
+          "n": 2,
+          "name": "channel",
+          "type": "string",
+          "doc": "Channel metadata operations and releaseLock: the channel."
+        },
+        {
+          "n": 3,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message",
+          "doc": "With channel."
+        },
+        {
+          "n": 4,
+          "name": "userId",
+          "type": "string",
+          "doc": "User metadata operations: whose set (empty: the session's user)."
+        },
+        {
+          "n": 5,
+          "name": "items",
+          "type": "MetadataItem",
+          "repeated": true,
+          "doc": "Metadata operations: the items, with their per-item revision checks."
+        },
+        {
+          "n": 6,
+          "name": "majorRevision",
+          "type": "sint",
+          "default": -1,
+          "doc": "Metadata operations: the set's compare-and-set check, evaluated when the will fires."
+        },
+        {
+          "n": 7,
+          "name": "recordTs",
+          "type": "bool",
+          "doc": "Metadata operations."
+        },
+        {
+          "n": 8,
+          "name": "recordUserId",
+          "type": "bool",
+          "doc": "Metadata operations."
+        },
+        {
+          "n": 9,
+          "name": "lock",
+          "type": "string",
+          "doc": "Channel metadata operations: succeed only if the session's user holds this lock when the will fires. releaseLock: the lock to release."
+        },
+        {
+          "n": 10,
+          "name": "eventType",
+          "type": "uint",
+          "default": 1,
+          "doc": "publishEvent."
+        },
+        {
+          "n": 11,
+          "name": "value",
+          "type": "uint",
+          "doc": "publishEvent: the event value (10000 and up)."
+        },
+        {
+          "n": 12,
+          "name": "expirySeconds",
+          "type": "uint",
+          "default": 604800,
+          "doc": "publishEvent."
+        },
+        {
+          "n": 13,
+          "name": "onlineOnly",
+          "type": "bool",
+          "default": true,
+          "doc": "publishEvent."
+        },
+        {
+          "n": 14,
+          "name": "ext",
+          "type": "string",
+          "doc": "publishEvent."
+        }
+      ]
     }
   },
   "controls": [
@@ -2114,6 +2211,80 @@ export const SCHEMA = {
         "tooManyPublishers",
         "invalidArgument"
       ]
+    },
+    {
+      "op": 36,
+      "name": "setWill",
+      "area": "session",
+      "doc": "Registers the session's last will (SPEC.md §13.10), replacing any earlier one: actions the gateway runs as the session's user when the session ends other than by logout or a gateway shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.",
+      "authorize": {
+        "custom": "each action as a request of its own operation would be checked (the operation's own rule, on the session's grants)"
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "actions",
+          "type": "WillAction",
+          "repeated": true,
+          "limit": "0-16 actions",
+          "doc": "Run in this order when the will fires; each on its own (one that fails does not stop the others)."
+        },
+        {
+          "n": 2,
+          "name": "delaySeconds",
+          "type": "uint",
+          "limit": "0-3600",
+          "doc": "How long after the session's end the will fires; a session of the same user that starts within it cancels the will. 0: at once."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "actions",
+          "type": "uint",
+          "doc": "How many actions the will now has (0: none)."
+        }
+      ],
+      "errors": [
+        "invalidWillAction",
+        "batchTooLarge",
+        "invalidArgument",
+        "permissionDenied",
+        "identifierTooLong",
+        "keyTooLong",
+        "itemTooLarge",
+        "metadataTooLarge",
+        "invalidRevision",
+        "duplicateKey",
+        "reservedEventValue",
+        "unsupportedEventType",
+        "invalidExpiry",
+        "valueTooLong"
+      ]
+    },
+    {
+      "op": 37,
+      "name": "getWill",
+      "area": "session",
+      "doc": "The session's last will as registered (no actions: none).",
+      "authorize": {
+        "always": "reads the caller's own will"
+      },
+      "request": [],
+      "response": [
+        {
+          "n": 1,
+          "name": "actions",
+          "type": "WillAction",
+          "repeated": true
+        },
+        {
+          "n": 2,
+          "name": "delaySeconds",
+          "type": "uint"
+        }
+      ],
+      "errors": []
     },
     {
       "op": 40,
@@ -3936,6 +4107,12 @@ export const SCHEMA = {
       "doc": "A text field is over its limit."
     },
     {
+      "code": 7021,
+      "name": "invalidWillAction",
+      "open": true,
+      "doc": "A last will action names an operation a will cannot run, or fields that operation does not have; the message says which action."
+    },
+    {
       "code": 8000,
       "name": "internal",
       "open": true,
@@ -4118,6 +4295,11 @@ export const ErrorCode = Object.freeze({
   batchTooLarge: 7013,
   /** A text field is over its limit. */
   valueTooLong: 7014,
+  /**
+   * A last will action names an operation a will cannot run, or fields that operation does not have; the message
+   * says which action.
+   */
+  invalidWillAction: 7021,
   /** Unexpected server failure. */
   internal: 8000,
   /**
@@ -4532,6 +4714,34 @@ export class Operations {
    */
   queryEventSubscriptions(args = {}, options = {}) {
     return this.call("queryEventSubscriptions", args, options);
+  }
+
+  /**
+   * `setWill` (op 0x24, session). Registers the session's last will (SPEC.md §13.10), replacing any earlier one:
+   * actions the gateway runs as the session's user when the session ends other than by logout or a gateway
+   * shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is checked
+   * now as a request of its own operation would be (its grant and its fields), and again, with its compare-and-set
+   * checks and lock condition, when it runs. No actions: the session has no will any more. Errors:
+   * invalidWillAction, batchTooLarge, invalidArgument, permissionDenied, identifierTooLong, keyTooLong,
+   * itemTooLarge, metadataTooLarge, invalidRevision, duplicateKey, reservedEventValue, unsupportedEventType,
+   * invalidExpiry, valueTooLong. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').SetWillRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').SetWillResponse>}
+   */
+  setWill(args = {}, options = {}) {
+    return this.call("setWill", args, options);
+  }
+
+  /**
+   * `getWill` (op 0x25, session). The session's last will as registered (no actions: none). Fields left out are not
+   * sent (the server uses their defaults).
+   * @param {import('./generated').GetWillRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').GetWillResponse>}
+   */
+  getWill(args = {}, options = {}) {
+    return this.call("getWill", args, options);
   }
 
   /**

@@ -68,6 +68,10 @@ extension RequestAuthorizer {
             return self.require(.publish, .publisher, self.session.userID)
         case .queryEventSubscriptions(let body):
             return self.require(.events, .publisher, each: body.publishers)
+        case .setWill(let body):
+            return self.checkSetWill(body)
+        case .getWill:
+            return nil  // reads the caller's own will
         case .setUserInfo(let body):
             return self.require(.profileWrite, .user, body.info?.userId ?? "")
         case .getUserInfo(let body):
@@ -146,6 +150,8 @@ extension RequestAuthorizer {
         .unsubscribeEvent: "always allowed (ends the caller's own subscriptions)",
         .publishEvent: "`publish` on `publisher:` + the caller",
         .queryEventSubscriptions: "`events` on `publisher:` + each of `publishers`",
+        .setWill: "each action as a request of its own operation would be checked (the operation's own rule, on the session's grants)",
+        .getWill: "always allowed (reads the caller's own will)",
         .setUserInfo: "`profileWrite` on `user:` + `info.userId`",
         .getUserInfo: "`read` on `user:` + each of `userIds`",
         .setGroupInfo: "`profileWrite` on `group:` + `info.groupId`",

@@ -181,6 +181,28 @@ extension ClusterNodeInfo {
     }
 }
 
+extension WillAction {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> WillAction {
+        var value = WillAction()
+        if generator.bool() { value.operation = generator.uint64() }
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.userId = generator.string() }
+        for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
+        if generator.bool() { value.majorRevision = generator.int64() }
+        if generator.bool() { value.recordTs = generator.bool() }
+        if generator.bool() { value.recordUserId = generator.bool() }
+        if generator.bool() { value.lock = generator.string() }
+        if generator.bool() { value.eventType = generator.uint64() }
+        if generator.bool() { value.value = generator.uint64() }
+        if generator.bool() { value.expirySeconds = generator.uint64() }
+        if generator.bool() { value.onlineOnly = generator.bool() }
+        if generator.bool() { value.ext = generator.string() }
+        return value
+    }
+}
+
 extension RenewTokenRequest {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
@@ -549,6 +571,35 @@ extension QueryEventSubscriptionsResponse {
     package static func random(using generator: inout RandomValueGenerator) -> QueryEventSubscriptionsResponse {
         var value = QueryEventSubscriptionsResponse()
         for _ in 0..<generator.count() { value.subscriptions.append(EventSubscription.random(using: &generator)) }
+        return value
+    }
+}
+
+extension SetWillRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetWillRequest {
+        var value = SetWillRequest()
+        for _ in 0..<generator.count() { value.actions.append(WillAction.random(using: &generator)) }
+        if generator.bool() { value.delaySeconds = generator.uint64() }
+        return value
+    }
+}
+
+extension SetWillResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> SetWillResponse {
+        var value = SetWillResponse()
+        if generator.bool() { value.actions = generator.uint64() }
+        return value
+    }
+}
+
+extension GetWillResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> GetWillResponse {
+        var value = GetWillResponse()
+        for _ in 0..<generator.count() { value.actions.append(WillAction.random(using: &generator)) }
+        if generator.bool() { value.delaySeconds = generator.uint64() }
         return value
     }
 }
@@ -1094,7 +1145,7 @@ extension Change {
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 50) {
+        switch generator.index(below: 52) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
@@ -1124,26 +1175,28 @@ extension Request {
         case 26: return .unsubscribeEvent(UnsubscribeEventRequest.random(using: &generator))
         case 27: return .publishEvent(PublishEventRequest.random(using: &generator))
         case 28: return .queryEventSubscriptions(QueryEventSubscriptionsRequest.random(using: &generator))
-        case 29: return .setUserInfo(SetUserInfoRequest.random(using: &generator))
-        case 30: return .getUserInfo(GetUserInfoRequest.random(using: &generator))
-        case 31: return .setGroupInfo(SetGroupInfoRequest.random(using: &generator))
-        case 32: return .getGroupInfo(GetGroupInfoRequest.random(using: &generator))
-        case 33: return .setGroupMemberInfo(SetGroupMemberInfoRequest.random(using: &generator))
-        case 34: return .getGroupMemberInfo(GetGroupMemberInfoRequest.random(using: &generator))
-        case 35: return .updateGroupMembers(UpdateGroupMembersRequest.random(using: &generator))
-        case 36: return .getGroupMembers(GetGroupMembersRequest.random(using: &generator))
-        case 37: return .clearProfile(ClearProfileRequest.random(using: &generator))
-        case 38: return .subscribeProfiles(SubscribeProfilesRequest.random(using: &generator))
-        case 39: return .unsubscribeProfiles(UnsubscribeProfilesRequest.random(using: &generator))
-        case 40: return .registerProvider(RegisterProviderRequest.random(using: &generator))
-        case 41: return .answerProvider(AnswerProviderRequest.random(using: &generator))
-        case 42: return .kickUser(KickUserRequest.random(using: &generator))
-        case 43: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
-        case 44: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
-        case 45: return .listChannels(ListChannelsRequest.random(using: &generator))
-        case 46: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
-        case 47: return .info(EmptyBody.random(using: &generator))
-        case 48: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
+        case 29: return .setWill(SetWillRequest.random(using: &generator))
+        case 30: return .getWill(EmptyBody.random(using: &generator))
+        case 31: return .setUserInfo(SetUserInfoRequest.random(using: &generator))
+        case 32: return .getUserInfo(GetUserInfoRequest.random(using: &generator))
+        case 33: return .setGroupInfo(SetGroupInfoRequest.random(using: &generator))
+        case 34: return .getGroupInfo(GetGroupInfoRequest.random(using: &generator))
+        case 35: return .setGroupMemberInfo(SetGroupMemberInfoRequest.random(using: &generator))
+        case 36: return .getGroupMemberInfo(GetGroupMemberInfoRequest.random(using: &generator))
+        case 37: return .updateGroupMembers(UpdateGroupMembersRequest.random(using: &generator))
+        case 38: return .getGroupMembers(GetGroupMembersRequest.random(using: &generator))
+        case 39: return .clearProfile(ClearProfileRequest.random(using: &generator))
+        case 40: return .subscribeProfiles(SubscribeProfilesRequest.random(using: &generator))
+        case 41: return .unsubscribeProfiles(UnsubscribeProfilesRequest.random(using: &generator))
+        case 42: return .registerProvider(RegisterProviderRequest.random(using: &generator))
+        case 43: return .answerProvider(AnswerProviderRequest.random(using: &generator))
+        case 44: return .kickUser(KickUserRequest.random(using: &generator))
+        case 45: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
+        case 46: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
+        case 47: return .listChannels(ListChannelsRequest.random(using: &generator))
+        case 48: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
+        case 49: return .info(EmptyBody.random(using: &generator))
+        case 50: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
         default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
         }
     }
@@ -1152,7 +1205,7 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 50) {
+        switch generator.index(below: 52) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
@@ -1182,26 +1235,28 @@ extension Response {
         case 26: return .unsubscribeEvent(EmptyBody.random(using: &generator))
         case 27: return .publishEvent(PublishEventResponse.random(using: &generator))
         case 28: return .queryEventSubscriptions(QueryEventSubscriptionsResponse.random(using: &generator))
-        case 29: return .setUserInfo(EmptyBody.random(using: &generator))
-        case 30: return .getUserInfo(GetUserInfoResponse.random(using: &generator))
-        case 31: return .setGroupInfo(EmptyBody.random(using: &generator))
-        case 32: return .getGroupInfo(GetGroupInfoResponse.random(using: &generator))
-        case 33: return .setGroupMemberInfo(EmptyBody.random(using: &generator))
-        case 34: return .getGroupMemberInfo(GetGroupMemberInfoResponse.random(using: &generator))
-        case 35: return .updateGroupMembers(UpdateGroupMembersResponse.random(using: &generator))
-        case 36: return .getGroupMembers(GetGroupMembersResponse.random(using: &generator))
-        case 37: return .clearProfile(ClearProfileResponse.random(using: &generator))
-        case 38: return .subscribeProfiles(EmptyBody.random(using: &generator))
-        case 39: return .unsubscribeProfiles(EmptyBody.random(using: &generator))
-        case 40: return .registerProvider(EmptyBody.random(using: &generator))
-        case 41: return .answerProvider(EmptyBody.random(using: &generator))
-        case 42: return .kickUser(KickUserResponse.random(using: &generator))
-        case 43: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
-        case 44: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
-        case 45: return .listChannels(ListChannelsResponse.random(using: &generator))
-        case 46: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
-        case 47: return .info(InfoResponse.random(using: &generator))
-        case 48: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
+        case 29: return .setWill(SetWillResponse.random(using: &generator))
+        case 30: return .getWill(GetWillResponse.random(using: &generator))
+        case 31: return .setUserInfo(EmptyBody.random(using: &generator))
+        case 32: return .getUserInfo(GetUserInfoResponse.random(using: &generator))
+        case 33: return .setGroupInfo(EmptyBody.random(using: &generator))
+        case 34: return .getGroupInfo(GetGroupInfoResponse.random(using: &generator))
+        case 35: return .setGroupMemberInfo(EmptyBody.random(using: &generator))
+        case 36: return .getGroupMemberInfo(GetGroupMemberInfoResponse.random(using: &generator))
+        case 37: return .updateGroupMembers(UpdateGroupMembersResponse.random(using: &generator))
+        case 38: return .getGroupMembers(GetGroupMembersResponse.random(using: &generator))
+        case 39: return .clearProfile(ClearProfileResponse.random(using: &generator))
+        case 40: return .subscribeProfiles(EmptyBody.random(using: &generator))
+        case 41: return .unsubscribeProfiles(EmptyBody.random(using: &generator))
+        case 42: return .registerProvider(EmptyBody.random(using: &generator))
+        case 43: return .answerProvider(EmptyBody.random(using: &generator))
+        case 44: return .kickUser(KickUserResponse.random(using: &generator))
+        case 45: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
+        case 46: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
+        case 47: return .listChannels(ListChannelsResponse.random(using: &generator))
+        case 48: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
+        case 49: return .info(InfoResponse.random(using: &generator))
+        case 50: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
         default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
         }
     }

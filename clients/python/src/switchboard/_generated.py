@@ -244,6 +244,10 @@ class ErrorCode(enum.IntEnum):
     """More than 100 ids in one call."""
     valueTooLong = 7014
     """A text field is over its limit."""
+    invalidWillAction = 7021
+    """A last will action names an operation a will cannot run, or fields that operation does not have; the message
+    says which action.
+    """
     internal = 8000
     """Unexpected server failure."""
     storageFailure = 8001
@@ -517,6 +521,45 @@ class ClusterNodeInfoArg(TypedDict, total=False):
     local: bool
 
 
+class WillAction(TypedDict):
+    """One action of a last will (setWill, SPEC.md §13.10): the request of one operation, named by `operation`, with
+    that operation's fields under the same names. Fields the named operation does not have must be left at their
+    defaults.
+    """
+    operation: int
+    channel: str
+    channelType: Union[ChannelType, int]
+    userId: str
+    items: List[MetadataItem]
+    majorRevision: int
+    recordTs: bool
+    recordUserId: bool
+    lock: str
+    eventType: int
+    value: int
+    expirySeconds: int
+    onlineOnly: bool
+    ext: str
+
+
+class WillActionArg(TypedDict, total=False):
+    """WillAction as an argument: every key optional."""
+    operation: int
+    channel: str
+    channelType: Union[ChannelType, int]
+    userId: str
+    items: Sequence[MetadataItemArg]
+    majorRevision: int
+    recordTs: bool
+    recordUserId: bool
+    lock: str
+    eventType: int
+    value: int
+    expirySeconds: int
+    onlineOnly: bool
+    ext: str
+
+
 class RenewTokenResponse(TypedDict):
     """The response of `renewToken`."""
     expiresAtMs: int
@@ -603,6 +646,17 @@ class PublishEventResponse(TypedDict):
 class QueryEventSubscriptionsResponse(TypedDict):
     """The response of `queryEventSubscriptions`."""
     subscriptions: List[EventSubscription]
+
+
+class SetWillResponse(TypedDict):
+    """The response of `setWill`."""
+    actions: int
+
+
+class GetWillResponse(TypedDict):
+    """The response of `getWill`."""
+    actions: List[WillAction]
+    delaySeconds: int
 
 
 class GetUserInfoResponse(TypedDict):
@@ -1416,6 +1470,37 @@ class Operations:
         if publishers is not None:
             body["publishers"] = list(publishers)
         return cast(QueryEventSubscriptionsResponse, await self.call("queryEventSubscriptions", body, timeout=timeout))
+
+    async def set_will(
+        self,
+        *, actions: Optional[Sequence[WillActionArg]] = None, delay_seconds: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> SetWillResponse:
+        """`setWill` (op 0x24, session). Registers the session's last will (SPEC.md §13.10), replacing any earlier one:
+        actions the gateway runs as the session's user when the session ends other than by logout or a gateway
+        shutdown, after delaySeconds unless a session of the same user starts in the meantime. Each action is
+        checked now as a request of its own operation would be (its grant and its fields), and again, with its
+        compare-and-set checks and lock condition, when it runs. No actions: the session has no will any more.
+        Fields left None are not sent (the server uses their defaults). Errors: invalidWillAction, batchTooLarge,
+        invalidArgument, permissionDenied, identifierTooLong, keyTooLong, itemTooLarge, metadataTooLarge,
+        invalidRevision, duplicateKey, reservedEventValue, unsupportedEventType, invalidExpiry, valueTooLong.
+        """
+        body: Dict[str, Any] = {}
+        if actions is not None:
+            body["actions"] = list(actions)
+        if delay_seconds is not None:
+            body["delaySeconds"] = delay_seconds
+        return cast(SetWillResponse, await self.call("setWill", body, timeout=timeout))
+
+    async def get_will(
+        self,
+        *, timeout: Optional[float] = None,
+    ) -> GetWillResponse:
+        """`getWill` (op 0x25, session). The session's last will as registered (no actions: none). Fields left None are
+        not sent (the server uses their defaults).
+        """
+        body: Dict[str, Any] = {}
+        return cast(GetWillResponse, await self.call("getWill", body, timeout=timeout))
 
     async def set_user_info(
         self,

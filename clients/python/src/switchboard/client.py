@@ -135,6 +135,7 @@ class _Ledger:
         self.profile_groups: Set[str] = set()
         self.provider: Optional[Dict[str, Any]] = None
         self.changes: Optional[Dict[str, Any]] = None       # subscribeChanges, resuming after the last change seen
+        self.will: Optional[Dict[str, Any]] = None          # setWill: registered again on a new session
 
     def note_change(self, position: int) -> None:
         """A change push arrived: a new session resumes the admin change stream after it."""
@@ -156,6 +157,9 @@ class _Ledger:
             return
         if op == "unsubscribeChanges":
             self.changes = None
+            return
+        if op == "setWill":
+            self.will = dict(body) if body.get("actions") else None
             return
         channel_key = (body.get("channel", ""), body.get("channelType", "message"))
         if op == "subscribeChannel":
@@ -186,6 +190,8 @@ class _Ledger:
             out.append(("registerProvider", self.provider))
         if self.changes is not None:
             out.append(("subscribeChanges", dict(self.changes)))
+        if self.will is not None:
+            out.append(("setWill", dict(self.will)))
         return out
 
     def drop(self, op: str, body: Dict[str, Any]) -> None:
@@ -198,6 +204,8 @@ class _Ledger:
             self.provider = None
         elif op == "subscribeChanges":
             self.changes = None
+        elif op == "setWill":
+            self.will = None
 
 
 FATAL_GOAWAY_CLASSES = (2, 7)           # auth and HELLO fields: another attempt would be refused the same way
