@@ -87,8 +87,13 @@ extension SwitchboardClient {
                 continue
             }
             let forwarder = self.startForwarding(connection)
+            let ownUserID = self.configuration.userID
+            let (subscriptions, requests) = self.withCore { core in
+                let subscriptions = core.ledger.subscriptions
+                return (subscriptions, subscriptions.map { core.ledger.request(for: $0, ownUserID: ownUserID) })
+            }
             let report = await SubscriptionRestorer.restore(
-                self.withCore { $0.ledger.subscriptions }, on: connection, timeout: self.configuration.requestTimeout)
+                subscriptions, requests: requests, on: connection, timeout: self.configuration.requestTimeout)
             guard connection.isActive else {
                 // Lost again while restoring: that counts as a failed attempt.
                 await forwarder.value
