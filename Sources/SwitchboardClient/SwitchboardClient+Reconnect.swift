@@ -87,7 +87,8 @@ extension SwitchboardClient {
                 continue
             }
             let forwarder = self.startForwarding(connection)
-            let ownUserID = self.configuration.userID
+            // The session's user as the gateway named it (a token's user when the configuration names none).
+            let ownUserID = connection.welcome.userId.isEmpty ? self.configuration.userID : connection.welcome.userId
             let (subscriptions, requests) = self.withCore { core in
                 let subscriptions = core.ledger.subscriptions
                 return (subscriptions, subscriptions.map { core.ledger.request(for: $0, ownUserID: ownUserID) })

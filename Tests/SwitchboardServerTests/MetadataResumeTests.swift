@@ -191,10 +191,12 @@ import Testing
             try await tony.connect()
             try await tony.subscribeUserMetadata(userID: "Ana")
             try await tony.subscribeChannel(channel: "lobby", options: ChannelSubscriptionOptions(withMetadata: true))
-            await storage.wait { $0.filter { $0.eventType == .snapshot }.count == 2 }
+            try await tony.subscribeUserMetadata()  // his own set, named "" in the request
+            try await tony.setUserMetadata(items: [MetadataItem(key: "mine", value: "1")])
+            await storage.wait { $0.filter { $0.eventType == .snapshot }.count == 3 && $0.contains { $0.eventType == .set } }
             var anaCopy = MetadataSetCopy()
             var lobbyCopy = MetadataSetCopy()
-            for event in storage.all {
+            for event in storage.all where event.target != "Tony" {
                 if event.storageType == .user { anaCopy.apply(event) } else { lobbyCopy.apply(event) }
             }
             #expect(anaCopy.items.count == 1_000)
@@ -208,14 +210,16 @@ import Testing
             try await ana.setChannelMetadata(channel: "lobby", items: [MetadataItem(key: "topic", value: "new")])
             reconnectAllowed.store(true, ordering: .sequentiallyConsistent)
 
-            let resumed = await storage.wait { $0.dropFirst(seen).filter { $0.eventType == .snapshot }.count == 2 }
+            let resumed = await storage.wait { $0.dropFirst(seen).filter { $0.eventType == .snapshot }.count == 3 }
                 .dropFirst(seen)
-            let user = try #require(resumed.first { $0.storageType == .user })
+            let own = try #require(resumed.first { $0.target == "Tony" })
+            #expect(own.resumedFrom == 1 && own.items.isEmpty && own.removedKeys.isEmpty)
+            let user = try #require(resumed.first { $0.storageType == .user && $0.target == "Ana" })
             let channel = try #require(resumed.first { $0.storageType == .channel })
             #expect(user.resumedFrom == filled && !user.resumeFailed)
             #expect(user.items.map(\.key) == [Self.key(5)] && user.removedKeys == [Self.key(6)])
             #expect(channel.resumedFrom == lobbyCopy.majorRevision && channel.items.map(\.value) == ["new"])
-            for event in resumed {
+            for event in resumed where event.target != "Tony" {
                 if event.storageType == .user { anaCopy.apply(event) } else { lobbyCopy.apply(event) }
             }
             let read = try await tony.getUserMetadata(userID: "Ana")
