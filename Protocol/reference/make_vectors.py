@@ -330,6 +330,19 @@ def frames_file():
                   "timestampMs": T0})),
         valid("push.storageEvent.removeAll", "The whole user set was removed: no items, majorRevision 0.",
               P("storageEvent", {"eventType": "remove", "target": "Tony", "publisher": "admin", "timestampMs": T0})),
+        valid("push.storageEvent.resumed", "A resumed snapshot (SB-13.1-8): the items written after majorRevision 5 "
+              "and the keys removed since; the set is at 8.",
+              P("storageEvent", {"target": "Tony", "majorRevision": 8, "items": [
+                  {"key": "Age", "value": "46", "revision": 8}], "resumedFrom": 5, "removedKeys": ["Nick", "City"],
+                  "timestampMs": T0})),
+        valid("push.storageEvent.resumeFailed", "A resume that could not be given as changes: the whole set, "
+              "resumeFailed true.",
+              P("storageEvent", {"storageType": "channel", "target": "lobby", "majorRevision": 3, "items": [
+                  {"key": "topic", "value": "news", "revision": 3}], "resumeFailed": True, "timestampMs": T0})),
+        valid("request.subscribeUserMetadata.resume", "Subscribe to Tony's metadata resuming from majorRevision 5.",
+              R("subscribeUserMetadata", 40, {"userId": "Tony", "sinceRevision": 5})),
+        valid("request.subscribeChannel.resume", "Join lobby with metadata, resuming from majorRevision 3.",
+              R("subscribeChannel", 41, {"channel": "lobby", "withMetadata": True, "sinceRevision": 3})),
         valid("push.lockEvent", "Lock acquired.", P("lockEvent", {"channel": "lobby", "eventType": "acquired",
               "locks": [{"lockName": "editor", "owner": "Tony", "ttlSeconds": 60}], "timestampMs": T0})),
         valid("push.lockEvent.snapshot", "Lock snapshot after subscribing withLock.",

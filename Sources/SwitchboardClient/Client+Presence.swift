@@ -10,13 +10,21 @@ public struct ChannelSubscriptionOptions: Sendable, Hashable {
     public var withLock: Bool
     /// Quiet mode: others get no join, leave or state events about this user, and `whoNow` does not list them.
     public var beQuiet: Bool
+    /// With metadata: the last majorRevision the app saw of the channel's set; the snapshot event then carries the
+    /// changes since (`resumedFrom`) or the whole set with `resumeFailed` (`Protocol/SPEC.md` SB-13.1-8). 0: the
+    /// whole set. After a reconnect the client resumes by itself from the last storage event it received.
+    public var sinceRevision: UInt64
 
     /// Creates options; by default presence events only.
-    public init(withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false) {
+    public init(
+        withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false,
+        sinceRevision: UInt64 = 0
+    ) {
         self.withMetadata = withMetadata
         self.withPresence = withPresence
         self.withLock = withLock
         self.beQuiet = beQuiet
+        self.sinceRevision = sinceRevision
     }
 }
 
@@ -33,7 +41,8 @@ extension SwitchboardClient {
             .subscribeChannel(
                 SubscribeChannelRequest(
                     channel: channel, channelType: type, withMetadata: options.withMetadata,
-                    withPresence: options.withPresence, withLock: options.withLock, beQuiet: options.beQuiet)))
+                    withPresence: options.withPresence, withLock: options.withLock, beQuiet: options.beQuiet,
+                    sinceRevision: options.sinceRevision)))
     }
 
     /// Leaves a channel (`4004 notSubscribed` if the session is not in it).

@@ -120,9 +120,14 @@ extension SwitchboardClient {
     }
 
     /// Subscribes to a user's metadata (empty `userID`: the caller's): a `snapshot` storage event, then one per
-    /// change. Restored after a reconnect.
-    public func subscribeUserMetadata(userID: String = "") async throws(SwitchboardClientError) {
-        _ = try await self.send(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: userID)))
+    /// change. Restored after a reconnect, resuming from the last storage event received of the set.
+    ///
+    /// - Parameter sinceRevision: The last majorRevision the app saw of the set: the snapshot event then carries the
+    ///   changes since (`resumedFrom`), or the whole set with `resumeFailed` (`Protocol/SPEC.md` SB-13.1-8);
+    ///   ``MetadataSetCopy`` applies either. 0: the whole set.
+    public func subscribeUserMetadata(userID: String = "", sinceRevision: UInt64 = 0) async throws(SwitchboardClientError) {
+        _ = try await self.send(
+            .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: userID, sinceRevision: sinceRevision)))
     }
 
     /// Ends a ``subscribeUserMetadata(userID:)`` subscription.

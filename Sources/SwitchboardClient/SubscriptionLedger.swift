@@ -7,7 +7,17 @@ import SwitchboardWire
 /// It follows the server's answers: a subscribe is recorded when it succeeds, an unsubscribe removes its entry
 /// when it succeeds or the server says there was nothing to end (`4004 notSubscribed`). Event subscriptions are
 /// not kept: the server keeps them for the user across sessions.
+///
+/// It also notes the majorRevision of the last storage event received per set, so that a new session's metadata
+/// subscriptions resume from it (`sinceRevision`, `Protocol/SPEC.md` SB-13.1-8) and get the changes only.
 struct SubscriptionLedger: Sendable {
+    /// A metadata set's identity as storage events name it.
+    struct SetID: Hashable, Sendable {
+        var storageType: StorageType
+        var target: String
+        var channelType: ChannelType
+    }
+
     /// A channel's identity: its name and type.
     struct ChannelID: Hashable, Sendable, Comparable {
         var name: String
@@ -30,6 +40,33 @@ struct SubscriptionLedger: Sendable {
     private(set) var changeStream: SubscribeChangesRequest?
     /// The session's last will, registered again on a new session (nil: none).
     private(set) var will: SetWillRequest?
+    /// The majorRevision of the last storage event received per set.
+    private(set) var metadataRevisions: [SetID: UInt64] = [:]
+
+    /// Notes a storage event received: a new session's subscription to its set resumes from its majorRevision.
+    mutating func noteStorageEvent(_ event: StorageEvent) {
+        let set = SetID(
+            storageType: event.storageType, target: event.target,
+            channelType: event.storageType == .channel ? event.channelType : .message)
+        self.metadataRevisions[set] = event.majorRevision
+    }
+
+    /// The request that makes `subscription` again on a new session: a metadata subscription resumes from the last
+    /// majorRevision received of its set (`ownUserID` names the set of a subscription to the session's own user).
+    func request(for subscription: RestorableSubscription, ownUserID: String) -> Request {
+        switch subscription {
+        case .channel(var subscribe) where subscribe.withMetadata:
+            let set = SetID(storageType: .channel, target: subscribe.channel, channelType: subscribe.channelType)
+            subscribe.sinceRevision = self.metadataRevisions[set] ?? 0
+            return .subscribeChannel(subscribe)
+        case .userMetadata(let userID):
+            let set = SetID(storageType: .user, target: userID.isEmpty ? ownUserID : userID, channelType: .message)
+            return .subscribeUserMetadata(
+                SubscribeUserMetadataRequest(userId: userID, sinceRevision: self.metadataRevisions[set] ?? 0))
+        default:
+            return subscription.request
+        }
+    }
 
     /// Notes a change received on the admin change stream: a new session resumes after it.
     mutating func noteChange(at position: UInt64) {
@@ -54,10 +91,13 @@ struct SubscriptionLedger: Sendable {
             succeeded = false
         }
         switch request {
-        case .subscribeChannel(let subscribe) where succeeded:
+        case .subscribeChannel(var subscribe) where succeeded:
+            subscribe.sinceRevision = 0  // the resume point is the last event received, not this request's
             self.channels[ChannelID(name: subscribe.channel, type: subscribe.channelType)] = subscribe
         case .unsubscribeChannel(let unsubscribe):
             self.channels[ChannelID(name: unsubscribe.channel, type: unsubscribe.channelType)] = nil
+            self.metadataRevisions[
+                SetID(storageType: .channel, target: unsubscribe.channel, channelType: unsubscribe.channelType)] = nil
         case .subscribeUserMetadata(let subscribe) where succeeded:
             self.userMetadata.insert(subscribe.userId)
         case .unsubscribeUserMetadata(let unsubscribe):

@@ -7,12 +7,15 @@ enum SubscriptionRestorer {
     /// Tries per subscription when the server says to slow down (`3000 rateLimited`, `3001 tooManyInflight`).
     static let triesWhenLimited = 5
 
-    /// Sends every subscription's request on `connection`, a few at a time, and reports each one's outcome in
+    /// Sends every subscription's request (`requests`, in the same order; by default each one's
+    /// ``RestorableSubscription/request``) on `connection`, a few at a time, and reports each one's outcome in
     /// the order given. A failure is the server's refusal, or (when the connection went away meanwhile) the
     /// lost connection.
     static func restore(
-        _ subscriptions: [RestorableSubscription], on connection: SwitchboardConnection, timeout: Duration
+        _ subscriptions: [RestorableSubscription], requests: [Request]? = nil, on connection: SwitchboardConnection,
+        timeout: Duration
     ) async -> RestoreReport {
+        let requests = requests ?? subscriptions.map(\.request)
         var results = [Result<Response, SwitchboardClientError>?](repeating: nil, count: subscriptions.count)
         await withTaskGroup(of: (Int, Result<Response, SwitchboardClientError>).self) { group in
             var next = 0
@@ -20,7 +23,7 @@ enum SubscriptionRestorer {
                 guard next < subscriptions.count else { return }
                 let index = next
                 next += 1
-                group.addTask { (index, await self.make(subscriptions[index], on: connection, timeout: timeout)) }
+                group.addTask { (index, await self.make(requests[index], on: connection, timeout: timeout)) }
             }
             for _ in 0..<self.concurrency { startNext() }
             for await (index, result) in group {
@@ -45,12 +48,12 @@ enum SubscriptionRestorer {
 
     /// Makes one subscription, waiting and trying again while the server says to slow down.
     private static func make(
-        _ subscription: RestorableSubscription, on connection: SwitchboardConnection, timeout: Duration
+        _ request: Request, on connection: SwitchboardConnection, timeout: Duration
     ) async -> Result<Response, SwitchboardClientError> {
         var attempt = 1
         while true {
             do {
-                return .success(try await connection.send(subscription.request, timeout: timeout))
+                return .success(try await connection.send(request, timeout: timeout))
             } catch {
                 let error = SwitchboardClientError(wrapping: error)
                 let slowDown = error.kind == .server && (error.code == .rateLimited || error.code == .tooManyInflight)

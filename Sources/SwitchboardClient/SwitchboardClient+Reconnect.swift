@@ -87,8 +87,14 @@ extension SwitchboardClient {
                 continue
             }
             let forwarder = self.startForwarding(connection)
+            // The session's user as the gateway named it (a token's user when the configuration names none).
+            let ownUserID = connection.welcome.userId.isEmpty ? self.configuration.userID : connection.welcome.userId
+            let (subscriptions, requests) = self.withCore { core in
+                let subscriptions = core.ledger.subscriptions
+                return (subscriptions, subscriptions.map { core.ledger.request(for: $0, ownUserID: ownUserID) })
+            }
             let report = await SubscriptionRestorer.restore(
-                self.withCore { $0.ledger.subscriptions }, on: connection, timeout: self.configuration.requestTimeout)
+                subscriptions, requests: requests, on: connection, timeout: self.configuration.requestTimeout)
             guard connection.isActive else {
                 // Lost again while restoring: that counts as a failed attempt.
                 await forwarder.value

@@ -441,6 +441,10 @@ public final class SwitchboardClient: Sendable {
                     // A moderator ended the subscription: a reconnect must not make it again.
                     self.core.withLock { $0.ledger.forgetChannel(notice.channel, type: notice.channelType) }
                 }
+                if case .storageEvent(let event) = push {
+                    // A new session's metadata subscriptions resume from it.
+                    self.core.withLock { $0.ledger.noteStorageEvent(event) }
+                }
                 if case .change(let change) = push {
                     // A new session resumes the admin change stream after it.
                     self.core.withLock { $0.ledger.noteChange(at: change.position) }

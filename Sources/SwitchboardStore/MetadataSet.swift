@@ -6,6 +6,12 @@ import SwitchboardWire
 /// tombstone: no items, ``isRemoved`` set, and its last ``majorRevision`` kept so that a set created again later
 /// continues above it (`Protocol/SPEC.md` SB-13.1-1).
 ///
+/// For resuming subscriptions (`Protocol/SPEC.md` SB-13.1-8) the set remembers the keys removed from it in its last
+/// ``removalHistoryLimit`` item removals (``removals``), and the revision after which that record is complete
+/// (``removalsKnownAfter``). A set loaded from a backend, and a set removed as a whole, knows no removal before its
+/// current majorRevision. Items carry the majorRevision that last wrote them, so the items written after a revision
+/// need no record of their own.
+///
 /// Keys compare by their UTF-8 bytes. Small sets are searched linearly, which beats hashing for the usual handful
 /// of items; sets with more than ``indexThreshold`` items keep a key index so that large requests stay linear, not
 /// quadratic.
@@ -23,11 +29,19 @@ struct MetadataSet: Sendable {
     private(set) var byteCount: Int
     /// Key → position in ``items``; only above ``indexThreshold`` items.
     private var index: [UTF8Key: Int]?
+    /// Removed keys kept per set for resuming subscriptions.
+    static let removalHistoryLimit = 256
+    /// Keys removed by item removals after ``removalsKnownAfter``, oldest first, each with the majorRevision of the
+    /// removal (a key removed, written again and removed again is listed twice).
+    private(set) var removals: [RemovedKey] = []
+    /// Every key removed at a majorRevision above this one is in ``removals``.
+    private(set) var removalsKnownAfter: UInt64
 
     /// A set with `items` (insertion order), as loaded from a backend.
     init(majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem]) {
         self.majorRevision = majorRevision
         self.isRemoved = isRemoved
+        self.removalsKnownAfter = majorRevision
         self.items = isRemoved ? [] : items
         var bytes = 0
         for item in self.items { bytes += item.key.utf8.count + item.value.utf8.count }
@@ -72,6 +86,7 @@ struct MetadataSet: Sendable {
 
     /// Removes the items at `positions` (distinct, any order) in one pass, keeping the order of the others.
     mutating func remove(at positions: UnsafeBufferPointer<Int>) {
+        self.noteRemovals(positions)
         if positions.count == 1 {
             let old = self.items.remove(at: positions[0])
             self.byteCount -= old.key.utf8.count + old.value.utf8.count
@@ -123,10 +138,42 @@ struct MetadataSet: Sendable {
 
     /// Turns the set into a tombstone at its current majorRevision.
     mutating func markRemoved() {
+        self.removals = []
+        self.removalsKnownAfter = self.majorRevision
         self.isRemoved = true
         self.items = []
         self.byteCount = 0
         self.index = nil
+    }
+
+    /// The changes after `revision`, for a resumed subscription: the items written after it (in the set's order) and
+    /// the keys removed after it that do not exist now. Nil when they cannot be given exactly: `revision` is 0 or
+    /// above the set's majorRevision, the set is removed, or removals after `revision` are not known (SB-13.1-8).
+    func changes(since revision: UInt64) -> (items: [MetadataItem], removedKeys: [String])? {
+        guard revision > 0, !self.isRemoved, revision <= self.majorRevision, revision >= self.removalsKnownAfter else {
+            return nil
+        }
+        let items = self.items.filter { $0.revision < 0 || UInt64($0.revision) > revision }
+        var removedKeys: [String] = []
+        var listed = Set<UTF8Key>()
+        for removal in self.removals where removal.revision > revision && self.position(of: removal.key) == nil {
+            if listed.insert(UTF8Key(removal.key)).inserted { removedKeys.append(removal.key) }
+        }
+        return (items, removedKeys)
+    }
+
+    /// Records the keys at `positions` as removed at the current majorRevision, forgetting the oldest records over
+    /// ``removalHistoryLimit``.
+    private mutating func noteRemovals(_ positions: UnsafeBufferPointer<Int>) {
+        for position in positions {
+            self.removals.append(RemovedKey(key: self.items[position].key, revision: self.majorRevision))
+        }
+        let excess = self.removals.count - Self.removalHistoryLimit
+        if excess > 0 {
+            // Removals at the last forgotten record's revision may be incomplete now.
+            self.removalsKnownAfter = max(self.removalsKnownAfter, self.removals[excess - 1].revision)
+            self.removals.removeFirst(excess)
+        }
     }
 
     private mutating func rebuildIndex() {
@@ -138,4 +185,10 @@ struct MetadataSet: Sendable {
         for (position, item) in self.items.enumerated() { index[UTF8Key(item.key)] = position }
         self.index = index
     }
+}
+
+/// A key removed from a set, with the majorRevision of its removal.
+struct RemovedKey: Sendable {
+    var key: String
+    var revision: UInt64
 }

@@ -152,6 +152,28 @@ public final class MetadataStore: Sendable {
         return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items)
     }
 
+    /// Reads a set for a subscription that resumes from `revision`, the last majorRevision its client saw
+    /// (`Protocol/SPEC.md` SB-13.1-8).
+    ///
+    /// - Returns: For `revision` 0, the whole set (as ``get(_:)``). Else, when the changes after `revision` are known
+    ///   exactly, a snapshot with ``MetadataSnapshot/resumedFrom`` = `revision`, the items written since and the keys
+    ///   removed since; otherwise the whole set with ``MetadataSnapshot/resumeFailed``.
+    /// - Throws: What ``get(_:)`` throws.
+    public func resume(_ scope: MetadataScope, from revision: UInt64) throws(SwitchboardStoreError) -> MetadataSnapshot {
+        if revision == 0 { return try self.get(scope) }
+        if let error = self.readError(scope) { throw error }
+        let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
+        if let set, let changes = set.changes(since: revision) {
+            return MetadataSnapshot(
+                scope: scope, majorRevision: set.majorRevision, items: changes.items, resumedFrom: revision,
+                removedKeys: changes.removedKeys)
+        }
+        guard let set, !set.isRemoved else {
+            return MetadataSnapshot(scope: scope, majorRevision: 0, items: [], resumeFailed: true)
+        }
+        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items, resumeFailed: true)
+    }
+
     /// Writes the body of the answer to a get of `scope` to `sink`, straight from the set under its shard's lock: the
     /// bytes a `GetUserMetadataResponse` with `userId` (or, for `userId` nil, a `GetChannelMetadataResponse`) of
     /// ``get(_:)``'s snapshot encodes to, without the snapshot or the typed response in between.

@@ -92,14 +92,27 @@ public struct MetadataSnapshot: Sendable, Hashable {
     public var scope: MetadataScope
     /// The set's majorRevision; 0 when the set does not exist (never created, or removed).
     public var majorRevision: UInt64
-    /// Every item with its revision, `updateTs` and `authorUserId`, in insertion order.
+    /// Every item with its revision, `updateTs` and `authorUserId`, in insertion order; for a resumed snapshot
+    /// (``resumedFrom`` above 0) only the items written after ``resumedFrom``.
     public var items: [MetadataItem]
+    /// A resumed snapshot: the majorRevision its changes start from; 0 for a whole set (`Protocol/SPEC.md` SB-13.1-8).
+    public var resumedFrom: UInt64
+    /// A resumed snapshot: the keys removed after ``resumedFrom`` that do not exist now.
+    public var removedKeys: [String]
+    /// A resume was asked for and could not be given as changes: ``items`` is the whole set.
+    public var resumeFailed: Bool
 
     /// Creates a snapshot.
-    public init(scope: MetadataScope, majorRevision: UInt64, items: [MetadataItem]) {
+    public init(
+        scope: MetadataScope, majorRevision: UInt64, items: [MetadataItem], resumedFrom: UInt64 = 0,
+        removedKeys: [String] = [], resumeFailed: Bool = false
+    ) {
         self.scope = scope
         self.majorRevision = majorRevision
         self.items = items
+        self.resumedFrom = resumedFrom
+        self.removedKeys = removedKeys
+        self.resumeFailed = resumeFailed
     }
 
     /// The `snapshot` storage event push sent right after a session subscribes.
@@ -108,7 +121,8 @@ public struct MetadataSnapshot: Sendable, Hashable {
         StorageEvent(
             storageType: self.scope.storageType, eventType: .snapshot, target: self.scope.name,
             channelType: self.scope.isChannel ? self.scope.channelType : .message, majorRevision: self.majorRevision,
-            items: self.items, publisher: "", timestampMs: timestampMs)
+            items: self.items, publisher: "", timestampMs: timestampMs, resumedFrom: self.resumedFrom,
+            removedKeys: self.removedKeys, resumeFailed: self.resumeFailed)
     }
 }
 

@@ -89,6 +89,18 @@ struct OutputFormattingTests {
             == "subscribedEvents Ann value=10001 ext=hi eventId=e1 | Bob value=1(login) online=[web] eventId=e2")
     }
 
+    @Test("a resumed storage snapshot prints resumedFrom and the removed keys; a failed resume says resumeFailed")
+    func resumedSnapshotText() {
+        let resumed = StorageEvent(
+            target: "Tony", majorRevision: 8, items: [MetadataItem(key: "Age", value: "46", revision: 8)], resumedFrom: 5,
+            removedKeys: ["Nick", "City"])
+        #expect(Rendering.line(for: .storageEvent(resumed), format: .text)
+            == "storageEvent snapshot user Tony majorRevision=8 resumedFrom=5 removed=Nick,City: Age=46")
+        let failed = StorageEvent(target: "Tony", majorRevision: 3, resumeFailed: true)
+        #expect(Rendering.line(for: .storageEvent(failed), format: .text)
+            == "storageEvent snapshot user Tony majorRevision=3 resumeFailed")
+    }
+
     @Test("a server error prints 'error <code> <name>: <message>' with its CAS details")
     func serverErrorText() {
         let body = ErrorBody(code: 5001, message: "item revision differs", currentRevision: 4, key: "Name")

@@ -12,6 +12,16 @@ struct StorageMappingTests {
             recordTs: true)))
     }
 
+    @Test("user-meta subscribe --since and channel subscribe --metadata --since resume from a majorRevision")
+    func subscribeSinceMapsToSinceRevision() throws {
+        #expect(try request("user-meta", "subscribe", "Tony", "--since", "42")
+            == .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony", sinceRevision: 42)))
+        #expect(try request("user-meta", "subscribe", "Tony")
+            == .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony")))
+        #expect(try request("channel", "subscribe", "lobby", "--metadata", "--since", "7")
+            == .subscribeChannel(SubscribeChannelRequest(channel: "lobby", withMetadata: true, sinceRevision: 7)))
+    }
+
     @Test("a value keeps everything after the first '=' and may be empty")
     func valuesKeepLaterEqualsSigns() throws {
         let mapped = try request("user-meta", "set", "-", "formula=a=b", "empty=")

@@ -114,6 +114,36 @@ struct ClusterMetadataTests {
         }
     }
 
+    @Test("a resume on another node than the writes' gives the exact changes (the feed carried the removals); from the future the whole set with resumeFailed")
+    func aResumeOnAnotherNodeGivesTheChanges() async throws {
+        try await withCluster(nodes: 2) { _, nodes in
+            let writer = try await nodes[0].client("Tony")
+            let seeded = try await writer.setUserMetadata(
+                items: (0..<20).map { MetadataItem(key: "k\($0)", value: "v") })
+            try await writer.removeUserMetadata(items: [MetadataItem(key: "k3"), MetadataItem(key: "k4")])
+            try await writer.setUserMetadata(items: [MetadataItem(key: "k5", value: "w"), MetadataItem(key: "k9", value: "w")])
+            let last = try await writer.setUserMetadata(items: [MetadataItem(key: "new", value: "n")])
+
+            let watcher = try await nodes[1].client("Ana")
+            let settled = try await eventually {
+                try await watcher.getUserMetadata(userID: "Tony").majorRevision == last.majorRevision
+            }
+            #expect(settled)
+            let events = StorageEventIterator(watcher.storageEvents)
+            try await watcher.subscribeUserMetadata(userID: "Tony", sinceRevision: seeded.majorRevision)
+            let resumed = try #require(await events.next(seconds: 5))
+            #expect(resumed.eventType == .snapshot && resumed.resumedFrom == seeded.majorRevision && !resumed.resumeFailed)
+            #expect(resumed.majorRevision == last.majorRevision)
+            #expect(resumed.items.map(\.key) == ["k5", "k9", "new"] && resumed.removedKeys == ["k3", "k4"])
+
+            try await watcher.subscribeUserMetadata(userID: "Tony", sinceRevision: last.majorRevision + 1)
+            let future = try #require(await events.next(seconds: 5))
+            #expect(future.resumeFailed && future.items.count == 19 && future.resumedFrom == 0)
+            await writer.close()
+            await watcher.close()
+        }
+    }
+
     @Test("a node started after writes loads them, and removals reach the other nodes")
     func aLateNodeLoadsTheClusterAndRemovalsPropagate() async throws {
         try await withCluster(nodes: 2) { _, nodes in

@@ -32,13 +32,18 @@ public struct ChannelEventOptions: ParsableArguments, Sendable {
     @Flag(help: "Quiet mode: others see no join, leave or state events for you, and whoNow does not list you.")
     public var quiet = false
 
+    @Option(
+        name: .customLong("since"),
+        help: "With --metadata: resume from this majorRevision (the snapshot carries only the changes since).")
+    public var sinceRevision: UInt64 = 0
+
     public init() {}
 
     /// The subscribeChannel request for `channel`.
     public func request(channel: String, channelType: ChannelType) -> SubscribeChannelRequest {
         SubscribeChannelRequest(
             channel: channel, channelType: channelType, withMetadata: self.metadata, withPresence: self.presence,
-            withLock: self.locks, beQuiet: self.quiet)
+            withLock: self.locks, beQuiet: self.quiet, sinceRevision: self.sinceRevision)
     }
 }
 

@@ -106,12 +106,16 @@ public struct UserMetaSubscribeCommand: RequestCommand {
         discussion: "A subscription lasts as long as the connection: use it in the shell, or use 'sbctl watch --user-meta USER'.")
 
     @Argument(help: "User id (default: yourself).") var user: String?
+    @Option(
+        name: .customLong("since"),
+        help: "Resume from this majorRevision: the snapshot carries only the changes since, or the whole set with resumeFailed.")
+    var sinceRevision: UInt64 = 0
     @OptionGroup public var connection: ConnectionOptions
 
     public init() {}
 
     public func makeRequest() throws(CommandFailure) -> Request {
-        .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: UserID.wire(self.user)))
+        .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: UserID.wire(self.user), sinceRevision: self.sinceRevision))
     }
 }
 

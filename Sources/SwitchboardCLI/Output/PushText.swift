@@ -57,6 +57,11 @@ public enum PushText {
             : "user \(TextQuoting.quoted(event.target))"
         var line = "storageEvent \(event.eventType) \(target) majorRevision=\(event.majorRevision)"
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
+        if event.resumedFrom > 0 { line += " resumedFrom=\(event.resumedFrom)" }
+        if event.resumeFailed { line += " resumeFailed" }
+        if !event.removedKeys.isEmpty {
+            line += " removed=" + event.removedKeys.map { TextQuoting.quoted($0) }.joined(separator: ",")
+        }
         return line + Self.items(event.items, removed: event.eventType == .remove)
     }
 

@@ -173,7 +173,7 @@ public final class PresenceArea: RequestHandler, SessionObserver {
         let id = ObjectIdentifier(session)
         let options = ChannelOptions(
             withMetadata: request.withMetadata, withPresence: request.withPresence, withLock: request.withLock,
-            beQuiet: request.beQuiet)
+            beQuiet: request.beQuiet, sinceRevision: request.sinceRevision)
         let alreadyIn = self.domain.contains(id, in: key)
         if !alreadyIn && !session.reserveSubscriptions() {
             throw RequestRejection(.tooManySubscriptions, "the connection has its maximum number of subscriptions")

@@ -90,7 +90,8 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
                     .getUserMetadata(
                         GetUserMetadataResponse(majorRevision: snapshot.majorRevision, items: snapshot.items, userId: userID)))
             case .subscribeUserMetadata(let subscribe):
-                return try self.subscribeUser(subscribe.userId.isEmpty ? caller : subscribe.userId, context)
+                return try self.subscribeUser(
+                    subscribe.userId.isEmpty ? caller : subscribe.userId, since: subscribe.sinceRevision, context)
             case .unsubscribeUserMetadata(let unsubscribe):
                 let userID = unsubscribe.userId.isEmpty ? caller : unsubscribe.userId
                 guard self.subscriptions.unsubscribeUser(context.session, from: userID) else {
@@ -222,8 +223,10 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             to: .metadataSubscribers(of: outcome.scope))
     }
 
-    private func subscribeUser(_ userID: String, _ context: RequestContext) throws(SwitchboardStoreError) -> RequestOutcome {
-        let snapshot = try self.store.get(.user(userID))
+    private func subscribeUser(
+        _ userID: String, since revision: UInt64, _ context: RequestContext
+    ) throws(SwitchboardStoreError) -> RequestOutcome {
+        let snapshot = try self.store.resume(.user(userID), from: revision)
         let session = context.session
         guard session.reserveSubscriptions() else {
             return .failure(ErrorBody(.tooManySubscriptions, "this connection has its maximum of subscriptions"))
@@ -238,7 +241,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     // MARK: ChannelMembershipObserver
 
     public func memberJoined(_ session: SessionHandle, channel: ChannelKey, options: ChannelOptions) {
-        if options.withMetadata, let snapshot = try? self.store.get(.channel(channel.name, type: channel.type)) {
+        if options.withMetadata,
+            let snapshot = try? self.store.resume(.channel(channel.name, type: channel.type), from: options.sinceRevision)
+        {
             session.send(.storageEvent(snapshot.storageEvent(timestampMs: UInt64(max(self.nowMillis(), 0)))))
         }
         if options.withLock, let locks = try? self.store.lockSnapshot(channel: channel.name, channelType: channel.type) {

@@ -15,13 +15,20 @@ public struct ChannelOptions: Hashable, Sendable {
     public var withLock: Bool
     /// Quiet mode: others see no join, leave or state events for this member.
     public var beQuiet: Bool
+    /// With metadata: the last majorRevision the member saw of the channel's set, which the snapshot sent on joining
+    /// resumes from (0: none; `Protocol/SPEC.md` SB-13.1-8).
+    public var sinceRevision: UInt64
 
     /// Creates options.
-    public init(withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false) {
+    public init(
+        withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false,
+        sinceRevision: UInt64 = 0
+    ) {
         self.withMetadata = withMetadata
         self.withPresence = withPresence
         self.withLock = withLock
         self.beQuiet = beQuiet
+        self.sinceRevision = sinceRevision
     }
 }
 

@@ -2275,13 +2275,17 @@ extension GetUserMetadataResponse: JSONRepresentable {
 /// | # | field | type |
 /// |---|---|---|
 /// | 1 | userId | string |
+/// | 2 | sinceRevision | uint |
 public struct SubscribeUserMetadataRequest: WireCodable {
     /// Empty means the caller.
     public var userId: String
+    /// Resume: the last majorRevision the client saw of the set (0: none). The snapshot storage event then carries only the items changed and the keys removed since (resumedFrom), or the whole set with resumeFailed when the changes cannot be given (SPEC.md SB-13.1-8).
+    public var sinceRevision: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(userId: String = "") {
+    public init(userId: String = "", sinceRevision: UInt64 = 0) {
         self.userId = userId
+        self.sinceRevision = sinceRevision
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2291,6 +2295,9 @@ public struct SubscribeUserMetadataRequest: WireCodable {
             case 1:
                 try reader.require(field.wireType, is: .lengthDelimited, field: 1)
                 self.userId = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.sinceRevision = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2300,11 +2307,13 @@ public struct SubscribeUserMetadataRequest: WireCodable {
     public var wireSize: Int {
         var size = 0
         if !(self.userId.isEmpty) { size += WireField.stringFieldSize(1, self.userId) }
+        if !(self.sinceRevision == 0) { size += WireField.varintFieldSize(2, self.sinceRevision) }
         return size
     }
 
     public func encode(to writer: inout WireWriter) {
         if !(self.userId.isEmpty) { writer.writeStringField(1, self.userId) }
+        if !(self.sinceRevision == 0) { writer.writeVarintField(2, self.sinceRevision) }
     }
 }
 
@@ -2312,6 +2321,7 @@ extension SubscribeUserMetadataRequest: JSONRepresentable {
     public var jsonValue: JSONValue {
         var members: [(key: String, value: JSONValue)] = []
         if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(self.sinceRevision == 0) { members.append(("sinceRevision", .uint(self.sinceRevision))) }
         return .object(members)
     }
 
@@ -2320,6 +2330,7 @@ extension SubscribeUserMetadataRequest: JSONRepresentable {
         for member in try JSONField.object(json, "SubscribeUserMetadataRequest") {
             switch member.key {
             case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "sinceRevision": self.sinceRevision = try JSONField.uint64(member.value, "sinceRevision")
             default: throw SwitchboardWireError(.malformedBody, "json: SubscribeUserMetadataRequest has no field \(member.key)")
             }
         }
@@ -2846,6 +2857,7 @@ extension GetLocksResponse: JSONRepresentable {
 /// | 4 | withPresence | bool |
 /// | 5 | withLock | bool |
 /// | 6 | beQuiet | bool |
+/// | 7 | sinceRevision | uint |
 public struct SubscribeChannelRequest: WireCodable {
     public var channel: String
     public var channelType: ChannelType
@@ -2857,15 +2869,18 @@ public struct SubscribeChannelRequest: WireCodable {
     public var withLock: Bool
     /// Quiet mode: others get no join, leave or state events for this user and whoNow does not list them.
     public var beQuiet: Bool
+    /// With withMetadata: resume: the last majorRevision the client saw of the set (0: none). The snapshot storage event then carries only the items changed and the keys removed since (resumedFrom), or the whole set with resumeFailed when the changes cannot be given (SPEC.md SB-13.1-8).
+    public var sinceRevision: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(channel: String = "", channelType: ChannelType = .message, withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false) {
+    public init(channel: String = "", channelType: ChannelType = .message, withMetadata: Bool = false, withPresence: Bool = true, withLock: Bool = false, beQuiet: Bool = false, sinceRevision: UInt64 = 0) {
         self.channel = channel
         self.channelType = channelType
         self.withMetadata = withMetadata
         self.withPresence = withPresence
         self.withLock = withLock
         self.beQuiet = beQuiet
+        self.sinceRevision = sinceRevision
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2890,6 +2905,9 @@ public struct SubscribeChannelRequest: WireCodable {
             case 6:
                 try reader.require(field.wireType, is: .varint, field: 6)
                 self.beQuiet = try reader.readBool()
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.sinceRevision = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2904,6 +2922,7 @@ public struct SubscribeChannelRequest: WireCodable {
         if !(self.withPresence) { size += WireField.varintFieldSize(4, (self.withPresence ? 1 : 0)) }
         if !(!self.withLock) { size += WireField.varintFieldSize(5, (self.withLock ? 1 : 0)) }
         if !(!self.beQuiet) { size += WireField.varintFieldSize(6, (self.beQuiet ? 1 : 0)) }
+        if !(self.sinceRevision == 0) { size += WireField.varintFieldSize(7, self.sinceRevision) }
         return size
     }
 
@@ -2914,6 +2933,7 @@ public struct SubscribeChannelRequest: WireCodable {
         if !(self.withPresence) { writer.writeVarintField(4, (self.withPresence ? 1 : 0)) }
         if !(!self.withLock) { writer.writeVarintField(5, (self.withLock ? 1 : 0)) }
         if !(!self.beQuiet) { writer.writeVarintField(6, (self.beQuiet ? 1 : 0)) }
+        if !(self.sinceRevision == 0) { writer.writeVarintField(7, self.sinceRevision) }
     }
 }
 
@@ -2926,6 +2946,7 @@ extension SubscribeChannelRequest: JSONRepresentable {
         if !(self.withPresence) { members.append(("withPresence", .bool(self.withPresence))) }
         if !(!self.withLock) { members.append(("withLock", .bool(self.withLock))) }
         if !(!self.beQuiet) { members.append(("beQuiet", .bool(self.beQuiet))) }
+        if !(self.sinceRevision == 0) { members.append(("sinceRevision", .uint(self.sinceRevision))) }
         return .object(members)
     }
 
@@ -2939,6 +2960,7 @@ extension SubscribeChannelRequest: JSONRepresentable {
             case "withPresence": self.withPresence = try JSONField.bool(member.value, "withPresence")
             case "withLock": self.withLock = try JSONField.bool(member.value, "withLock")
             case "beQuiet": self.beQuiet = try JSONField.bool(member.value, "beQuiet")
+            case "sinceRevision": self.sinceRevision = try JSONField.uint64(member.value, "sinceRevision")
             default: throw SwitchboardWireError(.malformedBody, "json: SubscribeChannelRequest has no field \(member.key)")
             }
         }
@@ -7321,6 +7343,9 @@ extension GoAway: JSONRepresentable {
 /// | 6 | items | repeated MetadataItem |
 /// | 7 | publisher | string |
 /// | 8 | timestampMs | uint |
+/// | 9 | resumedFrom | uint |
+/// | 10 | removedKeys | repeated string |
+/// | 11 | resumeFailed | bool |
 public struct StorageEvent: WireCodable {
     public var storageType: StorageType
     public var eventType: StorageEventType
@@ -7335,9 +7360,15 @@ public struct StorageEvent: WireCodable {
     /// Who made the change.
     public var publisher: String
     public var timestampMs: UInt64
+    /// On a snapshot answering a resume (sinceRevision): the majorRevision the changes start from; items are then the items written after it (with their revisions) and removedKeys the keys removed after it. 0: items are the whole set.
+    public var resumedFrom: UInt64
+    /// On a resumed snapshot: the keys removed since resumedFrom that do not exist now.
+    public var removedKeys: [String]
+    /// On a snapshot answering a resume that cannot be given as changes (the revision is too old, from the future, of a removed set, or from before the gateway started): the items are the whole set.
+    public var resumeFailed: Bool
 
     /// Creates a value; every field defaults to its wire default.
-    public init(storageType: StorageType = .user, eventType: StorageEventType = .snapshot, target: String = "", channelType: ChannelType = .message, majorRevision: UInt64 = 0, items: [MetadataItem] = [], publisher: String = "", timestampMs: UInt64 = 0) {
+    public init(storageType: StorageType = .user, eventType: StorageEventType = .snapshot, target: String = "", channelType: ChannelType = .message, majorRevision: UInt64 = 0, items: [MetadataItem] = [], publisher: String = "", timestampMs: UInt64 = 0, resumedFrom: UInt64 = 0, removedKeys: [String] = [], resumeFailed: Bool = false) {
         self.storageType = storageType
         self.eventType = eventType
         self.target = target
@@ -7346,6 +7377,9 @@ public struct StorageEvent: WireCodable {
         self.items = items
         self.publisher = publisher
         self.timestampMs = timestampMs
+        self.resumedFrom = resumedFrom
+        self.removedKeys = removedKeys
+        self.resumeFailed = resumeFailed
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -7377,6 +7411,16 @@ public struct StorageEvent: WireCodable {
             case 8:
                 try reader.require(field.wireType, is: .varint, field: 8)
                 self.timestampMs = try reader.readVarint()
+            case 9:
+                try reader.require(field.wireType, is: .varint, field: 9)
+                self.resumedFrom = try reader.readVarint()
+            case 10:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 10)
+                try reader.requireRoom(in: self.removedKeys.count, field: 10)
+                self.removedKeys.append(try reader.readString())
+            case 11:
+                try reader.require(field.wireType, is: .varint, field: 11)
+                self.resumeFailed = try reader.readBool()
             default:
                 try reader.skip(field.wireType)
             }
@@ -7393,6 +7437,9 @@ public struct StorageEvent: WireCodable {
         for element in self.items { size += WireField.lengthDelimitedFieldSize(6, length: element.wireSize) }
         if !(self.publisher.isEmpty) { size += WireField.stringFieldSize(7, self.publisher) }
         if !(self.timestampMs == 0) { size += WireField.varintFieldSize(8, self.timestampMs) }
+        if !(self.resumedFrom == 0) { size += WireField.varintFieldSize(9, self.resumedFrom) }
+        for element in self.removedKeys { size += WireField.stringFieldSize(10, element) }
+        if !(!self.resumeFailed) { size += WireField.varintFieldSize(11, (self.resumeFailed ? 1 : 0)) }
         return size
     }
 
@@ -7405,6 +7452,9 @@ public struct StorageEvent: WireCodable {
         for element in self.items { writer.writeMessageField(6, element) }
         if !(self.publisher.isEmpty) { writer.writeStringField(7, self.publisher) }
         if !(self.timestampMs == 0) { writer.writeVarintField(8, self.timestampMs) }
+        if !(self.resumedFrom == 0) { writer.writeVarintField(9, self.resumedFrom) }
+        for element in self.removedKeys { writer.writeStringField(10, element) }
+        if !(!self.resumeFailed) { writer.writeVarintField(11, (self.resumeFailed ? 1 : 0)) }
     }
 }
 
@@ -7419,6 +7469,9 @@ extension StorageEvent: JSONRepresentable {
         if !self.items.isEmpty { members.append(("items", .array(self.items.map { $0.jsonValue }))) }
         if !(self.publisher.isEmpty) { members.append(("publisher", .string(self.publisher))) }
         if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        if !(self.resumedFrom == 0) { members.append(("resumedFrom", .uint(self.resumedFrom))) }
+        if !self.removedKeys.isEmpty { members.append(("removedKeys", .array(self.removedKeys.map { .string($0) }))) }
+        if !(!self.resumeFailed) { members.append(("resumeFailed", .bool(self.resumeFailed))) }
         return .object(members)
     }
 
@@ -7437,6 +7490,12 @@ extension StorageEvent: JSONRepresentable {
                 }
             case "publisher": self.publisher = try JSONField.string(member.value, "publisher")
             case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            case "resumedFrom": self.resumedFrom = try JSONField.uint64(member.value, "resumedFrom")
+            case "removedKeys":
+                for element in try JSONField.array(member.value, "removedKeys") {
+                    self.removedKeys.append(try JSONField.string(element, "removedKeys"))
+                }
+            case "resumeFailed": self.resumeFailed = try JSONField.bool(member.value, "resumeFailed")
             default: throw SwitchboardWireError(.malformedBody, "json: StorageEvent has no field \(member.key)")
             }
         }

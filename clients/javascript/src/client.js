@@ -124,6 +124,19 @@ class Ledger {
     this.provider = null;
     this.changes = null;          // subscribeChanges, resuming after the last change seen
     this.will = null;             // setWill: the session's last will, registered again on a new session
+    this.revisions = new Map();   // set → majorRevision of the last storage event received (SPEC SB-13.1-8)
+  }
+
+  /** A set's key as a storage event names it (enums by name, or by number: user 1, channel 2; message 1, stream 2). */
+  static setKey(storageType, target, channelType) {
+    const type = typeof channelType === "number" ? ["", "message", "stream"][channelType] : channelType ?? "message";
+    const channel = storageType === "channel" || storageType === 2;
+    return channel ? `c\u0000${type}\u0000${target}` : `u\u0000${target}`;
+  }
+
+  /** A storage event arrived: a new session's subscription to its set resumes from its majorRevision. */
+  noteStorageEvent(event) {
+    this.revisions.set(Ledger.setKey(event.storageType, event.target, event.channelType), event.majorRevision);
   }
 
   /** A change push arrived: a new session resumes the admin change stream after it. */
@@ -153,9 +166,11 @@ class Ledger {
       return;
     }
     const channelKey = `${body.channelType ?? "message"}\u0000${body.channel ?? ""}`;
-    if (op === "subscribeChannel") this.channels.set(channelKey, { ...body });
-    else if (op === "unsubscribeChannel") this.channels.delete(channelKey);
-    else if (op === "subscribeUserMetadata") this.userMetadata.set(body.userId ?? "", { ...body });
+    if (op === "subscribeChannel") this.channels.set(channelKey, { ...body, sinceRevision: 0 });
+    else if (op === "unsubscribeChannel") {
+      this.channels.delete(channelKey);
+      this.revisions.delete(Ledger.setKey("channel", body.channel ?? "", body.channelType));
+    } else if (op === "subscribeUserMetadata") this.userMetadata.set(body.userId ?? "", { ...body, sinceRevision: 0 });
     else if (op === "unsubscribeUserMetadata") this.userMetadata.delete(body.userId ?? "");
     else if (op === "subscribeProfiles") {
       for (const u of body.userIds ?? []) this.profileUsers.add(u);
@@ -168,10 +183,16 @@ class Ledger {
     }
   }
 
-  /** The requests that make every recorded subscription again, in order. */
-  requests() {
-    const out = [...this.channels.values()].map((b) => ["subscribeChannel", b]);
-    out.push(...[...this.userMetadata.values()].map((b) => ["subscribeUserMetadata", b]));
+  /** The requests that make every recorded subscription again, in order; metadata subscriptions resume from the
+   * last storage event received of their set (ownUserId names the set of a subscription to the caller's own). */
+  requests(ownUserId = "") {
+    const since = (key) => this.revisions.get(key) ?? 0;
+    const out = [...this.channels.values()].map((b) => [
+      "subscribeChannel", b.withMetadata ? { ...b, sinceRevision: since(Ledger.setKey("channel", b.channel ?? "", b.channelType)) } : b,
+    ]);
+    out.push(...[...this.userMetadata.values()].map((b) => [
+      "subscribeUserMetadata", { ...b, sinceRevision: since(Ledger.setKey("user", b.userId || ownUserId)) },
+    ]));
     if (this.profileUsers.size || this.profileGroups.size) {
       out.push(["subscribeProfiles", { userIds: [...this.profileUsers].sort(), groupIds: [...this.profileGroups].sort() }]);
     }
@@ -370,6 +391,7 @@ export class Client extends Operations {
 
   onPush(push) {
     if (push.kind === "change") this.ledger.noteChange(push.body.position);
+    if (push.kind === "storageEvent") this.ledger.noteStorageEvent(push.body);
     for (const stream of this.pushStreams) stream.offer(push);
     for (const listener of this.listeners.push) listener(push);
     if (push.kind === "serverNotice" && push.body.code === 2002 && this.tokenProvider) this.renew();
@@ -493,7 +515,7 @@ export class Client extends Operations {
   async restore(connection) {
     const restored = [], failed = [];
     let changeStream = null;      // the resumed admin change stream's answer: its gap says to re-read state
-    for (const [op, body] of this.ledger.requests()) {
+    for (const [op, body] of this.ledger.requests(connection.welcome?.userId || this.userId)) {
       try {
         const response = await connection.request(op, body, this.requestTimeout);
         restored.push([op, body]);
@@ -508,5 +530,45 @@ export class Client extends Operations {
       }
     }
     return { restored, failed, changeStream };
+  }
+}
+
+/**
+ * An app's copy of one metadata set kept from its storage events (SPEC SB-13.1-7, SB-13.1-8): a whole snapshot
+ * replaces it; a resumed one (resumedFrom > 0) removes its removedKeys, then overwrites or appends its items; set
+ * and update overwrite or append; remove deletes the keys, or empties the copy when it names none. `majorRevision`
+ * is what to resume from.
+ */
+export class MetadataSetCopy {
+  constructor() {
+    this.majorRevision = 0;
+    this.items = [];
+  }
+
+  /** Applies a storageEvent push body of this set. */
+  apply(event) {
+    const type = { snapshot: 1, set: 2, update: 3, remove: 4 }[event.eventType] ?? event.eventType ?? 1;
+    const write = (items) => {
+      for (const item of items) {
+        const at = this.items.findIndex((x) => x.key === item.key);
+        if (at >= 0) this.items[at] = item;
+        else this.items.push(item);
+      }
+    };
+    if (type === 1 && (event.resumedFrom ?? 0) > 0) {
+      const removed = new Set(event.removedKeys ?? []);
+      this.items = this.items.filter((x) => !removed.has(x.key));
+      write(event.items ?? []);
+    } else if (type === 1) {
+      this.items = [...(event.items ?? [])];
+    } else if (type === 2 || type === 3) {
+      write(event.items ?? []);
+    } else if (type === 4) {
+      const removed = new Set((event.items ?? []).map((x) => x.key));
+      this.items = removed.size === 0 ? [] : this.items.filter((x) => !removed.has(x.key));
+    } else {
+      return;                                   // a kind this client does not know
+    }
+    this.majorRevision = event.majorRevision ?? 0;
   }
 }

@@ -775,6 +775,12 @@ export interface RemoveUserMetadataResponse {
 export interface SubscribeUserMetadataRequest {
   /** Empty means the caller. Limit: at most 64 bytes. */
   userId?: string;
+  /**
+   * Resume: the last majorRevision the client saw of the set (0: none). The snapshot storage event then carries
+   * only the items changed and the keys removed since (resumedFrom), or the whole set with resumeFailed when the
+   * changes cannot be given (SPEC.md SB-13.1-8).
+   */
+  sinceRevision?: Int;
 }
 
 /** The request body of `unsubscribeUserMetadata`: every key optional. */
@@ -856,6 +862,12 @@ export interface SubscribeChannelRequest {
   withLock?: boolean;
   /** Quiet mode: others get no join, leave or state events for this user and whoNow does not list them. */
   beQuiet?: boolean;
+  /**
+   * With withMetadata: resume: the last majorRevision the client saw of the set (0: none). The snapshot storage
+   * event then carries only the items changed and the keys removed since (resumedFrom), or the whole set with
+   * resumeFailed when the changes cannot be given (SPEC.md SB-13.1-8).
+   */
+  sinceRevision?: Int;
 }
 
 /** The request body of `unsubscribeChannel`: every key optional. */
@@ -1353,6 +1365,19 @@ export interface StorageEvent {
   /** Who made the change. */
   publisher: string;
   timestampMs: Int;
+  /**
+   * On a snapshot answering a resume (sinceRevision): the majorRevision the changes start from; items are then the
+   * items written after it (with their revisions) and removedKeys the keys removed after it. 0: items are the whole
+   * set.
+   */
+  resumedFrom: Int;
+  /** On a resumed snapshot: the keys removed since resumedFrom that do not exist now. */
+  removedKeys: Array<string>;
+  /**
+   * On a snapshot answering a resume that cannot be given as changes (the revision is too old, from the future, of
+   * a removed set, or from before the gateway started): the items are the whole set.
+   */
+  resumeFailed: boolean;
 }
 
 /** Push `lockEvent`. Locks of a channel changed (or a snapshot after subscribing with lock events). */

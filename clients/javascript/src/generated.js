@@ -1386,6 +1386,12 @@ export const SCHEMA = {
           "type": "string",
           "doc": "Empty means the caller.",
           "limit": "at most 64 bytes"
+        },
+        {
+          "n": 2,
+          "name": "sinceRevision",
+          "type": "uint",
+          "doc": "Resume: the last majorRevision the client saw of the set (0: none). The snapshot storage event then carries only the items changed and the keys removed since (resumedFrom), or the whole set with resumeFailed when the changes cannot be given (SPEC.md SB-13.1-8)."
         }
       ],
       "response": [],
@@ -1724,6 +1730,12 @@ export const SCHEMA = {
           "name": "beQuiet",
           "type": "bool",
           "doc": "Quiet mode: others get no join, leave or state events for this user and whoNow does not list them."
+        },
+        {
+          "n": 7,
+          "name": "sinceRevision",
+          "type": "uint",
+          "doc": "With withMetadata: resume: the last majorRevision the client saw of the set (0: none). The snapshot storage event then carries only the items changed and the keys removed since (resumedFrom), or the whole set with resumeFailed when the changes cannot be given (SPEC.md SB-13.1-8)."
         }
       ],
       "response": [],
@@ -3340,6 +3352,25 @@ export const SCHEMA = {
           "n": 8,
           "name": "timestampMs",
           "type": "uint"
+        },
+        {
+          "n": 9,
+          "name": "resumedFrom",
+          "type": "uint",
+          "doc": "On a snapshot answering a resume (sinceRevision): the majorRevision the changes start from; items are then the items written after it (with their revisions) and removedKeys the keys removed after it. 0: items are the whole set."
+        },
+        {
+          "n": 10,
+          "name": "removedKeys",
+          "type": "string",
+          "repeated": true,
+          "doc": "On a resumed snapshot: the keys removed since resumedFrom that do not exist now."
+        },
+        {
+          "n": 11,
+          "name": "resumeFailed",
+          "type": "bool",
+          "doc": "On a snapshot answering a resume that cannot be given as changes (the revision is too old, from the future, of a removed set, or from before the gateway started): the items are the whole set."
         }
       ]
     },

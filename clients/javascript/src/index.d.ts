@@ -1,6 +1,6 @@
 // Declarations of the client's public API (hand-written; the schema's types are in generated.d.ts, generated).
 import { Operations } from "./generated.js";
-import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, SubscribeChangesResponse, Welcome } from "./generated.js";
+import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, MetadataItem, StorageEvent, SubscribeChangesResponse, Welcome } from "./generated.js";
 
 export * from "./generated.js";
 
@@ -79,6 +79,16 @@ export type ConnectionEvent =
     }
   | { kind: "tokenRenewed" }
   | { kind: "tokenRenewalFailed"; error: SwitchboardError };
+
+/** An app's copy of one metadata set kept from its storage events, resumed snapshots included (SPEC SB-13.1-8). */
+export declare class MetadataSetCopy {
+  /** The set's majorRevision as of the last event applied: what to resume from (sinceRevision). */
+  majorRevision: number;
+  /** The items, in the order the events gave them. */
+  items: MetadataItem[];
+  /** Applies a storageEvent push body of this set. */
+  apply(event: StorageEvent): void;
+}
 
 export declare class Stream<T> implements AsyncIterable<T> {
   /** Elements dropped because the consumer fell behind by more than the limit. */

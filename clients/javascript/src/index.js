@@ -6,7 +6,7 @@
  *   await client.connect();
  *   await client.setUserMetadata({ items: [{ key: "status", value: "online" }] });
  */
-export { Client, ReconnectPolicy, Stream, VERSION } from "./client.js";
+export { Client, MetadataSetCopy, ReconnectPolicy, Stream, VERSION } from "./client.js";
 export { Connection, helloBody } from "./connection.js";
 export {
   SwitchboardError, ServerError, GoAwayError, RequestTimeout, ConnectionLost, NotConnected, ConnectFailed,

@@ -312,6 +312,7 @@ extension SubscribeUserMetadataRequest {
     package static func random(using generator: inout RandomValueGenerator) -> SubscribeUserMetadataRequest {
         var value = SubscribeUserMetadataRequest()
         if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.sinceRevision = generator.uint64() }
         return value
     }
 }
@@ -401,6 +402,7 @@ extension SubscribeChannelRequest {
         if generator.bool() { value.withPresence = generator.bool() }
         if generator.bool() { value.withLock = generator.bool() }
         if generator.bool() { value.beQuiet = generator.bool() }
+        if generator.bool() { value.sinceRevision = generator.uint64() }
         return value
     }
 }
@@ -1022,6 +1024,9 @@ extension StorageEvent {
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
         if generator.bool() { value.publisher = generator.string() }
         if generator.bool() { value.timestampMs = generator.uint64() }
+        if generator.bool() { value.resumedFrom = generator.uint64() }
+        for _ in 0..<generator.count() { value.removedKeys.append(generator.string()) }
+        if generator.bool() { value.resumeFailed = generator.bool() }
         return value
     }
 }

@@ -7,13 +7,13 @@ See Docs/python-client.md. The wire codec (the protocol's reference implementati
 """
 from ._generated import *  # noqa: F401,F403  (the schema's types, ErrorCode, Operations)
 from ._generated import ErrorCode, Operations, PUSH_NAMES, Welcome
-from .client import Client, ConnectionEvent, ReconnectPolicy, Stream, TokenProvider, __version__
+from .client import Client, ConnectionEvent, MetadataSetCopy, ReconnectPolicy, Stream, TokenProvider, __version__
 from .connection import Connection, Endpoint, Push, Stats
 from .errors import (ClientClosed, ConnectFailed, ConnectionLost, GoAwayError, NotConnected, ProtocolViolation,
                      RequestTimeout, ServerError, SwitchboardError, TLSFailed, UnexpectedResponse)
 
 __all__ = [
-    "Client", "ConnectionEvent", "ReconnectPolicy", "Stream", "TokenProvider", "Connection", "Endpoint", "Push",
+    "Client", "ConnectionEvent", "MetadataSetCopy", "ReconnectPolicy", "Stream", "TokenProvider", "Connection", "Endpoint", "Push",
     "Stats", "ErrorCode", "Operations", "PUSH_NAMES", "Welcome", "SwitchboardError", "ServerError", "GoAwayError",
     "RequestTimeout", "ConnectionLost", "NotConnected", "ConnectFailed", "TLSFailed", "UnexpectedResponse",
     "ProtocolViolation", "ClientClosed", "__version__",

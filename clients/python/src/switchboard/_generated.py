@@ -764,6 +764,9 @@ class StorageEvent(TypedDict):
     items: List[MetadataItem]
     publisher: str
     timestampMs: int
+    resumedFrom: int
+    removedKeys: List[str]
+    resumeFailed: bool
 
 
 class LockEvent(TypedDict):
@@ -1152,7 +1155,7 @@ class Operations:
 
     async def subscribe_user_metadata(
         self,
-        *, user_id: Optional[str] = None, timeout: Optional[float] = None,
+        *, user_id: Optional[str] = None, since_revision: Optional[int] = None, timeout: Optional[float] = None,
     ) -> None:
         """`subscribeUserMetadata` (op 0x10, storage). Subscribes the session to a user's metadata changes. The server
         first pushes a snapshot storage event, then one event per change. Fields left None are not sent (the server
@@ -1161,6 +1164,8 @@ class Operations:
         body: Dict[str, Any] = {}
         if user_id is not None:
             body["userId"] = user_id
+        if since_revision is not None:
+            body["sinceRevision"] = since_revision
         await self.call("subscribeUserMetadata", body, timeout=timeout)
 
     async def unsubscribe_user_metadata(
@@ -1274,7 +1279,7 @@ class Operations:
         self,
         channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None, with_metadata: Optional[bool] = None,
         with_presence: Optional[bool] = None, with_lock: Optional[bool] = None, be_quiet: Optional[bool] = None,
-        timeout: Optional[float] = None,
+        since_revision: Optional[int] = None, timeout: Optional[float] = None,
     ) -> None:
         """`subscribeChannel` (op 0x18, channel). Subscribes to a message channel or joins a stream channel. With
         presence events the session first gets a snapshot presence event; with metadata a snapshot storage event;
@@ -1294,6 +1299,8 @@ class Operations:
             body["withLock"] = with_lock
         if be_quiet is not None:
             body["beQuiet"] = be_quiet
+        if since_revision is not None:
+            body["sinceRevision"] = since_revision
         await self.call("subscribeChannel", body, timeout=timeout)
 
     async def unsubscribe_channel(

@@ -136,6 +136,20 @@ class _Ledger:
         self.provider: Optional[Dict[str, Any]] = None
         self.changes: Optional[Dict[str, Any]] = None       # subscribeChanges, resuming after the last change seen
         self.will: Optional[Dict[str, Any]] = None          # setWill: registered again on a new session
+        # set -> majorRevision of the last storage event received (SPEC SB-13.1-8)
+        self.revisions: Dict[Tuple[str, str, str], int] = {}
+
+    @staticmethod
+    def set_key(storage_type: Any, target: str, channel_type: Any = "message") -> Tuple[str, str, str]:
+        """A set's key as a storage event names it (enums by name or number)."""
+        channel = storage_type in ("channel", 2)
+        kind = {1: "message", 2: "stream"}.get(channel_type, channel_type) if channel else ""
+        return ("channel" if channel else "user", str(kind or "message") if channel else "", target)
+
+    def note_storage_event(self, event: Dict[str, Any]) -> None:
+        """A storage event arrived: a new session's subscription to its set resumes from its majorRevision."""
+        key = self.set_key(event.get("storageType", "user"), event.get("target", ""), event.get("channelType", "message"))
+        self.revisions[key] = event.get("majorRevision", 0)
 
     def note_change(self, position: int) -> None:
         """A change push arrived: a new session resumes the admin change stream after it."""
@@ -163,11 +177,12 @@ class _Ledger:
             return
         channel_key = (body.get("channel", ""), body.get("channelType", "message"))
         if op == "subscribeChannel":
-            self.channels[channel_key] = dict(body)
+            self.channels[channel_key] = dict(body, sinceRevision=0)
         elif op == "unsubscribeChannel":
             self.channels.pop(channel_key, None)
+            self.revisions.pop(self.set_key("channel", channel_key[0], channel_key[1]), None)
         elif op == "subscribeUserMetadata":
-            self.user_metadata[body.get("userId", "")] = dict(body)
+            self.user_metadata[body.get("userId", "")] = dict(body, sinceRevision=0)
         elif op == "unsubscribeUserMetadata":
             self.user_metadata.pop(body.get("userId", ""), None)
         elif op == "subscribeProfiles":
@@ -179,10 +194,18 @@ class _Ledger:
         elif op == "registerProvider":
             self.provider = dict(body) if body.get("kinds") else None
 
-    def requests(self) -> List[Tuple[str, Dict[str, Any]]]:
-        """The requests that make every recorded subscription again."""
-        out: List[Tuple[str, Dict[str, Any]]] = [("subscribeChannel", b) for b in self.channels.values()]
-        out += [("subscribeUserMetadata", b) for b in self.user_metadata.values()]
+    def requests(self, own_user_id: str = "") -> List[Tuple[str, Dict[str, Any]]]:
+        """The requests that make every recorded subscription again; metadata subscriptions resume from the last
+        storage event received of their set (own_user_id names the set of a subscription to the caller's own)."""
+        out: List[Tuple[str, Dict[str, Any]]] = []
+        for b in self.channels.values():
+            if b.get("withMetadata"):
+                key = self.set_key("channel", b.get("channel", ""), b.get("channelType", "message"))
+                b = dict(b, sinceRevision=self.revisions.get(key, 0))
+            out.append(("subscribeChannel", b))
+        for b in self.user_metadata.values():
+            key = self.set_key("user", b.get("userId") or own_user_id)
+            out.append(("subscribeUserMetadata", dict(b, sinceRevision=self.revisions.get(key, 0))))
         if self.profile_users or self.profile_groups:
             out.append(("subscribeProfiles", {"userIds": sorted(self.profile_users),
                                               "groupIds": sorted(self.profile_groups)}))
@@ -407,6 +430,8 @@ class Client(Operations):
     def _on_push(self, push: Push) -> None:
         if push.kind == "change":
             self._ledger.note_change(push.body["position"])
+        if push.kind == "storageEvent":
+            self._ledger.note_storage_event(push.body)
         for stream in self._push_streams:
             stream._offer(push)
         if push.kind == "serverNotice" and push.body["code"] == ErrorCode.tokenExpired and self.token_provider:
@@ -548,7 +573,7 @@ class Client(Operations):
         restored: List[Tuple[str, Dict[str, Any]]] = []
         failed: List[Tuple[str, Dict[str, Any], SwitchboardError]] = []
         change_stream: Optional[Dict[str, Any]] = None
-        for op, body in self._ledger.requests():
+        for op, body in self._ledger.requests((connection.welcome or {}).get("userId") or self.user_id):
             try:
                 response = await connection.request(op, body, self.request_timeout)
                 restored.append((op, body))
@@ -562,3 +587,41 @@ class Client(Operations):
                 failed.append((op, body, e))
                 self._ledger.drop(op, body)
         return restored, failed, change_stream
+
+
+class MetadataSetCopy:
+    """An app's copy of one metadata set kept from its storage events, resumed snapshots included (SPEC SB-13.1-7,
+    SB-13.1-8): a whole snapshot replaces it; a resumed one (resumedFrom > 0) removes its removedKeys, then overwrites
+    or appends its items; set and update overwrite or append; remove deletes the keys, or empties the copy when it
+    names none. `major_revision` is what to resume from (sinceRevision)."""
+
+    def __init__(self) -> None:
+        self.major_revision = 0
+        self.items: List[Dict[str, Any]] = []
+
+    def apply(self, event: Dict[str, Any]) -> None:
+        """Applies a storageEvent push body of this set."""
+        kind = event.get("eventType", "snapshot")
+        if kind == "snapshot" and event.get("resumedFrom", 0) > 0:
+            removed = set(event.get("removedKeys", []))
+            self.items = [item for item in self.items if item["key"] not in removed]
+            self._write(event.get("items", []))
+        elif kind == "snapshot":
+            self.items = list(event.get("items", []))
+        elif kind in ("set", "update"):
+            self._write(event.get("items", []))
+        elif kind == "remove":
+            removed = {item["key"] for item in event.get("items", [])}
+            self.items = [item for item in self.items if item["key"] not in removed] if removed else []
+        else:
+            return  # a kind this client does not know
+        self.major_revision = event.get("majorRevision", 0)
+
+    def _write(self, written: List[Dict[str, Any]]) -> None:
+        for item in written:
+            for index, old in enumerate(self.items):
+                if old["key"] == item["key"]:
+                    self.items[index] = item
+                    break
+            else:
+                self.items.append(item)
