@@ -432,7 +432,7 @@ public struct GatewayApplication: Service {
         // Last wills run their actions through the areas above, as the ended session.
         let wills = WillArea(
             sessions: sessions, limits: metadataStore?.limits ?? StoreLimits(), timerLoop: eventLoopGroup.next(),
-            logger: self.logger)
+            engine: opened.wills, nowMillis: nowMillis, logger: self.logger)
         built.append(wills)
         let handlers = built.map { $0 as any RequestHandler } + [statistics] + self.handlers
         wills.bind(InternalCaller(handlers: handlers, operations: LastWill.operations, nowMillis: nowMillis))

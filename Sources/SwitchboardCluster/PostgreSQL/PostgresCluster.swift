@@ -49,6 +49,8 @@ public struct PostgresCluster: AreaEngines {
     private let eventBackend = EventBackendBox()
     /// The moderation backend ``openModerationBackend(logger:)`` opened.
     private let moderationBackend = ModerationBackendBox()
+    /// The last wills' engine ``open(_:)`` made.
+    private let willEngine = WillEngineBox()
     private let presenceStore: any PresenceStore
     /// What the node knows of PostgreSQL, Redis and the cluster (``statusReport``).
     private let state: ClusterState
@@ -129,6 +131,9 @@ public struct PostgresCluster: AreaEngines {
         if context.areas.contains(.events) {
             opened.events = try await self.openEventBackend(gracePeriod: context.eventGracePeriod, logger: logger)
         }
+        let wills = PostgresWillEngine(pool: self.pool, nodeID: self.nodeID, logger: logger)
+        self.willEngine.value = wills
+        opened.wills = wills
         return opened
     }
 
@@ -211,6 +216,9 @@ public struct PostgresCluster: AreaEngines {
                         logger: logger))
             }
         }
+        if let wills = self.willEngine.value {
+            sweepers.append(WillSweeper(engine: wills, nodeID: self.nodeID, nowMillis: systemNowMillis))
+        }
         if domains.opened.moderation != nil, let moderation = self.moderationBackend.value {
             consumers[.moderation] = ModerationFeedConsumer(backend: moderation)
         }
@@ -284,6 +292,15 @@ private final class EventBackendBox: Sendable {
 }
 
 /// The moderation backend a node opened.
+private final class WillEngineBox: Sendable {
+    private let engine = Mutex<PostgresWillEngine?>(nil)
+
+    var value: PostgresWillEngine? {
+        get { self.engine.withLock { $0 } }
+        set { self.engine.withLock { $0 = newValue } }
+    }
+}
+
 private final class ModerationBackendBox: Sendable {
     private let backend = Mutex<PostgresModerationBackend?>(nil)
 

@@ -239,6 +239,19 @@ enum PostgresSchema {
         )
         """,
         "CREATE TABLE IF NOT EXISTS sb_last_seen (user_id bytea PRIMARY KEY, at_ms bigint NOT NULL)",
+        // Last wills (SPEC 13.10): one per session, on the session's node until a sweep hands it to another;
+        // ended_ms > 0 once the session ended in a way that fires it. Whoever deletes the row runs the will.
+        """
+        CREATE TABLE IF NOT EXISTS sb_will (
+            session_id text PRIMARY KEY,
+            node text NOT NULL,
+            user_id bytea NOT NULL,
+            payload text NOT NULL,
+            ended_ms bigint NOT NULL DEFAULT 0
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS sb_will_node ON sb_will (node)",
+        "CREATE INDEX IF NOT EXISTS sb_will_user ON sb_will (user_id)",
     ]
 
     /// Creates the tables that do not exist yet, in `transaction` (``PostgresPool/withTransaction(_:timeout:_:)``).

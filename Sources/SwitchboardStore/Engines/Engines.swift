@@ -118,6 +118,8 @@ public struct OpenedEngines: Sendable {
     public var profiles: (any ProfileBackend)?
     /// Moderation's engine.
     public var moderation: (any ModerationBackend)?
+    /// Where last wills are kept beyond the node's memory (a cluster); nil on a single gateway.
+    public var wills: (any WillEngine)? = nil
 
     /// Creates the set.
     public init(
