@@ -24,9 +24,10 @@ struct OperationCoverageTests {
         ["provider", "register", "user"], ["provider", "answer", "1"],
         ["kick", "u"], ["unsubscribe-user", "u", "c"], ["revoke", "--token-id", "t"], ["channels"], ["last-seen", "u"],
         ["changes", "subscribe", "--changes-channel", "room.*"], ["changes", "unsubscribe"],
+        ["channel", "broadcast", "c", "d"], ["channel", "rewind", "c"],
     ]
 
-    @Test("the commands cover all 50 operations of the schema")
+    @Test("the commands cover all 52 operations of the schema")
     func commandsCoverEveryOperation() throws {
         var covered: Set<Opcode> = []
         for line in Self.commandLines {
@@ -37,7 +38,7 @@ struct OperationCoverageTests {
         // `sbctl info` drives its session itself: the WELCOME facts, then (admins) the info operation.
         #expect(try parseCommand(["info"]) is InfoCommand)
         covered.insert(.info)
-        #expect(Opcode.allCases.count == 50)
+        #expect(Opcode.allCases.count == 52)
         #expect(covered == Set(Opcode.allCases), "missing: \(Set(Opcode.allCases).subtracting(covered))")
     }
 
@@ -79,6 +80,11 @@ struct OperationCoverageTests {
             .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony")),
             .subscribeProfiles(SubscribeProfilesRequest(userIds: ["Tony"], groupIds: ["g1"])),
             .subscribeEvent(SubscribeEventRequest(expirySeconds: 600, publishers: ["Ann"])),
+        ])
+        let rewinding = try #require(try parseCommand(["watch", "--channel", "doc", "--rewind", "20"]) as? WatchCommand)
+        #expect(rewinding.subscriptionRequests() == [
+            .subscribeChannel(SubscribeChannelRequest(channel: "doc")),
+            .rewindBroadcasts(RewindBroadcastsRequest(channel: "doc", limit: 20)),
         ])
         let bare = try #require(try parseCommand(["watch"]) as? WatchCommand)
         #expect(bare.subscriptionRequests().isEmpty)

@@ -53,6 +53,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case info = 58
     case subscribeChanges = 59
     case unsubscribeChanges = 60
+    case broadcast = 61
+    case rewindBroadcasts = 62
 
     /// The op's name in the spec.
     public var name: String {
@@ -107,6 +109,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .info: return "info"
         case .subscribeChanges: return "subscribeChanges"
         case .unsubscribeChanges: return "unsubscribeChanges"
+        case .broadcast: return "broadcast"
+        case .rewindBroadcasts: return "rewindBroadcasts"
         }
     }
 
@@ -165,6 +169,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "info": self = .info
         case "subscribeChanges": self = .subscribeChanges
         case "unsubscribeChanges": self = .unsubscribeChanges
+        case "broadcast": self = .broadcast
+        case "rewindBroadcasts": self = .rewindBroadcasts
         default: return nil
         }
     }
@@ -272,6 +278,10 @@ public enum Request: Sendable, Hashable {
     case subscribeChanges(SubscribeChangesRequest)
     /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
     case unsubscribeChanges(EmptyBody)
+    /// Sends an ephemeral message to the channel's members (SPEC.md §13.10): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+    case broadcast(BroadcastRequest)
+    /// Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+    case rewindBroadcasts(RewindBroadcastsRequest)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -326,6 +336,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info
         case .subscribeChanges: return .subscribeChanges
         case .unsubscribeChanges: return .unsubscribeChanges
+        case .broadcast: return .broadcast
+        case .rewindBroadcasts: return .rewindBroadcasts
         }
     }
 
@@ -382,6 +394,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): return body.wireSize
         case .subscribeChanges(let body): return body.wireSize
         case .unsubscribeChanges(let body): return body.wireSize
+        case .broadcast(let body): return body.wireSize
+        case .rewindBroadcasts(let body): return body.wireSize
         }
     }
 
@@ -438,6 +452,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): body.encode(to: &writer)
         case .subscribeChanges(let body): body.encode(to: &writer)
         case .unsubscribeChanges(let body): body.encode(to: &writer)
+        case .broadcast(let body): body.encode(to: &writer)
+        case .rewindBroadcasts(let body): body.encode(to: &writer)
         }
     }
 
@@ -494,6 +510,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info(try EmptyBody(from: &reader))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(from: &reader))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
+        case .broadcast: return .broadcast(try BroadcastRequest(from: &reader))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsRequest(from: &reader))
         }
     }
 
@@ -550,6 +568,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): return body.jsonValue
         case .subscribeChanges(let body): return body.jsonValue
         case .unsubscribeChanges(let body): return body.jsonValue
+        case .broadcast(let body): return body.jsonValue
+        case .rewindBroadcasts(let body): return body.jsonValue
         }
     }
 
@@ -606,6 +626,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info(try EmptyBody(json: body))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(json: body))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
+        case .broadcast: return .broadcast(try BroadcastRequest(json: body))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsRequest(json: body))
         }
     }
 }
@@ -712,6 +734,10 @@ public enum Response: Sendable, Hashable {
     case subscribeChanges(SubscribeChangesResponse)
     /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
     case unsubscribeChanges(EmptyBody)
+    /// Sends an ephemeral message to the channel's members (SPEC.md §13.10): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+    case broadcast(BroadcastResponse)
+    /// Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+    case rewindBroadcasts(RewindBroadcastsResponse)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -766,6 +792,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info
         case .subscribeChanges: return .subscribeChanges
         case .unsubscribeChanges: return .unsubscribeChanges
+        case .broadcast: return .broadcast
+        case .rewindBroadcasts: return .rewindBroadcasts
         }
     }
 
@@ -822,6 +850,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): return body.wireSize
         case .subscribeChanges(let body): return body.wireSize
         case .unsubscribeChanges(let body): return body.wireSize
+        case .broadcast(let body): return body.wireSize
+        case .rewindBroadcasts(let body): return body.wireSize
         }
     }
 
@@ -878,6 +908,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): body.encode(to: &writer)
         case .subscribeChanges(let body): body.encode(to: &writer)
         case .unsubscribeChanges(let body): body.encode(to: &writer)
+        case .broadcast(let body): body.encode(to: &writer)
+        case .rewindBroadcasts(let body): body.encode(to: &writer)
         }
     }
 
@@ -934,6 +966,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info(try InfoResponse(from: &reader))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(from: &reader))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
+        case .broadcast: return .broadcast(try BroadcastResponse(from: &reader))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsResponse(from: &reader))
         }
     }
 
@@ -990,6 +1024,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): return body.jsonValue
         case .subscribeChanges(let body): return body.jsonValue
         case .unsubscribeChanges(let body): return body.jsonValue
+        case .broadcast(let body): return body.jsonValue
+        case .rewindBroadcasts(let body): return body.jsonValue
         }
     }
 
@@ -1046,6 +1082,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info(try InfoResponse(json: body))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(json: body))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
+        case .broadcast: return .broadcast(try BroadcastResponse(json: body))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsResponse(json: body))
         }
     }
 }
@@ -1175,6 +1213,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
     case serverNotice = 7
     case unsubscribed = 8
     case change = 9
+    case channelBroadcast = 10
 
     /// The name in the spec.
     public var name: String {
@@ -1188,6 +1227,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case .serverNotice: return "serverNotice"
         case .unsubscribed: return "unsubscribed"
         case .change: return "change"
+        case .channelBroadcast: return "channelBroadcast"
         }
     }
 
@@ -1205,6 +1245,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case "serverNotice": self = .serverNotice
         case "unsubscribed": self = .unsubscribed
         case "change": self = .change
+        case "channelBroadcast": self = .channelBroadcast
         default: return nil
         }
     }
@@ -1230,6 +1271,8 @@ public enum Push: Sendable, Hashable {
     case unsubscribed(Unsubscribed)
     /// One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.
     indirect case change(Change)
+    /// An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op 61). In sequence order per channel on a node.
+    indirect case channelBroadcast(ChannelBroadcast)
 
     /// The op this value travels under.
     public var pushCode: PushCode {
@@ -1243,6 +1286,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice
         case .unsubscribed: return .unsubscribed
         case .change: return .change
+        case .channelBroadcast: return .channelBroadcast
         }
     }
 
@@ -1258,6 +1302,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): return body.wireSize
         case .unsubscribed(let body): return body.wireSize
         case .change(let body): return body.wireSize
+        case .channelBroadcast(let body): return body.wireSize
         }
     }
 
@@ -1273,6 +1318,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): body.encode(to: &writer)
         case .unsubscribed(let body): body.encode(to: &writer)
         case .change(let body): body.encode(to: &writer)
+        case .channelBroadcast(let body): body.encode(to: &writer)
         }
     }
 
@@ -1288,6 +1334,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice(try ServerNotice(from: &reader))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(from: &reader))
         case .change: return .change(try Change(from: &reader))
+        case .channelBroadcast: return .channelBroadcast(try ChannelBroadcast(from: &reader))
         }
     }
 
@@ -1303,6 +1350,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): return body.jsonValue
         case .unsubscribed(let body): return body.jsonValue
         case .change(let body): return body.jsonValue
+        case .channelBroadcast(let body): return body.jsonValue
         }
     }
 
@@ -1318,6 +1366,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice(try ServerNotice(json: body))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(json: body))
         case .change: return .change(try Change(json: body))
+        case .channelBroadcast: return .channelBroadcast(try ChannelBroadcast(json: body))
         }
     }
 }

@@ -72,6 +72,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let stateTooLarge = ErrorCode(rawValue: 3008)
     /// 3009: A group member list would exceed its maximum (10000).
     public static let memberListTooLarge = ErrorCode(rawValue: 3009)
+    /// 3010: The session is over its broadcast rate (default 50 a second, bursts of 100); retryAfterMs says when the next one is accepted.
+    public static let broadcastRateLimited = ErrorCode(rawValue: 3010)
     /// 4000: Generic: the target does not exist.
     public static let notFound = ErrorCode(rawValue: 4000)
     /// 4001: The metadata set does not exist.
@@ -128,6 +130,10 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let batchTooLarge = ErrorCode(rawValue: 7013)
     /// 7014: A text field is over its limit.
     public static let valueTooLong = ErrorCode(rawValue: 7014)
+    /// 7015: A broadcast's data is over 4096 bytes.
+    public static let broadcastTooLarge = ErrorCode(rawValue: 7015)
+    /// 7016: rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds.
+    public static let invalidRewind = ErrorCode(rawValue: 7016)
     /// 8000: Unexpected server failure.
     public static let `internal` = ErrorCode(rawValue: 8000)
     /// 8001: The database refused the write (disk full, read-only, locked); nothing was changed. In a cluster also: the shared database did not answer in time (nothing was changed), or did not answer the commit (the message says the write may have been committed: read the set again); and a read of a metadata set while the node may be behind the cluster (try again).
@@ -172,6 +178,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .tooManyLocks,
         .stateTooLarge,
         .memberListTooLarge,
+        .broadcastRateLimited,
         .notFound,
         .metadataNotFound,
         .itemNotFound,
@@ -200,6 +207,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .tooManyPublishers,
         .batchTooLarge,
         .valueTooLong,
+        .broadcastTooLarge,
+        .invalidRewind,
         .`internal`,
         .storageFailure,
         .shuttingDown,
@@ -241,6 +250,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 3007: return "tooManyLocks"
         case 3008: return "stateTooLarge"
         case 3009: return "memberListTooLarge"
+        case 3010: return "broadcastRateLimited"
         case 4000: return "notFound"
         case 4001: return "metadataNotFound"
         case 4002: return "itemNotFound"
@@ -269,6 +279,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 7012: return "tooManyPublishers"
         case 7013: return "batchTooLarge"
         case 7014: return "valueTooLong"
+        case 7015: return "broadcastTooLarge"
+        case 7016: return "invalidRewind"
         case 8000: return "internal"
         case 8001: return "storageFailure"
         case 8002: return "shuttingDown"
@@ -312,6 +324,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "tooManyLocks": self = .tooManyLocks
         case "stateTooLarge": self = .stateTooLarge
         case "memberListTooLarge": self = .memberListTooLarge
+        case "broadcastRateLimited": self = .broadcastRateLimited
         case "notFound": self = .notFound
         case "metadataNotFound": self = .metadataNotFound
         case "itemNotFound": self = .itemNotFound
@@ -340,6 +353,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "tooManyPublishers": self = .tooManyPublishers
         case "batchTooLarge": self = .batchTooLarge
         case "valueTooLong": self = .valueTooLong
+        case "broadcastTooLarge": self = .broadcastTooLarge
+        case "invalidRewind": self = .invalidRewind
         case "internal": self = .`internal`
         case "storageFailure": self = .storageFailure
         case "shuttingDown": self = .shuttingDown
