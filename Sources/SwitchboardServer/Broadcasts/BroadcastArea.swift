@@ -11,8 +11,9 @@ import Synchronization
 /// newest broadcast has aged out is dropped by a sweep every few seconds). Sequences come from one node-wide counter
 /// that starts at the node's start time in microseconds, so they increase per channel across the node's restarts.
 ///
-/// Order: a broadcast takes its sequence, enters the ring and is queued to its receivers' event loops under one lock,
-/// so every receiver gets a channel's broadcasts in sequence order.
+/// Order: a broadcast takes its sequence, enters the ring, is queued to its receivers' event loops and handed to the
+/// cluster's relay under one lock, so every receiver (and every other node) gets a channel's broadcasts in sequence
+/// order.
 public final class BroadcastArea: RequestHandler, SessionObserver, RelayedBroadcastReceiver {
     private struct State {
         var nextSequence: UInt64
@@ -89,6 +90,7 @@ public final class BroadcastArea: RequestHandler, SessionObserver, RelayedBroadc
         let now = UInt64(max(context.nowMillis, 0))
         let configuration = self.configuration
         let publisher = self.publisher
+        let relay = self.relay
         let outcome: Result<(push: ChannelBroadcast, delivered: Int), RequestRejection> = self.state.withLock { state in
             let id = ObjectIdentifier(session)
             var bucket = state.buckets[id]
@@ -111,13 +113,14 @@ public final class BroadcastArea: RequestHandler, SessionObserver, RelayedBroadc
             if !receivers.isEmpty {
                 publisher.publish(Push.channelBroadcast(push), to: .sessions(receivers), delivery: .queued)
             }
+            // Under the lock too: the other nodes get this node's broadcasts in sequence order.
+            relay?.relay(push, keep: !request.noRewind)
             return .success((push, receivers.count))
         }
         switch outcome {
         case .failure(let rejection):
             throw rejection
         case .success(let accepted):
-            self.relay?.relay(accepted.push, keep: !request.noRewind)
             return BroadcastResponse(
                 sequence: accepted.push.sequence, timestampMs: now, delivered: UInt64(accepted.delivered))
         }
