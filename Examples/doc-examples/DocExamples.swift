@@ -119,7 +119,12 @@ func calls(_ client: SwitchboardClient) async throws {
     let seen = try await client.lastSeen(["tony", "ana"])
     // Admin change stream (§13.9, Docs/admin-changes.md): changes arrive on client.changes
     let stream = try await client.subscribeChanges(channelPattern: "room.*")  // stream.epoch, stream.position
+
+    // Channel broadcasts (§13.11, Docs/broadcasts.md): they arrive on client.channelBroadcasts
+    try await client.broadcast(channel: "lobby", data: #"{"cursor":[120,48]}"#, echo: true)
+    let recent = try await client.rewindBroadcasts(channel: "lobby", limit: 20)  // members only
     // doc:end
+    try check(recent.broadcasts.map(\.data) == [#"{"cursor":[120,48]}"#], "rewound broadcasts: \(recent)")
     try check(!stream.gap && stream.epoch > 0, "change stream: \(stream)")
     try check(mine.items.map(\.key) == ["status"], "user metadata: \(mine)")
     try check(page.users.map(\.userId) == ["tony"] && page.totalOccupancy == 1, "who now: \(page)")

@@ -215,6 +215,9 @@ REQUESTS = {
         "delaySeconds": 30},
     "subscribeChanges": {"kinds": ["presenceJoin", "presenceLeave", "online"], "channelPattern": "room.*",
                          "userPattern": "player-*", "resumeEpoch": T0 * 1000 + 7, "resumeFrom": 4096},
+    "broadcast": {"channel": "doc-7", "data": '{"cursor":[120,48]}', "echo": True},
+    "rewindBroadcasts": {"channel": "doc-7", "channelType": "stream", "limit": 20, "maxAgeSeconds": 60,
+                         "afterSequence": T0 * 1000 + 3},
 }
 
 RESPONSES = {
@@ -269,6 +272,10 @@ RESPONSES = {
                  {"nodeId": "c03e7b19", "address": "10.0.0.6:7400", "startedAtMs": T0 - 90000,
                   "heartbeatAtMs": T0 - 6100, "appliedPosition": 1180, "lagPositions": 27, "lagMs": 5200}]},
     "subscribeChanges": {"epoch": T0 * 1000 + 7, "position": 4100, "replayed": 2},
+    "broadcast": {"sequence": T0 * 1000 + 5, "timestampMs": T0, "delivered": 3},
+    "rewindBroadcasts": {"broadcasts": [{"sequence": T0 * 1000 + 4, "sender": "Ann", "data": "wave", "timestampMs": T0},
+                                        {"sequence": T0 * 1000 + 5, "sender": "Eve", "data": '{"cursor":[1,2]}',
+                                         "timestampMs": T0 + 40}], "latestSequence": T0 * 1000 + 6},
 }
 
 
@@ -402,6 +409,9 @@ def frames_file():
         valid("push.change.lock", "Admin change stream: a lock was acquired.",
               P("change", {"position": 4100, "kind": "lock", "channel": "room.7", "lockEventType": "acquired",
                            "locks": [{"lockName": "mic", "owner": "Ann", "ttlSeconds": 30}], "timestampMs": T0})),
+        valid("push.channelBroadcast", "An ephemeral broadcast to a channel the session is in (SPEC 13.11).",
+              P("channelBroadcast", {"channel": "doc-7", "sequence": T0 * 1000 + 5, "sender": "Eve",
+                                     "data": '{"cursor":[1,2]}', "timestampMs": T0 + 40})),
         valid("push.unsubscribed", "A moderator took the session out of a stream channel.",
               P("unsubscribed", {"channel": "stage-1", "channelType": "stream", "reason": "off topic"})),
     ]
@@ -415,6 +425,8 @@ def frames_file():
         valid("error.rateLimited", "Rate limit with retryAfterMs.", E("getUserMetadata", 4, 3000, retryAfterMs=250)),
         valid("error.permissionDenied", "Writing another user's metadata.",
               E("setUserMetadata", 5, 2003, message="may not write metadata of Ann")),
+        valid("error.broadcastRateLimited", "A session over its broadcast rate: retry after 20 ms.",
+              E("broadcast", 6, 3010, message="over 50 broadcasts a second", retryAfterMs=20)),
         valid("error.malformedBody", "Answer to a request whose body could not be decoded.",
               E("whoNow", 6, 1000, message="wire type 3 is not allowed")),
         valid("error.unknownOperation", "Answer to a request with op 63, which this server does not know: the op is "
@@ -883,7 +895,7 @@ def unknown_file():
         valid("errorForUnknownOp", "The server's answer to unknown op 63: ERROR flag, same op and request id.",
               E(63, 6, 1013, message="unknown op 0x3f")),
     ]
-    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (62, 11)):
+    for op, rid in ((63, 7), (0, 8), (3, 9), (31, 10), (38, 11)):
         vs.append(invalid("unknownOp.%d" % op, "A request with op %d, which v1 does not define: answered with error "
                           "1013 (same op and request id); the connection stays open. The body is not parsed." % op,
                           req(op, rid, fs(1, "x")), 1013, rid))

@@ -25,6 +25,9 @@ extension SwitchboardClient {
     /// The admin change stream's changes (``SwitchboardClient/subscribeChanges(kinds:channelPattern:channelType:userPattern:)``),
     /// in position order, across reconnects (each reconnect resumes after the last one received).
     public var changes: AsyncStream<Change> { self.router.changes.lifetime }
+    /// Broadcasts to the channels this session is in (``SwitchboardClient/broadcast(channel:type:data:echo:noRewind:)``),
+    /// in sequence order per channel.
+    public var channelBroadcasts: AsyncStream<ChannelBroadcast> { self.router.channelBroadcasts.lifetime }
 
     /// A new stream of storage events from now on.
     public func makeStorageEventStream() -> AsyncStream<StorageEvent> { self.router.storageEvents.makeStream() }
@@ -49,6 +52,8 @@ extension SwitchboardClient {
 
     /// A new stream of admin changes from now on.
     public func makeChangeStream() -> AsyncStream<Change> { self.router.changes.makeStream() }
+    /// A new stream of channel broadcasts from now on.
+    public func makeChannelBroadcastStream() -> AsyncStream<ChannelBroadcast> { self.router.channelBroadcasts.makeStream() }
     /// A new stream of every push, of all areas, in arrival order, from now on.
     public func makePushStream() -> AsyncStream<Push> { self.router.all.makeStream() }
     /// A new stream of every push with whether its frame was compressed (``ReceivedPush``), from now on.

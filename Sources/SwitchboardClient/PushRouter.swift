@@ -13,6 +13,7 @@ final class PushRouter: Sendable {
     let serverNotices: Broadcast<ServerNotice>
     let unsubscriptions: Broadcast<Unsubscribed>
     let changes: Broadcast<Change>
+    let channelBroadcasts: Broadcast<ChannelBroadcast>
     let all: Broadcast<Push>
     let received: Broadcast<ReceivedPush>
     let drops: DroppedPushes
@@ -28,6 +29,7 @@ final class PushRouter: Sendable {
         self.serverNotices = Broadcast(bufferLimit: bufferLimit, name: "serverNotices", drops: drops)
         self.unsubscriptions = Broadcast(bufferLimit: bufferLimit, name: "unsubscriptions", drops: drops)
         self.changes = Broadcast(bufferLimit: bufferLimit, name: "changes", drops: drops)
+        self.channelBroadcasts = Broadcast(bufferLimit: bufferLimit, name: "channelBroadcasts", drops: drops)
         self.all = Broadcast(bufferLimit: bufferLimit, withLifetimeStream: false, name: "pushes", drops: drops)
         self.received = Broadcast(
             bufferLimit: bufferLimit, withLifetimeStream: false, name: "receivedPushes", drops: drops)
@@ -47,6 +49,7 @@ final class PushRouter: Sendable {
         case .serverNotice(let notice): self.serverNotices.yield(notice)
         case .unsubscribed(let notice): self.unsubscriptions.yield(notice)
         case .change(let change): self.changes.yield(change)
+        case .channelBroadcast(let broadcast): self.channelBroadcasts.yield(broadcast)
         }
     }
 
@@ -60,6 +63,7 @@ final class PushRouter: Sendable {
         self.serverNotices.finish()
         self.unsubscriptions.finish()
         self.changes.finish()
+        self.channelBroadcasts.finish()
         self.all.finish()
         self.received.finish()
     }

@@ -65,6 +65,8 @@ public struct GatewayApplication: Service {
         public var providerTimeout: TimeAmount = .seconds(5)
         /// How many changes the admin change log holds for resuming streams (`subscribeChanges`).
         public var changeLogCapacity = ChangeLog.defaultCapacity
+        /// Channel broadcasts' payload size, per-session rate and rewind memory (`broadcast`, `rewindBroadcasts`).
+        public var broadcasts = BroadcastConfiguration()
         /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
         /// Serve Prometheus metrics on `metricsHost:port/metrics`, the gateway's health on `/health` and the live
@@ -171,6 +173,8 @@ public struct GatewayApplication: Service {
         public var changes: ChangeArea? = nil
         /// Last wills (`setWill`, `getWill`).
         public var wills: WillArea? = nil
+        /// Channel broadcasts (`broadcast`, `rewindBroadcasts`) to the presence area's channel members.
+        public var broadcasts: BroadcastArea? = nil
         /// The areas, then the extra handlers the application was given.
         public let handlers: [any RequestHandler]
         /// The areas, then the extra observers the application was given.
@@ -418,6 +422,14 @@ public struct GatewayApplication: Service {
         if let events { built.append(events) }
         if let profiles { built.append(profiles) }
         if let moderation { built.append(moderation) }
+        var broadcasts: BroadcastArea?
+        if presence != nil {
+            broadcasts = BroadcastArea(
+                configuration: configuration.broadcasts, publisher: publisher,
+                relay: configuration.engines.implementation.broadcastRelay, sweepLoop: eventLoopGroup.next(),
+                nowMillis: nowMillis)
+        }
+        if let broadcasts { built.append(broadcasts) }
         // Statistics (`info`) read every area's state and the engines' cluster status.
         let statistics = StatisticsArea(
             sessions: sessions, subscriptions: subscriptions, presence: presence?.domain, store: metadataStore,
@@ -439,7 +451,7 @@ public struct GatewayApplication: Service {
         return Services(
             sessions: sessions, subscriptions: subscriptions, publisher: publisher, metadataStore: metadataStore,
             engines: opened, storage: storage, presence: presence, events: events, profiles: profiles,
-            moderation: moderation, changes: changes, wills: wills, handlers: handlers,
+            moderation: moderation, changes: changes, wills: wills, broadcasts: broadcasts, handlers: handlers,
             observers: built.map { $0 as any SessionObserver } + self.observers)
     }
 }
@@ -447,10 +459,12 @@ public struct GatewayApplication: Service {
 extension GatewayApplication.Services {
     /// The domains the engines' services bring other nodes' changes to.
     var engineDomains: EngineDomains {
-        EngineDomains(
+        var domains = EngineDomains(
             metadata: self.metadataStore, presence: self.presence?.domain, profiles: self.profiles?.directory,
             providerTimeout: .nanoseconds(self.profiles?.providerTimeout.nanoseconds ?? 0), sessions: self.sessions,
             opened: self.engines)
+        domains.broadcasts = self.broadcasts
+        return domains
     }
 }
 

@@ -34,6 +34,18 @@ struct ChannelAndLockMappingTests {
             == .unsubscribeChannel(UnsubscribeChannelRequest(channel: "room", channelType: .stream)))
     }
 
+    @Test("channel broadcast maps the data, --echo and --no-rewind; rewind its bounds and sequence")
+    func broadcastCommandsMap() throws {
+        #expect(try request("channel", "broadcast", "doc", #"{"x":1}"#)
+            == .broadcast(BroadcastRequest(channel: "doc", data: #"{"x":1}"#)))
+        #expect(try request("channel", "broadcast", "doc", "hi", "--stream", "--echo", "--no-rewind")
+            == .broadcast(BroadcastRequest(channel: "doc", channelType: .stream, data: "hi", echo: true, noRewind: true)))
+        #expect(try request("channel", "rewind", "doc") == .rewindBroadcasts(RewindBroadcastsRequest(channel: "doc")))
+        #expect(try request("channel", "rewind", "doc", "--stream", "--limit", "5", "--max-age", "30", "--after", "17")
+            == .rewindBroadcasts(RewindBroadcastsRequest(
+                channel: "doc", channelType: .stream, limit: 5, maxAgeSeconds: 30, afterSequence: 17)))
+    }
+
     @Test("who-now maps --state, --no-user-ids and --page; where-now defaults to the caller")
     func presenceQueriesMap() throws {
         #expect(try request("who-now", "lobby", "--state")

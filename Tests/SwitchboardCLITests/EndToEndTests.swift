@@ -163,6 +163,25 @@ struct EndToEndTests {
         }
     }
 
+    @Test("channel broadcast reaches a watch of the channel, which first prints the rewound ones with --rewind")
+    func broadcastReachesAWatchAfterItsRewind() async throws {
+        try await withChildGateway { gateway in
+            let sent = try await gateway.sbctl(["channel", "broadcast", "doc", "earlier one"])
+            #expect(sent.status == 0, "\(sent.errorOutput)")
+            #expect(sent.outputLines.count == 1 && sent.outputLines[0].hasPrefix("broadcast #"), "\(sent.output)")
+            let watch = try gateway.start(
+                ["watch", "--channel", "doc", "--no-presence", "--rewind", "5", "--count", "1"], user: "Watcher")
+            #expect(await watch.waitForOutput(containing: "latestSequence"), "\(watch.errorOutput)")
+            #expect(try await gateway.sbctl(["channel", "broadcast", "doc", "live"]).status == 0)
+            #expect(await watch.exitStatus() == 0, "\(watch.errorOutput)")
+            let lines = watch.outputLines
+            #expect(lines.count == 3, "\(lines)")
+            #expect(lines.first?.hasSuffix(#"data="earlier one""#) == true, "\(lines)")
+            #expect(lines.dropFirst().first?.hasPrefix("latestSequence ") == true, "\(lines)")
+            #expect(lines.last?.hasPrefix("channelBroadcast doc #") == true && lines.last?.hasSuffix("data=live") == true, "\(lines)")
+        }
+    }
+
     @Test("the shell driven through a pipe runs commands, lists and recalls history, and exits with the last status")
     func shellThroughPipeWithHistoryRecall() async throws {
         try await withChildGateway { gateway in

@@ -26,9 +26,10 @@ struct OperationCoverageTests {
         ["changes", "subscribe", "--changes-channel", "room.*"], ["changes", "unsubscribe"],
         ["will", "set", #"{"operation": "setUserMetadata", "items": [{"key": "status", "value": "away"}]}"#],
         ["will", "get"],
+        ["channel", "broadcast", "c", "d"], ["channel", "rewind", "c"],
     ]
 
-    @Test("the commands cover all 52 operations of the schema")
+    @Test("the commands cover all 54 operations of the schema")
     func commandsCoverEveryOperation() throws {
         var covered: Set<Opcode> = []
         for line in Self.commandLines {
@@ -39,7 +40,7 @@ struct OperationCoverageTests {
         // `sbctl info` drives its session itself: the WELCOME facts, then (admins) the info operation.
         #expect(try parseCommand(["info"]) is InfoCommand)
         covered.insert(.info)
-        #expect(Opcode.allCases.count == 52)
+        #expect(Opcode.allCases.count == 54)
         #expect(covered == Set(Opcode.allCases), "missing: \(Set(Opcode.allCases).subtracting(covered))")
     }
 
@@ -92,6 +93,11 @@ struct OperationCoverageTests {
             .subscribeUserMetadata(SubscribeUserMetadataRequest(userId: "Tony")),
             .subscribeProfiles(SubscribeProfilesRequest(userIds: ["Tony"], groupIds: ["g1"])),
             .subscribeEvent(SubscribeEventRequest(expirySeconds: 600, publishers: ["Ann"])),
+        ])
+        let rewinding = try #require(try parseCommand(["watch", "--channel", "doc", "--rewind", "20"]) as? WatchCommand)
+        #expect(rewinding.subscriptionRequests() == [
+            .subscribeChannel(SubscribeChannelRequest(channel: "doc")),
+            .rewindBroadcasts(RewindBroadcastsRequest(channel: "doc", limit: 20)),
         ])
         let bare = try #require(try parseCommand(["watch"]) as? WatchCommand)
         #expect(bare.subscriptionRequests().isEmpty)

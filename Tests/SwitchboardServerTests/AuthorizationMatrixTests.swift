@@ -360,6 +360,24 @@ import Testing
                         WillAction(
                             operation: UInt64(Opcode.setChannelMetadata.rawValue), channel: room, items: item)
                     ])))
+        case .broadcast:
+            // The admin is a member: what it can rewind is what the broadcast left.
+            return Scenario(
+                needs: [channel(.publish)],
+                request: .broadcast(BroadcastRequest(channel: room, data: "secret")),
+                setup: { stage, _ in
+                    _ = try await stage.admin.send(.subscribeChannel(SubscribeChannelRequest(channel: room)))
+                    return []
+                },
+                readBack: { try await read($0.admin, .rewindBroadcasts(RewindBroadcastsRequest(channel: room))) })
+        case .rewindBroadcasts:
+            return Scenario(
+                needs: [channel(.presence)], request: .rewindBroadcasts(RewindBroadcastsRequest(channel: room)),
+                setup: { stage, granted in
+                    _ = try await stage.admin.send(.broadcast(BroadcastRequest(channel: room, data: "secret")))
+                    if granted { _ = try await stage.actor.send(.subscribeChannel(SubscribeChannelRequest(channel: room))) }
+                    return []
+                })
         case .subscribeChanges:
             // A grant covering the user pattern (the exact id here; a prefix or `{user}` pattern covers it too).
             return Scenario(

@@ -16,13 +16,13 @@ import Testing
             let socket = try RawSocket(gateway, transport)
             _ = try await socket.login("Tony")
             var frame = ByteBuffer()
-            FrameEncoder.encodeRaw(header: FrameHeader(kind: .request, op: 0x3E, requestID: 9), body: ByteBuffer(), into: &frame)
+            FrameEncoder.encodeRaw(header: FrameHeader(kind: .request, op: 0x26, requestID: 9), body: ByteBuffer(), into: &frame)
             socket.send(frame)
             guard case .error(let id, let op, let body) = try await socket.next() else {
                 Issue.record("expected an error response")
                 return
             }
-            #expect(id == 9 && op == 0x3E && body.errorCode == .unknownOperation)
+            #expect(id == 9 && op == 0x26 && body.errorCode == .unknownOperation)
             socket.send(.control(.ping(Ping(nonce: 5))))
             guard case .control(.pong(let pong)) = try await socket.next() else {
                 Issue.record("connection did not stay usable")

@@ -52,6 +52,15 @@ final class FanoutAcks: Sendable {
     /// Acknowledgements that named fewer receivers than there are subscribers (Redis PUBLISH answers the count).
     let shortFanouts = Atomic<Int>(0)
 
+    /// Counts a Switchboard writer's answer: acknowledged when it is not an error response.
+    func note(_ result: Result<BenchResponse, any Error>) {
+        if case .success(let response) = result, response.errorCode == nil {
+            self.acknowledged.wrappingAdd(1, ordering: .relaxed)
+        } else {
+            self.failed.wrappingAdd(1, ordering: .relaxed)
+        }
+    }
+
     /// Waits until `count` sends were answered (either way), or `timeout` seconds passed.
     func waitFor(_ count: Int, timeout: Double) async -> Bool {
         let clock = ContinuousClock()

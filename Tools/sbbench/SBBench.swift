@@ -22,13 +22,15 @@ struct SBBench: AsyncParsableCommand {
             changes), online-fanout (--subscribers receive a publisher's login and logout --rounds times), \
             redis-fanout (the same fan-out over Redis PUBLISH/SUBSCRIBE at --redis), whonow-inprocess (no gateway: the \
             gateway's connection handling and presence area in this process, a channel of --members members, whoNow \
-            pages timed on the server side over --walks walks through every page). Reports throughput, latency \
+            pages timed on the server side over --walks walks through every page), broadcast-fanout (storage-fanout \
+            --via channel, then --events channel broadcasts to as many members of channel "fanout": both delivery \
+            p99s and their ratio). Reports throughput, latency \
             percentiles, the CPU of sbbench itself and of the server (--server-pid), and exits with status 1 when \
             the run is broken (lost or duplicate events, error responses, a wrong final CAS counter, a wrong whoNow page).
             """,
         version: SwitchboardVersion.current)
 
-    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess | broadcast-fanout")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
@@ -126,7 +128,7 @@ struct SBBench: AsyncParsableCommand {
 
     static let scenarios = [
         "handshake", "idle", "requests", "mix", "cas", "slow-reader", "big-reads", "presence-storm", "storage-fanout",
-        "online-fanout", "redis-fanout", "provider", "whonow-inprocess",
+        "online-fanout", "redis-fanout", "provider", "whonow-inprocess", "broadcast-fanout",
     ]
 
     /// The scenarios that can connect with TLS: those whose connections are all NIO channels (the fan-out
@@ -274,6 +276,7 @@ struct SBBench: AsyncParsableCommand {
         case "presence-storm": try await self.runPresenceStorm(group: group, report: &report)
         case "cas": try await self.runCAS(group: group, report: &report)
         case "storage-fanout": try await self.runStorageFanout(group: group, report: &report)
+        case "broadcast-fanout": try await self.runBroadcastFanout(group: group, report: &report)
         case "online-fanout": try await self.runOnlineFanout(group: group, report: &report)
         case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
         case "provider": try await self.runProvider(group: group, report: &report)

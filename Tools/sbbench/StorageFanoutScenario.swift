@@ -104,13 +104,7 @@ extension SBBench {
                     ? .setChannelMetadata(SetChannelMetadataRequest(channel: Self.fanoutChannel, items: [item]))
                     : .setUserMetadata(SetUserMetadataRequest(items: [item]))
             }
-            .whenComplete { result in
-                if case .success(let response) = result, response.errorCode == nil {
-                    acks.acknowledged.wrappingAdd(1, ordering: .relaxed)
-                } else {
-                    acks.failed.wrappingAdd(1, ordering: .relaxed)
-                }
-            }
+            .whenComplete { acks.note($0) }
         }
         return (drive, acks)
     }

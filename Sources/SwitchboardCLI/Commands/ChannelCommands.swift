@@ -5,14 +5,14 @@ import SwitchboardWire
 public struct ChannelCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "channel",
-        abstract: "Channel membership: subscribe, join (stream channel), unsubscribe, leave (stream channel).",
+        abstract: "Channel membership: subscribe, join (stream channel), unsubscribe, leave (stream channel); broadcasts.",
         discussion: """
             Membership lasts as long as the connection: use these in the shell, or 'sbctl watch --channel NAME' to \
             stay in a channel and print its events.
             """,
         subcommands: [
             ChannelSubscribeCommand.self, ChannelJoinCommand.self, ChannelUnsubscribeCommand.self,
-            ChannelLeaveCommand.self,
+            ChannelLeaveCommand.self, ChannelBroadcastCommand.self, ChannelRewindCommand.self,
         ])
 
     public init() {}
@@ -106,5 +106,51 @@ public struct ChannelLeaveCommand: RequestCommand {
 
     public func makeRequest() throws(CommandFailure) -> Request {
         .unsubscribeChannel(UnsubscribeChannelRequest(channel: self.channel, channelType: .stream))
+    }
+}
+
+/// `sbctl channel broadcast CHANNEL DATA [--stream] [--echo] [--no-rewind]` (broadcast, `Protocol/SPEC.md` §13.11).
+public struct ChannelBroadcastCommand: RequestCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "broadcast",
+        abstract: "Send an ephemeral message to a channel's members (broadcast); needs publish on the channel.")
+
+    @OptionGroup var target: ChannelTarget
+    @Argument(help: "The message (text, at most 4096 bytes).") var data: String
+    @Flag(help: "Also deliver it to this session when it is a member.") var echo = false
+    @Flag(help: "Do not keep it for joiners' rewinds.") var noRewind = false
+    @OptionGroup public var connection: ConnectionOptions
+
+    public init() {}
+
+    public func makeRequest() throws(CommandFailure) -> Request {
+        .broadcast(
+            BroadcastRequest(
+                channel: self.target.channel, channelType: self.target.channelType, data: self.data, echo: self.echo,
+                noRewind: self.noRewind))
+    }
+}
+
+/// `sbctl channel rewind CHANNEL [--stream] [--limit N] [--max-age S] [--after SEQ]` (rewindBroadcasts).
+public struct ChannelRewindCommand: RequestCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "rewind",
+        abstract: "The channel's recent broadcasts the node keeps (rewindBroadcasts).",
+        discussion: "Only members may rewind: subscribe first in 'sbctl shell', or use 'sbctl watch --channel NAME --rewind N'.")
+
+    @OptionGroup var target: ChannelTarget
+    @Option(help: "At most this many, the newest (0: all kept; at most 100).") var limit: UInt64 = 0
+    @Option(name: .customLong("max-age"), help: "None older than this many seconds (0: any kept; at most 300).")
+    var maxAge: UInt64 = 0
+    @Option(help: "Only those after this sequence.") var after: UInt64 = 0
+    @OptionGroup public var connection: ConnectionOptions
+
+    public init() {}
+
+    public func makeRequest() throws(CommandFailure) -> Request {
+        .rewindBroadcasts(
+            RewindBroadcastsRequest(
+                channel: self.target.channel, channelType: self.target.channelType, limit: self.limit,
+                maxAgeSeconds: self.maxAge, afterSequence: self.after))
     }
 }

@@ -13,7 +13,9 @@ public struct WatchCommand: SessionCommand {
             (a subscription that outlives this command; see 'sbctl events'). Inside the shell, watch subscribes and \
             returns; the shell prints pushes anyway. --changes-channel and --changes-user open the admin change \
             stream (needs moderate on the patterns): every presence, online, metadata and lock change matching, \
-            printed as 'change #POSITION KIND ...'; --resume EPOCH:POSITION resumes an earlier one after that position.
+            printed as 'change #POSITION KIND ...'; --resume EPOCH:POSITION resumes an earlier one after that position. \
+            --rewind N first prints each channel's last N broadcasts the node keeps (rewindBroadcasts); live \
+            broadcasts print as 'channelBroadcast ...'.
             """)
 
     @Option(name: .customLong("channel"), help: ArgumentHelp("Message channel to subscribe to. Repeatable.", valueName: "name"))
@@ -33,6 +35,8 @@ public struct WatchCommand: SessionCommand {
     var expiry: UInt64 = 86_400
     @Flag(help: "With --events-from: get the publishers' current events at once.") var sync = false
     @OptionGroup var changeStream: ChangeStreamOptions
+    @Option(help: ArgumentHelp("Print each channel's last N kept broadcasts after joining it (1-100).", valueName: "n"))
+    var rewind: UInt64 = 0
     @Option(help: ArgumentHelp("Stop after this many pushes.", valueName: "n")) var count: Int?
     @Option(name: .customLong("for"), help: ArgumentHelp("Stop after this many seconds.", valueName: "seconds"))
     var duration: Double?
@@ -44,6 +48,7 @@ public struct WatchCommand: SessionCommand {
         if let count = self.count, count < 1 { throw ValidationError("--count must be at least 1") }
         if let duration = self.duration, !(duration > 0) { throw ValidationError("--for must be positive") }
         try self.changeStream.check()
+        if self.rewind > 100 { throw ValidationError("--rewind is at most 100") }
     }
 
     /// The subscriptions this watch makes, in order.
@@ -51,9 +56,11 @@ public struct WatchCommand: SessionCommand {
         var requests: [Request] = []
         for channel in self.channels {
             requests.append(.subscribeChannel(self.channelEvents.request(channel: channel, channelType: .message)))
+            requests += self.rewindRequest(channel: channel, channelType: .message)
         }
         for channel in self.streamChannels {
             requests.append(.subscribeChannel(self.channelEvents.request(channel: channel, channelType: .stream)))
+            requests += self.rewindRequest(channel: channel, channelType: .stream)
         }
         for user in self.userMeta {
             requests.append(.subscribeUserMetadata(SubscribeUserMetadataRequest(userId: UserID.wire(user))))
@@ -70,6 +77,11 @@ public struct WatchCommand: SessionCommand {
         return requests
     }
 
+    private func rewindRequest(channel: String, channelType: ChannelType) -> [Request] {
+        guard self.rewind > 0 else { return [] }
+        return [.rewindBroadcasts(RewindBroadcastsRequest(channel: channel, channelType: channelType, limit: self.rewind))]
+    }
+
     /// Makes the subscriptions; the first failure is reported and ends the watch.
     public func subscribe(in session: CommandSession) async -> ExitStatus {
         for request in self.subscriptionRequests() {
@@ -77,8 +89,9 @@ public struct WatchCommand: SessionCommand {
             case .success(.subscribeEvent(let answer)) where !answer.failedPublishers.isEmpty:
                 session.report(.usage("not valid publishers: \(answer.failedPublishers.joined(separator: ", "))"))
                 return .usage
-            case .success(let response) where request.operation == .subscribeChanges:
-                // The epoch and position to resume from (--resume EPOCH:POSITION), and whether a resume had a gap.
+            case .success(let response) where request.operation == .subscribeChanges || request.operation == .rewindBroadcasts:
+                // The epoch and position to resume from (--resume EPOCH:POSITION), and whether a resume had a gap;
+                // or a channel's rewound broadcasts.
                 for line in Rendering.lines(for: response, format: session.format) { session.console.out(line) }
             case .success:
                 continue

@@ -17,6 +17,9 @@ public enum PushText {
             if !notice.reason.isEmpty { line += " reason=\(TextQuoting.quoted(notice.reason))" }
             return line
         case .change(let change): return Self.change(change)
+        case .channelBroadcast(let broadcast):
+            return "channelBroadcast \(Self.channelName(broadcast.channel, broadcast.channelType)) #\(broadcast.sequence)"
+                + " from \(TextQuoting.quoted(broadcast.sender)) data=\(TextQuoting.quoted(broadcast.data))"
         }
     }
 

@@ -73,6 +73,14 @@ public enum ResponseText {
             if body.actions.isEmpty { return ["no will"] }
             let delay = body.delaySeconds == 0 ? "at once" : "after \(body.delaySeconds) s"
             return ["will of \(body.actions.count) action(s), fires \(delay)"] + body.actions.map { "  \($0.jsonValue)" }
+        case .broadcast(let body):
+            return ["broadcast #\(body.sequence) delivered=\(body.delivered)"]
+        case .rewindBroadcasts(let body):
+            var lines = body.broadcasts.map {
+                "#\($0.sequence) \(TextQuoting.instant(milliseconds: $0.timestampMs)) from \(TextQuoting.quoted($0.sender)) data=\(TextQuoting.quoted($0.data))"
+            }
+            lines.append("latestSequence \(body.latestSequence)")
+            return lines
         case .renewToken(let body):
             if body.expiresAtMs == 0 { return ["renewed (no expiry: open mode)"] }
             return ["renewed, expires \(TextQuoting.instant(milliseconds: body.expiresAtMs))"]

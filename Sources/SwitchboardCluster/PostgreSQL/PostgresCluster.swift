@@ -56,6 +56,8 @@ public struct PostgresCluster: AreaEngines {
     private let state: ClusterState
     /// The node's connections to PostgreSQL, which every backend takes its connections from.
     let pool: PostgresPool
+    /// Carries channel broadcasts to and from the other nodes (``broadcastRelay``).
+    private let broadcasts: PostgresBroadcastRelay
 
     /// A node of the cluster whose database is at `location`, with the Redis server at `redis` if given.
     public init(location: PostgresLocation, redis: RedisLocation? = nil, nodeID: String = PostgresCluster.makeNodeID()) {
@@ -73,6 +75,8 @@ public struct PostgresCluster: AreaEngines {
             location: location, onReconnect: { state.writerReconnects.add(1, ordering: .relaxed) },
             logger: Logger(label: "switchboard.cluster.postgres"))
         self.pool = pool
+        self.broadcasts = PostgresBroadcastRelay(
+            location: location, nodeID: nodeID, logger: Logger(label: "switchboard.cluster.broadcasts"))
         let presence = PostgresPresence(nodeID: nodeID)
         self.presence = presence
         if let redis {
@@ -95,6 +99,9 @@ public struct PostgresCluster: AreaEngines {
 
     /// This node's sessions' presence, mirrored to the other nodes (``PostgresPresence``).
     public var presenceReplication: any PresenceReplication { self.presence }
+
+    /// Channel broadcasts to the other nodes, by PostgreSQL `NOTIFY` (``PostgresBroadcastRelay``).
+    public var broadcastRelay: (any BroadcastRelay)? { self.broadcasts }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {
@@ -242,6 +249,11 @@ public struct PostgresCluster: AreaEngines {
             backend.installCommitted { change, accept in directory.applyReplicated(change, accept: accept) }
             writers.append(backend)
         }
+        var broadcastServices: [any Service] = []
+        if let receiver = domains.broadcasts {
+            self.broadcasts.attach(receiver)
+            broadcastServices.append(self.broadcasts)
+        }
         // Services stop in reverse order: the writers commit what the drained sessions left (the presence writer the
         // leaves of the sessions the gateway ended) before the feed stops and the node leaves sb_node.
         let store = domains.metadata
@@ -262,7 +274,7 @@ public struct PostgresCluster: AreaEngines {
                 pollInterval: self.pollInterval, relay: self.redis, logger: logger, consumers: consumers,
                 progress: self.feedProgress, state: self.state,
                 onBehind: { behind in store?.setBehindCluster(behind) }),
-        ] + writers
+        ] + writers + broadcastServices
     }
 }
 

@@ -4452,6 +4452,33 @@ enum APIOperations {
         },
         "additionalProperties": false
       },
+      "RewoundBroadcast": {
+        "type": "object",
+        "description": "One broadcast kept for rewind (rewindBroadcasts): the fields of the channelBroadcast push without the channel.",
+        "properties": {
+          "sequence": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Its position among the channel's broadcasts on this node (increasing per channel, not contiguous)."
+          },
+          "sender": {
+            "type": "string",
+            "description": "The user who broadcast it."
+          },
+          "data": {
+            "type": "string",
+            "description": "The application's payload. Limit: at most 4096 bytes."
+          },
+          "timestampMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "When the node that took the broadcast accepted it (server ms)."
+          }
+        },
+        "additionalProperties": false
+      },
       "Error": {
         "type": "object",
         "description": "A failure: the wire's ErrorBody (SPEC.md §4.4) with the error's name.",

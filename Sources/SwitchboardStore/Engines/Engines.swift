@@ -38,6 +38,10 @@ public protocol AreaEngines: Sendable {
     /// when presence is per node). The same object on every call.
     var presenceReplication: any PresenceReplication { get }
 
+    /// Where channel broadcasts go to the other nodes (nil: nowhere, a single gateway). The same object on every
+    /// call; ``makeServices(for:logger:)`` hands it ``EngineDomains/broadcasts`` for what comes back.
+    var broadcastRelay: (any BroadcastRelay)? { get }
+
     /// The services that run beside the gateway: what keeps the engines' writes going and, where other nodes write
     /// too, what brings their changes to `domains`.
     func makeServices(for domains: EngineDomains, logger: Logger) -> [any Service]
@@ -147,6 +151,8 @@ public struct EngineDomains: Sendable {
     public var sessions: any LocalSessions
     /// What the engines opened, on which the domains were built.
     public var opened: OpenedEngines
+    /// Where broadcasts other nodes relayed are delivered (the broadcast area; nil: none).
+    public var broadcasts: (any RelayedBroadcastReceiver)? = nil
 
     /// Creates the set.
     public init(

@@ -55,6 +55,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
     case info = 58
     case subscribeChanges = 59
     case unsubscribeChanges = 60
+    case broadcast = 61
+    case rewindBroadcasts = 62
 
     /// The op's name in the spec.
     public var name: String {
@@ -111,6 +113,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case .info: return "info"
         case .subscribeChanges: return "subscribeChanges"
         case .unsubscribeChanges: return "unsubscribeChanges"
+        case .broadcast: return "broadcast"
+        case .rewindBroadcasts: return "rewindBroadcasts"
         }
     }
 
@@ -171,6 +175,8 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         case "info": self = .info
         case "subscribeChanges": self = .subscribeChanges
         case "unsubscribeChanges": self = .unsubscribeChanges
+        case "broadcast": self = .broadcast
+        case "rewindBroadcasts": self = .rewindBroadcasts
         default: return nil
         }
     }
@@ -282,6 +288,10 @@ public enum Request: Sendable, Hashable {
     case subscribeChanges(SubscribeChangesRequest)
     /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
     case unsubscribeChanges(EmptyBody)
+    /// Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+    case broadcast(BroadcastRequest)
+    /// Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+    case rewindBroadcasts(RewindBroadcastsRequest)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -338,6 +348,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info
         case .subscribeChanges: return .subscribeChanges
         case .unsubscribeChanges: return .unsubscribeChanges
+        case .broadcast: return .broadcast
+        case .rewindBroadcasts: return .rewindBroadcasts
         }
     }
 
@@ -396,6 +408,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): return body.wireSize
         case .subscribeChanges(let body): return body.wireSize
         case .unsubscribeChanges(let body): return body.wireSize
+        case .broadcast(let body): return body.wireSize
+        case .rewindBroadcasts(let body): return body.wireSize
         }
     }
 
@@ -454,6 +468,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): body.encode(to: &writer)
         case .subscribeChanges(let body): body.encode(to: &writer)
         case .unsubscribeChanges(let body): body.encode(to: &writer)
+        case .broadcast(let body): body.encode(to: &writer)
+        case .rewindBroadcasts(let body): body.encode(to: &writer)
         }
     }
 
@@ -512,6 +528,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info(try EmptyBody(from: &reader))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(from: &reader))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
+        case .broadcast: return .broadcast(try BroadcastRequest(from: &reader))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsRequest(from: &reader))
         }
     }
 
@@ -570,6 +588,8 @@ public enum Request: Sendable, Hashable {
         case .info(let body): return body.jsonValue
         case .subscribeChanges(let body): return body.jsonValue
         case .unsubscribeChanges(let body): return body.jsonValue
+        case .broadcast(let body): return body.jsonValue
+        case .rewindBroadcasts(let body): return body.jsonValue
         }
     }
 
@@ -628,6 +648,8 @@ public enum Request: Sendable, Hashable {
         case .info: return .info(try EmptyBody(json: body))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesRequest(json: body))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
+        case .broadcast: return .broadcast(try BroadcastRequest(json: body))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsRequest(json: body))
         }
     }
 }
@@ -738,6 +760,10 @@ public enum Response: Sendable, Hashable {
     case subscribeChanges(SubscribeChangesResponse)
     /// Closes the session's admin change stream (nothing when none is open). Ending the session closes it too.
     case unsubscribeChanges(EmptyBody)
+    /// Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+    case broadcast(BroadcastResponse)
+    /// Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+    case rewindBroadcasts(RewindBroadcastsResponse)
 
     /// The op this value travels under.
     public var operation: Opcode {
@@ -794,6 +820,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info
         case .subscribeChanges: return .subscribeChanges
         case .unsubscribeChanges: return .unsubscribeChanges
+        case .broadcast: return .broadcast
+        case .rewindBroadcasts: return .rewindBroadcasts
         }
     }
 
@@ -852,6 +880,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): return body.wireSize
         case .subscribeChanges(let body): return body.wireSize
         case .unsubscribeChanges(let body): return body.wireSize
+        case .broadcast(let body): return body.wireSize
+        case .rewindBroadcasts(let body): return body.wireSize
         }
     }
 
@@ -910,6 +940,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): body.encode(to: &writer)
         case .subscribeChanges(let body): body.encode(to: &writer)
         case .unsubscribeChanges(let body): body.encode(to: &writer)
+        case .broadcast(let body): body.encode(to: &writer)
+        case .rewindBroadcasts(let body): body.encode(to: &writer)
         }
     }
 
@@ -968,6 +1000,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info(try InfoResponse(from: &reader))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(from: &reader))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(from: &reader))
+        case .broadcast: return .broadcast(try BroadcastResponse(from: &reader))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsResponse(from: &reader))
         }
     }
 
@@ -1026,6 +1060,8 @@ public enum Response: Sendable, Hashable {
         case .info(let body): return body.jsonValue
         case .subscribeChanges(let body): return body.jsonValue
         case .unsubscribeChanges(let body): return body.jsonValue
+        case .broadcast(let body): return body.jsonValue
+        case .rewindBroadcasts(let body): return body.jsonValue
         }
     }
 
@@ -1084,6 +1120,8 @@ public enum Response: Sendable, Hashable {
         case .info: return .info(try InfoResponse(json: body))
         case .subscribeChanges: return .subscribeChanges(try SubscribeChangesResponse(json: body))
         case .unsubscribeChanges: return .unsubscribeChanges(try EmptyBody(json: body))
+        case .broadcast: return .broadcast(try BroadcastResponse(json: body))
+        case .rewindBroadcasts: return .rewindBroadcasts(try RewindBroadcastsResponse(json: body))
         }
     }
 }
@@ -1213,6 +1251,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
     case serverNotice = 7
     case unsubscribed = 8
     case change = 9
+    case channelBroadcast = 10
 
     /// The name in the spec.
     public var name: String {
@@ -1226,6 +1265,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case .serverNotice: return "serverNotice"
         case .unsubscribed: return "unsubscribed"
         case .change: return "change"
+        case .channelBroadcast: return "channelBroadcast"
         }
     }
 
@@ -1243,6 +1283,7 @@ public enum PushCode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConve
         case "serverNotice": self = .serverNotice
         case "unsubscribed": self = .unsubscribed
         case "change": self = .change
+        case "channelBroadcast": self = .channelBroadcast
         default: return nil
         }
     }
@@ -1268,6 +1309,8 @@ public enum Push: Sendable, Hashable {
     case unsubscribed(Unsubscribed)
     /// One change on an admin change stream (subscribeChanges), in position order. Which fields are set depends on kind: presence kinds: channel, channelType, userId, states (join: the member's state; state: their whole state), totalOccupancy; online: userId, onlineValue, onlineClientTypes; channelMetadata: channel, channelType, storageEventType, majorRevision, items, author; userMetadata: userId and the same storage fields; lock: channel, channelType, lockEventType, locks.
     indirect case change(Change)
+    /// An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op 61). In sequence order per channel on a node.
+    indirect case channelBroadcast(ChannelBroadcast)
 
     /// The op this value travels under.
     public var pushCode: PushCode {
@@ -1281,6 +1324,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice
         case .unsubscribed: return .unsubscribed
         case .change: return .change
+        case .channelBroadcast: return .channelBroadcast
         }
     }
 
@@ -1296,6 +1340,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): return body.wireSize
         case .unsubscribed(let body): return body.wireSize
         case .change(let body): return body.wireSize
+        case .channelBroadcast(let body): return body.wireSize
         }
     }
 
@@ -1311,6 +1356,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): body.encode(to: &writer)
         case .unsubscribed(let body): body.encode(to: &writer)
         case .change(let body): body.encode(to: &writer)
+        case .channelBroadcast(let body): body.encode(to: &writer)
         }
     }
 
@@ -1326,6 +1372,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice(try ServerNotice(from: &reader))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(from: &reader))
         case .change: return .change(try Change(from: &reader))
+        case .channelBroadcast: return .channelBroadcast(try ChannelBroadcast(from: &reader))
         }
     }
 
@@ -1341,6 +1388,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice(let body): return body.jsonValue
         case .unsubscribed(let body): return body.jsonValue
         case .change(let body): return body.jsonValue
+        case .channelBroadcast(let body): return body.jsonValue
         }
     }
 
@@ -1356,6 +1404,7 @@ public enum Push: Sendable, Hashable {
         case .serverNotice: return .serverNotice(try ServerNotice(json: body))
         case .unsubscribed: return .unsubscribed(try Unsubscribed(json: body))
         case .change: return .change(try Change(json: body))
+        case .channelBroadcast: return .channelBroadcast(try ChannelBroadcast(json: body))
         }
     }
 }

@@ -72,6 +72,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let stateTooLarge = ErrorCode(rawValue: 3008)
     /// 3009: A group member list would exceed its maximum (10000).
     public static let memberListTooLarge = ErrorCode(rawValue: 3009)
+    /// 3010: The session is over its broadcast rate (default 50 a second, bursts of 100); retryAfterMs says when the next one is accepted.
+    public static let broadcastRateLimited = ErrorCode(rawValue: 3010)
     /// 4000: Generic: the target does not exist.
     public static let notFound = ErrorCode(rawValue: 4000)
     /// 4001: The metadata set does not exist.
@@ -128,6 +130,10 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let batchTooLarge = ErrorCode(rawValue: 7013)
     /// 7014: A text field is over its limit.
     public static let valueTooLong = ErrorCode(rawValue: 7014)
+    /// 7015: A broadcast's data is over 4096 bytes.
+    public static let broadcastTooLarge = ErrorCode(rawValue: 7015)
+    /// 7016: rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds.
+    public static let invalidRewind = ErrorCode(rawValue: 7016)
     /// 7021: A last will action names an operation a will cannot run, or fields that operation does not have; the message says which action.
     public static let invalidWillAction = ErrorCode(rawValue: 7021)
     /// 8000: Unexpected server failure.
@@ -174,6 +180,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .tooManyLocks,
         .stateTooLarge,
         .memberListTooLarge,
+        .broadcastRateLimited,
         .notFound,
         .metadataNotFound,
         .itemNotFound,
@@ -202,6 +209,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .tooManyPublishers,
         .batchTooLarge,
         .valueTooLong,
+        .broadcastTooLarge,
+        .invalidRewind,
         .invalidWillAction,
         .`internal`,
         .storageFailure,
@@ -244,6 +253,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 3007: return "tooManyLocks"
         case 3008: return "stateTooLarge"
         case 3009: return "memberListTooLarge"
+        case 3010: return "broadcastRateLimited"
         case 4000: return "notFound"
         case 4001: return "metadataNotFound"
         case 4002: return "itemNotFound"
@@ -272,6 +282,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 7012: return "tooManyPublishers"
         case 7013: return "batchTooLarge"
         case 7014: return "valueTooLong"
+        case 7015: return "broadcastTooLarge"
+        case 7016: return "invalidRewind"
         case 7021: return "invalidWillAction"
         case 8000: return "internal"
         case 8001: return "storageFailure"
@@ -316,6 +328,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "tooManyLocks": self = .tooManyLocks
         case "stateTooLarge": self = .stateTooLarge
         case "memberListTooLarge": self = .memberListTooLarge
+        case "broadcastRateLimited": self = .broadcastRateLimited
         case "notFound": self = .notFound
         case "metadataNotFound": self = .metadataNotFound
         case "itemNotFound": self = .itemNotFound
@@ -344,6 +357,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "tooManyPublishers": self = .tooManyPublishers
         case "batchTooLarge": self = .batchTooLarge
         case "valueTooLong": self = .valueTooLong
+        case "broadcastTooLarge": self = .broadcastTooLarge
+        case "invalidRewind": self = .invalidRewind
         case "invalidWillAction": self = .invalidWillAction
         case "internal": self = .`internal`
         case "storageFailure": self = .storageFailure

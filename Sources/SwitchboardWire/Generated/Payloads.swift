@@ -1552,6 +1552,95 @@ extension WillAction: JSONRepresentable {
     }
 }
 
+/// One broadcast kept for rewind (rewindBroadcasts): the fields of the channelBroadcast push without the channel.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | sequence | uint |
+/// | 2 | sender | string |
+/// | 3 | data | string |
+/// | 4 | timestampMs | uint |
+public struct RewoundBroadcast: WireCodable {
+    /// Its position among the channel's broadcasts on this node (increasing per channel, not contiguous).
+    public var sequence: UInt64
+    /// The user who broadcast it.
+    public var sender: String
+    /// The application's payload.
+    public var data: String
+    /// When the node that took the broadcast accepted it (server ms).
+    public var timestampMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(sequence: UInt64 = 0, sender: String = "", data: String = "", timestampMs: UInt64 = 0) {
+        self.sequence = sequence
+        self.sender = sender
+        self.data = data
+        self.timestampMs = timestampMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.sequence = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 2)
+                self.sender = try reader.readString()
+            case 3:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 3)
+                self.data = try reader.readString()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.timestampMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.sequence == 0) { size += WireField.varintFieldSize(1, self.sequence) }
+        if !(self.sender.isEmpty) { size += WireField.stringFieldSize(2, self.sender) }
+        if !(self.data.isEmpty) { size += WireField.stringFieldSize(3, self.data) }
+        if !(self.timestampMs == 0) { size += WireField.varintFieldSize(4, self.timestampMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.sequence == 0) { writer.writeVarintField(1, self.sequence) }
+        if !(self.sender.isEmpty) { writer.writeStringField(2, self.sender) }
+        if !(self.data.isEmpty) { writer.writeStringField(3, self.data) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(4, self.timestampMs) }
+    }
+}
+
+extension RewoundBroadcast: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.sequence == 0) { members.append(("sequence", .uint(self.sequence))) }
+        if !(self.sender.isEmpty) { members.append(("sender", .string(self.sender))) }
+        if !(self.data.isEmpty) { members.append(("data", .string(self.data))) }
+        if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "RewoundBroadcast") {
+            switch member.key {
+            case "sequence": self.sequence = try JSONField.uint64(member.value, "sequence")
+            case "sender": self.sender = try JSONField.string(member.value, "sender")
+            case "data": self.data = try JSONField.string(member.value, "data")
+            case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: RewoundBroadcast has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Request of `renewToken` (op 0x02). Replaces the session's token before it expires. The token must be for the same user.
 ///
 /// | # | field | type |
@@ -6784,6 +6873,350 @@ extension SubscribeChangesResponse: JSONRepresentable {
     }
 }
 
+/// Request of `broadcast` (op 0x3D). Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channel | string |
+/// | 2 | channelType | ChannelType |
+/// | 3 | data | string |
+/// | 4 | echo | bool |
+/// | 5 | noRewind | bool |
+public struct BroadcastRequest: WireCodable {
+    public var channel: String
+    public var channelType: ChannelType
+    /// The application's payload (text, e.g. JSON).
+    public var data: String
+    /// Also deliver to the sending session when it is a member.
+    public var echo: Bool
+    /// Deliver only: do not keep it for rewind (a cursor position nobody needs later).
+    public var noRewind: Bool
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channel: String = "", channelType: ChannelType = .message, data: String = "", echo: Bool = false, noRewind: Bool = false) {
+        self.channel = channel
+        self.channelType = channelType
+        self.data = data
+        self.echo = echo
+        self.noRewind = noRewind
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.channel = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 3)
+                self.data = try reader.readString()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.echo = try reader.readBool()
+            case 5:
+                try reader.require(field.wireType, is: .varint, field: 5)
+                self.noRewind = try reader.readBool()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(1, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(2, UInt64(self.channelType.rawValue)) }
+        if !(self.data.isEmpty) { size += WireField.stringFieldSize(3, self.data) }
+        if !(!self.echo) { size += WireField.varintFieldSize(4, (self.echo ? 1 : 0)) }
+        if !(!self.noRewind) { size += WireField.varintFieldSize(5, (self.noRewind ? 1 : 0)) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.data.isEmpty) { writer.writeStringField(3, self.data) }
+        if !(!self.echo) { writer.writeVarintField(4, (self.echo ? 1 : 0)) }
+        if !(!self.noRewind) { writer.writeVarintField(5, (self.noRewind ? 1 : 0)) }
+    }
+}
+
+extension BroadcastRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.data.isEmpty) { members.append(("data", .string(self.data))) }
+        if !(!self.echo) { members.append(("echo", .bool(self.echo))) }
+        if !(!self.noRewind) { members.append(("noRewind", .bool(self.noRewind))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "BroadcastRequest") {
+            switch member.key {
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "data": self.data = try JSONField.string(member.value, "data")
+            case "echo": self.echo = try JSONField.bool(member.value, "echo")
+            case "noRewind": self.noRewind = try JSONField.bool(member.value, "noRewind")
+            default: throw SwitchboardWireError(.malformedBody, "json: BroadcastRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `broadcast` (op 0x3D). Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | sequence | uint |
+/// | 2 | timestampMs | uint |
+/// | 3 | delivered | uint |
+public struct BroadcastResponse: WireCodable {
+    /// The broadcast's sequence in the channel on the node that took it.
+    public var sequence: UInt64
+    public var timestampMs: UInt64
+    /// How many sessions of this node it was sent to (other nodes' members are not counted).
+    public var delivered: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(sequence: UInt64 = 0, timestampMs: UInt64 = 0, delivered: UInt64 = 0) {
+        self.sequence = sequence
+        self.timestampMs = timestampMs
+        self.delivered = delivered
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.sequence = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.timestampMs = try reader.readVarint()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.delivered = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.sequence == 0) { size += WireField.varintFieldSize(1, self.sequence) }
+        if !(self.timestampMs == 0) { size += WireField.varintFieldSize(2, self.timestampMs) }
+        if !(self.delivered == 0) { size += WireField.varintFieldSize(3, self.delivered) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.sequence == 0) { writer.writeVarintField(1, self.sequence) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(2, self.timestampMs) }
+        if !(self.delivered == 0) { writer.writeVarintField(3, self.delivered) }
+    }
+}
+
+extension BroadcastResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.sequence == 0) { members.append(("sequence", .uint(self.sequence))) }
+        if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        if !(self.delivered == 0) { members.append(("delivered", .uint(self.delivered))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "BroadcastResponse") {
+            switch member.key {
+            case "sequence": self.sequence = try JSONField.uint64(member.value, "sequence")
+            case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            case "delivered": self.delivered = try JSONField.uint64(member.value, "delivered")
+            default: throw SwitchboardWireError(.malformedBody, "json: BroadcastResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `rewindBroadcasts` (op 0x3E). Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channel | string |
+/// | 2 | channelType | ChannelType |
+/// | 3 | limit | uint |
+/// | 4 | maxAgeSeconds | uint |
+/// | 5 | afterSequence | uint |
+public struct RewindBroadcastsRequest: WireCodable {
+    public var channel: String
+    public var channelType: ChannelType
+    /// At most this many, the newest.
+    public var limit: UInt64
+    /// None older than this.
+    public var maxAgeSeconds: UInt64
+    /// Only those with a greater sequence (0: from the oldest kept).
+    public var afterSequence: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channel: String = "", channelType: ChannelType = .message, limit: UInt64 = 0, maxAgeSeconds: UInt64 = 0, afterSequence: UInt64 = 0) {
+        self.channel = channel
+        self.channelType = channelType
+        self.limit = limit
+        self.maxAgeSeconds = maxAgeSeconds
+        self.afterSequence = afterSequence
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.channel = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.limit = try reader.readVarint()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.maxAgeSeconds = try reader.readVarint()
+            case 5:
+                try reader.require(field.wireType, is: .varint, field: 5)
+                self.afterSequence = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(1, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(2, UInt64(self.channelType.rawValue)) }
+        if !(self.limit == 0) { size += WireField.varintFieldSize(3, self.limit) }
+        if !(self.maxAgeSeconds == 0) { size += WireField.varintFieldSize(4, self.maxAgeSeconds) }
+        if !(self.afterSequence == 0) { size += WireField.varintFieldSize(5, self.afterSequence) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.limit == 0) { writer.writeVarintField(3, self.limit) }
+        if !(self.maxAgeSeconds == 0) { writer.writeVarintField(4, self.maxAgeSeconds) }
+        if !(self.afterSequence == 0) { writer.writeVarintField(5, self.afterSequence) }
+    }
+}
+
+extension RewindBroadcastsRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.limit == 0) { members.append(("limit", .uint(self.limit))) }
+        if !(self.maxAgeSeconds == 0) { members.append(("maxAgeSeconds", .uint(self.maxAgeSeconds))) }
+        if !(self.afterSequence == 0) { members.append(("afterSequence", .uint(self.afterSequence))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "RewindBroadcastsRequest") {
+            switch member.key {
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "limit": self.limit = try JSONField.uint64(member.value, "limit")
+            case "maxAgeSeconds": self.maxAgeSeconds = try JSONField.uint64(member.value, "maxAgeSeconds")
+            case "afterSequence": self.afterSequence = try JSONField.uint64(member.value, "afterSequence")
+            default: throw SwitchboardWireError(.malformedBody, "json: RewindBroadcastsRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `rewindBroadcasts` (op 0x3E). Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | broadcasts | repeated RewoundBroadcast |
+/// | 2 | latestSequence | uint |
+public struct RewindBroadcastsResponse: WireCodable {
+    /// Oldest first.
+    public var broadcasts: [RewoundBroadcast]
+    /// The sequence of the channel's latest broadcast on this node (0: none kept); live pushes after the answer have greater ones.
+    public var latestSequence: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(broadcasts: [RewoundBroadcast] = [], latestSequence: UInt64 = 0) {
+        self.broadcasts = broadcasts
+        self.latestSequence = latestSequence
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                try reader.requireRoom(in: self.broadcasts.count, field: 1)
+                self.broadcasts.append(try reader.readMessage(RewoundBroadcast.self))
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.latestSequence = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        for element in self.broadcasts { size += WireField.lengthDelimitedFieldSize(1, length: element.wireSize) }
+        if !(self.latestSequence == 0) { size += WireField.varintFieldSize(2, self.latestSequence) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        for element in self.broadcasts { writer.writeMessageField(1, element) }
+        if !(self.latestSequence == 0) { writer.writeVarintField(2, self.latestSequence) }
+    }
+}
+
+extension RewindBroadcastsResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !self.broadcasts.isEmpty { members.append(("broadcasts", .array(self.broadcasts.map { $0.jsonValue }))) }
+        if !(self.latestSequence == 0) { members.append(("latestSequence", .uint(self.latestSequence))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "RewindBroadcastsResponse") {
+            switch member.key {
+            case "broadcasts":
+                for element in try JSONField.array(member.value, "broadcasts") {
+                    self.broadcasts.append(try RewoundBroadcast(json: element))
+                }
+            case "latestSequence": self.latestSequence = try JSONField.uint64(member.value, "latestSequence")
+            default: throw SwitchboardWireError(.malformedBody, "json: RewindBroadcastsResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
 /// Control frame `hello` (control op 0x01). First frame a client sends. Opens the session: protocol version, features, credentials, who the client is.
 ///
 /// | # | field | type |
@@ -8459,6 +8892,112 @@ extension Change: JSONRepresentable {
                 }
             case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
             default: throw SwitchboardWireError(.malformedBody, "json: Change has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Push `channelBroadcast` (push code 0x0A). An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op 61). In sequence order per channel on a node.
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | channel | string |
+/// | 2 | channelType | ChannelType |
+/// | 3 | sequence | uint |
+/// | 4 | sender | string |
+/// | 5 | data | string |
+/// | 6 | timestampMs | uint |
+public struct ChannelBroadcast: WireCodable {
+    public var channel: String
+    public var channelType: ChannelType
+    /// As in RewoundBroadcast: increasing per channel on the receiving node.
+    public var sequence: UInt64
+    public var sender: String
+    public var data: String
+    public var timestampMs: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(channel: String = "", channelType: ChannelType = .message, sequence: UInt64 = 0, sender: String = "", data: String = "", timestampMs: UInt64 = 0) {
+        self.channel = channel
+        self.channelType = channelType
+        self.sequence = sequence
+        self.sender = sender
+        self.data = data
+        self.timestampMs = timestampMs
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 1)
+                self.channel = try reader.readString()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.channelType = ChannelType(rawValue: try reader.readUInt32())
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.sequence = try reader.readVarint()
+            case 4:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 4)
+                self.sender = try reader.readString()
+            case 5:
+                try reader.require(field.wireType, is: .lengthDelimited, field: 5)
+                self.data = try reader.readString()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.timestampMs = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.channel.isEmpty) { size += WireField.stringFieldSize(1, self.channel) }
+        if !(self.channelType == .message) { size += WireField.varintFieldSize(2, UInt64(self.channelType.rawValue)) }
+        if !(self.sequence == 0) { size += WireField.varintFieldSize(3, self.sequence) }
+        if !(self.sender.isEmpty) { size += WireField.stringFieldSize(4, self.sender) }
+        if !(self.data.isEmpty) { size += WireField.stringFieldSize(5, self.data) }
+        if !(self.timestampMs == 0) { size += WireField.varintFieldSize(6, self.timestampMs) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.channel.isEmpty) { writer.writeStringField(1, self.channel) }
+        if !(self.channelType == .message) { writer.writeVarintField(2, UInt64(self.channelType.rawValue)) }
+        if !(self.sequence == 0) { writer.writeVarintField(3, self.sequence) }
+        if !(self.sender.isEmpty) { writer.writeStringField(4, self.sender) }
+        if !(self.data.isEmpty) { writer.writeStringField(5, self.data) }
+        if !(self.timestampMs == 0) { writer.writeVarintField(6, self.timestampMs) }
+    }
+}
+
+extension ChannelBroadcast: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.channel.isEmpty) { members.append(("channel", .string(self.channel))) }
+        if !(self.channelType == .message) { members.append(("channelType", self.channelType.jsonValue)) }
+        if !(self.sequence == 0) { members.append(("sequence", .uint(self.sequence))) }
+        if !(self.sender.isEmpty) { members.append(("sender", .string(self.sender))) }
+        if !(self.data.isEmpty) { members.append(("data", .string(self.data))) }
+        if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ChannelBroadcast") {
+            switch member.key {
+            case "channel": self.channel = try JSONField.string(member.value, "channel")
+            case "channelType": self.channelType = try ChannelType(json: member.value)
+            case "sequence": self.sequence = try JSONField.uint64(member.value, "sequence")
+            case "sender": self.sender = try JSONField.string(member.value, "sender")
+            case "data": self.data = try JSONField.string(member.value, "data")
+            case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            default: throw SwitchboardWireError(.malformedBody, "json: ChannelBroadcast has no field \(member.key)")
             }
         }
     }

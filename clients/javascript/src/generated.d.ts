@@ -74,6 +74,7 @@ export declare const ErrorCode: {
   readonly tooManyLocks: 3007;
   readonly stateTooLarge: 3008;
   readonly memberListTooLarge: 3009;
+  readonly broadcastRateLimited: 3010;
   readonly notFound: 4000;
   readonly metadataNotFound: 4001;
   readonly itemNotFound: 4002;
@@ -102,6 +103,8 @@ export declare const ErrorCode: {
   readonly tooManyPublishers: 7012;
   readonly batchTooLarge: 7013;
   readonly valueTooLong: 7014;
+  readonly broadcastTooLarge: 7015;
+  readonly invalidRewind: 7016;
   readonly invalidWillAction: 7021;
   readonly internal: 8000;
   readonly storageFailure: 8001;
@@ -585,6 +588,30 @@ export interface WillActionArg {
   onlineOnly?: boolean;
   /** publishEvent. */
   ext?: string;
+}
+
+/** One broadcast kept for rewind (rewindBroadcasts): the fields of the channelBroadcast push without the channel. */
+export interface RewoundBroadcast {
+  /** Its position among the channel's broadcasts on this node (increasing per channel, not contiguous). */
+  sequence: Int;
+  /** The user who broadcast it. */
+  sender: string;
+  /** The application's payload. Limit: at most 4096 bytes. */
+  data: string;
+  /** When the node that took the broadcast accepted it (server ms). */
+  timestampMs: Int;
+}
+
+/** RewoundBroadcast as an argument: every key optional. */
+export interface RewoundBroadcastArg {
+  /** Its position among the channel's broadcasts on this node (increasing per channel, not contiguous). */
+  sequence?: Int;
+  /** The user who broadcast it. */
+  sender?: string;
+  /** The application's payload. Limit: at most 4096 bytes. */
+  data?: string;
+  /** When the node that took the broadcast accepted it (server ms). */
+  timestampMs?: Int;
 }
 
 /** The request body of `logout`: every key optional. */
@@ -1342,6 +1369,54 @@ export interface SubscribeChangesResponse {
 export interface UnsubscribeChangesRequest {
 }
 
+/** The request body of `broadcast`: every key optional. */
+export interface BroadcastRequest {
+  /** Limit: 1-64 bytes. */
+  channel?: string;
+  /** Default: "message". */
+  channelType?: ChannelType | number;
+  /** The application's payload (text, e.g. JSON). Limit: at most 4096 bytes (7015). */
+  data?: string;
+  /** Also deliver to the sending session when it is a member. */
+  echo?: boolean;
+  /** Deliver only: do not keep it for rewind (a cursor position nobody needs later). */
+  noRewind?: boolean;
+}
+
+/** The response of `broadcast`. */
+export interface BroadcastResponse {
+  /** The broadcast's sequence in the channel on the node that took it. */
+  sequence: Int;
+  timestampMs: Int;
+  /** How many sessions of this node it was sent to (other nodes' members are not counted). */
+  delivered: Int;
+}
+
+/** The request body of `rewindBroadcasts`: every key optional. */
+export interface RewindBroadcastsRequest {
+  /** Limit: 1-64 bytes. */
+  channel?: string;
+  /** Default: "message". */
+  channelType?: ChannelType | number;
+  /** At most this many, the newest. Limit: 0-100 (7016); 0: as many as kept. */
+  limit?: Int;
+  /** None older than this. Limit: 0-300 (7016); 0: as old as kept. */
+  maxAgeSeconds?: Int;
+  /** Only those with a greater sequence (0: from the oldest kept). */
+  afterSequence?: Int;
+}
+
+/** The response of `rewindBroadcasts`. */
+export interface RewindBroadcastsResponse {
+  /** Oldest first. */
+  broadcasts: Array<RewoundBroadcast>;
+  /**
+   * The sequence of the channel's latest broadcast on this node (0: none kept); live pushes after the answer have
+   * greater ones.
+   */
+  latestSequence: Int;
+}
+
 /**
  * Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that asked
  * for metadata events, or to sessions that subscribed to the user's metadata.
@@ -1525,6 +1600,21 @@ export interface Change {
 }
 
 /**
+ * Push `channelBroadcast`. An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op
+ * 61). In sequence order per channel on a node.
+ */
+export interface ChannelBroadcast {
+  channel: string;
+  /** Default: "message". */
+  channelType: ChannelType | number;
+  /** As in RewoundBroadcast: increasing per channel on the receiving node. */
+  sequence: Int;
+  sender: string;
+  data: string;
+  timestampMs: Int;
+}
+
+/**
  * Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
  * who the client is.
  */
@@ -1615,7 +1705,7 @@ export interface GoAway {
 }
 
 /** The push kinds (SPEC 8). */
-export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice" | "unsubscribed" | "change";
+export type PushKind = "storageEvent" | "lockEvent" | "presenceEvent" | "subscribedEvents" | "profileChanged" | "providerRequest" | "serverNotice" | "unsubscribed" | "change" | "channelBroadcast";
 
 /** The body type of each push kind. */
 export interface PushBodies {
@@ -1628,6 +1718,7 @@ export interface PushBodies {
   serverNotice: ServerNotice;
   unsubscribed: Unsubscribed;
   change: Change;
+  channelBroadcast: ChannelBroadcast;
 }
 
 /** Options of one request. */
@@ -1939,4 +2030,21 @@ export declare class Operations {
    * open). Ending the session closes it too.
    */
   unsubscribeChanges(args?: UnsubscribeChangesRequest, options?: CallOptions): Promise<void>;
+  /**
+   * `broadcast` (op 0x3D, channel). Sends an ephemeral message to the channel's members (SPEC.md §13.11): every
+   * session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the
+   * sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the
+   * node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member.
+   * Limited per session (3010). Errors: broadcastRateLimited, broadcastTooLarge, invalidArgument,
+   * identifierTooLong.
+   */
+  broadcast(args?: BroadcastRequest, options?: CallOptions): Promise<BroadcastResponse>;
+  /**
+   * `rewindBroadcasts` (op 0x3E, channel). Answers the channel's recent broadcasts that this node still keeps,
+   * oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after
+   * subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller
+   * must be a member of the channel (4004 otherwise). Errors: notSubscribed, invalidRewind, invalidArgument,
+   * identifierTooLong.
+   */
+  rewindBroadcasts(args?: RewindBroadcastsRequest, options?: CallOptions): Promise<RewindBroadcastsResponse>;
 }

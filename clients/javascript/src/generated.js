@@ -661,6 +661,36 @@ export const SCHEMA = {
           "doc": "publishEvent."
         }
       ]
+    },
+    "RewoundBroadcast": {
+      "doc": "One broadcast kept for rewind (rewindBroadcasts): the fields of the channelBroadcast push without the channel.",
+      "fields": [
+        {
+          "n": 1,
+          "name": "sequence",
+          "type": "uint",
+          "doc": "Its position among the channel's broadcasts on this node (increasing per channel, not contiguous)."
+        },
+        {
+          "n": 2,
+          "name": "sender",
+          "type": "string",
+          "doc": "The user who broadcast it."
+        },
+        {
+          "n": 3,
+          "name": "data",
+          "type": "string",
+          "limit": "at most 4096 bytes",
+          "doc": "The application's payload."
+        },
+        {
+          "n": 4,
+          "name": "timestampMs",
+          "type": "uint",
+          "doc": "When the node that took the broadcast accepted it (server ms)."
+        }
+      ]
     }
   },
   "controls": [
@@ -895,7 +925,7 @@ export const SCHEMA = {
       "lock": "Acquire and release locks on a channel.",
       "lockAdmin": "Set, remove and revoke locks on a channel.",
       "events": "Subscribe to and query the events a publisher publishes.",
-      "publish": "Publish events as that publisher (only the caller's own publisher id is ever checked).",
+      "publish": "Publish events as that publisher (only the caller's own publisher id is ever checked); on a channel: broadcast to it.",
       "profileWrite": "Write profile records: a user's user info and group member records, a group's info and member list.",
       "moderate": "Moderation operations (ending others' sessions, force-unsubscribing, revoking tokens, listing channels, last-seen times)."
     },
@@ -3296,6 +3326,151 @@ export const SCHEMA = {
       "request": [],
       "response": [],
       "errors": []
+    },
+    {
+      "op": 61,
+      "name": "broadcast",
+      "area": "channel",
+      "doc": "Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).",
+      "authorize": {
+        "checks": [
+          {
+            "allow": "publish",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "channel",
+          "type": "string",
+          "req": true,
+          "limit": "1-64 bytes"
+        },
+        {
+          "n": 2,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 3,
+          "name": "data",
+          "type": "string",
+          "limit": "at most 4096 bytes (7015)",
+          "doc": "The application's payload (text, e.g. JSON)."
+        },
+        {
+          "n": 4,
+          "name": "echo",
+          "type": "bool",
+          "doc": "Also deliver to the sending session when it is a member."
+        },
+        {
+          "n": 5,
+          "name": "noRewind",
+          "type": "bool",
+          "doc": "Deliver only: do not keep it for rewind (a cursor position nobody needs later)."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "sequence",
+          "type": "uint",
+          "doc": "The broadcast's sequence in the channel on the node that took it."
+        },
+        {
+          "n": 2,
+          "name": "timestampMs",
+          "type": "uint"
+        },
+        {
+          "n": 3,
+          "name": "delivered",
+          "type": "uint",
+          "doc": "How many sessions of this node it was sent to (other nodes' members are not counted)."
+        }
+      ],
+      "errors": [
+        "broadcastRateLimited",
+        "broadcastTooLarge",
+        "invalidArgument",
+        "identifierTooLong"
+      ]
+    },
+    {
+      "op": 62,
+      "name": "rewindBroadcasts",
+      "area": "channel",
+      "doc": "Answers the channel's recent broadcasts that this node still keeps, oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller must be a member of the channel (4004 otherwise).",
+      "authorize": {
+        "checks": [
+          {
+            "allow": "presence",
+            "on": "channel",
+            "field": "channel"
+          }
+        ]
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "channel",
+          "type": "string",
+          "req": true,
+          "limit": "1-64 bytes"
+        },
+        {
+          "n": 2,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 3,
+          "name": "limit",
+          "type": "uint",
+          "limit": "0-100 (7016); 0: as many as kept",
+          "doc": "At most this many, the newest."
+        },
+        {
+          "n": 4,
+          "name": "maxAgeSeconds",
+          "type": "uint",
+          "limit": "0-300 (7016); 0: as old as kept",
+          "doc": "None older than this."
+        },
+        {
+          "n": 5,
+          "name": "afterSequence",
+          "type": "uint",
+          "doc": "Only those with a greater sequence (0: from the oldest kept)."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "broadcasts",
+          "type": "RewoundBroadcast",
+          "repeated": true,
+          "doc": "Oldest first."
+        },
+        {
+          "n": 2,
+          "name": "latestSequence",
+          "type": "uint",
+          "doc": "The sequence of the channel's latest broadcast on this node (0: none kept); live pushes after the answer have greater ones."
+        }
+      ],
+      "errors": [
+        "notSubscribed",
+        "invalidRewind",
+        "invalidArgument",
+        "identifierTooLong"
+      ]
     }
   ],
   "pushes": [
@@ -3738,6 +3913,45 @@ export const SCHEMA = {
           "doc": "When the node learned the change (server ms)."
         }
       ]
+    },
+    {
+      "code": 10,
+      "name": "channelBroadcast",
+      "doc": "An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op 61). In sequence order per channel on a node.",
+      "fields": [
+        {
+          "n": 1,
+          "name": "channel",
+          "type": "string"
+        },
+        {
+          "n": 2,
+          "name": "channelType",
+          "type": "ChannelType",
+          "default": "message"
+        },
+        {
+          "n": 3,
+          "name": "sequence",
+          "type": "uint",
+          "doc": "As in RewoundBroadcast: increasing per channel on the receiving node."
+        },
+        {
+          "n": 4,
+          "name": "sender",
+          "type": "string"
+        },
+        {
+          "n": 5,
+          "name": "data",
+          "type": "string"
+        },
+        {
+          "n": 6,
+          "name": "timestampMs",
+          "type": "uint"
+        }
+      ]
     }
   ],
   "errorClasses": [
@@ -3970,6 +4184,12 @@ export const SCHEMA = {
       "doc": "A group member list would exceed its maximum (10000)."
     },
     {
+      "code": 3010,
+      "name": "broadcastRateLimited",
+      "open": true,
+      "doc": "The session is over its broadcast rate (default 50 a second, bursts of 100); retryAfterMs says when the next one is accepted."
+    },
+    {
       "code": 4000,
       "name": "notFound",
       "open": true,
@@ -4138,6 +4358,18 @@ export const SCHEMA = {
       "doc": "A text field is over its limit."
     },
     {
+      "code": 7015,
+      "name": "broadcastTooLarge",
+      "open": true,
+      "doc": "A broadcast's data is over 4096 bytes."
+    },
+    {
+      "code": 7016,
+      "name": "invalidRewind",
+      "open": true,
+      "doc": "rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds."
+    },
+    {
       "code": 7021,
       "name": "invalidWillAction",
       "open": true,
@@ -4267,6 +4499,11 @@ export const ErrorCode = Object.freeze({
   stateTooLarge: 3008,
   /** A group member list would exceed its maximum (10000). */
   memberListTooLarge: 3009,
+  /**
+   * The session is over its broadcast rate (default 50 a second, bursts of 100); retryAfterMs says when the next
+   * one is accepted.
+   */
+  broadcastRateLimited: 3010,
   /** Generic: the target does not exist. */
   notFound: 4000,
   /** The metadata set does not exist. */
@@ -4326,6 +4563,10 @@ export const ErrorCode = Object.freeze({
   batchTooLarge: 7013,
   /** A text field is over its limit. */
   valueTooLong: 7014,
+  /** A broadcast's data is over 4096 bytes. */
+  broadcastTooLarge: 7015,
+  /** rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds. */
+  invalidRewind: 7016,
   /**
    * A last will action names an operation a will cannot run, or fields that operation does not have; the message
    * says which action.
@@ -4374,6 +4615,7 @@ export const PUSH_NAMES = Object.freeze([
   "serverNotice",
   "unsubscribed",
   "change",
+  "channelBroadcast",
 ]);
 
 /**
@@ -5047,5 +5289,34 @@ export class Operations {
    */
   async unsubscribeChanges(args = {}, options = {}) {
     await this.call("unsubscribeChanges", args, options);
+  }
+
+  /**
+   * `broadcast` (op 0x3D, channel). Sends an ephemeral message to the channel's members (SPEC.md §13.11): every
+   * session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the
+   * sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the
+   * node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member.
+   * Limited per session (3010). Errors: broadcastRateLimited, broadcastTooLarge, invalidArgument,
+   * identifierTooLong. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').BroadcastRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').BroadcastResponse>}
+   */
+  broadcast(args = {}, options = {}) {
+    return this.call("broadcast", args, options);
+  }
+
+  /**
+   * `rewindBroadcasts` (op 0x3E, channel). Answers the channel's recent broadcasts that this node still keeps,
+   * oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after
+   * subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The caller
+   * must be a member of the channel (4004 otherwise). Errors: notSubscribed, invalidRewind, invalidArgument,
+   * identifierTooLong. Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').RewindBroadcastsRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').RewindBroadcastsResponse>}
+   */
+  rewindBroadcasts(args = {}, options = {}) {
+    return this.call("rewindBroadcasts", args, options);
   }
 }

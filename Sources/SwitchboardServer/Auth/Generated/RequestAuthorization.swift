@@ -116,6 +116,10 @@ extension RequestAuthorizer {
             return self.checkSubscribeChanges(body)
         case .unsubscribeChanges:
             return nil  // ends the caller's own stream
+        case .broadcast(let body):
+            return self.require(.publish, channel: body.channel, body.channelType)
+        case .rewindBroadcasts(let body):
+            return self.require(.presence, channel: body.channel, body.channelType)
         }
     }
 
@@ -173,6 +177,8 @@ extension RequestAuthorizer {
         .info: "admins only (statistics of the whole gateway and cluster)",
         .subscribeChanges: "`moderate` on every resource the patterns can name: the channel pattern as `message:` and/or `stream:` (by channelType), the user pattern as `user:`; a grant covers a pattern when its own pattern matches every name the requested one matches",
         .unsubscribeChanges: "always allowed (ends the caller's own stream)",
+        .broadcast: "`publish` on the channel",
+        .rewindBroadcasts: "`presence` on the channel",
     ]
 
     /// The permissions of the spec's table, in its order.

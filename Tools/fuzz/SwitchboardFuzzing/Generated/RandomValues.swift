@@ -203,6 +203,18 @@ extension WillAction {
     }
 }
 
+extension RewoundBroadcast {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RewoundBroadcast {
+        var value = RewoundBroadcast()
+        if generator.bool() { value.sequence = generator.uint64() }
+        if generator.bool() { value.sender = generator.string() }
+        if generator.bool() { value.data = generator.string() }
+        if generator.bool() { value.timestampMs = generator.uint64() }
+        return value
+    }
+}
+
 extension RenewTokenRequest {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> RenewTokenRequest {
@@ -943,6 +955,53 @@ extension SubscribeChangesResponse {
     }
 }
 
+extension BroadcastRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> BroadcastRequest {
+        var value = BroadcastRequest()
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.data = generator.string() }
+        if generator.bool() { value.echo = generator.bool() }
+        if generator.bool() { value.noRewind = generator.bool() }
+        return value
+    }
+}
+
+extension BroadcastResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> BroadcastResponse {
+        var value = BroadcastResponse()
+        if generator.bool() { value.sequence = generator.uint64() }
+        if generator.bool() { value.timestampMs = generator.uint64() }
+        if generator.bool() { value.delivered = generator.uint64() }
+        return value
+    }
+}
+
+extension RewindBroadcastsRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RewindBroadcastsRequest {
+        var value = RewindBroadcastsRequest()
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.limit = generator.uint64() }
+        if generator.bool() { value.maxAgeSeconds = generator.uint64() }
+        if generator.bool() { value.afterSequence = generator.uint64() }
+        return value
+    }
+}
+
+extension RewindBroadcastsResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> RewindBroadcastsResponse {
+        var value = RewindBroadcastsResponse()
+        for _ in 0..<generator.count() { value.broadcasts.append(RewoundBroadcast.random(using: &generator)) }
+        if generator.bool() { value.latestSequence = generator.uint64() }
+        return value
+    }
+}
+
 extension Hello {
     /// A random value: each field set or not, with a random value.
     package static func random(using generator: inout RandomValueGenerator) -> Hello {
@@ -1147,10 +1206,24 @@ extension Change {
     }
 }
 
+extension ChannelBroadcast {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ChannelBroadcast {
+        var value = ChannelBroadcast()
+        if generator.bool() { value.channel = generator.string() }
+        if generator.bool() { value.channelType = ChannelType(rawValue: generator.enumRaw(known: ChannelType.allKnown.map(\.rawValue))) }
+        if generator.bool() { value.sequence = generator.uint64() }
+        if generator.bool() { value.sender = generator.string() }
+        if generator.bool() { value.data = generator.string() }
+        if generator.bool() { value.timestampMs = generator.uint64() }
+        return value
+    }
+}
+
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 52) {
+        switch generator.index(below: 54) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
@@ -1202,7 +1275,9 @@ extension Request {
         case 48: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
         case 49: return .info(EmptyBody.random(using: &generator))
         case 50: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
-        default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 51: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 52: return .broadcast(BroadcastRequest.random(using: &generator))
+        default: return .rewindBroadcasts(RewindBroadcastsRequest.random(using: &generator))
         }
     }
 }
@@ -1210,7 +1285,7 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 52) {
+        switch generator.index(below: 54) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
         case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
@@ -1262,7 +1337,9 @@ extension Response {
         case 48: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
         case 49: return .info(InfoResponse.random(using: &generator))
         case 50: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
-        default: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 51: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 52: return .broadcast(BroadcastResponse.random(using: &generator))
+        default: return .rewindBroadcasts(RewindBroadcastsResponse.random(using: &generator))
         }
     }
 }
@@ -1283,7 +1360,7 @@ extension Control {
 extension Push {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Push {
-        switch generator.index(below: 9) {
+        switch generator.index(below: 10) {
         case 0: return .storageEvent(StorageEvent.random(using: &generator))
         case 1: return .lockEvent(LockEvent.random(using: &generator))
         case 2: return .presenceEvent(PresenceEvent.random(using: &generator))
@@ -1292,7 +1369,8 @@ extension Push {
         case 5: return .providerRequest(ProviderRequest.random(using: &generator))
         case 6: return .serverNotice(ServerNotice.random(using: &generator))
         case 7: return .unsubscribed(Unsubscribed.random(using: &generator))
-        default: return .change(Change.random(using: &generator))
+        case 8: return .change(Change.random(using: &generator))
+        default: return .channelBroadcast(ChannelBroadcast.random(using: &generator))
         }
     }
 }

@@ -186,6 +186,10 @@ class ErrorCode(enum.IntEnum):
     """Temporary state would exceed 32 pairs or 8192 bytes."""
     memberListTooLarge = 3009
     """A group member list would exceed its maximum (10000)."""
+    broadcastRateLimited = 3010
+    """The session is over its broadcast rate (default 50 a second, bursts of 100); retryAfterMs says when the next one
+    is accepted.
+    """
     notFound = 4000
     """Generic: the target does not exist."""
     metadataNotFound = 4001
@@ -244,6 +248,10 @@ class ErrorCode(enum.IntEnum):
     """More than 100 ids in one call."""
     valueTooLong = 7014
     """A text field is over its limit."""
+    broadcastTooLarge = 7015
+    """A broadcast's data is over 4096 bytes."""
+    invalidRewind = 7016
+    """rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds."""
     invalidWillAction = 7021
     """A last will action names an operation a will cannot run, or fields that operation does not have; the message
     says which action.
@@ -560,6 +568,22 @@ class WillActionArg(TypedDict, total=False):
     ext: str
 
 
+class RewoundBroadcast(TypedDict):
+    """One broadcast kept for rewind (rewindBroadcasts): the fields of the channelBroadcast push without the channel."""
+    sequence: int
+    sender: str
+    data: str
+    timestampMs: int
+
+
+class RewoundBroadcastArg(TypedDict, total=False):
+    """RewoundBroadcast as an argument: every key optional."""
+    sequence: int
+    sender: str
+    data: str
+    timestampMs: int
+
+
 class RenewTokenResponse(TypedDict):
     """The response of `renewToken`."""
     expiresAtMs: int
@@ -752,6 +776,19 @@ class SubscribeChangesResponse(TypedDict):
     replayed: int
 
 
+class BroadcastResponse(TypedDict):
+    """The response of `broadcast`."""
+    sequence: int
+    timestampMs: int
+    delivered: int
+
+
+class RewindBroadcastsResponse(TypedDict):
+    """The response of `rewindBroadcasts`."""
+    broadcasts: List[RewoundBroadcast]
+    latestSequence: int
+
+
 class StorageEvent(TypedDict):
     """Push `storageEvent`. A metadata set changed (or a snapshot after subscribing). Sent to channel members that
     asked for metadata events, or to sessions that subscribed to the user's metadata.
@@ -866,6 +903,18 @@ class Change(TypedDict):
     timestampMs: int
 
 
+class ChannelBroadcast(TypedDict):
+    """Push `channelBroadcast`. An ephemeral message broadcast to a channel the session is subscribed to (broadcast, op
+    61). In sequence order per channel on a node.
+    """
+    channel: str
+    channelType: Union[ChannelType, int]
+    sequence: int
+    sender: str
+    data: str
+    timestampMs: int
+
+
 class Hello(TypedDict):
     """Control frame `hello`. First frame a client sends. Opens the session: protocol version, features, credentials,
     who the client is.
@@ -929,6 +978,7 @@ PUSH_NAMES = (
     "serverNotice",
     "unsubscribed",
     "change",
+    "channelBroadcast",
 )
 """The push kinds (SPEC 8), in code order."""
 
@@ -1863,3 +1913,50 @@ class Operations:
         """
         body: Dict[str, Any] = {}
         await self.call("unsubscribeChanges", body, timeout=timeout)
+
+    async def broadcast(
+        self,
+        channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None, data: Optional[str] = None,
+        echo: Optional[bool] = None, no_rewind: Optional[bool] = None, timeout: Optional[float] = None,
+    ) -> BroadcastResponse:
+        """`broadcast` (op 0x3D, channel). Sends an ephemeral message to the channel's members (SPEC.md §13.11): every
+        session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the
+        sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the
+        node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member.
+        Limited per session (3010). Fields left None are not sent (the server uses their defaults). Errors:
+        broadcastRateLimited, broadcastTooLarge, invalidArgument, identifierTooLong.
+        """
+        body: Dict[str, Any] = {}
+        body["channel"] = channel
+        if channel_type is not None:
+            body["channelType"] = channel_type
+        if data is not None:
+            body["data"] = data
+        if echo is not None:
+            body["echo"] = echo
+        if no_rewind is not None:
+            body["noRewind"] = no_rewind
+        return cast(BroadcastResponse, await self.call("broadcast", body, timeout=timeout))
+
+    async def rewind_broadcasts(
+        self,
+        channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None, limit: Optional[int] = None,
+        max_age_seconds: Optional[int] = None, after_sequence: Optional[int] = None, timeout: Optional[float] = None,
+    ) -> RewindBroadcastsResponse:
+        """`rewindBroadcasts` (op 0x3E, channel). Answers the channel's recent broadcasts that this node still keeps,
+        oldest first: the last limit ones, no older than maxAgeSeconds, after afterSequence. A joiner calls it after
+        subscribeChannel and drops live pushes whose sequence is not greater than the last one it got here. The
+        caller must be a member of the channel (4004 otherwise). Fields left None are not sent (the server uses
+        their defaults). Errors: notSubscribed, invalidRewind, invalidArgument, identifierTooLong.
+        """
+        body: Dict[str, Any] = {}
+        body["channel"] = channel
+        if channel_type is not None:
+            body["channelType"] = channel_type
+        if limit is not None:
+            body["limit"] = limit
+        if max_age_seconds is not None:
+            body["maxAgeSeconds"] = max_age_seconds
+        if after_sequence is not None:
+            body["afterSequence"] = after_sequence
+        return cast(RewindBroadcastsResponse, await self.call("rewindBroadcasts", body, timeout=timeout))

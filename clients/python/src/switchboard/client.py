@@ -402,8 +402,8 @@ class Client(Operations):
 
     def pushes(self, *kinds: str, limit: Optional[int] = None) -> Stream[Push]:
         """A stream of the pushes of these kinds (all kinds when none is named: storageEvent, lockEvent,
-        presenceEvent, subscribedEvents, profileChanged, providerRequest, serverNotice, unsubscribed, change) that
-        arrive from now on, over whichever connection is current. Make it before the request whose pushes it should
+        presenceEvent, subscribedEvents, profileChanged, providerRequest, serverNotice, unsubscribed, change,
+        channelBroadcast) that arrive from now on, over whichever connection is current. Make it before the request whose pushes it should
         see."""
         wanted = set(kinds)
         stream: Stream[Push] = Stream(self, lambda p: not wanted or p.kind in wanted, limit or self.stream_buffer_limit)
