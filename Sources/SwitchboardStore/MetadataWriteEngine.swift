@@ -16,6 +16,10 @@ protocol MetadataWriteEngine: Sendable {
         _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion,
         store: MetadataStore)
 
+    /// Expires every item whose deadline is at or before `nowMs`, each set's as one change reported to
+    /// `expired` (`Protocol/SPEC.md` SB-13.1-8).
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion)
+
     /// Whether writes wait for ``commitQueuedWrites()``.
     var commitsAreCallerDriven: Bool { get }
 
@@ -103,6 +107,7 @@ struct LocalWrites: MetadataWriteEngine {
                     case .success(let success): applied = success
                     }
                     state.outbox.append(.write(completion, .success(applied.outcome)))
+                    if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
                             PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
@@ -127,6 +132,7 @@ struct LocalWrites: MetadataWriteEngine {
                 case .success(let applied):
                     state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
+                    if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                 }
                 return nil
             }, deliver: store.deliver)
@@ -135,6 +141,52 @@ struct LocalWrites: MetadataWriteEngine {
             return
         }
         if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
+    }
+
+    /// Pops each shard's due entries and expires their sets' due items as changes of their own, queued, stored and
+    /// answered (to `expired`) as a write is: so an expiry is as durable as a remove, and under
+    /// acknowledge-after-commit reported once committed.
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
+        let mode = self.mode
+        var queued = false
+        for index in store.shards.indices {
+            queued =
+                store.shards[index].perform(
+                    { state -> Bool in
+                        guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return false }
+                        var queued = false
+                        while let due = state.expiries.popDue(nowMs) {
+                            let scope = due.scope
+                            let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
+                            let committed = isClean ? state.sets[scope] : nil
+                            let (applied, next) = MetadataSet.expire(&state.sets[scope], scope: scope, nowMs: nowMs)
+                            if next != 0, next != due.deadlineMs { state.expiries.push(next, scope) }
+                            guard let applied else { continue }
+                            switch mode {
+                            case .memoryOnly:
+                                state.outbox.append(.write(expired, .success(applied.outcome)))
+                            case .acknowledgeBeforeCommit:
+                                state.outbox.append(.write(expired, .success(applied.outcome)))
+                                state.appendPending(
+                                    PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                                queued = true
+                            case .acknowledgeAfterCommit:
+                                let sequence = state.nextSequence
+                                state.appendPending(
+                                    PendingWrite(applied, shardIndex: index, sequence: sequence, completion: expired))
+                                state.noteUncommitted(scope, sequence: sequence, committed: committed)
+                                queued = true
+                            }
+                        }
+                        return queued
+                    }, deliver: store.deliver) || queued
+        }
+        guard queued else { return }
+        if self.commitsAreCallerDriven {
+            self.writeBack?.drainNow()
+        } else {
+            self.writeBack?.scheduleDrain()
+        }
     }
 
     var commitsAreCallerDriven: Bool {
@@ -172,8 +224,16 @@ extension CoordinatedWriter: MetadataWriteEngine {
             completion(.failure(error))
             return
         }
+        if request.operation != .remove, request.items.contains(where: { $0.ttlMs != 0 }) {
+            // The shared database keeps no deadlines yet (`Protocol/SPEC.md` SB-13.1-8).
+            completion(.failure(SwitchboardStoreError(.unavailable, "item TTLs are not available in a cluster yet")))
+            return
+        }
         self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
     }
+
+    /// Nothing to expire: a shared database refuses TTLs.
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {}
 
     var commitsAreCallerDriven: Bool { false }
 

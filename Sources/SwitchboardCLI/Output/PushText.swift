@@ -36,7 +36,7 @@ public enum PushText {
         case .channelMetadata, .userMetadata:
             line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
             if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
-            line += Self.items(change.items, removed: change.storageEventType == .remove)
+            line += Self.items(change.items, removed: change.storageEventType == .remove || change.storageEventType == .expired)
         case .lock:
             line += " \(change.lockEventType)" + Self.locks(change.locks)
         default:
@@ -57,10 +57,10 @@ public enum PushText {
             : "user \(TextQuoting.quoted(event.target))"
         var line = "storageEvent \(event.eventType) \(target) majorRevision=\(event.majorRevision)"
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
-        return line + Self.items(event.items, removed: event.eventType == .remove)
+        return line + Self.items(event.items, removed: event.eventType == .remove || event.eventType == .expired)
     }
 
-    /// `: k=v ...` (the keys alone for a removal), or nothing without items.
+    /// `: k=v ...` (the keys alone for a removal or an expiry), or nothing without items.
     static func items(_ items: [MetadataItem], removed: Bool) -> String {
         let parts = removed
             ? items.map { TextQuoting.quoted($0.key) }

@@ -128,6 +128,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let batchTooLarge = ErrorCode(rawValue: 7013)
     /// 7014: A text field is over its limit.
     public static let valueTooLong = ErrorCode(rawValue: 7014)
+    /// 7017: An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms).
+    public static let invalidTtl = ErrorCode(rawValue: 7017)
     /// 8000: Unexpected server failure.
     public static let `internal` = ErrorCode(rawValue: 8000)
     /// 8001: The database refused the write (disk full, read-only, locked); nothing was changed. In a cluster also: the shared database did not answer in time (nothing was changed), or did not answer the commit (the message says the write may have been committed: read the set again); and a read of a metadata set while the node may be behind the cluster (try again).
@@ -200,6 +202,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .tooManyPublishers,
         .batchTooLarge,
         .valueTooLong,
+        .invalidTtl,
         .`internal`,
         .storageFailure,
         .shuttingDown,
@@ -269,6 +272,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 7012: return "tooManyPublishers"
         case 7013: return "batchTooLarge"
         case 7014: return "valueTooLong"
+        case 7017: return "invalidTtl"
         case 8000: return "internal"
         case 8001: return "storageFailure"
         case 8002: return "shuttingDown"
@@ -340,6 +344,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "tooManyPublishers": self = .tooManyPublishers
         case "batchTooLarge": self = .batchTooLarge
         case "valueTooLong": self = .valueTooLong
+        case "invalidTtl": self = .invalidTtl
         case "internal": self = .`internal`
         case "storageFailure": self = .storageFailure
         case "shuttingDown": self = .shuttingDown
