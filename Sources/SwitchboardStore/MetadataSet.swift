@@ -82,6 +82,12 @@ struct MetadataSet: Sendable {
         return (revision, keys)
     }
 
+    /// Moves ``earliestExpiryMs`` on to the earliest deadline after `nowMs` (0: none), when nothing is due at
+    /// `nowMs`; a shared store's sweep does, for a set whose due entry found nothing to expire.
+    mutating func skipToNextDeadline(after nowMs: UInt64) {
+        self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: nowMs)
+    }
+
     /// The earliest deadline after `nowMs` among `items`, 0 when none has one.
     private static func earliestDeadline(of items: [MetadataItem], after nowMs: UInt64) -> UInt64 {
         var earliest: UInt64 = 0

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Logging
 import SwitchboardWire
+import Synchronization
 
 /// How a ``MetadataStore`` decides, applies and keeps its writes: the one engine of the metadata area.
 ///
@@ -224,16 +225,40 @@ extension CoordinatedWriter: MetadataWriteEngine {
             completion(.failure(error))
             return
         }
-        if request.operation != .remove, request.items.contains(where: { $0.ttlMs != 0 }) {
-            // The shared database keeps no deadlines yet (`Protocol/SPEC.md` SB-13.1-8).
-            completion(.failure(SwitchboardStoreError(.unavailable, "item TTLs are not available in a cluster yet")))
-            return
-        }
         self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
     }
 
-    /// Nothing to expire: a shared database refuses TTLs.
-    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {}
+    /// Queues an expiry of each set with items due at `nowMs`, decided in the next batch's transaction under the set's
+    /// row lock against the set as committed: when several gateways sweep the same set, the first commit removes the
+    /// items and the others find nothing due (their copy is read again under the lock), so each item expires once
+    /// and its `expired` change reaches every gateway through the change feed. A set's entry is also put back a
+    /// second later, in case the transaction fails (a look that finds nothing due costs nothing).
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
+        var due: [MetadataScope] = []
+        for shard in store.shards {
+            shard.state.withLock { state in
+                guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return }
+                while let entry = state.expiries.popDue(nowMs) {
+                    guard var set = state.sets[entry.scope] else { continue }
+                    if set.hasExpiredItems(at: nowMs) {
+                        due.append(entry.scope)
+                        state.expiries.push(nowMs + 1_000, entry.scope)
+                    } else if set.earliestExpiryMs != 0, set.earliestExpiryMs <= nowMs {
+                        state.sets[entry.scope] = nil
+                        set.skipToNextDeadline(after: nowMs)
+                        if set.earliestExpiryMs != 0 { state.expiries.push(set.earliestExpiryMs, entry.scope) }
+                        state.sets[entry.scope] = set
+                    }
+                }
+            }
+        }
+        for scope in Set(due) {
+            self.enqueue(
+                .init(
+                    request: MetadataWriteRequest(.remove, scope: scope, items: []), caller: "", nowMs: nowMs,
+                    completion: expired, isExpiry: true))
+        }
+    }
 
     var commitsAreCallerDriven: Bool { false }
 
