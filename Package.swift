@@ -73,7 +73,6 @@ let package = Package(
             dependencies: [
                 "SwitchboardWire",
                 "SwitchboardStore",
-                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -273,7 +272,6 @@ let package = Package(
                 "SwitchboardWire",
                 "SwitchboardServer",
                 "SwitchboardStore",
-                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

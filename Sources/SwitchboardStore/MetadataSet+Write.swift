@@ -99,12 +99,14 @@ extension MetadataSet {
     /// Expires the items of the set in `entry` that are due at `nowMs`, as one change of its own (an `expired`
     /// storage event with the expired keys and the new majorRevision; stored as a remove of those keys).
     ///
-    /// - Returns: The change, or nil when nothing was due; and the set's next deadline to schedule (0: none).
+    /// - Returns: The change, or nil when nothing was due; and the set's next deadline to schedule, 0 when there is
+    ///   none or the set's earliest deadline did not move (it is scheduled already: the look was a stale entry).
     static func expire(_ entry: inout MetadataSet?, scope: MetadataScope, nowMs: UInt64) -> (AppliedWrite?, UInt64) {
         guard var set = entry else { return (nil, 0) }
         entry = nil  // uniquely referenced while it changes
+        let before = set.earliestExpiryMs
         let expired = set.expireDue(at: nowMs)
-        let next = set.earliestExpiryMs
+        let next = set.earliestExpiryMs == before ? 0 : set.earliestExpiryMs
         entry = set
         guard let expired else { return (nil, next) }
         let outcome = WriteOutcome(

@@ -40,7 +40,9 @@ public final class MetadataStore: Sendable {
     let locks: any LockEngine
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
-    private let expiryHandler = Mutex<(@Sendable (WriteOutcome) -> Void)?>(nil)
+    /// Boxed: a closure held directly in the mutex's generic storage is reabstracted at every `withLock` (an inout
+    /// access) and written back wrapped in one more thunk, a chain that grows with every expiry.
+    private let expiryHandler = Mutex<ExpiryHandler?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
     let lockCount = Atomic<Int>(0)
@@ -254,7 +256,8 @@ public final class MetadataStore: Sendable {
     /// the set's new majorRevision (`Protocol/SPEC.md` SB-13.1-8). Under acknowledge-after-commit it comes once the
     /// expiry committed.
     public func setExpiryHandler(_ handler: @escaping @Sendable (WriteOutcome) -> Void) {
-        self.expiryHandler.withLock { $0 = handler }
+        let boxed = ExpiryHandler(handler)
+        self.expiryHandler.withLock { $0 = boxed }
     }
 
     /// Expires every item whose deadline is at or before `nowMs` (``MetadataStoreService`` calls it about every
@@ -262,7 +265,7 @@ public final class MetadataStore: Sendable {
     public func expireDueItems(nowMs: UInt64) {
         self.writes.expireDue(nowMs: nowMs, store: self) { [self] result in
             guard case .success(let outcome) = result else { return }
-            self.expiryHandler.withLock { $0 }?(outcome)
+            self.expiryHandler.withLock { $0 }?.call(outcome)
         }
     }
 
@@ -375,5 +378,14 @@ public final class MetadataStore: Sendable {
             return SwitchboardStoreError(.invalidArgument, "unknown channel type \(scope.channelType.rawValue)")
         }
         return nil
+    }
+}
+
+/// Who hears of expiries (``MetadataStore/setExpiryHandler(_:)``), in a box the store's mutex holds by reference.
+private final class ExpiryHandler: Sendable {
+    let call: @Sendable (WriteOutcome) -> Void
+
+    init(_ call: @escaping @Sendable (WriteOutcome) -> Void) {
+        self.call = call
     }
 }

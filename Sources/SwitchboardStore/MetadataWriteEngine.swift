@@ -161,7 +161,7 @@ struct LocalWrites: MetadataWriteEngine {
                             let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
                             let committed = isClean ? state.sets[scope] : nil
                             let (applied, next) = MetadataSet.expire(&state.sets[scope], scope: scope, nowMs: nowMs)
-                            if next != 0, next != due.deadlineMs { state.expiries.push(next, scope) }
+                            if next != 0 { state.expiries.push(next, scope) }
                             guard let applied else { continue }
                             switch mode {
                             case .memoryOnly:

@@ -47,8 +47,12 @@ extension MetadataStore {
             guard current &+ 1 == change.storedRevision else { return false }
             var set = state.sets[scope] ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
             state.sets[scope] = nil
+            let scheduled = set.earliestExpiryMs
             set.applyCommitted(change)
-            if set.earliestExpiryMs != 0 { state.expiries.push(set.earliestExpiryMs, scope) }
+            // Only a deadline that moved earlier needs an entry: the set's current one has one already.
+            if set.earliestExpiryMs != 0, set.earliestExpiryMs != scheduled {
+                state.expiries.push(set.earliestExpiryMs, scope)
+            }
             state.sets[scope] = set
             return true
         }
@@ -60,7 +64,9 @@ extension MetadataStore {
             self.shard(for: stored.scope).state.withLock { state in
                 guard (state.sets[stored.scope]?.majorRevision ?? 0) < stored.majorRevision else { return }
                 let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
-                if set.earliestExpiryMs != 0 { state.expiries.push(set.earliestExpiryMs, stored.scope) }
+                if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[stored.scope]?.earliestExpiryMs {
+                    state.expiries.push(set.earliestExpiryMs, stored.scope)
+                }
                 state.sets[stored.scope] = set
             }
         }
@@ -111,7 +117,9 @@ extension MetadataStore {
         for (scope, set) in sets {
             self.shard(for: scope).state.withLock { state in
                 guard (state.sets[scope]?.majorRevision ?? 0) < set.majorRevision else { return }
-                if set.earliestExpiryMs != 0 { state.expiries.push(set.earliestExpiryMs, scope) }
+                if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[scope]?.earliestExpiryMs {
+                    state.expiries.push(set.earliestExpiryMs, scope)
+                }
                 state.sets[scope] = set
             }
         }
