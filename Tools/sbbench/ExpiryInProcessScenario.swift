@@ -27,6 +27,8 @@ struct ExpiryInProcessBench {
     var itemsPerSet: Int
     var spreadMs: UInt64
     var leadMs: UInt64
+    /// A memory-only store instead of the SQLite file: the sweep alone, without the commit an expiry waits for.
+    var memoryOnly: Bool
 
     private struct Heard: Sendable {
         var set: String
@@ -45,8 +47,11 @@ struct ExpiryInProcessBench {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let logger = Logger(label: "sbbench.expiry", factory: { _ in SwiftLogNoOpLogHandler() })
-        let store = try MetadataStore.load(
-            from: SQLiteBackend(path: directory.appendingPathComponent("metadata.sqlite").path), logger: logger)
+        let store =
+            self.memoryOnly
+            ? MetadataStore(logger: logger)
+            : try MetadataStore.load(
+                from: SQLiteBackend(path: directory.appendingPathComponent("metadata.sqlite").path), logger: logger)
         let heard = Mutex<[Heard]>([])
         store.setExpiryHandler { outcome in
             let at = Self.wallNs()
@@ -128,7 +133,8 @@ struct ExpiryInProcessBench {
 extension SBBench {
     func runExpiryInProcess(report: inout BenchReport) async throws {
         let bench = ExpiryInProcessBench(
-            items: self.ttlItems, itemsPerSet: self.ttlItemsPerSet, spreadMs: self.ttlSpreadMs, leadMs: self.ttlLeadMs)
+            items: self.ttlItems, itemsPerSet: self.ttlItemsPerSet, spreadMs: self.ttlSpreadMs, leadMs: self.ttlLeadMs,
+            memoryOnly: self.ttlMemory)
         try await bench.run(report: &report)
     }
 }

@@ -87,6 +87,9 @@ struct SBBench: AsyncParsableCommand {
     @Option(name: .customLong("ttl-lead-ms"), help: "expiry-inprocess: from the first write to the window's start.")
     var ttlLeadMs: UInt64 = 5_000
 
+    @Flag(name: .customLong("ttl-memory"), help: "expiry-inprocess: a memory-only store (no SQLite commit in the path).")
+    var ttlMemory = false
+
     @Option(help: "big-reads: reads the big reader pipelines in one write.")
     var burst = 6_000
 
