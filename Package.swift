@@ -192,6 +192,8 @@ let package = Package(
                 "SwitchboardRedis",
                 "SwitchboardWire",
                 "SwitchboardServer",
+                "SwitchboardStore",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

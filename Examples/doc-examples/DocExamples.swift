@@ -93,6 +93,8 @@ func calls(_ client: SwitchboardClient) async throws {
     let topic = try await client.getChannelMetadata(channel: "lobby")
     try await client.setChannelMetadata(channel: "lobby", items: [MetadataItem(key: "topic", value: "news")],
                                         options: MetadataWriteOptions(majorRevision: Int64(topic.majorRevision)))
+    // An item the server removes 30 s after the write, with an `expired` storage event (SB-13.1-9)
+    try await client.setUserMetadata(items: [.expiring("typing", "yes", after: .seconds(30))])
 
     // Locks (§13.2)
     try await client.setLock(channel: "lobby", name: "mic", ttlSeconds: 30)

@@ -350,6 +350,15 @@ def frames_file():
               R("subscribeUserMetadata", 40, {"userId": "Tony", "sinceRevision": 5})),
         valid("request.subscribeChannel.resume", "Join lobby with metadata, resuming from majorRevision 3.",
               R("subscribeChannel", 41, {"channel": "lobby", "withMetadata": True, "sinceRevision": 3})),
+        valid("push.storageEvent.expired", "Items of a user set reached their TTL: the expired keys (values empty, "
+              "revision -1, on the wire as the sint -1), the new majorRevision, no publisher (the server).",
+              P("storageEvent", {"eventType": "expired", "target": "Tony", "majorRevision": 9,
+                                 "items": [{"key": "typing"}, {"key": "cursor"}], "timestampMs": T0})),
+        valid("push.storageEvent.setWithTtl", "A channel item written with a TTL: the event carries its expiresAtMs "
+              "(ttlMs is not echoed).",
+              P("storageEvent", {"storageType": "channel", "eventType": "set", "target": "lobby", "majorRevision": 5,
+                                 "items": [{"key": "cursor", "value": "3,4", "revision": 5, "expiresAtMs": T0 + 5000}],
+                                 "publisher": "Tony", "timestampMs": T0})),
         valid("push.lockEvent", "Lock acquired.", P("lockEvent", {"channel": "lobby", "eventType": "acquired",
               "locks": [{"lockName": "editor", "owner": "Tony", "ttlSeconds": 60}], "timestampMs": T0})),
         valid("push.lockEvent.snapshot", "Lock snapshot after subscribing withLock.",
@@ -422,6 +431,15 @@ def frames_file():
         valid("error.itemRevisionConflict.absent", "CAS failure on an item that does not exist: currentRevision 0, "
               "which is not the default (-1) and so is on the wire.",
               E("updateChannelMetadata", 3, 5001, message="item Apple does not exist", currentRevision=0, key="Apple")),
+        valid("request.setChannelMetadata.ttl", "A channel item that expires 5 s after the write (ttlMs, field 6 of "
+              "MetadataItem), created only if absent (revision 0).",
+              R("setChannelMetadata", 8, {"channel": "lobby", "items": [
+                  {"key": "cursor", "value": "3,4", "revision": 0, "ttlMs": 5000}]})),
+        valid("response.getUserMetadata.ttl", "A get answer with an item that has a TTL: its expiresAtMs (field 7).",
+              S("getUserMetadata", 9, {"majorRevision": 3, "userId": "Tony", "items": [
+                  {"key": "typing", "value": "yes", "revision": 3, "expiresAtMs": T0 + 300}]})),
+        valid("error.invalidTtl", "An item's ttlMs outside 100 ms..365 days.",
+              E("setUserMetadata", 10, 7017, message="ttlMs must be 0 or 100-31536000000", key="typing")),
         valid("error.rateLimited", "Rate limit with retryAfterMs.", E("getUserMetadata", 4, 3000, retryAfterMs=250)),
         valid("error.permissionDenied", "Writing another user's metadata.",
               E("setUserMetadata", 5, 2003, message="may not write metadata of Ann")),

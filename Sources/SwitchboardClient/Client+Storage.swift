@@ -152,3 +152,12 @@ extension SwitchboardClient {
             recordUserId: options.recordAuthor)
     }
 }
+
+extension MetadataItem {
+    /// An item to write that the server removes `ttl` after the write, with an `expired` storage event
+    /// (`Protocol/SPEC.md` SB-13.1-9): `ttl` is sent in whole milliseconds and must be 100 ms to 365 days
+    /// (else `7017 invalidTtl`). Writing the key again without a TTL clears it.
+    public static func expiring(_ key: String, _ value: String, after ttl: Duration, revision: Int64 = -1) -> MetadataItem {
+        MetadataItem(key: key, value: value, revision: revision, ttlMs: ttl.wholeMilliseconds)
+    }
+}

@@ -10,6 +10,9 @@ struct AppliedWrite: Sendable {
     var storedRevision: UInt64
     /// The whole set was removed.
     var removesSet: Bool
+    /// The set's earliest item deadline moved earlier to this time: the shard schedules a look at the set then
+    /// (``ExpiryQueue``); 0 when it did not.
+    var scheduleExpiryMs: UInt64 = 0
 }
 
 extension MetadataSet {
@@ -18,7 +21,8 @@ extension MetadataSet {
     /// Check order (`Protocol/SPEC.md` SB-13.1-3, after argument validation and the lock field): the majorRevision
     /// check (`5000`); for update and remove that the set exists (`4001`); item by item in call order the item's
     /// revision check (`5001`), then for update and remove that the item exists (`4002`); finally the size of the
-    /// resulting set (`7004`). A failure changes nothing.
+    /// resulting set (`7004`). A failure changes nothing. An item past its deadline and not swept yet counts as
+    /// absent for every check but the size (`Protocol/SPEC.md` SB-13.1-9).
     ///
     /// - Parameters:
     ///   - request: A request that passed ``MetadataWriteRequest/validationError(limits:)``.
@@ -30,7 +34,7 @@ extension MetadataSet {
         _ request: MetadataWriteRequest, to entry: inout MetadataSet?, caller: String, nowMs: UInt64,
         limits: StoreLimits
     ) -> Result<AppliedWrite, SwitchboardStoreError> {
-        if let error = Self.stateError(request, entry, limits: limits) {
+        if let error = Self.stateError(request, entry, nowMs: nowMs, limits: limits) {
             return .failure(error)
         }
 
@@ -42,6 +46,7 @@ extension MetadataSet {
         let outcomeRevision: UInt64
         let written: [MetadataItem]
         var removesSet = false
+        var scheduleExpiryMs: UInt64 = 0
         switch request.operation {
         case .set, .update:
             let updateTs = request.recordTs ? nowMs : 0
@@ -49,9 +54,11 @@ extension MetadataSet {
             var items: [MetadataItem] = []
             items.reserveCapacity(request.items.count)
             for requested in request.items {
+                let expiresAtMs = requested.ttlMs == 0 ? 0 : nowMs &+ requested.ttlMs
                 let item = MetadataItem(
                     key: requested.key, value: requested.value, revision: Int64(revision), updateTs: updateTs,
-                    authorUserId: author)
+                    authorUserId: author, expiresAtMs: expiresAtMs)
+                if set.noteDeadline(expiresAtMs) { scheduleExpiryMs = expiresAtMs }
                 if let position = set.position(of: item.key) {
                     set.replace(at: position, with: item)
                 } else {
@@ -85,12 +92,32 @@ extension MetadataSet {
             items: written)
         return .success(
             AppliedWrite(
-                operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet))
+                operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet,
+                scheduleExpiryMs: scheduleExpiryMs))
+    }
+
+    /// Expires the items of the set in `entry` that are due at `nowMs`, as one change of its own (an `expired`
+    /// storage event with the expired keys and the new majorRevision; stored as a remove of those keys).
+    ///
+    /// - Returns: The change, or nil when nothing was due; and the set's next deadline to schedule, 0 when there is
+    ///   none or the set's earliest deadline did not move (it is scheduled already: the look was a stale entry).
+    static func expire(_ entry: inout MetadataSet?, scope: MetadataScope, nowMs: UInt64) -> (AppliedWrite?, UInt64) {
+        guard var set = entry else { return (nil, 0) }
+        entry = nil  // uniquely referenced while it changes
+        let before = set.earliestExpiryMs
+        let expired = set.expireDue(at: nowMs)
+        let next = set.earliestExpiryMs == before ? 0 : set.earliestExpiryMs
+        entry = set
+        guard let expired else { return (nil, next) }
+        let outcome = WriteOutcome(
+            scope: scope, eventType: .expired, majorRevision: expired.revision,
+            items: expired.keys.map { MetadataItem(key: $0) })
+        return (AppliedWrite(operation: .remove, outcome: outcome, storedRevision: expired.revision, removesSet: false), next)
     }
 
     /// The first state rule `request` breaks against `entry`, or nil.
     private static func stateError(
-        _ request: MetadataWriteRequest, _ entry: MetadataSet?, limits: StoreLimits
+        _ request: MetadataWriteRequest, _ entry: MetadataSet?, nowMs: UInt64, limits: StoreLimits
     ) -> SwitchboardStoreError? {
         let live = entry?.isRemoved == false ? entry : nil
         let stored = live?.majorRevision ?? 0
@@ -114,7 +141,9 @@ extension MetadataSet {
 
         var bytes = live?.byteCount ?? 0
         for item in request.items {
-            let current = live.flatMap { set in set.position(of: item.key).map { set.items[$0] } }
+            let physical = live.flatMap { set in set.position(of: item.key).map { set.items[$0] } }
+            // Past its deadline it is gone for every check, swept or not; its bytes count until it is swept.
+            let current = physical?.isExpired(at: nowMs) == false ? physical : nil
             let storedRevision = current?.revision ?? 0
             switch item.revision {
             case -1:
@@ -136,8 +165,8 @@ extension MetadataSet {
                 return SwitchboardStoreError(.itemNotFound, "the item does not exist", key: item.key)
             }
             if request.operation != .remove {
-                if let current {
-                    bytes += item.value.utf8.count - current.value.utf8.count
+                if let physical {
+                    bytes += item.value.utf8.count - physical.value.utf8.count
                 } else {
                     bytes += item.key.utf8.count + item.value.utf8.count
                 }

@@ -36,6 +36,10 @@ struct MetadataSet: Sendable {
     private(set) var removals: [RemovedKey] = []
     /// Every key removed at a majorRevision above this one is in ``removals``.
     private(set) var removalsKnownAfter: UInt64
+    /// At most the earliest ``MetadataItem/expiresAtMs`` of an item with a TTL, and one the shard's
+    /// ``ExpiryQueue`` holds an entry for; 0 when no item has a TTL. Removing or overwriting an item leaves it as it
+    /// is (a lower bound); the sweep that reaches it moves it on to the next real deadline.
+    private(set) var earliestExpiryMs: UInt64 = 0
 
     /// A set with `items` (insertion order), as loaded from a backend.
     init(majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem]) {
@@ -48,6 +52,63 @@ struct MetadataSet: Sendable {
         self.byteCount = bytes
         self.index = nil
         self.rebuildIndex()
+        self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: 0)
+    }
+
+    /// Whether the set holds an item whose deadline is at or before `nowMs` (it reads as absent until swept).
+    func hasExpiredItems(at nowMs: UInt64) -> Bool {
+        self.earliestExpiryMs != 0 && self.earliestExpiryMs <= nowMs
+            && self.items.contains { $0.isExpired(at: nowMs) }
+    }
+
+    /// The items as readers see them at `nowMs`: without those past their deadline and not yet swept.
+    func readableItems(at nowMs: UInt64) -> [MetadataItem] {
+        guard self.earliestExpiryMs != 0, self.earliestExpiryMs <= nowMs else { return self.items }
+        return self.items.filter { !$0.isExpired(at: nowMs) }
+    }
+
+    /// Notes that an item with deadline `deadlineMs` was written.
+    /// - Returns: true when the set's earliest deadline moved earlier (the shard schedules a look at it).
+    mutating func noteDeadline(_ deadlineMs: UInt64) -> Bool {
+        guard deadlineMs != 0, self.earliestExpiryMs == 0 || deadlineMs < self.earliestExpiryMs else { return false }
+        self.earliestExpiryMs = deadlineMs
+        return true
+    }
+
+    /// Takes the items due at `nowMs` out of the set, as one change with a new majorRevision, and moves
+    /// ``earliestExpiryMs`` on to the next deadline (0 when none is left).
+    /// - Returns: The new majorRevision and the expired keys in set order; nil when nothing was due (the set is
+    ///   unchanged but for ``earliestExpiryMs``).
+    mutating func expireDue(at nowMs: UInt64) -> (revision: UInt64, keys: [String])? {
+        guard !self.isRemoved, self.earliestExpiryMs != 0, self.earliestExpiryMs <= nowMs else { return nil }
+        var positions: [Int] = []
+        for (position, item) in self.items.enumerated() where item.isExpired(at: nowMs) {
+            positions.append(position)
+        }
+        guard !positions.isEmpty else {
+            self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: nowMs)
+            return nil
+        }
+        let keys = positions.map { self.items[$0].key }
+        let revision = self.beginWrite()
+        positions.withUnsafeBufferPointer { self.remove(at: $0) }
+        self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: nowMs)
+        return (revision, keys)
+    }
+
+    /// Moves ``earliestExpiryMs`` on to the earliest deadline after `nowMs` (0: none), when nothing is due at
+    /// `nowMs`; a shared store's sweep does, for a set whose due entry found nothing to expire.
+    mutating func skipToNextDeadline(after nowMs: UInt64) {
+        self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: nowMs)
+    }
+
+    /// The earliest deadline after `nowMs` among `items`, 0 when none has one.
+    private static func earliestDeadline(of items: [MetadataItem], after nowMs: UInt64) -> UInt64 {
+        var earliest: UInt64 = 0
+        for item in items where item.expiresAtMs > nowMs {
+            if earliest == 0 || item.expiresAtMs < earliest { earliest = item.expiresAtMs }
+        }
+        return earliest
     }
 
     /// The majorRevision readers and CAS checks see: 0 for a removed set.
@@ -127,6 +188,7 @@ struct MetadataSet: Sendable {
             positions.withUnsafeBufferPointer { self.remove(at: $0) }
         } else {
             for item in items {
+                _ = self.noteDeadline(item.expiresAtMs)
                 if let position = self.position(of: item.key) {
                     self.replace(at: position, with: item)
                 } else {
@@ -144,6 +206,7 @@ struct MetadataSet: Sendable {
         self.items = []
         self.byteCount = 0
         self.index = nil
+        self.earliestExpiryMs = 0
     }
 
     /// The changes after `revision`, for a resumed subscription: the items written after it (in the set's order) and
@@ -191,4 +254,12 @@ struct MetadataSet: Sendable {
 struct RemovedKey: Sendable {
     var key: String
     var revision: UInt64
+}
+
+extension MetadataItem {
+    /// Whether the item has a TTL whose deadline is at or before `nowMs` (`Protocol/SPEC.md` SB-13.1-9).
+    @inlinable
+    public func isExpired(at nowMs: UInt64) -> Bool {
+        self.expiresAtMs != 0 && self.expiresAtMs <= nowMs
+    }
 }

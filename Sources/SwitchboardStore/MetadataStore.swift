@@ -40,6 +40,9 @@ public final class MetadataStore: Sendable {
     let locks: any LockEngine
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
     private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
+    /// Boxed: a closure held directly in the mutex's generic storage is reabstracted at every `withLock` (an inout
+    /// access) and written back wrapped in one more thunk, a chain that grows with every expiry.
+    private let expiryHandler = Mutex<ExpiryHandler?>(nil)
     /// At least the number of locks that exist (raised before a lock is created, lowered after one is removed), so
     /// session starts and ends skip the lock shards entirely while no lock exists.
     let lockCount = Atomic<Int>(0)
@@ -113,8 +116,10 @@ public final class MetadataStore: Sendable {
         for index in states.indices { states[index].sets.reserveCapacity(perShard) }
         for stored in sets {
             let index = Self.shardIndex(of: stored.scope, shardCount: shardCount)
-            states[index].sets[stored.scope] = MetadataSet(
-                majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            states[index].sets[stored.scope] = set
+            // Items whose deadline passed while the gateway was down go at the first sweep (SB-13.1-9).
+            if set.earliestExpiryMs != 0 { states[index].expiries.push(set.earliestExpiryMs, stored.scope) }
         }
         self.shards = states.map { Shard($0) }
         self.limits = configuration.limits
@@ -145,11 +150,12 @@ public final class MetadataStore: Sendable {
     ///   the cluster, or the set's last COMMIT got no answer).
     public func get(_ scope: MetadataScope) throws(SwitchboardStoreError) -> MetadataSnapshot {
         if let error = self.readError(scope) { throw error }
+        let nowMs = self.clock.nowMs()
         let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [])
         }
-        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items)
+        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs))
     }
 
     /// Reads a set for a subscription that resumes from `revision`, the last majorRevision its client saw
@@ -185,6 +191,7 @@ public final class MetadataStore: Sendable {
         if let error = self.readError(scope) { throw error }
         // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only).
         let userIdSize = userId.map { $0.isEmpty ? 0 : WireField.lengthDelimitedFieldSize(3, length: $0.utf8.count) } ?? 0
+        let nowMs = self.clock.nowMs()
         self.shard(for: scope).state.withLock { state in
             guard let set = state.readableSet(scope), !set.isRemoved else {
                 sink.writeBody(size: userIdSize) { writer in
@@ -192,7 +199,7 @@ public final class MetadataStore: Sendable {
                 }
                 return
             }
-            let items = set.items
+            let items = set.readableItems(at: nowMs)
             withUnsafeTemporaryAllocation(of: Int.self, capacity: items.count) { itemSizes in
                 var size = userIdSize
                 if set.majorRevision != 0 { size += WireField.varintFieldSize(1, set.majorRevision) }
@@ -263,6 +270,30 @@ public final class MetadataStore: Sendable {
             self.write(request, caller: caller, nowMs: nowMs) { continuation.resume(returning: $0) }
         }
         return try result.get()
+    }
+
+    // MARK: - Expiry
+
+    /// Sets who hears of every expiry this store performs: an `expired` outcome per set, with the expired keys and
+    /// the set's new majorRevision (`Protocol/SPEC.md` SB-13.1-9). Under acknowledge-after-commit it comes once the
+    /// expiry committed.
+    public func setExpiryHandler(_ handler: @escaping @Sendable (WriteOutcome) -> Void) {
+        let boxed = ExpiryHandler(handler)
+        self.expiryHandler.withLock { $0 = boxed }
+    }
+
+    /// Expires every item whose deadline is at or before `nowMs` (``MetadataStoreService`` calls it about every
+    /// 10 ms). Each shard pops its due deadlines from a heap, so a call with nothing due costs one look per shard.
+    public func expireDueItems(nowMs: UInt64) {
+        self.writes.expireDue(nowMs: nowMs, store: self) { [self] result in
+            guard case .success(let outcome) = result else { return }
+            self.expiryHandler.withLock { $0 }?.call(outcome)
+        }
+    }
+
+    /// Expires every item due as of the store's clock (see ``expireDueItems(nowMs:)``).
+    public func expireDueItems() {
+        self.expireDueItems(nowMs: self.clock.nowMs())
     }
 
     // MARK: - Write-back
@@ -369,5 +400,14 @@ public final class MetadataStore: Sendable {
             return SwitchboardStoreError(.invalidArgument, "unknown channel type \(scope.channelType.rawValue)")
         }
         return nil
+    }
+}
+
+/// Who hears of expiries (``MetadataStore/setExpiryHandler(_:)``), in a box the store's mutex holds by reference.
+private final class ExpiryHandler: Sendable {
+    let call: @Sendable (WriteOutcome) -> Void
+
+    init(_ call: @escaping @Sendable (WriteOutcome) -> Void) {
+        self.call = call
     }
 }

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Logging
 import SwitchboardWire
+import Synchronization
 
 /// How a ``MetadataStore`` decides, applies and keeps its writes: the one engine of the metadata area.
 ///
@@ -15,6 +16,10 @@ protocol MetadataWriteEngine: Sendable {
     func write(
         _ request: MetadataWriteRequest, caller: String, nowMs: UInt64, completion: @escaping WriteCompletion,
         store: MetadataStore)
+
+    /// Expires every item whose deadline is at or before `nowMs`, each set's as one change reported to
+    /// `expired` (`Protocol/SPEC.md` SB-13.1-9).
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion)
 
     /// Whether writes wait for ``commitQueuedWrites()``.
     var commitsAreCallerDriven: Bool { get }
@@ -103,6 +108,7 @@ struct LocalWrites: MetadataWriteEngine {
                     case .success(let success): applied = success
                     }
                     state.outbox.append(.write(completion, .success(applied.outcome)))
+                    if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
                             PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
@@ -127,6 +133,7 @@ struct LocalWrites: MetadataWriteEngine {
                 case .success(let applied):
                     state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
+                    if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                 }
                 return nil
             }, deliver: store.deliver)
@@ -135,6 +142,52 @@ struct LocalWrites: MetadataWriteEngine {
             return
         }
         if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
+    }
+
+    /// Pops each shard's due entries and expires their sets' due items as changes of their own, queued, stored and
+    /// answered (to `expired`) as a write is: so an expiry is as durable as a remove, and under
+    /// acknowledge-after-commit reported once committed.
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
+        let mode = self.mode
+        var queued = false
+        for index in store.shards.indices {
+            queued =
+                store.shards[index].perform(
+                    { state -> Bool in
+                        guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return false }
+                        var queued = false
+                        while let due = state.expiries.popDue(nowMs) {
+                            let scope = due.scope
+                            let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
+                            let committed = isClean ? state.sets[scope] : nil
+                            let (applied, next) = MetadataSet.expire(&state.sets[scope], scope: scope, nowMs: nowMs)
+                            if next != 0 { state.expiries.push(next, scope) }
+                            guard let applied else { continue }
+                            switch mode {
+                            case .memoryOnly:
+                                state.outbox.append(.write(expired, .success(applied.outcome)))
+                            case .acknowledgeBeforeCommit:
+                                state.outbox.append(.write(expired, .success(applied.outcome)))
+                                state.appendPending(
+                                    PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                                queued = true
+                            case .acknowledgeAfterCommit:
+                                let sequence = state.nextSequence
+                                state.appendPending(
+                                    PendingWrite(applied, shardIndex: index, sequence: sequence, completion: expired))
+                                state.noteUncommitted(scope, sequence: sequence, committed: committed)
+                                queued = true
+                            }
+                        }
+                        return queued
+                    }, deliver: store.deliver) || queued
+        }
+        guard queued else { return }
+        if self.commitsAreCallerDriven {
+            self.writeBack?.drainNow()
+        } else {
+            self.writeBack?.scheduleDrain()
+        }
     }
 
     var commitsAreCallerDriven: Bool {
@@ -173,6 +226,38 @@ extension CoordinatedWriter: MetadataWriteEngine {
             return
         }
         self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
+    }
+
+    /// Queues an expiry of each set with items due at `nowMs`, decided in the next batch's transaction under the set's
+    /// row lock against the set as committed: when several gateways sweep the same set, the first commit removes the
+    /// items and the others find nothing due (their copy is read again under the lock), so each item expires once
+    /// and its `expired` change reaches every gateway through the change feed. A set's entry is also put back a
+    /// second later, in case the transaction fails (a look that finds nothing due costs nothing).
+    func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
+        var due: [MetadataScope] = []
+        for shard in store.shards {
+            shard.state.withLock { state in
+                guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return }
+                while let entry = state.expiries.popDue(nowMs) {
+                    guard var set = state.sets[entry.scope] else { continue }
+                    if set.hasExpiredItems(at: nowMs) {
+                        due.append(entry.scope)
+                        state.expiries.push(nowMs + 1_000, entry.scope)
+                    } else if set.earliestExpiryMs != 0, set.earliestExpiryMs <= nowMs {
+                        state.sets[entry.scope] = nil
+                        set.skipToNextDeadline(after: nowMs)
+                        if set.earliestExpiryMs != 0 { state.expiries.push(set.earliestExpiryMs, entry.scope) }
+                        state.sets[entry.scope] = set
+                    }
+                }
+            }
+        }
+        for scope in Set(due) {
+            self.enqueue(
+                .init(
+                    request: MetadataWriteRequest(.remove, scope: scope, items: []), caller: "", nowMs: nowMs,
+                    completion: expired, isExpiry: true))
+        }
     }
 
     var commitsAreCallerDriven: Bool { false }

@@ -33,6 +33,8 @@ struct ShardState: Sendable {
     var outbox: [Delivery] = []
     /// A thread is delivering this shard's outbox.
     var delivering = false
+    /// When to look at which set for items past their deadline (`Protocol/SPEC.md` SB-13.1-9).
+    var expiries = ExpiryQueue()
 
     /// Appends a write for the write-back writer. The clock is read once per batch of this shard, not per write.
     mutating func appendPending(_ write: PendingWrite) {
@@ -88,7 +90,11 @@ struct ShardState: Sendable {
     /// Puts every set with uncommitted writes back as last committed (the transaction holding the oldest of them
     /// failed, and every later write is undone with it).
     mutating func revertUncommitted() {
-        for (scope, entry) in self.uncommitted { self.sets[scope] = entry.committed }
+        for (scope, entry) in self.uncommitted {
+            self.sets[scope] = entry.committed
+            // Its deadlines may have been looked at (and left the queue) while the reverted writes were current.
+            if let deadline = entry.committed?.earliestExpiryMs, deadline != 0 { self.expiries.push(deadline, scope) }
+        }
         self.uncommitted.removeAll()
     }
 }

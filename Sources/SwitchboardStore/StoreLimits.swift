@@ -12,6 +12,8 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxLocksPerChannel: Int
     /// Allowed lock TTLs in seconds (else `7007 invalidLockTtl`).
     public var lockTtlSeconds: ClosedRange<UInt64>
+    /// Allowed item TTLs in ms besides 0 (none) (else `7017 invalidTtl`).
+    public var itemTtlMs: ClosedRange<UInt64>
 
     /// Creates limits; every parameter defaults to the spec's value.
     public init(
@@ -20,7 +22,8 @@ public struct StoreLimits: Sendable, Hashable {
         maxValueBytes: Int = 16_384,
         maxSetBytes: Int = 16_384,
         maxLocksPerChannel: Int = 32,
-        lockTtlSeconds: ClosedRange<UInt64> = 10...300
+        lockTtlSeconds: ClosedRange<UInt64> = 10...300,
+        itemTtlMs: ClosedRange<UInt64> = 100...31_536_000_000
     ) {
         self.maxIdentifierBytes = maxIdentifierBytes
         self.maxKeyBytes = maxKeyBytes
@@ -28,6 +31,7 @@ public struct StoreLimits: Sendable, Hashable {
         self.maxSetBytes = maxSetBytes
         self.maxLocksPerChannel = maxLocksPerChannel
         self.lockTtlSeconds = lockTtlSeconds
+        self.itemTtlMs = itemTtlMs
     }
 
     /// Whether `identifier` has an allowed length (1 to ``maxIdentifierBytes`` bytes).

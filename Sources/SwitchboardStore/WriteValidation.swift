@@ -2,7 +2,7 @@ import SwitchboardWire
 
 extension MetadataWriteRequest {
     /// Checks the request's arguments alone, before any state is read (`Protocol/SPEC.md` SB-13.1-3: argument
-    /// limits `7001`–`7006`, then `7000`).
+    /// limits `7001`–`7006` and `7017`, then `7000`).
     ///
     /// - Returns: The first rule the request breaks, or nil.
     public func validationError(limits: StoreLimits) -> SwitchboardStoreError? {
@@ -29,6 +29,11 @@ extension MetadataWriteRequest {
             }
             if item.revision < -1 {
                 return SwitchboardStoreError(.invalidRevision, "revision must be -1 or more", key: item.key)
+            }
+            if checksValues, item.ttlMs != 0, !limits.itemTtlMs.contains(item.ttlMs) {
+                return SwitchboardStoreError(
+                    .invalidTtl,
+                    "ttlMs must be 0 or \(limits.itemTtlMs.lowerBound)-\(limits.itemTtlMs.upperBound)", key: item.key)
             }
         }
         if let duplicate = self.firstDuplicateKey() {

@@ -181,6 +181,29 @@ enum ExtremeFields {
                                 request: Self.write(op, scope, target, items: [MetadataItem(key: "k", value: "w", updateTs: value.1)]),
                                 expected: .success)
                         }))
+                // ttlMs: 0 is no TTL; the extremes are outside 100 ms..365 days (7017), except for remove, which
+                // ignores it (SB-13.1-9).
+                fields.append(
+                    ExtremeField(
+                        name: "\(name)\(prefix).items.ttlMs",
+                        attempts: Extremes.uint.enumerated().map { index, value in
+                            let target = "ttl\(index)"
+                            return ExtremeAttempt(
+                                label: value.0, before: before(target),
+                                request: Self.write(op, scope, target, items: [MetadataItem(key: "k", value: "w", ttlMs: value.1)]),
+                                expected: value.1 == 0 || op == .remove ? .success : .error(.invalidTtl))
+                        }))
+                // expiresAtMs is read-only: ignored when sent.
+                fields.append(
+                    ExtremeField(
+                        name: "\(name)\(prefix).items.expiresAtMs",
+                        attempts: Extremes.uint.enumerated().map { index, value in
+                            let target = "exp\(index)"
+                            return ExtremeAttempt(
+                                label: value.0, before: before(target),
+                                request: Self.write(op, scope, target, items: [MetadataItem(key: "k", value: "w", expiresAtMs: value.1)]),
+                                expected: .success)
+                        }))
                 if scope == .channel {
                     fields.append(
                         Self.enumField("\(name)\(prefix).channelType", fieldNumber: 2, typed: .error(.invalidArgument)) {

@@ -24,13 +24,15 @@ struct SBBench: AsyncParsableCommand {
             gateway's connection handling and presence area in this process, a channel of --members members, whoNow \
             pages timed on the server side over --walks walks through every page), broadcast-fanout (storage-fanout \
             --via channel, then --events channel broadcasts to as many members of channel "fanout": both delivery \
-            p99s and their ratio). Reports throughput, latency \
+            p99s and their ratio), expiry-inprocess (no gateway: the \
+            gateway's metadata store on a SQLite file, --ttl-items items with TTLs ending within --ttl-spread-ms, each \
+            one's delay from its deadline to its expired change). Reports throughput, latency \
             percentiles, the CPU of sbbench itself and of the server (--server-pid), and exits with status 1 when \
             the run is broken (lost or duplicate events, error responses, a wrong final CAS counter, a wrong whoNow page).
             """,
         version: SwitchboardVersion.current)
 
-    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess | broadcast-fanout")
+    @Argument(help: "handshake | idle | requests | mix | cas | slow-reader | big-reads | presence-storm | storage-fanout | online-fanout | redis-fanout | provider | whonow-inprocess | broadcast-fanout | expiry-inprocess")
     var scenario: String
 
     @Option(help: "Gateway TCP address host:port (default 127.0.0.1:7400).")
@@ -74,6 +76,21 @@ struct SBBench: AsyncParsableCommand {
 
     @Flag(help: "whonow-inprocess: the sessions negotiate zlib, as SwitchboardClient does, so pages are sent compressed.")
     var zlib = false
+
+    @Option(name: .customLong("ttl-items"), help: "expiry-inprocess: items written with a TTL.")
+    var ttlItems = 100_000
+
+    @Option(name: .customLong("ttl-items-per-set"), help: "expiry-inprocess: items per user set.")
+    var ttlItemsPerSet = 100
+
+    @Option(name: .customLong("ttl-spread-ms"), help: "expiry-inprocess: the window the items' deadlines fall in.")
+    var ttlSpreadMs: UInt64 = 1_000
+
+    @Option(name: .customLong("ttl-lead-ms"), help: "expiry-inprocess: from the first write to the window's start.")
+    var ttlLeadMs: UInt64 = 5_000
+
+    @Flag(name: .customLong("ttl-memory"), help: "expiry-inprocess: a memory-only store (no SQLite commit in the path).")
+    var ttlMemory = false
 
     @Option(help: "big-reads: reads the big reader pipelines in one write.")
     var burst = 6_000
@@ -128,7 +145,7 @@ struct SBBench: AsyncParsableCommand {
 
     static let scenarios = [
         "handshake", "idle", "requests", "mix", "cas", "slow-reader", "big-reads", "presence-storm", "storage-fanout",
-        "online-fanout", "redis-fanout", "provider", "whonow-inprocess", "broadcast-fanout",
+        "online-fanout", "redis-fanout", "provider", "whonow-inprocess", "broadcast-fanout", "expiry-inprocess",
     ]
 
     /// The scenarios that can connect with TLS: those whose connections are all NIO channels (the fan-out
@@ -281,6 +298,7 @@ struct SBBench: AsyncParsableCommand {
         case "redis-fanout": try await self.runRedisFanout(group: group, report: &report)
         case "provider": try await self.runProvider(group: group, report: &report)
         case "whonow-inprocess": try self.runWhoNowInProcess(report: &report)
+        case "expiry-inprocess": try await self.runExpiryInProcess(report: &report)
         default: throw ValidationError("unknown scenario \(self.scenario)")
         }
     }

@@ -43,7 +43,7 @@ public struct ChannelMetaSetCommand: RequestCommand {
     public func makeRequest() throws(CommandFailure) -> Request {
         .setChannelMetadata(SetChannelMetadataRequest(
             channel: self.target.channel, channelType: self.target.channelType,
-            items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision),
+            items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
             recordUserId: self.record.recordUserId, lock: self.lock.lock))
     }
@@ -70,7 +70,7 @@ public struct ChannelMetaUpdateCommand: RequestCommand {
     public func makeRequest() throws(CommandFailure) -> Request {
         .updateChannelMetadata(SetChannelMetadataRequest(
             channel: self.target.channel, channelType: self.target.channelType,
-            items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision),
+            items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
             recordUserId: self.record.recordUserId, lock: self.lock.lock))
     }

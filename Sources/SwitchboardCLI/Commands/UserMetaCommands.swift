@@ -33,7 +33,7 @@ public struct UserMetaSetCommand: RequestCommand {
 
     public func makeRequest() throws(CommandFailure) -> Request {
         .setUserMetadata(SetUserMetadataRequest(
-            userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision),
+            userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
             recordUserId: self.record.recordUserId))
     }
@@ -58,7 +58,7 @@ public struct UserMetaUpdateCommand: RequestCommand {
 
     public func makeRequest() throws(CommandFailure) -> Request {
         .updateUserMetadata(SetUserMetadataRequest(
-            userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision),
+            userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
             recordUserId: self.record.recordUserId))
     }

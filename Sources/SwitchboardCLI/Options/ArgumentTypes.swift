@@ -63,9 +63,12 @@ public struct ProfileKindArgument: ExpressibleByArgument, Sendable, Hashable {
 
 /// Builds metadata items from `key=value` arguments and `--item-revision key=n` checks.
 enum MetadataItems {
-    /// Items with the revision checks applied; a check for a key that is not among the items is a usage error.
-    static func make(_ pairs: [KeyValue], revisions: [KeyRevision]) throws(CommandFailure) -> [MetadataItem] {
-        try Self.apply(revisions, to: pairs.map { MetadataItem(key: $0.key, value: $0.value) })
+    /// Items with the revision checks applied, each with TTL `ttlMs` (0: none); a check for a key that is not among
+    /// the items is a usage error.
+    static func make(_ pairs: [KeyValue], revisions: [KeyRevision], ttlMs: UInt64 = 0) throws(CommandFailure)
+        -> [MetadataItem]
+    {
+        try Self.apply(revisions, to: pairs.map { MetadataItem(key: $0.key, value: $0.value, ttlMs: ttlMs) })
     }
 
     /// Items naming only keys (for remove), with the revision checks applied.

@@ -37,6 +37,11 @@ public struct RecordOptions: ParsableArguments, Sendable {
     @Flag(help: "Store the caller as each written item's authorUserId.")
     public var recordUserId = false
 
+    @Option(help: ArgumentHelp(
+        "Each written item expires this many ms after the write, with an expired event (100-31536000000; default 0: "
+            + "never, and clears an earlier TTL).", valueName: "ms"))
+    public var ttlMs: UInt64 = 0
+
     public init() {}
 }
 

@@ -39,7 +39,7 @@ public enum PushText {
         case .channelMetadata, .userMetadata:
             line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
             if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
-            line += Self.items(change.items, removed: change.storageEventType == .remove)
+            line += Self.items(change.items, removed: change.storageEventType == .remove || change.storageEventType == .expired)
         case .lock:
             line += " \(change.lockEventType)" + Self.locks(change.locks)
         default:
@@ -65,10 +65,10 @@ public enum PushText {
         if !event.removedKeys.isEmpty {
             line += " removed=" + event.removedKeys.map { TextQuoting.quoted($0) }.joined(separator: ",")
         }
-        return line + Self.items(event.items, removed: event.eventType == .remove)
+        return line + Self.items(event.items, removed: event.eventType == .remove || event.eventType == .expired)
     }
 
-    /// `: k=v ...` (the keys alone for a removal), or nothing without items.
+    /// `: k=v ...` (the keys alone for a removal or an expiry), or nothing without items.
     static func items(_ items: [MetadataItem], removed: Bool) -> String {
         let parts = removed
             ? items.map { TextQuoting.quoted($0.key) }

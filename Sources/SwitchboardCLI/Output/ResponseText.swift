@@ -92,11 +92,12 @@ public enum ResponseText {
         }
     }
 
-    /// `key=value` and, when set, the item's revision, time and author.
+    /// `key=value` and, when set, the item's revision, time, author and expiry.
     public static func metadataItem(_ item: MetadataItem) -> String {
         var line = TextQuoting.pair(item.key, item.value) + "  revision=\(item.revision)"
         if item.updateTs != 0 { line += " updated=\(TextQuoting.instant(milliseconds: item.updateTs))" }
         if !item.authorUserId.isEmpty { line += " author=\(TextQuoting.quoted(item.authorUserId))" }
+        if item.expiresAtMs != 0 { line += " expires=\(TextQuoting.instant(milliseconds: item.expiresAtMs))" }
         return line
     }
 

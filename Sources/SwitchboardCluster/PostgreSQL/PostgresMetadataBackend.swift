@@ -95,7 +95,8 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         if let key {
             itemRows = try await connection.query(
                 """
-                SELECT i.storage_type, i.channel_type, i.name, i.key, i.value, i.revision, i.update_ts, i.author
+                SELECT i.storage_type, i.channel_type, i.name, i.key, i.value, i.revision, i.update_ts, i.author,
+                    i.expires_at
                 FROM sb_metadata_item i
                 JOIN unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[]) AS k(st, ct, name)
                   ON i.storage_type = k.st AND i.channel_type = k.ct AND i.name = k.name
@@ -104,19 +105,21 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         } else {
             itemRows = try await connection.query(
                 """
-                SELECT storage_type, channel_type, name, key, value, revision, update_ts, author FROM sb_metadata_item
+                SELECT storage_type, channel_type, name, key, value, revision, update_ts, author, expires_at
+                FROM sb_metadata_item
                 ORDER BY storage_type, channel_type, name, position
                 """, by: deadline, logger: logger, "reading sets")
         }
         for row in itemRows {
-            let (storageType, channelType, name, key, value, revision, updateTs, author) = try row.decode(
-                (Int16, Int16, ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, ByteBuffer).self)
+            let (storageType, channelType, name, key, value, revision, updateTs, author, expiresAt) = try row.decode(
+                (Int16, Int16, ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, ByteBuffer, Int64).self)
             let scope = ScopeColumns.scope(storageType, channelType, name)
             guard let position = index[scope] else { continue }
             sets[position].items.append(
                 MetadataItem(
                     key: String(buffer: key), value: String(buffer: value), revision: revision,
-                    updateTs: UInt64(bitPattern: updateTs), authorUserId: String(buffer: author)))
+                    updateTs: UInt64(bitPattern: updateTs), authorUserId: String(buffer: author),
+                    expiresAtMs: UInt64(bitPattern: expiresAt)))
         }
         return sets
     }
@@ -230,15 +233,16 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
             for (items, keepsPosition) in [(kept, true), (moved, false)] where !items.keys.isEmpty {
                 let onConflict: String =
                     keepsPosition
-                    ? "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author"
-                    : "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author, position = excluded.position"
+                    ? "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author, expires_at = excluded.expires_at"
+                    : "value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts, author = excluded.author, position = excluded.position, expires_at = excluded.expires_at"
                 _ = try await self.query(
                     """
-                    INSERT INTO sb_metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
+                    INSERT INTO sb_metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position,
+                        expires_at)
                     SELECT * FROM unnest(\(items.scopes.storageTypes)::int2[], \(items.scopes.channelTypes)::int2[],
                         \(items.scopes.names)::bytea[], \(items.keys)::bytea[], \(items.values)::bytea[],
                         \(items.revisions)::int8[], \(items.updateTimes)::int8[], \(items.authors)::bytea[],
-                        \(items.positions)::int8[])
+                        \(items.positions)::int8[], \(items.expiries)::int8[])
                     ON CONFLICT (storage_type, channel_type, name, key) DO UPDATE SET \(unescaped: onConflict)
                     """)
             }
@@ -294,6 +298,7 @@ private struct ItemColumns {
     var updateTimes: [Int64] = []
     var authors: [ByteBuffer] = []
     var positions: [Int64] = []
+    var expiries: [Int64] = []
 
     mutating func append(_ scope: MetadataScope, key: String) {
         self.scopes.append(scope)
@@ -307,5 +312,6 @@ private struct ItemColumns {
         self.updateTimes.append(Int64(bitPattern: item.updateTs))
         self.authors.append(ByteBuffer(string: item.authorUserId))
         self.positions.append(Int64(bitPattern: position))
+        self.expiries.append(Int64(bitPattern: item.expiresAtMs))
     }
 }

@@ -119,7 +119,7 @@ enum APIOperations {
             }
           },
           "400": {
-            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
+            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), invalidTtl (7017), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
             "content": {
               "application/json": {
                 "schema": {
@@ -323,7 +323,7 @@ enum APIOperations {
             }
           },
           "400": {
-            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
+            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), invalidTtl (7017), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
             "content": {
               "application/json": {
                 "schema": {
@@ -547,7 +547,7 @@ enum APIOperations {
             }
           },
           "400": {
-            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
+            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), invalidTtl (7017), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
             "content": {
               "application/json": {
                 "schema": {
@@ -741,7 +741,7 @@ enum APIOperations {
             }
           },
           "400": {
-            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
+            "description": "Bad Request: keyTooLong (7002), itemTooLarge (7003), metadataTooLarge (7004), invalidArgument (7000), identifierTooLong (7001), invalidRevision (7005), invalidTtl (7017), duplicateKey (7006), malformedBody (1000), invalidUtf8 (1006).",
             "content": {
               "application/json": {
                 "schema": {
@@ -3891,7 +3891,8 @@ enum APIOperations {
               "snapshot",
               "set",
               "update",
-              "remove"
+              "remove",
+              "expired"
             ]
           },
           {
@@ -4009,7 +4010,7 @@ enum APIOperations {
       },
       "MetadataItem": {
         "type": "object",
-        "description": "One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set by the server and ignored when sent.",
+        "description": "One item of a metadata set. In requests only key, value, revision and ttlMs are read; updateTs, authorUserId and expiresAtMs are set by the server and ignored when sent.",
         "properties": {
           "key": {
             "type": "string",
@@ -4035,6 +4036,18 @@ enum APIOperations {
           "authorUserId": {
             "type": "string",
             "description": "User who made the last write that had recordUserId; empty otherwise. Read-only."
+          },
+          "ttlMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "set and update requests: the item expires this many ms after the write (100 to 31536000000, else invalidTtl); 0, the default, means it never expires, and a write without it clears an earlier TTL of the item (SPEC.md §13.1, TTL). Ignored in remove requests; 0 in responses and events. Limit: 0 or 100-31536000000 ms."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms (since the Unix epoch) when the item expires; 0 when it never does. Read-only: set from ttlMs by the write."
           }
         },
         "additionalProperties": false

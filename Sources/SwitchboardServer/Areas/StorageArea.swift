@@ -47,6 +47,14 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             publisher.publish(
                 .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))
         }
+        // Items past their TTL (`Protocol/SPEC.md` SB-13.1-9): an `expired` event from the server (no publisher), timed
+        // when the expiry ran.
+        store.setExpiryHandler { outcome in
+            let event = outcome.storageEvent(publisher: "", timestampMs: UInt64(max(nowMillis(), 0)))
+            if let webhook = WebhookEvent.storage(event) { publisher.webhooks?.record([webhook]) }
+            changeTap.emit(.storage(event))
+            publisher.publish(.storageEvent(event), to: .metadataSubscribers(of: outcome.scope))
+        }
         // Writes other gateways committed (a cluster's change feed) reach this gateway's subscribers the same way.
         store.setCommittedElsewhereHandler { change in
             changeTap.emit(.storage(change.storageEvent))

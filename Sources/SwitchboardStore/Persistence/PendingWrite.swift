@@ -9,8 +9,10 @@ struct PendingWrite: Sendable {
     var shardIndex: Int
     /// Its place among the writes appended to its shard's pending list (the shard's count of them once appended).
     var sequence: Int
-    /// set, update or remove.
+    /// set, update or remove (an expiry is stored as a remove).
     var operation: MetadataOperation
+    /// What the storage event reports: the operation's, or `expired`.
+    var eventType: StorageEventType
     /// The whole set was removed.
     var removesSet: Bool
     /// The set's stored majorRevision after the write (the tombstone's for a whole-set removal).
@@ -29,6 +31,7 @@ struct PendingWrite: Sendable {
         self.shardIndex = shardIndex
         self.sequence = sequence
         self.operation = applied.operation
+        self.eventType = applied.outcome.eventType
         self.removesSet = applied.removesSet
         self.storedRevision = applied.storedRevision
         self.items = applied.outcome.items
@@ -44,6 +47,7 @@ struct PendingWrite: Sendable {
         self.shardIndex = shardIndex
         self.sequence = sequence
         self.operation = .set
+        self.eventType = .set
         self.removesSet = false
         self.storedRevision = 0
         self.items = []
@@ -56,7 +60,7 @@ struct PendingWrite: Sendable {
         if let refusal = self.refusal { return .failure(refusal.error) }
         return .success(
             WriteOutcome(
-                scope: self.scope, eventType: self.operation.eventType,
+                scope: self.scope, eventType: self.eventType,
                 majorRevision: self.removesSet ? 0 : self.storedRevision, items: self.items))
     }
 }

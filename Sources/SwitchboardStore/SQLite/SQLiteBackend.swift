@@ -121,6 +121,7 @@ public final class SQLiteBackend: MetadataBackend {
                         statement.bind(Int64(truncatingIfNeeded: item.updateTs), at: 7)
                         statement.bind(item.authorUserId, at: 8)
                         statement.bind(Int64(truncatingIfNeeded: position), at: 9)
+                        statement.bind(Int64(truncatingIfNeeded: item.expiresAtMs), at: 10)
                         try statement.execute()
                     }
                 }
@@ -174,7 +175,7 @@ public final class SQLiteBackend: MetadataBackend {
             sets[current].items.append(
                 MetadataItem(
                     key: row[3], value: row[4], revision: row[5], updateTs: UInt64(truncatingIfNeeded: row[6] as Int64),
-                    authorUserId: row[7]))
+                    authorUserId: row[7], expiresAtMs: UInt64(truncatingIfNeeded: row[9] as Int64)))
             positions.append(UInt64(truncatingIfNeeded: row[8] as Int64))
         }
         if current >= 0 { Self.restoreInsertionOrder(&sets[current].items, &positions) }

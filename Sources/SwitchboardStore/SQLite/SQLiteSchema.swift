@@ -7,7 +7,8 @@ import GRDB
 /// (see ``ChangeBatch/positionIndexBits``). Both are `WITHOUT ROWID` tables clustered on their primary key in
 /// scope order, so a batch sorted by key writes each B-tree sequentially and a load reads both in one ordered
 /// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0. `channel_locks` has one
-/// row per channel with locks: its lock revision and its locks, JSON-encoded (``SQLiteLockFile``).
+/// row per channel with locks: its lock revision and its locks, JSON-encoded (``SQLiteLockFile``). An item's
+/// `expires_at` is its expiry in ms since the Unix epoch, 0 when it has no TTL (`Protocol/SPEC.md` SB-13.1-9).
 enum SQLiteSchema {
     static let schema = SQLiteFile.Schema(migrations: [
         (
@@ -52,6 +53,12 @@ enum SQLiteSchema {
                     ) WITHOUT ROWID;
                     """
         ),
+        (
+            "v3-item-expiry",
+            """
+                    ALTER TABLE metadata_item ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+                    """
+        ),
     ])
 
     static let upsertSet = """
@@ -70,20 +77,22 @@ enum SQLiteSchema {
 
     /// Inserts an item, or overwrites it keeping its stored position.
     static let upsertItemKeepingPosition = """
-        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position,
+            expires_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (storage_type, channel_type, name, key)
         DO UPDATE SET value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts,
-            author = excluded.author
+            author = excluded.author, expires_at = excluded.expires_at
         """
 
     /// Inserts an item, or overwrites it including its position.
     static let upsertItemMovingPosition = """
-        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO metadata_item (storage_type, channel_type, name, key, value, revision, update_ts, author, position,
+            expires_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (storage_type, channel_type, name, key)
         DO UPDATE SET value = excluded.value, revision = excluded.revision, update_ts = excluded.update_ts,
-            author = excluded.author, position = excluded.position
+            author = excluded.author, position = excluded.position, expires_at = excluded.expires_at
         """
 
     static let probe = "UPDATE store_health SET probes = probes + 1 WHERE id = 1"
@@ -94,7 +103,8 @@ enum SQLiteSchema {
         """
 
     static let selectItems = """
-        SELECT storage_type, channel_type, name, key, value, revision, update_ts, author, position FROM metadata_item
+        SELECT storage_type, channel_type, name, key, value, revision, update_ts, author, position, expires_at
+        FROM metadata_item
         ORDER BY storage_type, channel_type, name, key
         """
 }

@@ -24,6 +24,8 @@ final class CoordinatedWriter: Sendable {
         var caller: String
         var nowMs: UInt64
         var completion: WriteCompletion
+        /// The store's sweep: expire the set's items due at `nowMs` (the request only names the set).
+        var isExpiry = false
     }
 
     private struct State {
@@ -180,6 +182,22 @@ final class CoordinatedWriter: Sendable {
                 var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
                 var changes: [MetadataChange] = []
                 for write in batch {
+                    if write.isExpiry {
+                        let scope = write.request.scope
+                        let (expiry, _) = MetadataSet.expire(&sets[scope], scope: scope, nowMs: write.nowMs)
+                        guard let expiry else {
+                            // Expired by another gateway first, or written again meanwhile: nothing to report.
+                            results.append(.failure(SwitchboardStoreError(.metadataNotFound, "nothing due")))
+                            continue
+                        }
+                        applied.append(PendingWrite(expiry, shardIndex: 0, sequence: 0, completion: nil))
+                        results.append(.success(expiry.outcome))
+                        changes.append(
+                            MetadataChange(
+                                outcome: expiry.outcome, storedRevision: expiry.storedRevision, publisher: "",
+                                timestampMs: write.nowMs))
+                        continue
+                    }
                     switch store.decideCoordinated(write.request, caller: write.caller, nowMs: write.nowMs, on: &sets) {
                     case .success(let success):
                         // Only turned into change records: no shard holds it.

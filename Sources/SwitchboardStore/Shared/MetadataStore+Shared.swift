@@ -47,7 +47,12 @@ extension MetadataStore {
             guard current &+ 1 == change.storedRevision else { return false }
             var set = state.sets[scope] ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
             state.sets[scope] = nil
+            let scheduled = set.earliestExpiryMs
             set.applyCommitted(change)
+            // Only a deadline that moved earlier needs an entry: the set's current one has one already.
+            if set.earliestExpiryMs != 0, set.earliestExpiryMs != scheduled {
+                state.expiries.push(set.earliestExpiryMs, scope)
+            }
             state.sets[scope] = set
             return true
         }
@@ -58,8 +63,11 @@ extension MetadataStore {
         for stored in sets {
             self.shard(for: stored.scope).state.withLock { state in
                 guard (state.sets[stored.scope]?.majorRevision ?? 0) < stored.majorRevision else { return }
-                state.sets[stored.scope] = MetadataSet(
-                    majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+                let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+                if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[stored.scope]?.earliestExpiryMs {
+                    state.expiries.push(set.earliestExpiryMs, stored.scope)
+                }
+                state.sets[stored.scope] = set
             }
         }
     }
@@ -109,6 +117,9 @@ extension MetadataStore {
         for (scope, set) in sets {
             self.shard(for: scope).state.withLock { state in
                 guard (state.sets[scope]?.majorRevision ?? 0) < set.majorRevision else { return }
+                if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[scope]?.earliestExpiryMs {
+                    state.expiries.push(set.earliestExpiryMs, scope)
+                }
                 state.sets[scope] = set
             }
         }
@@ -119,7 +130,8 @@ extension MetadataSet {
     /// Applies a change committed elsewhere, whose majorRevision is this set's next.
     mutating func applyCommitted(_ change: MetadataChange) {
         self.replay(
-            items: change.outcome.items, removesItems: change.outcome.eventType == .remove,
+            items: change.outcome.items,
+            removesItems: change.outcome.eventType == .remove || change.outcome.eventType == .expired,
             removesSet: change.removesSet)
     }
 }

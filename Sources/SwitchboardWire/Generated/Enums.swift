@@ -188,9 +188,10 @@ public struct StorageEventType: RawRepresentable, Hashable, Sendable, CustomStri
     public static let set = StorageEventType(rawValue: 2)
     public static let update = StorageEventType(rawValue: 3)
     public static let remove = StorageEventType(rawValue: 4)
+    public static let expired = StorageEventType(rawValue: 5)
 
     /// Every value this version names.
-    public static let allKnown: [StorageEventType] = [.snapshot, .set, .update, .remove]
+    public static let allKnown: [StorageEventType] = [.snapshot, .set, .update, .remove, .expired]
 
     /// The value's name in the spec, or nil for a number this version does not name.
     public var name: String? {
@@ -199,6 +200,7 @@ public struct StorageEventType: RawRepresentable, Hashable, Sendable, CustomStri
         case 2: return "set"
         case 3: return "update"
         case 4: return "remove"
+        case 5: return "expired"
         default: return nil
         }
     }
@@ -210,6 +212,7 @@ public struct StorageEventType: RawRepresentable, Hashable, Sendable, CustomStri
         case "set": self.init(rawValue: 2)
         case "update": self.init(rawValue: 3)
         case "remove": self.init(rawValue: 4)
+        case "expired": self.init(rawValue: 5)
         default: return nil
         }
     }

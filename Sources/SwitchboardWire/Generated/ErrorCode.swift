@@ -134,6 +134,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let broadcastTooLarge = ErrorCode(rawValue: 7015)
     /// 7016: rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds.
     public static let invalidRewind = ErrorCode(rawValue: 7016)
+    /// 7017: An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms).
+    public static let invalidTtl = ErrorCode(rawValue: 7017)
     /// 7021: A last will action names an operation a will cannot run, or fields that operation does not have; the message says which action.
     public static let invalidWillAction = ErrorCode(rawValue: 7021)
     /// 8000: Unexpected server failure.
@@ -211,6 +213,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         .valueTooLong,
         .broadcastTooLarge,
         .invalidRewind,
+        .invalidTtl,
         .invalidWillAction,
         .`internal`,
         .storageFailure,
@@ -284,6 +287,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 7014: return "valueTooLong"
         case 7015: return "broadcastTooLarge"
         case 7016: return "invalidRewind"
+        case 7017: return "invalidTtl"
         case 7021: return "invalidWillAction"
         case 8000: return "internal"
         case 8001: return "storageFailure"
@@ -359,6 +363,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
         case "valueTooLong": self = .valueTooLong
         case "broadcastTooLarge": self = .broadcastTooLarge
         case "invalidRewind": self = .invalidRewind
+        case "invalidTtl": self = .invalidTtl
         case "invalidWillAction": self = .invalidWillAction
         case "internal": self = .`internal`
         case "storageFailure": self = .storageFailure

@@ -38,7 +38,7 @@ extension EmptyBody: JSONRepresentable {
     }
 }
 
-/// One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set by the server and ignored when sent.
+/// One item of a metadata set. In requests only key, value, revision and ttlMs are read; updateTs, authorUserId and expiresAtMs are set by the server and ignored when sent.
 ///
 /// | # | field | type |
 /// |---|---|---|
@@ -47,6 +47,8 @@ extension EmptyBody: JSONRepresentable {
 /// | 3 | revision | sint |
 /// | 4 | updateTs | uint |
 /// | 5 | authorUserId | string |
+/// | 6 | ttlMs | uint |
+/// | 7 | expiresAtMs | uint |
 public struct MetadataItem: WireCodable {
     public var key: String
     public var value: String
@@ -56,14 +58,20 @@ public struct MetadataItem: WireCodable {
     public var updateTs: UInt64
     /// User who made the last write that had recordUserId; empty otherwise. Read-only.
     public var authorUserId: String
+    /// set and update requests: the item expires this many ms after the write (100 to 31536000000, else invalidTtl); 0, the default, means it never expires, and a write without it clears an earlier TTL of the item (SPEC.md §13.1, TTL). Ignored in remove requests; 0 in responses and events.
+    public var ttlMs: UInt64
+    /// Server time in ms (since the Unix epoch) when the item expires; 0 when it never does. Read-only: set from ttlMs by the write.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(key: String = "", value: String = "", revision: Int64 = -1, updateTs: UInt64 = 0, authorUserId: String = "") {
+    public init(key: String = "", value: String = "", revision: Int64 = -1, updateTs: UInt64 = 0, authorUserId: String = "", ttlMs: UInt64 = 0, expiresAtMs: UInt64 = 0) {
         self.key = key
         self.value = value
         self.revision = revision
         self.updateTs = updateTs
         self.authorUserId = authorUserId
+        self.ttlMs = ttlMs
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -85,6 +93,12 @@ public struct MetadataItem: WireCodable {
             case 5:
                 try reader.require(field.wireType, is: .lengthDelimited, field: 5)
                 self.authorUserId = try reader.readString()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.ttlMs = try reader.readVarint()
+            case 7:
+                try reader.require(field.wireType, is: .varint, field: 7)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -98,6 +112,8 @@ public struct MetadataItem: WireCodable {
         if !(self.revision == -1) { size += WireField.varintFieldSize(3, Varint.zigzag(self.revision)) }
         if !(self.updateTs == 0) { size += WireField.varintFieldSize(4, self.updateTs) }
         if !(self.authorUserId.isEmpty) { size += WireField.stringFieldSize(5, self.authorUserId) }
+        if !(self.ttlMs == 0) { size += WireField.varintFieldSize(6, self.ttlMs) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(7, self.expiresAtMs) }
         return size
     }
 
@@ -107,6 +123,8 @@ public struct MetadataItem: WireCodable {
         if !(self.revision == -1) { writer.writeVarintField(3, Varint.zigzag(self.revision)) }
         if !(self.updateTs == 0) { writer.writeVarintField(4, self.updateTs) }
         if !(self.authorUserId.isEmpty) { writer.writeStringField(5, self.authorUserId) }
+        if !(self.ttlMs == 0) { writer.writeVarintField(6, self.ttlMs) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(7, self.expiresAtMs) }
     }
 }
 
@@ -118,6 +136,8 @@ extension MetadataItem: JSONRepresentable {
         if !(self.revision == -1) { members.append(("revision", .int(self.revision))) }
         if !(self.updateTs == 0) { members.append(("updateTs", .uint(self.updateTs))) }
         if !(self.authorUserId.isEmpty) { members.append(("authorUserId", .string(self.authorUserId))) }
+        if !(self.ttlMs == 0) { members.append(("ttlMs", .uint(self.ttlMs))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -130,6 +150,8 @@ extension MetadataItem: JSONRepresentable {
             case "revision": self.revision = try JSONField.int64(member.value, "revision")
             case "updateTs": self.updateTs = try JSONField.uint64(member.value, "updateTs")
             case "authorUserId": self.authorUserId = try JSONField.string(member.value, "authorUserId")
+            case "ttlMs": self.ttlMs = try JSONField.uint64(member.value, "ttlMs")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: MetadataItem has no field \(member.key)")
             }
         }
@@ -7788,9 +7810,9 @@ public struct StorageEvent: WireCodable {
     public var channelType: ChannelType
     /// The set's majorRevision after the change.
     public var majorRevision: UInt64
-    /// snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed).
+    /// snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys.
     public var items: [MetadataItem]
-    /// Who made the change.
+    /// Who made the change; empty for expired (the server).
     public var publisher: String
     public var timestampMs: UInt64
     /// On a snapshot answering a resume (sinceRevision): the majorRevision the changes start from; items are then the items written after it (with their revisions) and removedKeys the keys removed after it. 0: items are the whole set.

@@ -18,7 +18,7 @@ export type ClientType = "unknown" | "ios" | "android" | "desktop" | "web" | "se
 export type StorageType = "user" | "channel";
 
 /** Kind of change a storage event reports. Values this version does not name arrive as their number. */
-export type StorageEventType = "snapshot" | "set" | "update" | "remove";
+export type StorageEventType = "snapshot" | "set" | "update" | "remove" | "expired";
 
 /** Kind of change a lock event reports. Values this version does not name arrive as their number. */
 export type LockEventType = "snapshot" | "set" | "removed" | "acquired" | "released" | "expired";
@@ -105,6 +105,7 @@ export declare const ErrorCode: {
   readonly valueTooLong: 7014;
   readonly broadcastTooLarge: 7015;
   readonly invalidRewind: 7016;
+  readonly invalidTtl: 7017;
   readonly invalidWillAction: 7021;
   readonly internal: 8000;
   readonly storageFailure: 8001;
@@ -117,8 +118,8 @@ export declare const PUSH_NAMES: ReadonlyArray<PushKind>;
 export declare const SCHEMA: any;
 
 /**
- * One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set
- * by the server and ignored when sent.
+ * One item of a metadata set. In requests only key, value, revision and ttlMs are read; updateTs, authorUserId and
+ * expiresAtMs are set by the server and ignored when sent.
  */
 export interface MetadataItem {
   /** Limit: 1-32 bytes (limit metadataKeyBytes). */
@@ -134,6 +135,17 @@ export interface MetadataItem {
   updateTs: Int;
   /** User who made the last write that had recordUserId; empty otherwise. Read-only. */
   authorUserId: string;
+  /**
+   * set and update requests: the item expires this many ms after the write (100 to 31536000000, else invalidTtl);
+   * 0, the default, means it never expires, and a write without it clears an earlier TTL of the item (SPEC.md
+   * §13.1, TTL). Ignored in remove requests; 0 in responses and events. Limit: 0 or 100-31536000000 ms.
+   */
+  ttlMs: Int;
+  /**
+   * Server time in ms (since the Unix epoch) when the item expires; 0 when it never does. Read-only: set from ttlMs
+   * by the write.
+   */
+  expiresAtMs: Int;
 }
 
 /** MetadataItem as an argument: every key optional. */
@@ -151,6 +163,17 @@ export interface MetadataItemArg {
   updateTs?: Int;
   /** User who made the last write that had recordUserId; empty otherwise. Read-only. */
   authorUserId?: string;
+  /**
+   * set and update requests: the item expires this many ms after the write (100 to 31536000000, else invalidTtl);
+   * 0, the default, means it never expires, and a write without it clears an earlier TTL of the item (SPEC.md
+   * §13.1, TTL). Ignored in remove requests; 0 in responses and events. Limit: 0 or 100-31536000000 ms.
+   */
+  ttlMs?: Int;
+  /**
+   * Server time in ms (since the Unix epoch) when the item expires; 0 when it never does. Read-only: set from ttlMs
+   * by the write.
+   */
+  expiresAtMs?: Int;
 }
 
 /** A lock on a channel. */
@@ -1434,10 +1457,10 @@ export interface StorageEvent {
   majorRevision: Int;
   /**
    * snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none
-   * when the whole set was removed).
+   * when the whole set was removed); expired: the expired keys.
    */
   items: Array<MetadataItem>;
-  /** Who made the change. */
+  /** Who made the change; empty for expired (the server). */
   publisher: string;
   timestampMs: Int;
   /**
@@ -1745,7 +1768,7 @@ export declare class Operations {
    * `setChannelMetadata` (op 0x08, storage). Adds items to a channel's metadata set and overwrites items whose key
    * exists, in call order. Creates the set when absent. Atomic: all items or none. Errors: revisionConflict,
    * itemRevisionConflict, lockNotHeld, lockNotFound, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure.
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
    */
   setChannelMetadata(args?: SetChannelMetadataRequest, options?: CallOptions): Promise<SetChannelMetadataResponse>;
   /**
@@ -1758,7 +1781,7 @@ export declare class Operations {
    * `updateChannelMetadata` (op 0x0A, storage). Changes existing items only. Fails with itemNotFound, changing
    * nothing, if any named item does not exist. Errors: metadataNotFound, itemNotFound, revisionConflict,
    * itemRevisionConflict, lockNotHeld, lockNotFound, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure.
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
    */
   updateChannelMetadata(args?: UpdateChannelMetadataRequest, options?: CallOptions): Promise<UpdateChannelMetadataResponse>;
   /**
@@ -1772,7 +1795,7 @@ export declare class Operations {
    * `setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as setChannelMetadata
    * does for channels. Needs write on the user (§5.10; the default grants: a user's own). Errors: revisionConflict,
    * itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure.
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
    */
   setUserMetadata(args?: SetUserMetadataRequest, options?: CallOptions): Promise<SetUserMetadataResponse>;
   /**
@@ -1784,7 +1807,7 @@ export declare class Operations {
    * `updateUserMetadata` (op 0x0E, storage). Changes existing items of a user's set only; fails if any named item
    * does not exist. Errors: metadataNotFound, itemNotFound, revisionConflict, itemRevisionConflict,
    * permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong,
-   * invalidRevision, duplicateKey, storageFailure.
+   * invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
    */
   updateUserMetadata(args?: UpdateUserMetadataRequest, options?: CallOptions): Promise<UpdateUserMetadataResponse>;
   /**

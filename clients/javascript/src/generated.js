@@ -44,7 +44,8 @@ export const SCHEMA = {
         "snapshot": 1,
         "set": 2,
         "update": 3,
-        "remove": 4
+        "remove": 4,
+        "expired": 5
       }
     },
     "LockEventType": {
@@ -106,7 +107,7 @@ export const SCHEMA = {
   },
   "structs": {
     "MetadataItem": {
-      "doc": "One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set by the server and ignored when sent.",
+      "doc": "One item of a metadata set. In requests only key, value, revision and ttlMs are read; updateTs, authorUserId and expiresAtMs are set by the server and ignored when sent.",
       "fields": [
         {
           "n": 1,
@@ -139,6 +140,19 @@ export const SCHEMA = {
           "name": "authorUserId",
           "type": "string",
           "doc": "User who made the last write that had recordUserId; empty otherwise. Read-only."
+        },
+        {
+          "n": 6,
+          "name": "ttlMs",
+          "type": "uint",
+          "doc": "set and update requests: the item expires this many ms after the write (100 to 31536000000, else invalidTtl); 0, the default, means it never expires, and a write without it clears an earlier TTL of the item (SPEC.md §13.1, TTL). Ignored in remove requests; 0 in responses and events.",
+          "limit": "0 or 100-31536000000 ms"
+        },
+        {
+          "n": 7,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms (since the Unix epoch) when the item expires; 0 when it never does. Read-only: set from ttlMs by the write."
         }
       ]
     },
@@ -1102,8 +1116,10 @@ export const SCHEMA = {
         "invalidArgument",
         "identifierTooLong",
         "invalidRevision",
+        "invalidTtl",
         "duplicateKey",
-        "storageFailure"
+        "storageFailure",
+        "unavailable"
       ]
     },
     {
@@ -1183,8 +1199,10 @@ export const SCHEMA = {
         "invalidArgument",
         "identifierTooLong",
         "invalidRevision",
+        "invalidTtl",
         "duplicateKey",
-        "storageFailure"
+        "storageFailure",
+        "unavailable"
       ]
     },
     {
@@ -1283,8 +1301,10 @@ export const SCHEMA = {
         "invalidArgument",
         "identifierTooLong",
         "invalidRevision",
+        "invalidTtl",
         "duplicateKey",
-        "storageFailure"
+        "storageFailure",
+        "unavailable"
       ]
     },
     {
@@ -1361,8 +1381,10 @@ export const SCHEMA = {
         "invalidArgument",
         "identifierTooLong",
         "invalidRevision",
+        "invalidTtl",
         "duplicateKey",
-        "storageFailure"
+        "storageFailure",
+        "unavailable"
       ]
     },
     {
@@ -3515,13 +3537,13 @@ export const SCHEMA = {
           "name": "items",
           "type": "MetadataItem",
           "repeated": true,
-          "doc": "snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed)."
+          "doc": "snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys."
         },
         {
           "n": 7,
           "name": "publisher",
           "type": "string",
-          "doc": "Who made the change."
+          "doc": "Who made the change; empty for expired (the server)."
         },
         {
           "n": 8,
@@ -4370,6 +4392,12 @@ export const SCHEMA = {
       "doc": "rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds."
     },
     {
+      "code": 7017,
+      "name": "invalidTtl",
+      "open": true,
+      "doc": "An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms)."
+    },
+    {
       "code": 7021,
       "name": "invalidWillAction",
       "open": true,
@@ -4567,6 +4595,8 @@ export const ErrorCode = Object.freeze({
   broadcastTooLarge: 7015,
   /** rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds. */
   invalidRewind: 7016,
+  /** An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms). */
+  invalidTtl: 7017,
   /**
    * A last will action names an operation a will cannot run, or fields that operation does not have; the message
    * says which action.
@@ -4662,8 +4692,8 @@ export class Operations {
    * `setChannelMetadata` (op 0x08, storage). Adds items to a channel's metadata set and overwrites items whose key
    * exists, in call order. Creates the set when absent. Atomic: all items or none. Errors: revisionConflict,
    * itemRevisionConflict, lockNotHeld, lockNotFound, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure. Fields left out are not sent (the server uses
-   * their defaults).
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable. Fields left out are
+   * not sent (the server uses their defaults).
    * @param {import('./generated').SetChannelMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').SetChannelMetadataResponse>}
@@ -4688,8 +4718,8 @@ export class Operations {
    * `updateChannelMetadata` (op 0x0A, storage). Changes existing items only. Fails with itemNotFound, changing
    * nothing, if any named item does not exist. Errors: metadataNotFound, itemNotFound, revisionConflict,
    * itemRevisionConflict, lockNotHeld, lockNotFound, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure. Fields left out are not sent (the server uses
-   * their defaults).
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable. Fields left out are
+   * not sent (the server uses their defaults).
    * @param {import('./generated').UpdateChannelMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').UpdateChannelMetadataResponse>}
@@ -4716,8 +4746,8 @@ export class Operations {
    * `setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as setChannelMetadata
    * does for channels. Needs write on the user (§5.10; the default grants: a user's own). Errors: revisionConflict,
    * itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-   * identifierTooLong, invalidRevision, duplicateKey, storageFailure. Fields left out are not sent (the server uses
-   * their defaults).
+   * identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable. Fields left out are
+   * not sent (the server uses their defaults).
    * @param {import('./generated').SetUserMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').SetUserMetadataResponse>}
@@ -4742,7 +4772,8 @@ export class Operations {
    * `updateUserMetadata` (op 0x0E, storage). Changes existing items of a user's set only; fails if any named item
    * does not exist. Errors: metadataNotFound, itemNotFound, revisionConflict, itemRevisionConflict,
    * permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong,
-   * invalidRevision, duplicateKey, storageFailure. Fields left out are not sent (the server uses their defaults).
+   * invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable. Fields left out are not sent (the
+   * server uses their defaults).
    * @param {import('./generated').UpdateUserMetadataRequest} [args]
    * @param {{timeout?: number}} [options] timeout in milliseconds
    * @returns {Promise<import('./generated').UpdateUserMetadataResponse>}

@@ -15,6 +15,8 @@ extension MetadataItem {
         if generator.bool() { value.revision = generator.int64() }
         if generator.bool() { value.updateTs = generator.uint64() }
         if generator.bool() { value.authorUserId = generator.string() }
+        if generator.bool() { value.ttlMs = generator.uint64() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }

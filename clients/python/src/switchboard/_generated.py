@@ -43,6 +43,7 @@ StorageEventType = Literal[
     "set",
     "update",
     "remove",
+    "expired",
 ]
 """Kind of change a storage event reports. Values this version does not name arrive as their number."""
 
@@ -252,6 +253,8 @@ class ErrorCode(enum.IntEnum):
     """A broadcast's data is over 4096 bytes."""
     invalidRewind = 7016
     """rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds."""
+    invalidTtl = 7017
+    """An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms)."""
     invalidWillAction = 7021
     """A last will action names an operation a will cannot run, or fields that operation does not have; the message
     says which action.
@@ -288,14 +291,16 @@ ERROR_CLASSES: Dict[int, str] = {
 
 
 class MetadataItem(TypedDict):
-    """One item of a metadata set. In requests only key, value and revision are read; updateTs and authorUserId are set
-    by the server and ignored when sent.
+    """One item of a metadata set. In requests only key, value, revision and ttlMs are read; updateTs, authorUserId and
+    expiresAtMs are set by the server and ignored when sent.
     """
     key: str
     value: str
     revision: int
     updateTs: int
     authorUserId: str
+    ttlMs: int
+    expiresAtMs: int
 
 
 class MetadataItemArg(TypedDict, total=False):
@@ -305,6 +310,8 @@ class MetadataItemArg(TypedDict, total=False):
     revision: int
     updateTs: int
     authorUserId: str
+    ttlMs: int
+    expiresAtMs: int
 
 
 class LockDetail(TypedDict):
@@ -1026,7 +1033,7 @@ class Operations:
         key exists, in call order. Creates the set when absent. Atomic: all items or none. Fields left None are not
         sent (the server uses their defaults). Errors: revisionConflict, itemRevisionConflict, lockNotHeld,
         lockNotFound, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong,
-        invalidRevision, duplicateKey, storageFailure.
+        invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
         """
         body: Dict[str, Any] = {}
         body["channel"] = channel
@@ -1068,8 +1075,8 @@ class Operations:
         """`updateChannelMetadata` (op 0x0A, storage). Changes existing items only. Fails with itemNotFound, changing
         nothing, if any named item does not exist. Fields left None are not sent (the server uses their defaults).
         Errors: metadataNotFound, itemNotFound, revisionConflict, itemRevisionConflict, lockNotHeld, lockNotFound,
-        keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong, invalidRevision,
-        duplicateKey, storageFailure.
+        keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong, invalidRevision, invalidTtl,
+        duplicateKey, storageFailure, unavailable.
         """
         body: Dict[str, Any] = {}
         body["channel"] = channel
@@ -1126,7 +1133,7 @@ class Operations:
         setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
         Fields left None are not sent (the server uses their defaults). Errors: revisionConflict,
         itemRevisionConflict, permissionDenied, keyTooLong, itemTooLarge, metadataTooLarge, invalidArgument,
-        identifierTooLong, invalidRevision, duplicateKey, storageFailure.
+        identifierTooLong, invalidRevision, invalidTtl, duplicateKey, storageFailure, unavailable.
         """
         body: Dict[str, Any] = {}
         if user_id is not None:
@@ -1163,8 +1170,8 @@ class Operations:
         """`updateUserMetadata` (op 0x0E, storage). Changes existing items of a user's set only; fails if any named
         item does not exist. Fields left None are not sent (the server uses their defaults). Errors:
         metadataNotFound, itemNotFound, revisionConflict, itemRevisionConflict, permissionDenied, keyTooLong,
-        itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong, invalidRevision, duplicateKey,
-        storageFailure.
+        itemTooLarge, metadataTooLarge, invalidArgument, identifierTooLong, invalidRevision, invalidTtl,
+        duplicateKey, storageFailure, unavailable.
         """
         body: Dict[str, Any] = {}
         if user_id is not None:
