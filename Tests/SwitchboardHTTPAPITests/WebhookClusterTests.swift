@@ -80,14 +80,16 @@ struct WebhookClusterTests {
         }
     }
 
-    /// The accepted requests' (type, user, channel) and how many different ids each got.
+    /// What a request reports: `type user channel` (`-` for no channel).
+    static func event(_ request: WebhookReceiver.Received) -> String {
+        let json = request.json
+        return "\(request.type) \(json["userId"] as? String ?? "") \(json["channel"] as? String ?? "-")"
+    }
+
+    /// The different ids each event (``event(_:)``) of `accepted` came with.
     static func idsByEvent(_ accepted: [WebhookReceiver.Received]) -> [String: Set<String>] {
         var ids: [String: Set<String>] = [:]
-        for request in accepted {
-            let json = request.json
-            let key = "\(request.type) \(json["userId"] as? String ?? "") \(json["channel"] as? String ?? "-")"
-            ids[key, default: []].insert(request.id)
-        }
+        for request in accepted { ids[Self.event(request), default: []].insert(request.id) }
         return ids
     }
 
@@ -217,10 +219,7 @@ struct WebhookClusterTests {
             // And each of those arrived once (an event the victim had sent but not yet marked delivered may come
             // again with its id: at least once; these were decided after its death).
             for key in offline {
-                let requests = receiver.accepted.filter { request in
-                    let json = request.json
-                    return "\(request.type) \(json["userId"] as? String ?? "") \(json["channel"] as? String ?? "-")" == key
-                }
+                let requests = receiver.accepted.filter { Self.event($0) == key }
                 #expect(requests.count == 1, "\(key) arrived \(requests.count) times")
             }
             for connection in doomed { await connection.close() }
