@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOPosix
 import SwitchboardClient
 import SwitchboardTestSupport
 import SwitchboardWebhooks
@@ -15,6 +17,15 @@ struct WebhookClusterTests {
         let process: SpawnedProcess
         let port: Int
         let log: String
+        /// The HTTP API's port (`--api`).
+        let apiPort: Int
+
+        /// Calls the HTTP API's `POST /v1/<name>` with the test key.
+        func call(_ name: String, _ body: String) async throws -> HTTPAnswer {
+            try await LoopbackHTTP.request(
+                "POST", "/v1/\(name)", to: try SocketAddress(ipAddress: "127.0.0.1", port: self.apiPort),
+                body: Array(body.utf8), headers: [("Authorization", "Bearer \(APITokens.keySecret)")])
+        }
 
         func connect(_ user: String) async throws -> SwitchboardConnection {
             try await SwitchboardConnection.connect(
@@ -31,7 +42,7 @@ struct WebhookClusterTests {
 
         init(
             receiver: WebhookReceiver, channels: String = #"["room*"]"#, kinds: String = #"["presence","online","storage"]"#,
-            timeoutMs: Int = 2_000
+            timeoutMs: Int = 2_000, maxAttempts: Int = 1_000
         ) async throws {
             self.postgres = try await TestPostgres.start()
             self.directory = try TemporaryPath.directory("sbwebhookcluster")
@@ -39,8 +50,19 @@ struct WebhookClusterTests {
             try #"""
                 {"endpoints":[{"name":"app","url":"\#(receiver.url)","secrets":["\#(WebhookTests.secret)"],
                 "channels":\#(channels),"kinds":\#(kinds),"initialBackoffMs":50,
-                "maxBackoffMs":200,"timeoutMs":\#(timeoutMs),"maxAttempts":1000}]}
+                "maxBackoffMs":200,"timeoutMs":\#(timeoutMs),"maxAttempts":\#(maxAttempts)}]}
                 """#.write(toFile: self.webhooks, atomically: true, encoding: .utf8)
+            try "\(APITokens.keyName) \(APITokens.keySecret)\n".write(
+                toFile: self.directory.path + "/keys", atomically: true, encoding: .utf8)
+        }
+
+        /// A loopback port free at this moment.
+        static func freePort() async throws -> Int {
+            let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(host: "127.0.0.1", port: 0).get()
+            let port = channel.localAddress?.port ?? 0
+            try await channel.close()
+            return port
         }
 
         /// Starts node `index` and waits until it listens.
@@ -49,6 +71,7 @@ struct WebhookClusterTests {
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SWITCHBOARD_") }
             environment["SWITCHBOARD_LOG_LEVEL"] = "info"
             let log = self.directory.path + "/node\(index).log"
+            let apiPort = try await Self.freePort()
             let process = try SpawnedProcess(
                 executable: Repository.executable("switchboard"),
                 arguments: [
@@ -56,13 +79,14 @@ struct WebhookClusterTests {
                     "--database", self.directory.path + "/node\(index).sqlite", "--webhooks", self.webhooks,
                     // A dead node is seen within about 5 s (node timeout 4 s), and its members time out at once.
                     "--presence-timeout", "5",
+                    "--api", "127.0.0.1:\(apiPort)", "--api-key-file", self.directory.path + "/keys",
                 ],
                 environment: environment, stderr: .file(log))
             let deadline = ContinuousClock.now + .seconds(60)
             while ContinuousClock.now < deadline, process.isRunning {
                 let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
                 if let port = GatewayProcess.listeningPort(inLog: text) {
-                    let node = Node(process: process, port: port, log: log)
+                    let node = Node(process: process, port: port, log: log, apiPort: apiPort)
                     self.nodes.append(node)
                     return node
                 }
@@ -276,6 +300,43 @@ struct WebhookClusterTests {
             #expect(nodes.count == 1, "the events name the node that decided them: \(nodes)")
             let left = try await eventually { try await cluster.postgres.psql("SELECT count(*) FROM sb_webhook_outbox") == "0" }
             #expect(left)
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
+    @Test("a dead letter written on one node is listed, re-queued and delivered through another node's HTTP API")
+    func deadLettersWorkOnEveryNode() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { Task { await receiver.stop() } }
+        receiver.failing = true
+        let cluster = try await Cluster(receiver: receiver, channels: #"["room.d"]"#, kinds: #"["storage"]"#, maxAttempts: 1)
+        do {
+            let writer = try await cluster.start(0)
+            let other = try await cluster.start(1)
+            let erin = try await writer.connect("erin")
+            _ = try await erin.send(
+                .setChannelMetadata(SetChannelMetadataRequest(channel: "room.d", items: [MetadataItem(key: "k", value: "v")])))
+            var letters: [JSONValue] = []
+            let listed = try await eventually {
+                let answer = try await other.call("listWebhookDeadLetters", "{}")
+                letters = (try? answer.json["deadLetters"]?.arrayValue) ?? []
+                return answer.status == 200 && letters.count == 1
+            }
+            #expect(listed, "\(letters)")
+            let id = try #require(letters.first?["id"]?.stringValue)
+            #expect(letters.first?["type"]?.stringValue == "storage.set")
+            #expect(receiver.received.map(\.id) == [id])
+            receiver.failing = false
+            #expect(try await other.call("requeueWebhookDeadLetter", #"{"id":"\#(id)"}"#).status == 200)
+            #expect(try await receiver.wait(timeout: .seconds(20)) { $0.contains { $0.status == 200 } })
+            #expect(receiver.accepted.map(\.id) == [id])
+            let after = try await writer.call("listWebhookDeadLetters", "{}")
+            #expect(try after.json["deadLetters"]?.arrayValue?.isEmpty == true, "\(after)")
+            #expect(try await writer.call("deleteWebhookDeadLetter", #"{"id":"\#(id)"}"#).status == 404)
+            await erin.close()
         } catch {
             await cluster.stop()
             throw error
