@@ -4,6 +4,7 @@ through the HTTP API (each one storage.set webhook), and a receiver measuring, p
 `timestamp` (when the gateway decided it) to its arrival; prints the percentiles.
 
     python3 Tools/webhook-bench.py --binary .build/release/switchboard [--rate 1000] [--seconds 10] [--channels 100]
+        [--cluster postgres://user@host:port/db]
 
 Open loop: a sender paces `rate` requests per second over keep-alive connections (4 processes), whatever the answers
 take. The receiver is a threaded HTTP server in this process answering 204 at once and checking each signature. Both
@@ -113,6 +114,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--channels", type=int, default=100)
     parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--cluster", help="a PostgreSQL URL: the gateway runs as a node of that cluster, with its "
+                        "shared webhook outbox in PostgreSQL")
     args = parser.parse_args()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
@@ -129,7 +132,8 @@ def main():
     api_port = free_port()
     gateway = subprocess.Popen(
         [args.binary, "--tcp", "127.0.0.1:0", "--unix-socket", "off", "--database", os.path.join(workdir, "db.sqlite"),
-         "--api", "127.0.0.1:%d" % api_port, "--api-key-file", keys, "--webhooks", config, "--log-level", "warning"],
+         "--api", "127.0.0.1:%d" % api_port, "--api-key-file", keys, "--webhooks", config, "--log-level", "warning"]
+        + (["--cluster", args.cluster] if args.cluster else []),
         env={k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")})
     try:
         deadline = time.time() + 30

@@ -74,7 +74,7 @@ struct APIResponder: Sendable {
             switch Self.parseJSON(bytes) {
             case .failure(let error): return Self.failure(error)
             case .success(let json):
-                switch WebhookRoutes.respond(path: path, body: json, webhooks: webhooks) {
+                switch await WebhookRoutes.respond(path: path, body: json, webhooks: webhooks) {
                 case .success(let answer): return Self.json(.ok, answer)
                 case .failure(let error): return Self.failure(error)
                 }

@@ -17,7 +17,7 @@ enum WebhookRoutes {
     static let maxLimit = 1000
 
     /// The answer to a webhook route's `body` (already authorised).
-    static func respond(path: String, body: JSONValue, webhooks: any WebhookAdministration) -> Result<JSONValue, ErrorBody> {
+    static func respond(path: String, body: JSONValue, webhooks: any WebhookAdministration) async -> Result<JSONValue, ErrorBody> {
         guard case .object(let members) = body else {
             return .failure(ErrorBody(.malformedBody, "the body must be a JSON object"))
         }
@@ -41,16 +41,22 @@ enum WebhookRoutes {
                 return .failure(ErrorBody(.malformedBody, "json: unknown field \(key)"))
             }
         }
-        switch path {
-        case Self.list:
-            let page = webhooks.deadLetters(after: after, limit: limit + 1)
-            var out: [(key: String, value: JSONValue)] = [("deadLetters", .array(page.prefix(limit).map(Self.json)))]
-            if page.count > limit { out.append(("more", .bool(true))) }
-            return .success(.object(out))
-        default:
-            guard let id, !id.isEmpty else { return .failure(ErrorBody(.invalidArgument, "id is required")) }
-            let done = path == Self.requeue ? webhooks.requeueDeadLetter(id: id) : webhooks.deleteDeadLetter(id: id)
-            return done ? .success(.object([])) : .failure(ErrorBody(.notFound, "no dead letter \(id)"))
+        do {
+            switch path {
+            case Self.list:
+                let page = try await webhooks.deadLetters(after: after, limit: limit + 1)
+                var out: [(key: String, value: JSONValue)] = [("deadLetters", .array(page.prefix(limit).map(Self.json)))]
+                if page.count > limit { out.append(("more", .bool(true))) }
+                return .success(.object(out))
+            default:
+                guard let id, !id.isEmpty else { return .failure(ErrorBody(.invalidArgument, "id is required")) }
+                let done =
+                    path == Self.requeue
+                    ? try await webhooks.requeueDeadLetter(id: id) : try await webhooks.deleteDeadLetter(id: id)
+                return done ? .success(.object([])) : .failure(ErrorBody(.notFound, "no dead letter \(id)"))
+            }
+        } catch {
+            return .failure(ErrorBody(.unavailable, "the webhook outbox cannot be read or written: \(error)"))
         }
     }
 

@@ -39,6 +39,7 @@ public final class MetadataStore: Sendable {
     /// The one engine of the store's channel locks.
     let locks: any LockEngine
     private let lockEventHandler = Mutex<LockEventHandler?>(nil)
+    private let decidedLockEventHandler = Mutex<LockEventHandler?>(nil)
     private let committedElsewhereHandler = Mutex<(@Sendable (MetadataChange) -> Void)?>(nil)
     /// Boxed: a closure held directly in the mutex's generic storage is reabstracted at every `withLock` (an inout
     /// access) and written back wrapped in one more thunk, a chain that grows with every expiry.
@@ -353,6 +354,13 @@ public final class MetadataStore: Sendable {
         self.lockEventHandler.withLock { $0 = handler }
     }
 
+    /// Installs the handler that receives the lock changes this gateway decided (all of them on a gateway of its
+    /// own; in a cluster not those another gateway committed, which reach only ``setLockEventHandler(_:)``'s): where
+    /// each change is reported once in the cluster (the webhooks). Called as that handler is, before it.
+    public func setDecidedLockEventHandler(_ handler: LockEventHandler?) {
+        self.decidedLockEventHandler.withLock { $0 = handler }
+    }
+
     /// Installs the handler that receives every write another gateway committed, once this store's copy holds it
     /// (``deliverCommittedElsewhere(_:)``); replaces any previous one. A store no other gateway writes never calls it.
     ///
@@ -374,6 +382,9 @@ public final class MetadataStore: Sendable {
         case .lock(let completion, let result):
             completion(result)
         case .lockEvent(let event):
+            if let handler = self.decidedLockEventHandler.withLock({ $0 }) { handler(event) }
+            if let handler = self.lockEventHandler.withLock({ $0 }) { handler(event) }
+        case .lockEventElsewhere(let event):
             if let handler = self.lockEventHandler.withLock({ $0 }) { handler(event) }
         }
     }

@@ -8,8 +8,10 @@ enum Delivery: Sendable {
     case write(WriteCompletion, Result<WriteOutcome, SwitchboardStoreError>)
     /// Answer an `acquireLock` request.
     case lock(LockCompletion, Result<Void, SwitchboardStoreError>)
-    /// Report a lock change to the lock event handler.
+    /// Report a lock change this gateway decided to the lock event handler (and the decided-here handler).
     case lockEvent(LockEvent)
+    /// Report a lock change another gateway decided (and committed) to the lock event handler only.
+    case lockEventElsewhere(LockEvent)
 }
 
 /// Everything one shard owns. Only touched under the shard's lock.

@@ -7,10 +7,12 @@ import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
 import SwitchboardServer
+import SwitchboardStore
 import Synchronization
 
 /// Sends the gateway's webhooks (`Docs/webhooks.md`): it takes the events the areas decide (``record(_:)``), puts one
-/// delivery per interested endpoint in the durable ``WebhookOutbox``, and POSTs them, signed
+/// delivery per interested endpoint in the durable outbox (``WebhookOutbox`` on a single gateway, a cluster's shared
+/// one in PostgreSQL: ``WebhookOutboxEngine``), and POSTs them, signed
 /// (``WebhookSigner``), one at a time per (endpoint, channel) so that each queue arrives in order; a 2xx answer
 /// deletes the delivery, anything else (a status, a timeout, a refused connection) retries it after an exponential
 /// backoff with jitter, and after the endpoint's `maxAttempts` it becomes a dead letter and the queue goes on.
@@ -23,7 +25,10 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     /// The endpoints.
     public let configuration: WebhookConfiguration
     /// The durable outbox.
-    public let outbox: WebhookOutbox
+    public let outbox: any WebhookOutboxEngine
+    /// Kinds of events ``record(_:)`` drops because their engine writes them to the outbox itself, in the transaction
+    /// of the change (a cluster's online states: ``deliveries(for:)``).
+    public let kindsWrittenByEngines: Set<String>
     /// The node's name in the payloads.
     public let node: String
     /// Requests in flight at most, over every endpoint.
@@ -44,18 +49,22 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     /// - Parameters:
     ///   - configuration: the endpoints (checked: see ``WebhookConfiguration/parse(_:source:)``).
     ///   - outbox: where deliveries are kept until done.
+    ///   - kindsWrittenByEngines: kinds (`online`) whose events an engine writes to `outbox` itself.
+    ///   - node: the payloads' `node` when the configuration names none (default: the host name).
     ///   - maxInFlight: how many requests may be in flight at once.
     ///   - metricsFactory: where the metrics go (nil: the global metrics system).
     ///   - logger: where failures are logged.
     ///   - nowMillis: the clock of payload times and backoffs.
     public init(
-        configuration: WebhookConfiguration, outbox: WebhookOutbox, maxInFlight: Int = 64,
+        configuration: WebhookConfiguration, outbox: any WebhookOutboxEngine, kindsWrittenByEngines: Set<String> = [],
+        node: String? = nil, maxInFlight: Int = 64,
         metricsFactory: (any MetricsFactory)? = nil, logger: Logger = Logger(label: "switchboard.webhooks"),
         nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
     ) {
         self.configuration = configuration
         self.outbox = outbox
-        self.node = configuration.node ?? ProcessInfo.processInfo.hostName
+        self.kindsWrittenByEngines = kindsWrittenByEngines
+        self.node = configuration.node ?? node ?? ProcessInfo.processInfo.hostName
         self.maxInFlight = max(1, maxInFlight)
         self.endpointList = configuration.endpoints
         self.endpoints = Dictionary(
@@ -72,26 +81,26 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     // MARK: WebhookSink
 
     /// Appends a delivery of each event to every endpoint that wants it; never blocks on the disk or the network.
+    /// Events of ``kindsWrittenByEngines`` are dropped (their engine wrote them already).
     public func record(_ events: [WebhookEvent]) {
-        var deliveries: [WebhookDelivery] = []
-        for event in events {
-            for endpoint in self.endpointList where endpoint.wants(event) {
-                let id = "msg_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-                deliveries.append(
-                    WebhookDelivery(
-                        seq: 0, id: id, endpoint: endpoint.name, orderingKey: event.orderingKey, type: event.type,
-                        body: event.jsonBody(id: id, node: self.node), createdMs: Int64(event.timestampMs)))
-            }
-        }
+        let taken = self.kindsWrittenByEngines.isEmpty
+            ? events : events.filter { !self.kindsWrittenByEngines.contains(String($0.kind)) }
+        let deliveries = self.deliveries(for: taken)
         guard !deliveries.isEmpty else { return }
         self.outbox.append(deliveries)
         self.wakeUp.yield()
     }
 
+    /// One delivery of each event to every endpoint that wants it, each with a new id, not yet in the outbox: what
+    /// an engine that writes events in its own transaction writes (``kindsWrittenByEngines``).
+    public func deliveries(for events: [WebhookEvent]) -> [WebhookDelivery] {
+        self.configuration.deliveries(for: events, node: self.node)
+    }
+
     // MARK: WebhookAdministration
 
-    public func deadLetters(after: String?, limit: Int) -> [WebhookDeadLetter] {
-        self.outbox.deadLetters(after: after, limit: limit).map { record in
+    public func deadLetters(after: String?, limit: Int) async throws -> [WebhookDeadLetter] {
+        try await self.outbox.deadLetters(after: after, limit: limit).map { record in
             let d = record.delivery
             return WebhookDeadLetter(
                 id: d.id, endpoint: d.endpoint, type: d.type, body: d.body, attempts: d.attempts, lastError: d.lastError,
@@ -99,15 +108,15 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         }
     }
 
-    public func requeueDeadLetter(id: String) -> Bool {
-        guard self.outbox.requeue(id: id) else { return false }
+    public func requeueDeadLetter(id: String) async throws -> Bool {
+        guard try await self.outbox.requeue(id: id) else { return false }
         self.metrics.update(outbox: self.outbox)
         self.wakeUp.yield()
         return true
     }
 
-    public func deleteDeadLetter(id: String) -> Bool {
-        guard self.outbox.deleteDeadLetter(id: id) else { return false }
+    public func deleteDeadLetter(id: String) async throws -> Bool {
+        guard try await self.outbox.deleteDeadLetter(id: id) else { return false }
         self.metrics.update(outbox: self.outbox)
         self.wakeUp.yield()
         return true
@@ -135,10 +144,16 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 for await _ in wakeUps {
-                    self.flushOutbox()
+                    await self.flushOutbox()
                     let room = self.maxInFlight - self.inFlight.load(ordering: .relaxed)
                     guard room > 0 else { continue }
-                    let (claimed, _) = self.outbox.claimDue(now: self.nowMillis(), limit: room, endpoints: names)
+                    let claimed: [WebhookDelivery]
+                    do {
+                        claimed = try await self.outbox.claimDue(now: self.nowMillis(), limit: room, endpoints: names)
+                    } catch {
+                        self.logger.error("cannot claim webhook deliveries: \(error)")
+                        continue
+                    }
                     for delivery in claimed {
                         guard let target = self.endpoints[delivery.endpoint] else { continue }
                         self.inFlight.add(1, ordering: .relaxed)
@@ -154,13 +169,13 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
             self.wakeUp.finish()
         }
         ticker.cancel()
-        self.flushOutbox()
+        await self.flushOutbox()
         try? await client.shutdown()
     }
 
-    private func flushOutbox() {
+    private func flushOutbox() async {
         do {
-            try self.outbox.flush()
+            try await self.outbox.flush()
         } catch {
             self.logger.error("cannot write the webhook outbox: \(error)")
         }
@@ -215,6 +230,24 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     }
 }
 
+extension WebhookConfiguration {
+    /// One delivery of each event to every endpoint that wants it, each with a new id, not yet in an outbox, with
+    /// `node` as the payloads' `node`.
+    public func deliveries(for events: [WebhookEvent], node: String) -> [WebhookDelivery] {
+        var deliveries: [WebhookDelivery] = []
+        for event in events {
+            for endpoint in self.endpoints where endpoint.wants(event) {
+                let id = "msg_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+                deliveries.append(
+                    WebhookDelivery(
+                        seq: 0, id: id, endpoint: endpoint.name, orderingKey: event.orderingKey, type: event.type,
+                        body: event.jsonBody(id: id, node: node), createdMs: Int64(event.timestampMs)))
+            }
+        }
+        return deliveries
+    }
+}
+
 /// The webhooks' metrics: `switchboard_webhook_deliveries_total`, `switchboard_webhook_failed_attempts_total`,
 /// `switchboard_webhook_dead_lettered_total`, `switchboard_webhook_outbox_length` (events not yet delivered),
 /// `switchboard_webhook_dead_letters` (dead letters kept) and `switchboard_webhook_delivery_seconds` (from the
@@ -244,7 +277,7 @@ struct WebhookMetrics: Sendable {
             ?? Metrics.Timer(label: "switchboard_webhook_delivery_seconds")
     }
 
-    func update(outbox: WebhookOutbox) {
+    func update(outbox: any WebhookOutboxEngine) {
         self.outboxLength.record(outbox.pendingCount)
         self.deadLetters.record(outbox.deadLetterCount)
     }

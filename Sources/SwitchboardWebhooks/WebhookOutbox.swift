@@ -1,29 +1,8 @@
 import GRDB
+import SwitchboardStore
 import Synchronization
 
-/// One event for one endpoint, waiting to be delivered: a row of the outbox.
-public struct WebhookDelivery: Sendable, Hashable {
-    /// Its place in the outbox: later events of a queue have larger numbers.
-    public var seq: Int64
-    /// The event's id (`webhook-id`), the same on every try.
-    public var id: String
-    /// The endpoint's name.
-    public var endpoint: String
-    /// The event's ordering key (``SwitchboardServer/WebhookEvent/orderingKey``).
-    public var orderingKey: String
-    /// The event's type.
-    public var type: String
-    /// The JSON body.
-    public var body: String
-    /// When the event was decided (ms since the Unix epoch).
-    public var createdMs: Int64
-    /// Failed tries so far.
-    public var attempts: Int = 0
-    /// When the next try may start (ms since the Unix epoch).
-    public var nextAttemptMs: Int64 = 0
-    /// Why the last try failed.
-    public var lastError: String = ""
-
+extension WebhookDelivery {
     /// The queue it is delivered in, in order.
     var queue: WebhookOutbox.QueueKey { .init(endpoint: self.endpoint, orderingKey: self.orderingKey) }
 }
@@ -35,7 +14,7 @@ public struct WebhookDelivery: Sendable, Hashable {
 /// transaction, in the order they were made; the dispatcher flushes every few milliseconds and when it stops. After a
 /// restart ``load()`` brings back what was not delivered: each event is sent at least once, and its id lets the
 /// receiver drop a repeat.
-public final class WebhookOutbox: Sendable {
+public final class WebhookOutbox: WebhookOutboxEngine {
     /// A queue: an endpoint's events with one ordering key, delivered one at a time, in order.
     struct QueueKey: Hashable, Sendable {
         var endpoint: String
@@ -133,7 +112,7 @@ public final class WebhookOutbox: Sendable {
     public var deadLetterCount: Int { self.state.withLock { $0.dead.count } }
 
     /// Appends deliveries (their `seq` is assigned here, in order) to their queues.
-    func append(_ deliveries: [WebhookDelivery]) {
+    public func append(_ deliveries: [WebhookDelivery]) {
         guard !deliveries.isEmpty else { return }
         self.state.withLock { state in
             for var delivery in deliveries {
@@ -147,27 +126,21 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// Claims the first delivery of each queue that has none in flight and whose next try is due, at most `limit`.
-    /// Returns them, and the earliest time a queue not claimed becomes due (nil: none waits).
-    func claimDue(now: Int64, limit: Int, endpoints: Set<String>) -> (claimed: [WebhookDelivery], nextDueMs: Int64?) {
+    public func claimDue(now: Int64, limit: Int, endpoints: Set<String>) -> [WebhookDelivery] {
         self.state.withLock { state in
             var claimed: [WebhookDelivery] = []
-            var nextDue: Int64?
             for (key, queue) in state.queues where !state.inFlight.contains(key) && endpoints.contains(key.endpoint) {
-                guard let head = queue.first else { continue }
-                if head.nextAttemptMs > now {
-                    nextDue = min(nextDue ?? head.nextAttemptMs, head.nextAttemptMs)
-                    continue
-                }
+                guard let head = queue.first, head.nextAttemptMs <= now else { continue }
                 guard claimed.count < limit else { break }
                 state.inFlight.insert(key)
                 claimed.append(head)
             }
-            return (claimed, nextDue)
+            return claimed
         }
     }
 
     /// The claimed `delivery` was delivered: it leaves its queue (and the outbox).
-    func delivered(_ delivery: WebhookDelivery) {
+    public func delivered(_ delivery: WebhookDelivery) {
         self.state.withLock { state in
             let key = delivery.queue
             state.inFlight.remove(key)
@@ -178,7 +151,7 @@ public final class WebhookOutbox: Sendable {
 
     /// The claimed `delivery` failed again: it is retried at `nextAttemptMs`, or, with `deadAtMs`, it becomes a dead
     /// letter and the queue goes on with the next event.
-    func failed(_ delivery: WebhookDelivery, deadAtMs: Int64?) {
+    public func failed(_ delivery: WebhookDelivery, deadAtMs: Int64?) {
         self.state.withLock { state in
             let key = delivery.queue
             state.inFlight.remove(key)
@@ -205,7 +178,7 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// The dead letters, oldest first.
-    func deadLetters(after: String?, limit: Int) -> [WebhookDeadLetterRecord] {
+    public func deadLetters(after: String?, limit: Int) -> [WebhookDeadLetterRecord] {
         self.state.withLock { state in
             var start = 0
             if let after, let seq = state.deadByID[after], let index = state.deadOrder.firstIndex(of: seq) {
@@ -218,7 +191,7 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// Moves dead letter `id` back to the end of its queue with no tries counted; false if there is none.
-    func requeue(id: String) -> Bool {
+    public func requeue(id: String) -> Bool {
         self.state.withLock { state in
             guard let seq = state.deadByID.removeValue(forKey: id), var delivery = state.dead.removeValue(forKey: seq)?.delivery
             else { return false }
@@ -236,7 +209,7 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// Deletes dead letter `id`; false if there is none.
-    func deleteDeadLetter(id: String) -> Bool {
+    public func deleteDeadLetter(id: String) -> Bool {
         self.state.withLock { state in
             guard let seq = state.deadByID.removeValue(forKey: id), state.dead.removeValue(forKey: seq) != nil else {
                 return false
@@ -296,10 +269,4 @@ public final class WebhookOutbox: Sendable {
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [seq])
         }
     }
-}
-
-/// A dead letter as the outbox keeps it.
-struct WebhookDeadLetterRecord: Sendable {
-    var delivery: WebhookDelivery
-    var failedMs: Int64
 }

@@ -472,7 +472,8 @@ extension ServeSettings {
         } else if self.redis != nil {
             throw ValidationError("--redis needs --cluster: Redis relays a cluster's changes")
         }
-        let webhooks = try self.webhookDispatcher(metricsFactory: metricsPrometheus?.factory, logger: logger)
+        let webhooks = try self.webhookDispatcher(
+            metricsFactory: metricsPrometheus?.factory, cluster: clusterEngine, logger: logger)
         applicationConfiguration.webhooks = webhooks
         let addOns: [any GatewayAddOn] = try self.httpAPI(webhooks: webhooks).map { [$0] } ?? []
         // SIGHUP's default action ends the process: ignored until the gateway runs, then it reloads.
@@ -536,22 +537,32 @@ extension ServeSettings {
         return HTTPAPI(configuration: api)
     }
 
-    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox at `<database>.webhooks`; nil without a
-    /// webhooks file.
+    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox at `<database>.webhooks`, or, on a node
+    /// of `cluster`, the cluster's shared outbox in PostgreSQL; nil without a webhooks file.
     ///
     /// - Throws: `ValidationError` for a file that cannot be read or is not a usable configuration, or an outbox that
     ///   cannot be opened.
-    func webhookDispatcher(metricsFactory: (any MetricsFactory)?, logger: Logger) throws -> WebhookDispatcher? {
+    func webhookDispatcher(
+        metricsFactory: (any MetricsFactory)?, cluster: PostgresCluster?, logger: Logger
+    ) throws -> WebhookDispatcher? {
         guard let path = self.webhooks else { return nil }
-        if self.cluster != nil {
-            // Every node would send what it learns from the others; a cluster's outbox is not built yet.
-            throw ValidationError("--webhooks does not work with --cluster yet (Docs/webhooks.md)")
-        }
         let configuration: WebhookConfiguration
         do {
             configuration = try WebhookConfiguration.load(path: path)
         } catch {
             throw ValidationError("webhooks: \(error.description)")
+        }
+        if let cluster {
+            // One outbox for the cluster; each event written by the node that decided it, online states by the event
+            // engine in the transaction that decides them. A claim's lease outlasts the longest request.
+            let node = configuration.node ?? cluster.nodeID
+            let leaseMs = Int64(configuration.endpoints.map(\.timeoutMs).max() ?? 10_000) + 5_000
+            let outbox = cluster.webhookOutbox(leaseMs: leaseMs) { states in
+                configuration.deliveries(for: states.compactMap(WebhookEvent.online), node: node)
+            }
+            return WebhookDispatcher(
+                configuration: configuration, outbox: outbox, kindsWrittenByEngines: ["online"], node: node,
+                metricsFactory: metricsFactory, logger: Logger(label: "switchboard.webhooks"))
         }
         let outbox: WebhookOutbox
         do {

@@ -27,6 +27,7 @@ final class WebhookReceiver: Sendable {
         var received: [Received] = []
         var failFirst: Int
         var failing = false
+        var holding = false
     }
 
     private let state: Mutex<State>
@@ -62,6 +63,13 @@ final class WebhookReceiver: Sendable {
         set { self.state.withLock { $0.failing = newValue } }
     }
 
+    /// Whether requests from now on are left unanswered (recorded with status 0): the sender's try stays in flight
+    /// until its timeout.
+    var holding: Bool {
+        get { self.state.withLock { $0.holding } }
+        set { self.state.withLock { $0.holding = newValue } }
+    }
+
     /// Every request so far, in arrival order.
     var received: [Received] { self.state.withLock { $0.received } }
 
@@ -82,10 +90,16 @@ final class WebhookReceiver: Sendable {
         try? await self.channel.close()
     }
 
-    fileprivate func answer(_ head: HTTPRequestHead, _ body: String) -> HTTPResponseStatus {
+    fileprivate func answer(_ head: HTTPRequestHead, _ body: String) -> HTTPResponseStatus? {
         self.state.withLock { state in
             var headers: [String: String] = [:]
             for (name, value) in head.headers { headers[name.lowercased()] = value }
+            if state.holding {
+                state.received.append(
+                    Received(
+                        headers: headers, body: body, status: 0, receivedMs: Int64(Date().timeIntervalSince1970 * 1000)))
+                return nil
+            }
             let fail = state.failing || state.failFirst > 0
             if state.failFirst > 0 { state.failFirst -= 1 }
             let status: HTTPResponseStatus = fail ? .internalServerError : .ok
@@ -100,8 +114,9 @@ final class WebhookReceiver: Sendable {
     private final class ReceiverBox: Sendable {
         let receiver = Mutex<WebhookReceiver?>(nil)
 
-        func answer(_ head: HTTPRequestHead, _ body: String) -> HTTPResponseStatus {
-            self.receiver.withLock { $0 }?.answer(head, body) ?? .serviceUnavailable
+        func answer(_ head: HTTPRequestHead, _ body: String) -> HTTPResponseStatus? {
+            guard let receiver = self.receiver.withLock({ $0 }) else { return .serviceUnavailable }
+            return receiver.answer(head, body)
         }
     }
 
@@ -109,11 +124,11 @@ final class WebhookReceiver: Sendable {
         typealias InboundIn = HTTPServerRequestPart
         typealias OutboundOut = HTTPServerResponsePart
 
-        private let answer: @Sendable (HTTPRequestHead, String) -> HTTPResponseStatus
+        private let answer: @Sendable (HTTPRequestHead, String) -> HTTPResponseStatus?
         private var head: HTTPRequestHead?
         private var body = ByteBuffer()
 
-        init(answer: @escaping @Sendable (HTTPRequestHead, String) -> HTTPResponseStatus) {
+        init(answer: @escaping @Sendable (HTTPRequestHead, String) -> HTTPResponseStatus?) {
             self.answer = answer
         }
 
@@ -126,7 +141,10 @@ final class WebhookReceiver: Sendable {
                 self.body.writeBuffer(&part)
             case .end:
                 guard let head = self.head else { return }
-                let status = self.answer(head, String(buffer: self.body))
+                guard let status = self.answer(head, String(buffer: self.body)) else {
+                    self.head = nil  // held: never answered
+                    return
+                }
                 var headers = HTTPHeaders()
                 headers.add(name: "content-length", value: "0")
                 context.write(self.wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)

@@ -15,7 +15,7 @@ private final class PresenceRecorder: Sendable {
         return PresenceRegistry(
             limits: limits, nowMillis: { 5_000 },
             schedule: { [self] _, work in self.timers.withLock { $0.append(work) } },
-            broadcast: { [self] pushes, channel, about in self.sent.withLock { $0.append((pushes.events, channel, about)) } })
+            broadcast: { [self] pushes, channel, about, _ in self.sent.withLock { $0.append((pushes.events, channel, about)) } })
     }
 
     /// Runs the timers scheduled so far (not ones they schedule).

@@ -47,6 +47,7 @@ public struct PostgresCluster: AreaEngines {
     private let feedProgress = FeedProgress()
     /// The event store ``openEventBackend(gracePeriod:logger:)`` opened.
     private let eventBackend = EventBackendBox()
+    private let webhookDeliveries = WebhookDeliveriesBox()
     /// The moderation backend ``openModerationBackend(logger:)`` opened.
     private let moderationBackend = ModerationBackendBox()
     /// The last wills' engine ``open(_:)`` made.
@@ -102,6 +103,21 @@ public struct PostgresCluster: AreaEngines {
 
     /// Channel broadcasts to the other nodes, by PostgreSQL `NOTIFY` (``PostgresBroadcastRelay``).
     public var broadcastRelay: (any BroadcastRelay)? { self.broadcasts }
+
+    /// The cluster's shared webhook outbox (`Docs/webhooks.md`), on this node's connections: every node sends from
+    /// it, one claim per queue at a time, each claim a lease of `leaseMs` (longer than an endpoint's request
+    /// timeout) that another node takes over when it runs out or this node is swept as dead.
+    ///
+    /// `onlineDeliveries` makes the deliveries of the online states this node decides (the dispatcher's
+    /// `deliveries(for:)`): the event engine writes them in the transaction that decides the states, the dead-node
+    /// sweep's included, so each is written exactly once. Call before the gateway starts.
+    public func webhookOutbox(
+        leaseMs: Int64, onlineDeliveries: @escaping @Sendable ([SubscribedEvent]) -> [WebhookDelivery]
+    ) -> any WebhookOutboxEngine {
+        self.webhookDeliveries.value = onlineDeliveries
+        return PostgresWebhookOutbox(
+            pool: self.pool, nodeID: self.nodeID, leaseMs: leaseMs, logger: Logger(label: "switchboard.webhooks"))
+    }
 
     /// A fresh random node id.
     public static func makeNodeID() -> String {
@@ -185,7 +201,7 @@ public struct PostgresCluster: AreaEngines {
     func openEventBackend(gracePeriod: Duration, logger: Logger) async throws -> any EventEngine {
         let backend = try await PostgresEventBackend.open(
             pool: self.pool, nodeID: self.nodeID, gracePeriod: gracePeriod, progress: self.feedProgress,
-            nowMillis: systemNowMillis, logger: logger)
+            webhooks: self.webhookDeliveries, nowMillis: systemNowMillis, logger: logger)
         self.eventBackend.value = backend
         return backend
     }
@@ -226,6 +242,7 @@ public struct PostgresCluster: AreaEngines {
         if let wills = self.willEngine.value {
             sweepers.append(WillSweeper(engine: wills, nodeID: self.nodeID, nowMillis: systemNowMillis))
         }
+        if self.webhookDeliveries.value != nil { sweepers.append(WebhookLeaseSweeper()) }
         if domains.opened.moderation != nil, let moderation = self.moderationBackend.value {
             consumers[.moderation] = ModerationFeedConsumer(backend: moderation)
         }

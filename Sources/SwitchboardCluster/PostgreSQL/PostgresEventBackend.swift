@@ -76,11 +76,15 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
     /// When this node's recorded drops pass their grace period, earliest first.
     private let dropDeadlines = Mutex<[ContinuousClock.Instant]>([])
     private let eventIDs = EventIDs()
+    /// The webhook deliveries of the online states this node decides, written in the transaction that decides them.
+    private let webhooks: WebhookDeliveriesBox
 
     private init(
         pool: PostgresPool, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
-        snapshot: EventSnapshot, nowMillis: @escaping @Sendable () -> Int64, logger: Logger
+        snapshot: EventSnapshot, webhooks: WebhookDeliveriesBox, nowMillis: @escaping @Sendable () -> Int64,
+        logger: Logger
     ) {
+        self.webhooks = webhooks
         self.pool = pool
         self.nodeID = nodeID
         self.gracePeriod = gracePeriod
@@ -93,14 +97,15 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
     /// Loads what the cluster holds (after the node noted the feed's end, so nothing committed meanwhile is missed).
     static func open(
         pool: PostgresPool, nodeID: String, gracePeriod: Duration, progress: FeedProgress,
-        nowMillis: @escaping @Sendable () -> Int64, logger: Logger
+        webhooks: WebhookDeliveriesBox = WebhookDeliveriesBox(), nowMillis: @escaping @Sendable () -> Int64,
+        logger: Logger
     ) async throws -> PostgresEventBackend {
         let snapshot = try await pool.withConnection("loading the event area", timeout: .seconds(60)) { lease in
             try await Self.read(nowMillis: nowMillis(), on: lease.connection, logger: logger)
         }
         return PostgresEventBackend(
             pool: pool, nodeID: nodeID, gracePeriod: gracePeriod, progress: progress, snapshot: snapshot,
-            nowMillis: nowMillis, logger: logger)
+            webhooks: webhooks, nowMillis: nowMillis, logger: logger)
     }
 
     private static func read(nowMillis now: Int64, on connection: PostgresConnection, logger: Logger) async throws
@@ -379,6 +384,8 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
             let versions = try await Self.store(decided, on: connection, logger: logger)
             feed = feed.map { Self.versioned($0, versions) }
             decided = decided.map { Self.versioned($0, versions) }
+            // Their webhooks, in this transaction: written once, by the node that decided them, with the change.
+            try await self.writeWebhooks(of: decided, on: connection)
             // Subscription changes are ordered by where the feed stood when this transaction took its lock (held
             // until the commit): every transaction that appended rows before has a smaller version, every later one
             // a greater.
@@ -636,6 +643,18 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
             of: user, value: value, clientTypes: types, id: "\(node)-\(String(number, radix: 16))", nowMs: now)
     }
 
+    /// Queues the webhooks of the online states among `changes` on `connection`, in its transaction (when webhooks
+    /// are on).
+    private func writeWebhooks(of changes: [SharedEventChange], on connection: PostgresConnection) async throws {
+        guard let deliveries = self.webhooks.value else { return }
+        let events = changes.compactMap { change -> SubscribedEvent? in
+            if case .onlineState(let event, _) = change { return event }
+            return nil
+        }
+        guard !events.isEmpty else { return }
+        try await PostgresWebhookOutbox.insert(deliveries(events), on: connection, logger: self.logger)
+    }
+
     // MARK: Drops and dead nodes
 
     /// How often the node looks for drops whose grace period passed.
@@ -692,6 +711,8 @@ final class PostgresEventBackend: EventEngine, DeadNodeSweeper, Sendable {
         var changes = events.map { SharedEventChange.onlineState($0, version: 0) }
         let versions = try await Self.store(changes, on: connection, logger: logger)
         changes = changes.map { Self.versioned($0, versions) }
+        // The dead node's users' offline webhooks, in the sweep's transaction: exactly once, by the sweeping node.
+        try await self.writeWebhooks(of: changes, on: connection)
         try await ChangeFeedRows.append(
             changes.map { ChangeFeedRows.Row(kind: .event, payload: EventFeedCoding.encode($0)) }, node: self.nodeID,
             on: connection, logger: logger)

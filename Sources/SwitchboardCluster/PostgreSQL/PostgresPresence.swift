@@ -190,8 +190,9 @@ final class PresenceMirror: Sendable {
         self.nowMillis = nowMillis
     }
 
-    /// Applies changes of other nodes' sessions, in order. Applying a change twice changes nothing.
-    func apply(_ changes: [PresenceChange]) {
+    /// Applies changes of other nodes' sessions, in order. Applying a change twice changes nothing. `decidedHere`:
+    /// this node decided them (it swept their dead node), so it reports their events as its own (the webhooks).
+    func apply(_ changes: [PresenceChange], decidedHere: Bool = false) {
         let now = self.nowMillis()
         for change in changes {
             switch change {
@@ -221,7 +222,7 @@ final class PresenceMirror: Sendable {
                     elapsedMs > 0 ? max(0, self.domain.limits.presenceTimeoutNanos - elapsedMs * 1_000_000) : nil
                 self.domain.detachRemote(
                     ObjectIdentifier(identity), userID: session.userID, from: session.channel, exit: exit,
-                    delayNanos: delay, now: now)
+                    delayNanos: delay, now: now, decidedHere: decidedHere)
                 withExtendedLifetime(identity) {}
             case .state(_, let userID, let channel, let state):
                 self.domain.replaceState(of: userID, in: channel, with: state, now: now)
@@ -455,7 +456,8 @@ struct PresenceSweeper: DeadNodeSweeper {
             [ChangeFeedRows.Row(kind: .presence, payload: PresenceChangeCoding.encode(changes))], node: self.nodeID,
             on: connection, logger: logger)
         let mirror = self.mirror
-        return { mirror.apply(changes) }
+        // This node decided these exits: its registry reports their timeouts (once in the cluster).
+        return { mirror.apply(changes, decidedHere: true) }
     }
 }
 

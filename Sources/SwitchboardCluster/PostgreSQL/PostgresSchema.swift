@@ -24,6 +24,7 @@ import PostgresNIO
 ///   its `.profiles` file.
 /// - `sb_profile_provider`: which node's session is the provider of each profile kind (the latest registration
 ///   wins); removed when the session ends or by the sweep of its dead node.
+/// - `sb_webhook_outbox`, `sb_webhook_dead_letter`: the webhooks' shared outbox (``PostgresWebhookOutbox``).
 /// - `sb_profile_version`: orders the profile directory's commits (taken under the feed's lock, so in commit order).
 /// - `sb_session`: one row per live session of every node (``ClusterSessions``): a user is online while they have one.
 /// - `sb_event_subscription`, `sb_event_kept`, `sb_event_online`, `sb_event_offline`, `sb_event_drop`: the event area
@@ -254,6 +255,38 @@ enum PostgresSchema {
         """,
         "CREATE INDEX IF NOT EXISTS sb_will_node ON sb_will (node)",
         "CREATE INDEX IF NOT EXISTS sb_will_user ON sb_will (user_id)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_webhook_outbox (
+            seq bigserial PRIMARY KEY,
+            id text NOT NULL,
+            endpoint text NOT NULL,
+            ordering_key bytea NOT NULL,
+            type text NOT NULL,
+            body bytea NOT NULL,
+            created_ms bigint NOT NULL,
+            attempts int4 NOT NULL DEFAULT 0,
+            next_attempt_ms bigint NOT NULL DEFAULT 0,
+            last_error bytea NOT NULL DEFAULT ''::bytea,
+            lease_node text,
+            lease_until_ms bigint NOT NULL DEFAULT 0
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS sb_webhook_outbox_queue ON sb_webhook_outbox (endpoint, ordering_key, seq)",
+        """
+        CREATE TABLE IF NOT EXISTS sb_webhook_dead_letter (
+            seq bigint PRIMARY KEY,
+            id text NOT NULL,
+            endpoint text NOT NULL,
+            ordering_key bytea NOT NULL,
+            type text NOT NULL,
+            body bytea NOT NULL,
+            created_ms bigint NOT NULL,
+            attempts int4 NOT NULL,
+            last_error bytea NOT NULL,
+            failed_ms bigint NOT NULL
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS sb_webhook_dead_letter_id ON sb_webhook_dead_letter (id)",
     ]
 
     /// Creates the tables that do not exist yet, in `transaction` (``PostgresPool/withTransaction(_:timeout:_:)``).

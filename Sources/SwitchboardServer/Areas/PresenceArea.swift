@@ -97,10 +97,11 @@ public final class PresenceArea: RequestHandler, SessionObserver {
                 // search of the loop's timer heap, which a reconnect storm would pay thousands of times).
                 timerLoop.scheduleTask(in: .nanoseconds(delay)) { () -> Void in work() }
             },
-            broadcast: { pushes, channel, aboutUser in
-                // Under the channel's lock: the webhook outbox takes the channel's events in their order.
-                if let webhooks = publisher.webhooks {
-                    let events = WebhookEvent.presence(pushes.events)
+            broadcast: { pushes, channel, aboutUser, origin in
+                // Under the channel's lock: the webhook outbox takes the channel's events in their order. Only the
+                // changes decided here: in a cluster each is reported by the node that decided it.
+                if let webhooks = publisher.webhooks, origin != .elsewhere {
+                    let events = WebhookEvent.presence(pushes.events, decidedHere: origin)
                     if !events.isEmpty { webhooks.record(events) }
                 }
                 // Queued: pushes published in order under the channel's lock are written in that order.

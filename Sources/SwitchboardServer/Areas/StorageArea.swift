@@ -41,8 +41,13 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         self.publisher = publisher
         self.nowMillis = nowMillis
         let changeTap = self.changeTap
+        if let webhooks = publisher.webhooks {
+            // Only the changes this gateway decided: in a cluster each is reported by the node that made it.
+            store.setDecidedLockEventHandler { event in
+                if let webhook = WebhookEvent.lock(event) { webhooks.record([webhook]) }
+            }
+        }
         store.setLockEventHandler { event in
-            if let webhook = WebhookEvent.lock(event) { publisher.webhooks?.record([webhook]) }
             changeTap.emit(.lock(event))
             publisher.publish(
                 .lockEvent(event), to: .channelMembers(ChannelKey(name: event.channel, type: event.channelType), receiving: .lock))

@@ -33,13 +33,14 @@ public struct WebhookDeadLetter: Sendable, Hashable {
     }
 }
 
-/// What the HTTP API lets an operator do with webhooks: see the dead letters, send one again, or drop it.
+/// What the HTTP API lets an operator do with webhooks: see the dead letters, send one again, or drop it. The calls
+/// throw when the outbox cannot be read or written (a cluster's database is unreachable).
 public protocol WebhookAdministration: Sendable {
     /// The dead letters, oldest first, at most `limit`, after the one with id `after` (nil: from the start).
-    func deadLetters(after: String?, limit: Int) -> [WebhookDeadLetter]
+    func deadLetters(after: String?, limit: Int) async throws -> [WebhookDeadLetter]
     /// Queues the dead letter `id` again (at the end of its channel's queue, tries counted from zero); false if there
     /// is none.
-    func requeueDeadLetter(id: String) -> Bool
+    func requeueDeadLetter(id: String) async throws -> Bool
     /// Deletes the dead letter `id`; false if there is none.
-    func deleteDeadLetter(id: String) -> Bool
+    func deleteDeadLetter(id: String) async throws -> Bool
 }

@@ -77,13 +77,15 @@ public protocol WebhookSink: Sendable {
 
 extension WebhookEvent {
     /// The webhook events of presence pushes a channel broadcast: one per join, leave, timeout or state change
-    /// (an `interval` push is split into its users' events); snapshots are none.
-    public static func presence(_ events: [PresenceEvent]) -> [WebhookEvent] {
+    /// (an `interval` push is split into its users' events) whose change `decidedHere` says this node decided;
+    /// snapshots are none.
+    public static func presence(_ events: [PresenceEvent], decidedHere: PresenceOrigin = .here) -> [WebhookEvent] {
         var out: [WebhookEvent] = []
         for event in events {
             let key = ChannelKey(name: event.channel, type: event.channelType)
             let time = event.timestampMs
             func one(_ type: String, _ user: String, _ data: JSONValue) {
+                guard decidedHere.decidedHere(user) else { return }
                 out.append(WebhookEvent(type: type, channel: key, userID: user, timestampMs: time, data: data))
             }
             switch event.eventType {

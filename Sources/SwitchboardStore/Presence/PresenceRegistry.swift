@@ -51,6 +51,8 @@ public struct PresenceMember: Sendable {
     struct Pending {
         var exit: PresenceExit
         var generation: UInt64
+        /// The exit was decided here (``PresenceOrigin``).
+        var here = true
     }
 
     /// The user id as first seen (the spelling kept in the sorted list).
@@ -74,6 +76,30 @@ struct PresenceDelta {
     var wasVisible: Bool
     var exit: PresenceExit?
     var stateTouched = false
+    /// The user's latest change in the interval was decided here (``PresenceOrigin``).
+    var here = true
+}
+
+/// Whose decisions a push of presence events reports: this registry's (its own sessions joined, left, changed state,
+/// or it swept a dead node's sessions), or another node's it learned (``PresenceRegistry/attachRemote(_:userID:to:quiet:state:now:)``).
+/// On a gateway of its own every change is decided here. In a cluster each change is decided by exactly one node,
+/// and only that node reports it to the application's webhooks.
+public enum PresenceOrigin: Sendable, Equatable {
+    /// Every event of the push was decided here.
+    case here
+    /// No event of the push was decided here.
+    case elsewhere
+    /// An interval push: the changes of these users were decided here, the others' elsewhere.
+    case users(Set<String>)
+
+    /// Whether the change of `user` the push reports was decided here.
+    public func decidedHere(_ user: String) -> Bool {
+        switch self {
+        case .here: true
+        case .elsewhere: false
+        case .users(let users): users.contains(user)
+        }
+    }
 }
 
 /// One channel's presence. A class so it is mutated in place; only touched under its shard's lock.
@@ -100,8 +126,9 @@ public final class PresenceChannel {
         return (users, hasMore ? ids.last : nil)
     }
 
-    func record(_ change: PresenceChange, of userID: String, wasVisible: Bool) {
+    func record(_ change: PresenceChange, of userID: String, wasVisible: Bool, here: Bool) {
         var entry = self.delta[userID] ?? PresenceDelta(wasVisible: wasVisible)
+        entry.here = here
         switch change {
         case .joined, .stateChanged: entry.stateTouched = true
         case .left: entry.exit = .left
@@ -130,7 +157,9 @@ final class PresenceShard: Sendable {
 /// lock, so pushes of one channel leave in the order of its changes.
 public final class PresenceRegistry: Sendable {
     public typealias Schedule = @Sendable (_ delayNanos: Int64, _ work: @escaping @Sendable () -> Void) -> Void
-    public typealias Broadcast = @Sendable (_ pushes: PresencePushes, _ channel: ChannelKey, _ aboutUser: String?) -> Void
+    public typealias Broadcast = @Sendable (
+        _ pushes: PresencePushes, _ channel: ChannelKey, _ aboutUser: String?, _ origin: PresenceOrigin
+    ) -> Void
 
     public let limits: PresenceLimits
     /// Where each single join, leave, timeout and state change is announced to the admin change log (off until it
@@ -202,7 +231,7 @@ public final class PresenceRegistry: Sendable {
                 channel = PresenceChannel(key: key)
                 shard.channels[key] = channel
             }
-            self.attach(session, userID: userID, quiet: quiet, to: channel, now: now)
+            self.attach(session, userID: userID, quiet: quiet, to: channel, now: now, here: true)
             if let attached, let member = channel.members[userID] { attached(member.state) }
             if let deliverSnapshot { deliverSnapshot(self.snapshot(of: channel, now: now)) }
             return true
@@ -225,7 +254,7 @@ public final class PresenceRegistry: Sendable {
         self.shard(key).state.withLock { shard in
             release()
             guard let channel = shard.channels[key] else { return }
-            self.detach(session, userID: userID, from: channel, exit: .left, now: now)
+            self.detach(session, userID: userID, from: channel, exit: .left, now: now, here: true)
             if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
         }
     }
@@ -239,7 +268,7 @@ public final class PresenceRegistry: Sendable {
             self.shard(key).state.withLock { shard in
                 release(key)
                 guard let channel = shard.channels[key] else { return }
-                self.detach(session, userID: userID, from: channel, exit: exit, now: now)
+                self.detach(session, userID: userID, from: channel, exit: exit, now: now, here: true)
                 if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
             }
         }
@@ -291,20 +320,22 @@ public final class PresenceRegistry: Sendable {
             }
             if channel.members[userID]?.sessions[session] == quiet { return }
             self.attach(
-                session, userID: userID, quiet: quiet, to: channel, now: now,
+                session, userID: userID, quiet: quiet, to: channel, now: now, here: false,
                 initialState: PresenceState().setting(state))
         }
     }
 
     /// Removes a session of another node from `key`: at once (`exit` `.left`, or a `delayNanos` of 0 or less), or
-    /// after `delayNanos` (the configured presence timeout when nil) unless the user comes back.
+    /// after `delayNanos` (the configured presence timeout when nil) unless the user comes back. `decidedHere`: this
+    /// node decided the exit (it swept the session's dead node), so its events are reported as decided here.
     public func detachRemote(
         _ session: PresenceSessionID, userID: String, from key: ChannelKey, exit: PresenceExit, delayNanos: Int64?,
-        now: Int64
+        now: Int64, decidedHere: Bool = false
     ) {
         self.shard(key).state.withLock { shard in
             guard let channel = shard.channels[key] else { return }
-            self.detach(session, userID: userID, from: channel, exit: exit, now: now, delayNanos: delayNanos)
+            self.detach(
+                session, userID: userID, from: channel, exit: exit, now: now, delayNanos: delayNanos, here: decidedHere)
             if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
         }
     }
@@ -319,13 +350,13 @@ public final class PresenceRegistry: Sendable {
             member.state = updated
             channel.members[member.userID] = member
             if member.visible {
-                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now)
+                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now, here: false)
             }
         }
     }
 
     private func attach(
-        _ session: PresenceSessionID, userID: String, quiet: Bool, to channel: PresenceChannel, now: Int64,
+        _ session: PresenceSessionID, userID: String, quiet: Bool, to channel: PresenceChannel, now: Int64, here: Bool,
         initialState: PresenceState? = nil
     ) {
         // Taken out of the channel while it changes, so that its session table is changed in place: a copy of the
@@ -347,12 +378,12 @@ public final class PresenceRegistry: Sendable {
             let memberID = member.userID
             self.userIndex.withLock { $0[memberID, default: [:]][channel.key] = visible }
         }
-        self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now)
+        self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now, here: here)
     }
 
     private func detach(
         _ session: PresenceSessionID, userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64,
-        delayNanos: Int64? = nil
+        delayNanos: Int64? = nil, here: Bool
     ) {
         // Taken out while it changes (see `attach`), and put back unless it was not the session's.
         guard var member = channel.members.removeValue(forKey: userID) else { return }
@@ -365,7 +396,7 @@ public final class PresenceRegistry: Sendable {
             let delay = delayNanos ?? self.limits.presenceTimeoutNanos
             if exit == .left || delay <= 0 {
                 channel.members[member.userID] = member
-                self.removeMember(member.userID, from: channel, exit: exit, now: now)
+                self.removeMember(member.userID, from: channel, exit: exit, now: now, here: here)
                 return
             }
             let generation = self.nextGeneration()
@@ -374,7 +405,7 @@ public final class PresenceRegistry: Sendable {
             self.schedule(delay) { [weak self] in
                 self?.pendingExitExpired(channel: key, userID: memberID, generation: generation)
             }
-            member.pending = PresenceMember.Pending(exit: exit, generation: generation)
+            member.pending = PresenceMember.Pending(exit: exit, generation: generation, here: here)
             channel.members[member.userID] = member
         } else {
             let wasVisible = member.visible
@@ -384,7 +415,7 @@ public final class PresenceRegistry: Sendable {
                 let visible = member.visible
                 let memberID = member.userID
                 self.userIndex.withLock { $0[memberID]?[channel.key] = visible }
-                self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now)
+                self.visibilityChanged(of: member, in: channel, wasVisible: wasVisible, now: now, here: here)
             }
         }
     }
@@ -395,12 +426,12 @@ public final class PresenceRegistry: Sendable {
             guard let channel = shard.channels[key], let member = channel.members[userID],
                 let pending = member.pending, pending.generation == generation, member.sessions.isEmpty
             else { return }
-            self.removeMember(member.userID, from: channel, exit: pending.exit, now: now)
+            self.removeMember(member.userID, from: channel, exit: pending.exit, now: now, here: pending.here)
             if channel.members.isEmpty { shard.channels.removeValue(forKey: key) }
         }
     }
 
-    private func removeMember(_ userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64) {
+    private func removeMember(_ userID: String, from channel: PresenceChannel, exit: PresenceExit, now: Int64, here: Bool) {
         guard let member = channel.members.removeValue(forKey: userID) else { return }
         self.userIndex.withLock { index in
             index[member.userID]?.removeValue(forKey: channel.key)
@@ -408,37 +439,45 @@ public final class PresenceRegistry: Sendable {
         }
         if member.visible {
             channel.visible.remove(member.userID)
-            self.changed(exit == .timedOut ? .timedOut : .left, member: member, in: channel, wasVisible: true, now: now)
+            self.changed(
+                exit == .timedOut ? .timedOut : .left, member: member, in: channel, wasVisible: true, now: now, here: here)
         }
     }
 
-    private func visibilityChanged(of member: PresenceMember, in channel: PresenceChannel, wasVisible: Bool, now: Int64) {
+    private func visibilityChanged(
+        of member: PresenceMember, in channel: PresenceChannel, wasVisible: Bool, now: Int64, here: Bool
+    ) {
         if member.visible && !wasVisible {
             channel.visible.insert(member.userID)
-            self.changed(.joined, member: member, in: channel, wasVisible: false, now: now)
+            self.changed(.joined, member: member, in: channel, wasVisible: false, now: now, here: here)
         } else if !member.visible && wasVisible {
             channel.visible.remove(member.userID)
-            self.changed(.left, member: member, in: channel, wasVisible: true, now: now)
+            self.changed(.left, member: member, in: channel, wasVisible: true, now: now, here: here)
         }
     }
 
     // MARK: events
 
-    private func changed(_ change: PresenceChange, member: PresenceMember, in channel: PresenceChannel, wasVisible: Bool, now: Int64) {
+    private func changed(
+        _ change: PresenceChange, member: PresenceMember, in channel: PresenceChannel, wasVisible: Bool, now: Int64,
+        here: Bool
+    ) {
         self.changeTap.emit(.presence(Self.event(change, of: member, in: channel, now: now)))
         if channel.intervalMode {
-            channel.record(change, of: member.userID, wasVisible: wasVisible)
+            channel.record(change, of: member.userID, wasVisible: wasVisible, here: here)
             return
         }
         if channel.visible.count > self.limits.intervalThreshold {
             channel.intervalMode = true
             channel.delta = [:]
-            channel.record(change, of: member.userID, wasVisible: wasVisible)
+            channel.record(change, of: member.userID, wasVisible: wasVisible, here: here)
             self.scheduleTick(channel)
             return
         }
         channel.snapshot = nil
-        self.broadcast(PresencePushes([Self.event(change, of: member, in: channel, now: now)]), channel.key, member.userID)
+        self.broadcast(
+            PresencePushes([Self.event(change, of: member, in: channel, now: now)]), channel.key, member.userID,
+            here ? .here : .elsewhere)
     }
 
     /// The single event of one member's change.
@@ -477,9 +516,12 @@ public final class PresenceRegistry: Sendable {
             }
             if !channel.delta.isEmpty {
                 let pushes = self.intervalPushes(of: channel, now: now)
+                let here = channel.delta.filter { $0.value.here }
+                let origin: PresenceOrigin =
+                    here.count == channel.delta.count ? .here : here.isEmpty ? .elsewhere : .users(Set(here.keys))
                 channel.delta = [:]
                 channel.snapshot = nil
-                self.broadcast(pushes, key, nil)
+                self.broadcast(pushes, key, nil, origin)
             }
             if channel.visible.count <= self.limits.intervalThreshold {
                 channel.intervalMode = false
@@ -672,7 +714,7 @@ public final class PresenceRegistry: Sendable {
             channel.members[member.userID] = member
             changed?(updated)
             if member.visible {
-                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now)
+                self.changed(.stateChanged, member: member, in: channel, wasVisible: true, now: now, here: true)
             }
             return nil
         }

@@ -210,7 +210,7 @@ extension MetadataStore {
         self.shard(for: committed.channel).perform(
             { state in
                 state.locks.installCommitted(committed, node: node, out: &state.outbox)
-                state.outbox.append(contentsOf: events.map { .lockEvent($0) })
+                state.outbox.append(contentsOf: events.map { .lockEventElsewhere($0) })
             }, deliver: self.deliver)
     }
 
