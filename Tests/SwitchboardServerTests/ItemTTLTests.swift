@@ -70,7 +70,8 @@ import Testing
             try await tony.connect()
             let events = Recorder(tony.storageEvents)
             try await tony.subscribeUserMetadata()
-            _ = try await tony.setUserMetadata(items: [.expiring("lease", "a", after: .milliseconds(150), revision: 0)])
+            // 1.5 s: long enough that the next request comes before the deadline on a loaded machine too.
+            _ = try await tony.setUserMetadata(items: [.expiring("lease", "a", after: .milliseconds(1_500), revision: 0)])
             // Still there: a create-only write is refused.
             await expectClientError(.itemRevisionConflict) {
                 _ = try await tony.setUserMetadata(items: [MetadataItem(key: "lease", value: "b", revision: 0)])
