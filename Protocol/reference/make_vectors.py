@@ -188,6 +188,7 @@ REQUESTS = {
     "unsubscribeEvent": {"publishers": ["Bob"]},
     "publishEvent": {"value": 10001, "expirySeconds": 3600, "onlineOnly": False, "ext": "{\"status\":\"busy\"}"},
     "queryEventSubscriptions": {"publishers": ["Ann", "Bob"]},
+    "resumeEvents": {"epoch": T0 * 1000 + 3, "after": 41},
     "setUserInfo": {"info": {"userId": "Tony", "name": "Tony Stark", "portraitUri": "https://example.com/t.png"}},
     "getUserInfo": {"userIds": ["Tony", "Ann", "ghost"]},
     "setGroupInfo": {"info": {"groupId": "g1", "name": "Avengers", "extra": "{\"max\":6}"}},
@@ -244,6 +245,7 @@ RESPONSES = {
     "getState": {"userId": "Ann", "items": [{"key": "mood", "value": "happy"}]},
     "subscribeEvent": {"failedPublishers": ["no such user"]},
     "publishEvent": {"eventId": "e-000042", "timestampMs": T0},
+    "resumeEvents": {"epoch": T0 * 1000 + 3, "position": 57, "replayed": 2},
     "queryEventSubscriptions": {"subscriptions": [
         {"publisher": "Ann", "subscribedAtMs": T0, "expiresAtMs": T0 + 86400000, "remainingSeconds": 86399}]},
     "getUserInfo": {"users": [{"userId": "Tony", "name": "Tony Stark", "updatedAtMs": T0},
@@ -391,6 +393,16 @@ def frames_file():
                   {"eventId": "e-2", "value": 3, "publisher": "Bob", "timestampMs": T0, "onlineClientTypes": [200]},
                   {"eventId": "e-3", "value": 10001, "publisher": "Ann", "timestampMs": T0 + 1,
                    "expiresAtMs": T0 + 3600001, "ext": "{\"status\":\"busy\"}"}]})),
+        valid("push.subscribedEvents.numbered", "An online-only event with the delivering node's epoch and position "
+              "(SB-13.4-9), as live and as replayed after resumeEvents.",
+              P("subscribedEvents", {"events": [
+                  {"eventId": "e-4", "value": 10002, "publisher": "Ann", "timestampMs": T0 + 2,
+                   "expiresAtMs": T0 + 604800002, "epoch": T0 * 1000 + 3, "position": 42}]})),
+        valid("response.subscribeEvent.position", "subscribeEvent answered with where the node's numbering of "
+              "online-only events stands.",
+              S("subscribeEvent", 23, {"epoch": T0 * 1000 + 3, "position": 41})),
+        valid("response.resumeEvents.gap", "A resume from another epoch: gap, nothing replayed.",
+              S("resumeEvents", 24, {"epoch": T0 * 1000 + 9, "position": 5, "gap": True})),
         valid("push.profileChanged.user", "A subscribed user's record changed.",
               P("profileChanged", {"user": {"userId": "Tony", "name": "Tony S.", "updatedAtMs": T0}, "id": "Tony"})),
         valid("push.profileChanged.memberList", "A group's member list changed.",

@@ -2,7 +2,8 @@ import SwitchboardWire
 
 /// Event subscription and online state (`Protocol/SPEC.md` §13.4). Events arrive on
 /// ``SwitchboardClient/subscribedEvents``. Subscriptions belong to the user and outlive sessions, so a reconnect
-/// has nothing to restore here.
+/// has nothing to restore here; it asks the server for the online-only events missed meanwhile instead
+/// (`resumeEvents`, SB-13.4-9), and reports the answer in ``RestoreReport/events``.
 extension SwitchboardClient {
     /// Subscribes to the events of up to 100 publishers for `expirySeconds` (60 s to 30 days); subscribing again
     /// renews the expiry.
@@ -47,6 +48,25 @@ extension SwitchboardClient {
             guard case .publishEvent(let response) = $0 else { return nil }
             return response
         }
+    }
+
+    /// Asks the server for the online-only events it numbered after `position` of `epoch` that the user may receive
+    /// (they follow the answer on ``SwitchboardClient/subscribedEvents``); the client does this by itself after a
+    /// reconnect. With `gap` some may be missing.
+    @discardableResult
+    public func resumeEvents(epoch: UInt64, after position: UInt64) async throws(SwitchboardClientError)
+        -> ResumeEventsResponse
+    {
+        try await self.call(.resumeEvents(ResumeEventsRequest(epoch: epoch, after: position))) {
+            guard case .resumeEvents(let response) = $0 else { return nil }
+            return response
+        }
+    }
+
+    /// Where the client stands in the server's numbering of online-only events: the epoch and the greatest position
+    /// received (from the events and the `subscribeEvent` answers; nil: none yet). A reconnect resumes from it.
+    public var eventReplayPosition: (epoch: UInt64, position: UInt64)? {
+        self.withCore { core in core.ledger.eventReplay.map { ($0.epoch, $0.position) } }
     }
 
     /// The caller's subscriptions to the named publishers (1-100), with their expiry.

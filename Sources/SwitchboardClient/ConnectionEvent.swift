@@ -82,7 +82,8 @@ public enum RestorableSubscription: Sendable, Hashable {
 /// What a reconnect restored.
 ///
 /// Event subscriptions (`subscribeEvent`) are not in it: they belong to the user and the server keeps them across
-/// sessions (`Protocol/SPEC.md` §13.4), so there is nothing to restore.
+/// sessions (`Protocol/SPEC.md` §13.4), so there is nothing to restore; the online-only events missed meanwhile are
+/// asked for (``events``).
 public struct RestoreReport: Sendable {
     /// A subscription the new session refused.
     public struct Failure: Sendable {
@@ -99,4 +100,9 @@ public struct RestoreReport: Sendable {
     /// The answer of the restored admin change stream, when there is one: with `gap` the changes since the last one
     /// received could not all be replayed, and the app re-reads the state it follows.
     public var changeStream: SubscribeChangesResponse?
+    /// The answer of the resume of online-only events (`resumeEvents`, SB-13.4-9), when the client had received a
+    /// position to resume from: the `replayed` events follow on ``SwitchboardClient/subscribedEvents``; with `gap`
+    /// some may be missing (the node restarted, it is another node of a cluster, or they are older than its window)
+    /// and the app re-reads what it follows. Nil: nothing to resume, or the request failed (logged).
+    public var events: ResumeEventsResponse?
 }

@@ -42,6 +42,33 @@ struct SubscriptionLedger: Sendable {
     private(set) var will: SetWillRequest?
     /// The majorRevision of the last storage event received per set.
     private(set) var metadataRevisions: [SetID: UInt64] = [:]
+    /// Where the session stands in the server's numbering of online-only events (SB-13.4-9): a new session asks
+    /// for the events after it (nil: nothing received yet, nothing to ask).
+    private(set) var eventReplay: EventReplayPoint?
+
+    /// An epoch and the greatest position received in it.
+    struct EventReplayPoint: Sendable, Equatable {
+        var epoch: UInt64
+        var position: UInt64
+    }
+
+    /// Notes a position of the server's numbering of online-only events: in the same epoch the greater one counts,
+    /// another epoch replaces it.
+    mutating func noteEventPosition(epoch: UInt64, position: UInt64) {
+        guard epoch != 0 else { return }
+        if let current = self.eventReplay, current.epoch == epoch {
+            self.eventReplay = EventReplayPoint(epoch: epoch, position: max(current.position, position))
+        } else {
+            self.eventReplay = EventReplayPoint(epoch: epoch, position: position)
+        }
+    }
+
+    /// Notes the numbered events of a `subscribedEvents` push.
+    mutating func noteEvents(_ events: [SubscribedEvent]) {
+        for event in events where event.epoch != 0 {
+            self.noteEventPosition(epoch: event.epoch, position: event.position)
+        }
+    }
 
     /// Notes a storage event received: a new session's subscription to its set resumes from its majorRevision.
     mutating func noteStorageEvent(_ event: StorageEvent) {
@@ -124,6 +151,17 @@ struct SubscriptionLedger: Sendable {
             self.changeStream = subscribe
         case .unsubscribeChanges where succeeded:
             self.changeStream = nil
+        case .subscribeEvent where succeeded:
+            guard case .success(.subscribeEvent(let answer)) = outcome else { return }
+            self.noteEventPosition(epoch: answer.epoch, position: answer.position)
+        case .resumeEvents(let resume) where succeeded:
+            guard case .success(.resumeEvents(let answer)) = outcome else { return }
+            if answer.epoch != resume.epoch || answer.gap {
+                // Start over from where the server stands (what it still replays follows, at or below it).
+                self.eventReplay = nil
+                self.noteEventPosition(epoch: answer.epoch, position: answer.position)
+            }
+            // Otherwise the replayed events follow the answer and move the point on.
         case .setWill(let will) where succeeded:
             self.will = will.actions.isEmpty ? nil : will
         default:

@@ -93,8 +93,20 @@ extension SwitchboardClient {
                 let subscriptions = core.ledger.subscriptions
                 return (subscriptions, subscriptions.map { core.ledger.request(for: $0, ownUserID: ownUserID) })
             }
-            let report = await SubscriptionRestorer.restore(
+            var report = await SubscriptionRestorer.restore(
                 subscriptions, requests: requests, on: connection, timeout: self.configuration.requestTimeout)
+            // The online-only events missed meanwhile (SB-13.4-9), once the session is as it was.
+            if let point = self.withCore({ $0.ledger.eventReplay }), connection.isActive {
+                let request = Request.resumeEvents(ResumeEventsRequest(epoch: point.epoch, after: point.position))
+                do {
+                    let response = try await connection.send(request, timeout: self.configuration.requestTimeout)
+                    if case .resumeEvents(let answer) = response { report.events = answer }
+                    self.withCore { $0.ledger.record(request, outcome: .success(response)) }
+                } catch {
+                    self.logger.warning(
+                        "online-only events were not resumed", metadata: ["switchboard.error": "\(error)"])
+                }
+            }
             guard connection.isActive else {
                 // Lost again while restoring: that counts as a failed attempt.
                 await forwarder.value

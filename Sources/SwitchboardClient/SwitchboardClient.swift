@@ -445,6 +445,10 @@ public final class SwitchboardClient: Sendable {
                     // A new session's metadata subscriptions resume from it.
                     self.core.withLock { $0.ledger.noteStorageEvent(event) }
                 }
+                if case .subscribedEvents(let body) = push {
+                    // A new session asks for the online-only events after the last one received.
+                    self.core.withLock { $0.ledger.noteEvents(body.events) }
+                }
                 if case .change(let change) = push {
                     // A new session resumes the admin change stream after it.
                     self.core.withLock { $0.ledger.noteChange(at: change.position) }

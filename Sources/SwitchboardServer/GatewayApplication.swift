@@ -67,6 +67,8 @@ public struct GatewayApplication: Service {
         public var changeLogCapacity = ChangeLog.defaultCapacity
         /// Channel broadcasts' payload size, per-session rate and rewind memory (`broadcast`, `rewindBroadcasts`).
         public var broadcasts = BroadcastConfiguration()
+        /// How many online-only events, for how long, each node holds for clients that resume (`resumeEvents`).
+        public var eventReplay = EventReplayLimits()
         /// How long an event or profile write nobody waits for waits for others to share its transaction (ms).
         public var unawaitedWriteDelayMs = GroupCommitDefaults.unawaitedWriteDelayMs
         /// Serve Prometheus metrics on `metricsHost:port/metrics`, the gateway's health on `/health` and the live
@@ -403,7 +405,8 @@ public struct GatewayApplication: Service {
         var events: EventArea?
         if let engine = opened.events {
             events = try EventArea(
-                engine: engine, publisher: publisher, timerLoop: eventLoopGroup.next(), nowMillis: nowMillis)
+                engine: engine, publisher: publisher, timerLoop: eventLoopGroup.next(), nowMillis: nowMillis,
+                replayLimits: configuration.eventReplay)
         }
         var profiles: ProfileArea?
         if let backend = opened.profiles {

@@ -67,6 +67,8 @@ struct ServeSettings: Equatable, Sendable {
     var presenceIntervalThreshold = 50
     var presenceIntervalMs = 1_000
     var providerTimeoutMs = 5_000
+    var eventReplayCapacity = EventReplayLimits.defaultCapacity
+    var eventReplaySeconds = Int(EventReplayLimits.defaultMaxAgeMs / 1000)
     /// Nil: no metrics endpoint.
     var metricsPort: Int?
     /// The address the metrics endpoint binds.
@@ -166,6 +168,8 @@ struct ServeSettings: Equatable, Sendable {
         .integer("presence-interval-threshold", \.presenceIntervalThreshold, 8...128),
         .integer("presence-interval-ms", \.presenceIntervalMs, 100...60_000),
         .integer("provider-timeout-ms", \.providerTimeoutMs, 100...600_000),
+        .integer("event-replay-capacity", \.eventReplayCapacity, 0...10_000_000),
+        .integer("event-replay-seconds", \.eventReplaySeconds, 0...3_600),
         .optionalInteger("metrics-port", \.metricsPort, 0...65_535),
         .string("metrics-host", \.metricsHost),
         .string("inspector", \.inspector),

@@ -196,6 +196,12 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("provider-timeout-ms"), help: "How long a read waits for a profile provider's answer, 100-600000 (then: missing, or 8003) (default: \(defaults.providerTimeoutMs)).")
     var providerTimeoutMs: Int?
 
+    @Option(name: .customLong("event-replay-capacity"), help: "How many online-only events (0-10000000) each node holds for clients that resume after a reconnect (resumeEvents) (default: \(defaults.eventReplayCapacity)).")
+    var eventReplayCapacity: Int?
+
+    @Option(name: .customLong("event-replay-seconds"), help: "How long (0-3600 s) each node holds an online-only event for clients that resume after a reconnect (default: \(defaults.eventReplaySeconds)).")
+    var eventReplaySeconds: Int?
+
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics (PORT 0-65535; 0: any free port) on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
 
@@ -266,6 +272,8 @@ struct ServeOptions: ParsableArguments {
         put("presence-interval-threshold", self.presenceIntervalThreshold)
         put("presence-interval-ms", self.presenceIntervalMs)
         put("provider-timeout-ms", self.providerTimeoutMs)
+        put("event-replay-capacity", self.eventReplayCapacity)
+        put("event-replay-seconds", self.eventReplaySeconds)
         put("metrics-port", self.metricsPort)
         put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
@@ -443,6 +451,8 @@ extension ServeSettings {
         applicationConfiguration.presence = presenceConfiguration
         applicationConfiguration.unawaitedWriteDelayMs = self.unawaitedWriteDelayMs
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
+        applicationConfiguration.eventReplay = EventReplayLimits(
+            capacity: self.eventReplayCapacity, maxAgeMs: Int64(self.eventReplaySeconds) * 1000)
         var nodeID: String?
         var clusterEngine: PostgresCluster?
         if let url = self.cluster {

@@ -18,6 +18,9 @@ struct EventAndProfileMappingTests {
                 value: 10_002, expirySeconds: 120, onlineOnly: false, multiDeviceSync: false, ext: "hi")))
         #expect(try request("events", "query", "Ann")
             == .queryEventSubscriptions(QueryEventSubscriptionsRequest(publishers: ["Ann"])))
+        #expect(try request("events", "resume") == .resumeEvents(ResumeEventsRequest()))
+        #expect(try request("events", "resume", "1700000000000000", "42")
+            == .resumeEvents(ResumeEventsRequest(epoch: 1_700_000_000_000_000, after: 42)))
         #expect(isUsageError("events", "subscribe"))
     }
 

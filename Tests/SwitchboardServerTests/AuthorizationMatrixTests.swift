@@ -53,7 +53,7 @@ import Testing
     /// Operations every session may call, whatever its grants.
     static let alwaysAllowed: Set<Opcode> = [
         .logout, .renewToken, .unsubscribeUserMetadata, .unsubscribeChannel, .unsubscribeEvent, .unsubscribeProfiles,
-        .listChannels, .unsubscribeChanges, .getWill,
+        .listChannels, .unsubscribeChanges, .getWill, .resumeEvents,
     ]
     /// Operations only admins may call.
     static let adminOnly: Set<Opcode> = [.registerProvider, .answerProvider, .info]
@@ -578,6 +578,7 @@ import Testing
                 .logout(EmptyBody()),
                 .listChannels(ListChannelsRequest()),  // lists only what the caller may moderate
                 .getWill(EmptyBody()),  // the caller's own will
+                .resumeEvents(ResumeEventsRequest(epoch: 1, after: 1)),  // replays what the caller's grants allow
             ]
             #expect(Set(requests.map(\.operation)) == Self.alwaysAllowed)
             let session = try await gateway.session("nobody")

@@ -12,7 +12,7 @@ public struct EventsCommand: ParsableCommand {
             """,
         subcommands: [
             EventsSubscribeCommand.self, EventsUnsubscribeCommand.self, EventsPublishCommand.self,
-            EventsQueryCommand.self,
+            EventsQueryCommand.self, EventsResumeCommand.self,
         ])
 
     public init() {}
@@ -89,6 +89,28 @@ public struct EventsPublishCommand: RequestCommand {
         .publishEvent(PublishEventRequest(
             eventType: self.type.eventType, value: self.value, expirySeconds: self.expiry,
             onlineOnly: self.onlineOnly, multiDeviceSync: self.multiDeviceSync, ext: self.ext))
+    }
+}
+
+/// `sbctl events resume [EPOCH POSITION]` (resumeEvents).
+public struct EventsResumeCommand: RequestCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Replay the online-only events after a position (resumeEvents); none: where the node stands.",
+        discussion: """
+            Prints the answer: the node's epoch and latest position, gap when events after the position may be \
+            missing, and how many events are replayed (they follow as subscribedEvents pushes; 'sbctl watch' \
+            prints the epoch and position of each numbered event).
+            """)
+
+    @Argument(help: "The epoch of the last online-only event received (0: nothing to resume).") var epoch: UInt64 = 0
+    @Argument(help: "The position of the last online-only event received in that epoch.") var position: UInt64 = 0
+    @OptionGroup public var connection: ConnectionOptions
+
+    public init() {}
+
+    public func makeRequest() throws(CommandFailure) -> Request {
+        .resumeEvents(ResumeEventsRequest(epoch: self.epoch, after: self.position))
     }
 }
 

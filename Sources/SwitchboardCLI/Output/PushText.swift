@@ -121,6 +121,7 @@ public enum PushText {
                 parts.append("online=[\(event.onlineClientTypes.map(\.description).joined(separator: " "))]")
             }
             parts.append("eventId=\(TextQuoting.quoted(event.eventId))")
+            if event.epoch != 0 { parts.append("epoch=\(event.epoch) position=\(event.position)") }
             return parts.joined(separator: " ")
         }
         return "subscribedEvents " + events.joined(separator: " | ")

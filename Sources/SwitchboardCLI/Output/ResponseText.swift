@@ -26,8 +26,14 @@ public enum ResponseText {
         case .getState(let body):
             return ["user \(TextQuoting.quoted(body.userId))"] + body.items.map { TextQuoting.pair($0.key, $0.value) }
         case .subscribeEvent(let body):
-            if body.failedPublishers.isEmpty { return ["ok"] }
-            return ["failedPublishers " + body.failedPublishers.map(TextQuoting.quoted).joined(separator: " ")]
+            let position = body.epoch == 0 ? "" : " (events epoch=\(body.epoch) position=\(body.position))"
+            if body.failedPublishers.isEmpty { return ["ok" + position] }
+            return ["failedPublishers " + body.failedPublishers.map(TextQuoting.quoted).joined(separator: " ") + position]
+        case .resumeEvents(let body):
+            var line = "events epoch=\(body.epoch) position=\(body.position)"
+            if body.gap { line += " gap" }
+            if body.replayed > 0 { line += " replayed=\(body.replayed)" }
+            return [line]
         case .publishEvent(let body):
             return ["eventId \(TextQuoting.quoted(body.eventId)) at \(TextQuoting.instant(milliseconds: body.timestampMs))"]
         case .queryEventSubscriptions(let body):

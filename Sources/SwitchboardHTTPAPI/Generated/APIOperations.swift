@@ -4196,6 +4196,18 @@ enum APIOperations {
           "ext": {
             "type": "string",
             "description": "Application data of a published event. Limit: at most 4096 bytes."
+          },
+          "epoch": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "On an online-only application event (publishEvent with onlineOnly): the run of the delivering node's event replay ring (the node's start time in microseconds); 0 on every other event (online states, kept events, the sync after subscribing or at login). See resumeEvents."
+          },
+          "position": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "With epoch: the event's place in the delivering node's numbering of online-only events (1, 2, ...; the numbers a session receives grow but skip the events it is not sent). A client keeps the epoch and position of the last one it received and asks resumeEvents for what it missed after a reconnect."
           }
         },
         "additionalProperties": false

@@ -3,7 +3,8 @@ import SwitchboardStore
 import SwitchboardWire
 
 /// Event subscription and online state (`Protocol/SPEC.md` §13.4): `subscribeEvent`, `unsubscribeEvent`,
-/// `publishEvent`, `queryEventSubscriptions` and the `subscribedEvents` push.
+/// `publishEvent`, `queryEventSubscriptions`, `resumeEvents` (the replay of online-only events a reconnected client
+/// missed) and the `subscribedEvents` push.
 ///
 /// A thin adapter over the domain, ``EventSubscriptions``: it decodes the request, calls the domain and encodes the
 /// answer; subscribe, unsubscribe and kept publish are answered after the change committed (or `8001` when it was
@@ -25,12 +26,14 @@ public final class EventArea: RequestHandler, SessionObserver {
     ///   - timerLoop: Where the engine's repeated work runs (one of the gateway's loops, as ``GatewayApplication``
     ///     gives it).
     ///   - nowMillis: The server clock (the gateway's, so expiries agree with ``RequestContext/nowMillis``).
+    ///   - replayLimits: How many online-only events, for how long, the node holds for `resumeEvents` (§11).
     /// - Throws: What the engine throws when it cannot be read (GRDB's `DatabaseError` for ``EventStore``).
     public init(
         engine: any EventEngine,
         publisher: PushPublisher,
         timerLoop: any EventLoop,
-        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis
+        nowMillis: @escaping @Sendable () -> Int64 = systemNowMillis,
+        replayLimits: EventReplayLimits = EventReplayLimits()
     ) throws {
         // The online states this gateway decides go to the webhooks too.
         var onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)?
@@ -57,7 +60,7 @@ public final class EventArea: RequestHandler, SessionObserver {
                 guard !allowed.isEmpty else { return }
                 session.send(.subscribedEvents(SubscribedEvents(events: allowed)))
             },
-            onlineStateDecided: onlineStateDecided)
+            onlineStateDecided: onlineStateDecided, replayLimits: replayLimits)
     }
 
     /// Whether `session` may receive `event` (SB-5.10-4): its grants allow `events` on the event's publisher, or the
@@ -76,7 +79,12 @@ public final class EventArea: RequestHandler, SessionObserver {
         return sessions.filter { session in events.allSatisfy { Self.may(session, receive: $0) } }
     }
 
-    public var operations: [Opcode] { [.subscribeEvent, .unsubscribeEvent, .publishEvent, .queryEventSubscriptions] }
+    public var operations: [Opcode] {
+        [.subscribeEvent, .unsubscribeEvent, .publishEvent, .queryEventSubscriptions, .resumeEvents]
+    }
+
+    /// The most events one replay push carries (events are at most ~4.3 KB each: a push stays far below a frame).
+    static let replayBatch = 64
 
     public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         let user = context.session.info.userID
@@ -92,7 +100,11 @@ public final class EventArea: RequestHandler, SessionObserver {
                     switch result {
                     case .failure(let error): responder.fail(error.body)
                     case .success(let subscribed):
-                        responder.succeed(.subscribeEvent(SubscribeEventResponse(failedPublishers: subscribed.failedPublishers)))
+                        responder.succeed(
+                            .subscribeEvent(
+                                SubscribeEventResponse(
+                                    failedPublishers: subscribed.failedPublishers, epoch: subscribed.replayEpoch,
+                                    position: subscribed.replayPosition)))
                         guard !subscribed.syncEvents.isEmpty else { return }
                         // After the response: both run on the session's event loop in this order.
                         let push = Push.subscribedEvents(SubscribedEvents(events: subscribed.syncEvents))
@@ -124,6 +136,26 @@ public final class EventArea: RequestHandler, SessionObserver {
                 let found = try self.domain.subscriptions(
                     to: r.publishers, eventType: r.eventType, of: user, nowMs: context.nowMillis)
                 return .response(.queryEventSubscriptions(QueryEventSubscriptionsResponse(subscriptions: found)))
+            case .resumeEvents(let r):
+                let session = context.session
+                let resumed = self.domain.resume(
+                    epoch: r.epoch, after: r.after, for: user, nowMs: context.nowMillis,
+                    include: { Self.may(session, receive: $0) },
+                    deliver: { events in
+                        // Queued behind the answer, and (under the domain's lock) before any live event after it.
+                        let pushes = stride(from: 0, to: events.count, by: Self.replayBatch).map { start in
+                            Push.subscribedEvents(
+                                SubscribedEvents(events: Array(events[start..<min(start + Self.replayBatch, events.count)])))
+                        }
+                        session.eventLoop.execute {
+                            for push in pushes { session.send(push) }
+                        }
+                    })
+                return .response(
+                    .resumeEvents(
+                        ResumeEventsResponse(
+                            epoch: resumed.epoch, position: resumed.position, gap: resumed.gap,
+                            replayed: UInt64(resumed.replayed))))
             default:
                 return .failure(ErrorBody(.internal, "not an event operation"))
             }

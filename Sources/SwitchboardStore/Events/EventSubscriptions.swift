@@ -99,6 +99,10 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         public var failedPublishers: [String]
         /// With sync: the subscribed publishers' current events, to send after the answer.
         public var syncEvents: [SubscribedEvent]
+        /// The epoch of this node's numbering of online-only events (``OnlineEventRing``).
+        public var replayEpoch: UInt64 = 0
+        /// The position of the latest online-only event this node numbered when the subscriptions were made.
+        public var replayPosition: UInt64 = 0
     }
 
     /// What a publish did.
@@ -140,6 +144,8 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var onlineVersions: [String: Int64] = [:]
         /// The order of each subscription's changes (this node's against other nodes').
         var order = SubscriptionOrder()
+        /// This node's numbering of the online-only events it delivers, and the latest of them for replay.
+        var replay: OnlineEventRing
     }
 
     /// A session whose start the engine has not recorded yet.
@@ -161,7 +167,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var validUntilMs: Int64
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     /// Where each online state (this node's decisions and, in a cluster, the cluster's) is announced to the admin
     /// change log (off until it is switched on).
     public let changeTap = ChangeTap()
@@ -181,11 +187,14 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     ///   - fanOut: Sends a push of events to sessions.
     ///   - send: Sends a push of events to one session.
     ///   - onlineStateDecided: Told each online state (value 1, 2 or 3) the domain applies, in order.
+    ///   - replayLimits: How many online-only events, for how long, are held for ``resume(epoch:after:for:nowMs:include:deliver:)``.
     /// - Throws: What `engine` throws when it cannot be read.
     public init(
         engine: any EventEngine, nowMillis: @escaping @Sendable () -> Int64, scheduleSweep: @escaping ScheduleSweep,
-        fanOut: @escaping FanOut, send: @escaping Send, onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)? = nil
+        fanOut: @escaping FanOut, send: @escaping Send, onlineStateDecided: (@Sendable (SubscribedEvent) -> Void)? = nil,
+        replayLimits: EventReplayLimits = EventReplayLimits()
     ) throws {
+        self.state = Mutex(State(replay: OnlineEventRing(limits: replayLimits, nowMs: nowMillis())))
         self.engine = engine
         self.onlineStateDecided = onlineStateDecided
         self.nowMillis = nowMillis
@@ -288,9 +297,12 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let stored = valid.map {
             StoredEventSubscription(subscriber: subscriber, publisher: $0, subscribedAtMs: now, expiresAtMs: expiresAt)
         }
-        let syncEvents: [SubscribedEvent] =
-            sync ? self.state.withLock { state in valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } } : []
-        let result = Subscribed(failedPublishers: failed, syncEvents: syncEvents)
+        let (syncEvents, ring): ([SubscribedEvent], (epoch: UInt64, position: UInt64)) = self.state.withLock { state in
+            let events = sync ? valid.flatMap { Self.currentEvents(of: $0, in: state, now: now) } : []
+            return (events, (state.replay.epoch, state.replay.latest))
+        }
+        let result = Subscribed(
+            failedPublishers: failed, syncEvents: syncEvents, replayEpoch: ring.epoch, replayPosition: ring.position)
         let keys = valid.map { SubscriptionOrder.Key(subscriber: subscriber, publisher: $0) }
         self.engine.subscribe(stored) { [self] outcome in
             self.state.withLock { state in
@@ -369,11 +381,17 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     ) throws(SwitchboardStoreError) -> Published {
         try EventLimits.checkPublishArguments(eventType: eventType, value: value, expirySeconds: expirySeconds, ext: ext)
         let publisher = session.eventUserID
-        let event = SubscribedEvent(
+        let unnumbered = SubscribedEvent(
             eventId: newEventID(), eventType: 1, value: value, publisher: publisher,
             timestampMs: UInt64(max(now, 0)), expiresAtMs: UInt64(max(now, 0)) + expirySeconds * 1000, ext: ext)
-        self.state.withLock { state in
+        let event: SubscribedEvent = self.state.withLock { state in
+            var event = unnumbered
+            // The publisher's current event, as the sync after subscribing gives it: without a position.
             state.latestCustom[publisher] = event
+            if onlineOnly {
+                // Numbered for replay to subscribers that reconnect (the kept ones reach them at the next login).
+                event = state.replay.number(event, multiDeviceSync: multiDeviceSync, nowMs: now)
+            }
             if !onlineOnly {
                 var kept = (state.kept[publisher] ?? []).filter { Int64($0.expiresAtMs) > now }
                 kept.append(event)
@@ -405,6 +423,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     state.pendingSync[id]?.delivered.insert(event.eventId)
                 }
             }
+            return event
         }
         guard !onlineOnly else {
             self.engine.publish(event, kept: false, multiDeviceSync: multiDeviceSync, completion: nil)
@@ -438,6 +457,42 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     publisher: publisher, eventType: 1, subscribedAtMs: UInt64(max(s.subscribedAtMs, 0)),
                     expiresAtMs: UInt64(s.expiresAtMs), remainingSeconds: UInt64((s.expiresAtMs - now) / 1000))
             }
+        }
+    }
+
+    // MARK: Replay
+
+    /// What ``resume(epoch:after:for:nowMs:include:deliver:)`` did.
+    public struct Resumed: Sendable, Equatable {
+        /// This node's epoch.
+        public var epoch: UInt64
+        /// The position of the latest online-only event this node numbered.
+        public var position: UInt64
+        /// Events after the position asked for may be missing.
+        public var gap: Bool
+        /// How many events were handed to `deliver`.
+        public var replayed: Int
+    }
+
+    /// Replays to a reconnected client of `user` the online-only events this node numbered after `after` in `epoch`
+    /// (`resumeEvents`): those it still holds, unexpired, of publishers `user` subscribes to now (or `user`'s own
+    /// with multiDeviceSync) that `include` accepts (the session's grants), handed to `deliver` in order under the
+    /// domain's lock, so that a live event delivered after the call follows them.
+    public func resume(
+        epoch: UInt64, after: UInt64, for user: String, nowMs now: Int64, include: (SubscribedEvent) -> Bool,
+        deliver: ([SubscribedEvent]) -> Void
+    ) -> Resumed {
+        self.state.withLock { state in
+            let mine = state.subscriptions[user] ?? [:]
+            let found = state.replay.resume(epoch: epoch, after: after, nowMs: now) { entry in
+                let event = entry.event
+                guard Int64(clamping: event.expiresAtMs) > now else { return false }
+                let subscribed = (mine[event.publisher]?.expiresAtMs ?? Int64.min) > now
+                guard subscribed || (entry.multiDeviceSync && event.publisher == user) else { return false }
+                return include(event)
+            }
+            if !found.events.isEmpty { deliver(found.events) }
+            return Resumed(epoch: found.epoch, position: found.position, gap: found.gap, replayed: found.events.count)
         }
     }
 
@@ -577,8 +632,11 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     guard state.order.admit(key, nil, version: version) else { continue }
                     Self.setSubscription(nil, subscriber: subscriber, publisher: publisher, in: &state)
                 }
-            case .published(let event, let kept, let multiDeviceSync):
+            case .published(var event, let kept, let multiDeviceSync):
                 let publisher = event.publisher
+                // Another node's numbering means nothing here.
+                event.epoch = 0
+                event.position = 0
                 if kept {
                     var list = (state.kept[publisher] ?? []).filter { Int64($0.expiresAtMs) > now }
                     // A node that loaded the event may read it from the feed again.
@@ -595,6 +653,10 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
                     if state.subscribers[publisher]?[publisher] == nil {
                         targets += own
                     }
+                }
+                if !kept {
+                    // Another node's online-only event: numbered in this node's ring for this node's sessions.
+                    event = state.replay.number(event, multiDeviceSync: multiDeviceSync, nowMs: now)
                 }
                 self.fanOut([event], to: Self.holdingBack(event, at: position, from: targets, in: &state))
             case .loginSync(_, let user, let id, let since):

@@ -5,6 +5,7 @@ import NIOCore
 public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     case logout = 1
     case renewToken = 2
+    case resumeEvents = 5
     case setChannelMetadata = 8
     case getChannelMetadata = 9
     case updateChannelMetadata = 10
@@ -63,6 +64,7 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         switch self {
         case .logout: return "logout"
         case .renewToken: return "renewToken"
+        case .resumeEvents: return "resumeEvents"
         case .setChannelMetadata: return "setChannelMetadata"
         case .getChannelMetadata: return "getChannelMetadata"
         case .updateChannelMetadata: return "updateChannelMetadata"
@@ -125,6 +127,7 @@ public enum Opcode: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvert
         switch name {
         case "logout": self = .logout
         case "renewToken": self = .renewToken
+        case "resumeEvents": self = .resumeEvents
         case "setChannelMetadata": self = .setChannelMetadata
         case "getChannelMetadata": self = .getChannelMetadata
         case "updateChannelMetadata": self = .updateChannelMetadata
@@ -188,6 +191,8 @@ public enum Request: Sendable, Hashable {
     case logout(EmptyBody)
     /// Replaces the session's token before it expires. The token must be for the same user.
     case renewToken(RenewTokenRequest)
+    /// Replays the online-only events (publishEvent with onlineOnly) this node delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not replayed (the login sync gives them).
+    case resumeEvents(ResumeEventsRequest)
     /// Adds items to a channel's metadata set and overwrites items whose key exists, in call order. Creates the set when absent. Atomic: all items or none.
     case setChannelMetadata(SetChannelMetadataRequest)
     /// Returns the channel's whole metadata set with each item's revision, timestamp and author. A channel without metadata returns majorRevision 0 and no items.
@@ -298,6 +303,7 @@ public enum Request: Sendable, Hashable {
         switch self {
         case .logout: return .logout
         case .renewToken: return .renewToken
+        case .resumeEvents: return .resumeEvents
         case .setChannelMetadata: return .setChannelMetadata
         case .getChannelMetadata: return .getChannelMetadata
         case .updateChannelMetadata: return .updateChannelMetadata
@@ -358,6 +364,7 @@ public enum Request: Sendable, Hashable {
         switch self {
         case .logout(let body): return body.wireSize
         case .renewToken(let body): return body.wireSize
+        case .resumeEvents(let body): return body.wireSize
         case .setChannelMetadata(let body): return body.wireSize
         case .getChannelMetadata(let body): return body.wireSize
         case .updateChannelMetadata(let body): return body.wireSize
@@ -418,6 +425,7 @@ public enum Request: Sendable, Hashable {
         switch self {
         case .logout(let body): body.encode(to: &writer)
         case .renewToken(let body): body.encode(to: &writer)
+        case .resumeEvents(let body): body.encode(to: &writer)
         case .setChannelMetadata(let body): body.encode(to: &writer)
         case .getChannelMetadata(let body): body.encode(to: &writer)
         case .updateChannelMetadata(let body): body.encode(to: &writer)
@@ -478,6 +486,7 @@ public enum Request: Sendable, Hashable {
         switch key {
         case .logout: return .logout(try EmptyBody(from: &reader))
         case .renewToken: return .renewToken(try RenewTokenRequest(from: &reader))
+        case .resumeEvents: return .resumeEvents(try ResumeEventsRequest(from: &reader))
         case .setChannelMetadata: return .setChannelMetadata(try SetChannelMetadataRequest(from: &reader))
         case .getChannelMetadata: return .getChannelMetadata(try GetChannelMetadataRequest(from: &reader))
         case .updateChannelMetadata: return .updateChannelMetadata(try UpdateChannelMetadataRequest(from: &reader))
@@ -538,6 +547,7 @@ public enum Request: Sendable, Hashable {
         switch self {
         case .logout(let body): return body.jsonValue
         case .renewToken(let body): return body.jsonValue
+        case .resumeEvents(let body): return body.jsonValue
         case .setChannelMetadata(let body): return body.jsonValue
         case .getChannelMetadata(let body): return body.jsonValue
         case .updateChannelMetadata(let body): return body.jsonValue
@@ -598,6 +608,7 @@ public enum Request: Sendable, Hashable {
         switch key {
         case .logout: return .logout(try EmptyBody(json: body))
         case .renewToken: return .renewToken(try RenewTokenRequest(json: body))
+        case .resumeEvents: return .resumeEvents(try ResumeEventsRequest(json: body))
         case .setChannelMetadata: return .setChannelMetadata(try SetChannelMetadataRequest(json: body))
         case .getChannelMetadata: return .getChannelMetadata(try GetChannelMetadataRequest(json: body))
         case .updateChannelMetadata: return .updateChannelMetadata(try UpdateChannelMetadataRequest(json: body))
@@ -660,6 +671,8 @@ public enum Response: Sendable, Hashable {
     case logout(EmptyBody)
     /// Replaces the session's token before it expires. The token must be for the same user.
     case renewToken(RenewTokenResponse)
+    /// Replays the online-only events (publishEvent with onlineOnly) this node delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not replayed (the login sync gives them).
+    case resumeEvents(ResumeEventsResponse)
     /// Adds items to a channel's metadata set and overwrites items whose key exists, in call order. Creates the set when absent. Atomic: all items or none.
     case setChannelMetadata(SetChannelMetadataResponse)
     /// Returns the channel's whole metadata set with each item's revision, timestamp and author. A channel without metadata returns majorRevision 0 and no items.
@@ -770,6 +783,7 @@ public enum Response: Sendable, Hashable {
         switch self {
         case .logout: return .logout
         case .renewToken: return .renewToken
+        case .resumeEvents: return .resumeEvents
         case .setChannelMetadata: return .setChannelMetadata
         case .getChannelMetadata: return .getChannelMetadata
         case .updateChannelMetadata: return .updateChannelMetadata
@@ -830,6 +844,7 @@ public enum Response: Sendable, Hashable {
         switch self {
         case .logout(let body): return body.wireSize
         case .renewToken(let body): return body.wireSize
+        case .resumeEvents(let body): return body.wireSize
         case .setChannelMetadata(let body): return body.wireSize
         case .getChannelMetadata(let body): return body.wireSize
         case .updateChannelMetadata(let body): return body.wireSize
@@ -890,6 +905,7 @@ public enum Response: Sendable, Hashable {
         switch self {
         case .logout(let body): body.encode(to: &writer)
         case .renewToken(let body): body.encode(to: &writer)
+        case .resumeEvents(let body): body.encode(to: &writer)
         case .setChannelMetadata(let body): body.encode(to: &writer)
         case .getChannelMetadata(let body): body.encode(to: &writer)
         case .updateChannelMetadata(let body): body.encode(to: &writer)
@@ -950,6 +966,7 @@ public enum Response: Sendable, Hashable {
         switch key {
         case .logout: return .logout(try EmptyBody(from: &reader))
         case .renewToken: return .renewToken(try RenewTokenResponse(from: &reader))
+        case .resumeEvents: return .resumeEvents(try ResumeEventsResponse(from: &reader))
         case .setChannelMetadata: return .setChannelMetadata(try SetChannelMetadataResponse(from: &reader))
         case .getChannelMetadata: return .getChannelMetadata(try GetChannelMetadataResponse(from: &reader))
         case .updateChannelMetadata: return .updateChannelMetadata(try UpdateChannelMetadataResponse(from: &reader))
@@ -1010,6 +1027,7 @@ public enum Response: Sendable, Hashable {
         switch self {
         case .logout(let body): return body.jsonValue
         case .renewToken(let body): return body.jsonValue
+        case .resumeEvents(let body): return body.jsonValue
         case .setChannelMetadata(let body): return body.jsonValue
         case .getChannelMetadata(let body): return body.jsonValue
         case .updateChannelMetadata(let body): return body.jsonValue
@@ -1070,6 +1088,7 @@ public enum Response: Sendable, Hashable {
         switch key {
         case .logout: return .logout(try EmptyBody(json: body))
         case .renewToken: return .renewToken(try RenewTokenResponse(json: body))
+        case .resumeEvents: return .resumeEvents(try ResumeEventsResponse(json: body))
         case .setChannelMetadata: return .setChannelMetadata(try SetChannelMetadataResponse(json: body))
         case .getChannelMetadata: return .getChannelMetadata(try GetChannelMetadataResponse(json: body))
         case .updateChannelMetadata: return .updateChannelMetadata(try UpdateChannelMetadataResponse(json: body))

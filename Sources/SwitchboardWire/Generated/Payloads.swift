@@ -544,6 +544,8 @@ extension EventSubscription: JSONRepresentable {
 /// | 6 | expiresAtMs | uint |
 /// | 7 | onlineClientTypes | repeated ClientType |
 /// | 8 | ext | string |
+/// | 9 | epoch | uint |
+/// | 10 | position | uint |
 public struct SubscribedEvent: WireCodable {
     /// Assigned by the server, unique.
     public var eventId: String
@@ -559,9 +561,13 @@ public struct SubscribedEvent: WireCodable {
     public var onlineClientTypes: [ClientType]
     /// Application data of a published event.
     public var ext: String
+    /// On an online-only application event (publishEvent with onlineOnly): the run of the delivering node's event replay ring (the node's start time in microseconds); 0 on every other event (online states, kept events, the sync after subscribing or at login). See resumeEvents.
+    public var epoch: UInt64
+    /// With epoch: the event's place in the delivering node's numbering of online-only events (1, 2, ...; the numbers a session receives grow but skip the events it is not sent). A client keeps the epoch and position of the last one it received and asks resumeEvents for what it missed after a reconnect.
+    public var position: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(eventId: String = "", eventType: UInt64 = 1, value: UInt64 = 0, publisher: String = "", timestampMs: UInt64 = 0, expiresAtMs: UInt64 = 0, onlineClientTypes: [ClientType] = [], ext: String = "") {
+    public init(eventId: String = "", eventType: UInt64 = 1, value: UInt64 = 0, publisher: String = "", timestampMs: UInt64 = 0, expiresAtMs: UInt64 = 0, onlineClientTypes: [ClientType] = [], ext: String = "", epoch: UInt64 = 0, position: UInt64 = 0) {
         self.eventId = eventId
         self.eventType = eventType
         self.value = value
@@ -570,6 +576,8 @@ public struct SubscribedEvent: WireCodable {
         self.expiresAtMs = expiresAtMs
         self.onlineClientTypes = onlineClientTypes
         self.ext = ext
+        self.epoch = epoch
+        self.position = position
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -609,6 +617,12 @@ public struct SubscribedEvent: WireCodable {
             case 8:
                 try reader.require(field.wireType, is: .lengthDelimited, field: 8)
                 self.ext = try reader.readString()
+            case 9:
+                try reader.require(field.wireType, is: .varint, field: 9)
+                self.epoch = try reader.readVarint()
+            case 10:
+                try reader.require(field.wireType, is: .varint, field: 10)
+                self.position = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -625,6 +639,8 @@ public struct SubscribedEvent: WireCodable {
         if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(6, self.expiresAtMs) }
         for element in self.onlineClientTypes { size += WireField.varintFieldSize(7, UInt64(element.rawValue)) }
         if !(self.ext.isEmpty) { size += WireField.stringFieldSize(8, self.ext) }
+        if !(self.epoch == 0) { size += WireField.varintFieldSize(9, self.epoch) }
+        if !(self.position == 0) { size += WireField.varintFieldSize(10, self.position) }
         return size
     }
 
@@ -637,6 +653,8 @@ public struct SubscribedEvent: WireCodable {
         if !(self.expiresAtMs == 0) { writer.writeVarintField(6, self.expiresAtMs) }
         for element in self.onlineClientTypes { writer.writeVarintField(7, UInt64(element.rawValue)) }
         if !(self.ext.isEmpty) { writer.writeStringField(8, self.ext) }
+        if !(self.epoch == 0) { writer.writeVarintField(9, self.epoch) }
+        if !(self.position == 0) { writer.writeVarintField(10, self.position) }
     }
 }
 
@@ -651,6 +669,8 @@ extension SubscribedEvent: JSONRepresentable {
         if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         if !self.onlineClientTypes.isEmpty { members.append(("onlineClientTypes", .array(self.onlineClientTypes.map { $0.jsonValue }))) }
         if !(self.ext.isEmpty) { members.append(("ext", .string(self.ext))) }
+        if !(self.epoch == 0) { members.append(("epoch", .uint(self.epoch))) }
+        if !(self.position == 0) { members.append(("position", .uint(self.position))) }
         return .object(members)
     }
 
@@ -669,6 +689,8 @@ extension SubscribedEvent: JSONRepresentable {
                     self.onlineClientTypes.append(try ClientType(json: element))
                 }
             case "ext": self.ext = try JSONField.string(member.value, "ext")
+            case "epoch": self.epoch = try JSONField.uint64(member.value, "epoch")
+            case "position": self.position = try JSONField.uint64(member.value, "position")
             default: throw SwitchboardWireError(.malformedBody, "json: SubscribedEvent has no field \(member.key)")
             }
         }
@@ -1769,6 +1791,162 @@ extension RenewTokenResponse: JSONRepresentable {
             switch member.key {
             case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: RenewTokenResponse has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Request of `resumeEvents` (op 0x05). Replays the online-only events (publishEvent with onlineOnly) this node delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not replayed (the login sync gives them).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | epoch | uint |
+/// | 2 | after | uint |
+public struct ResumeEventsRequest: WireCodable {
+    /// The epoch of the last online-only event the client received (or of the subscribeEvent answer); 0: nothing to resume, the answer gives this node's epoch and position only.
+    public var epoch: UInt64
+    /// The position of the last online-only event the client received in that epoch (or of the subscribeEvent answer); the events after it are replayed.
+    public var after: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(epoch: UInt64 = 0, after: UInt64 = 0) {
+        self.epoch = epoch
+        self.after = after
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.epoch = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.after = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.epoch == 0) { size += WireField.varintFieldSize(1, self.epoch) }
+        if !(self.after == 0) { size += WireField.varintFieldSize(2, self.after) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.epoch == 0) { writer.writeVarintField(1, self.epoch) }
+        if !(self.after == 0) { writer.writeVarintField(2, self.after) }
+    }
+}
+
+extension ResumeEventsRequest: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.epoch == 0) { members.append(("epoch", .uint(self.epoch))) }
+        if !(self.after == 0) { members.append(("after", .uint(self.after))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ResumeEventsRequest") {
+            switch member.key {
+            case "epoch": self.epoch = try JSONField.uint64(member.value, "epoch")
+            case "after": self.after = try JSONField.uint64(member.value, "after")
+            default: throw SwitchboardWireError(.malformedBody, "json: ResumeEventsRequest has no field \(member.key)")
+            }
+        }
+    }
+}
+
+/// Response of `resumeEvents` (op 0x05). Replays the online-only events (publishEvent with onlineOnly) this node delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not replayed (the login sync gives them).
+///
+/// | # | field | type |
+/// |---|---|---|
+/// | 1 | epoch | uint |
+/// | 2 | position | uint |
+/// | 3 | gap | bool |
+/// | 4 | replayed | uint |
+public struct ResumeEventsResponse: WireCodable {
+    /// This node's epoch.
+    public var epoch: UInt64
+    /// The position of the latest online-only event this node numbered; the client continues from here (live events have greater positions).
+    public var position: UInt64
+    /// A resume was asked for and could not be served whole (another epoch, a position this node never gave, or events after it no longer held): online-only events may have been missed. False: every event after `after` that the caller may receive follows the answer.
+    public var gap: Bool
+    /// How many events follow the answer (in subscribedEvents pushes, before any live one).
+    public var replayed: UInt64
+
+    /// Creates a value; every field defaults to its wire default.
+    public init(epoch: UInt64 = 0, position: UInt64 = 0, gap: Bool = false, replayed: UInt64 = 0) {
+        self.epoch = epoch
+        self.position = position
+        self.gap = gap
+        self.replayed = replayed
+    }
+
+    public init(from reader: inout WireReader) throws(SwitchboardWireError) {
+        self.init()
+        while let field = try reader.nextField() {
+            switch field.number {
+            case 1:
+                try reader.require(field.wireType, is: .varint, field: 1)
+                self.epoch = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.position = try reader.readVarint()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.gap = try reader.readBool()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.replayed = try reader.readVarint()
+            default:
+                try reader.skip(field.wireType)
+            }
+        }
+    }
+
+    public var wireSize: Int {
+        var size = 0
+        if !(self.epoch == 0) { size += WireField.varintFieldSize(1, self.epoch) }
+        if !(self.position == 0) { size += WireField.varintFieldSize(2, self.position) }
+        if !(!self.gap) { size += WireField.varintFieldSize(3, (self.gap ? 1 : 0)) }
+        if !(self.replayed == 0) { size += WireField.varintFieldSize(4, self.replayed) }
+        return size
+    }
+
+    public func encode(to writer: inout WireWriter) {
+        if !(self.epoch == 0) { writer.writeVarintField(1, self.epoch) }
+        if !(self.position == 0) { writer.writeVarintField(2, self.position) }
+        if !(!self.gap) { writer.writeVarintField(3, (self.gap ? 1 : 0)) }
+        if !(self.replayed == 0) { writer.writeVarintField(4, self.replayed) }
+    }
+}
+
+extension ResumeEventsResponse: JSONRepresentable {
+    public var jsonValue: JSONValue {
+        var members: [(key: String, value: JSONValue)] = []
+        if !(self.epoch == 0) { members.append(("epoch", .uint(self.epoch))) }
+        if !(self.position == 0) { members.append(("position", .uint(self.position))) }
+        if !(!self.gap) { members.append(("gap", .bool(self.gap))) }
+        if !(self.replayed == 0) { members.append(("replayed", .uint(self.replayed))) }
+        return .object(members)
+    }
+
+    public init(json: JSONValue) throws(SwitchboardWireError) {
+        self.init()
+        for member in try JSONField.object(json, "ResumeEventsResponse") {
+            switch member.key {
+            case "epoch": self.epoch = try JSONField.uint64(member.value, "epoch")
+            case "position": self.position = try JSONField.uint64(member.value, "position")
+            case "gap": self.gap = try JSONField.bool(member.value, "gap")
+            case "replayed": self.replayed = try JSONField.uint64(member.value, "replayed")
+            default: throw SwitchboardWireError(.malformedBody, "json: ResumeEventsResponse has no field \(member.key)")
             }
         }
     }
@@ -3844,13 +4022,21 @@ extension SubscribeEventRequest: JSONRepresentable {
 /// | # | field | type |
 /// |---|---|---|
 /// | 1 | failedPublishers | repeated string |
+/// | 2 | epoch | uint |
+/// | 3 | position | uint |
 public struct SubscribeEventResponse: WireCodable {
     /// Publishers not subscribed (invalid ids).
     public var failedPublishers: [String]
+    /// The run of this node's event replay ring (its start time in microseconds), as online-only events carry it.
+    public var epoch: UInt64
+    /// The position of the latest online-only event this node numbered (0: none yet): a client that receives nothing before a reconnect resumes from here.
+    public var position: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(failedPublishers: [String] = []) {
+    public init(failedPublishers: [String] = [], epoch: UInt64 = 0, position: UInt64 = 0) {
         self.failedPublishers = failedPublishers
+        self.epoch = epoch
+        self.position = position
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -3861,6 +4047,12 @@ public struct SubscribeEventResponse: WireCodable {
                 try reader.require(field.wireType, is: .lengthDelimited, field: 1)
                 try reader.requireRoom(in: self.failedPublishers.count, field: 1)
                 self.failedPublishers.append(try reader.readString())
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.epoch = try reader.readVarint()
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.position = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -3870,11 +4062,15 @@ public struct SubscribeEventResponse: WireCodable {
     public var wireSize: Int {
         var size = 0
         for element in self.failedPublishers { size += WireField.stringFieldSize(1, element) }
+        if !(self.epoch == 0) { size += WireField.varintFieldSize(2, self.epoch) }
+        if !(self.position == 0) { size += WireField.varintFieldSize(3, self.position) }
         return size
     }
 
     public func encode(to writer: inout WireWriter) {
         for element in self.failedPublishers { writer.writeStringField(1, element) }
+        if !(self.epoch == 0) { writer.writeVarintField(2, self.epoch) }
+        if !(self.position == 0) { writer.writeVarintField(3, self.position) }
     }
 }
 
@@ -3882,6 +4078,8 @@ extension SubscribeEventResponse: JSONRepresentable {
     public var jsonValue: JSONValue {
         var members: [(key: String, value: JSONValue)] = []
         if !self.failedPublishers.isEmpty { members.append(("failedPublishers", .array(self.failedPublishers.map { .string($0) }))) }
+        if !(self.epoch == 0) { members.append(("epoch", .uint(self.epoch))) }
+        if !(self.position == 0) { members.append(("position", .uint(self.position))) }
         return .object(members)
     }
 
@@ -3893,6 +4091,8 @@ extension SubscribeEventResponse: JSONRepresentable {
                 for element in try JSONField.array(member.value, "failedPublishers") {
                     self.failedPublishers.append(try JSONField.string(element, "failedPublishers"))
                 }
+            case "epoch": self.epoch = try JSONField.uint64(member.value, "epoch")
+            case "position": self.position = try JSONField.uint64(member.value, "position")
             default: throw SwitchboardWireError(.malformedBody, "json: SubscribeEventResponse has no field \(member.key)")
             }
         }

@@ -125,6 +125,24 @@ class Ledger {
     this.changes = null;          // subscribeChanges, resuming after the last change seen
     this.will = null;             // setWill: the session's last will, registered again on a new session
     this.revisions = new Map();   // set → majorRevision of the last storage event received (SPEC SB-13.1-8)
+    this.eventReplay = null;      // {epoch, position}: the last online-only event received (SPEC SB-13.4-9)
+  }
+
+  /** A position of the server's numbering of online-only events: in the same epoch the greater counts, another
+   * epoch replaces it (epochs and positions are numbers, or BigInts beyond 2^53 - 1). */
+  noteEventPosition(epoch, position) {
+    if (!epoch) return;
+    const current = this.eventReplay;
+    if (current !== null && current.epoch === epoch) {
+      if (position > current.position) current.position = position;
+    } else {
+      this.eventReplay = { epoch, position };
+    }
+  }
+
+  /** A subscribedEvents push arrived: a new session asks for the online-only events after the last one. */
+  noteEvents(events) {
+    for (const event of events ?? []) if (event.epoch) this.noteEventPosition(event.epoch, event.position ?? 0);
   }
 
   /** A set's key as a storage event names it (enums by name, or by number: user 1, channel 2; message 1, stream 2). */
@@ -145,6 +163,18 @@ class Ledger {
   }
 
   record(op, body, response) {
+    if (op === "subscribeEvent" && response) {
+      this.noteEventPosition(response.epoch, response.position ?? 0);
+      return;
+    }
+    if (op === "resumeEvents" && response) {
+      // Same epoch without a gap: the replayed events follow and move the point on.
+      if (response.epoch !== (body.epoch ?? 0) || response.gap) {
+        this.eventReplay = null;
+        this.noteEventPosition(response.epoch, response.position ?? 0);
+      }
+      return;
+    }
     if (op === "subscribeChanges" && response) {
       const seen = this.changes !== null && this.changes.resumeEpoch === response.epoch ? this.changes.resumeFrom ?? 0 : 0;
       const changes = { ...body };
@@ -377,6 +407,12 @@ export class Client extends Operations {
     return stream;
   }
 
+  /** Where the client stands in the server's numbering of online-only events ({epoch, position} or null). */
+  get eventReplayPosition() {
+    const point = this.ledger.eventReplay;
+    return point === null ? null : { ...point };
+  }
+
   /** Calls listener(push) for every push ("push") or listener(event) for every connection event ("connection");
    * returns a function that removes it. */
   on(what, listener) {
@@ -392,6 +428,7 @@ export class Client extends Operations {
   onPush(push) {
     if (push.kind === "change") this.ledger.noteChange(push.body.position);
     if (push.kind === "storageEvent") this.ledger.noteStorageEvent(push.body);
+    if (push.kind === "subscribedEvents") this.ledger.noteEvents(push.body.events);
     for (const stream of this.pushStreams) stream.offer(push);
     for (const listener of this.listeners.push) listener(push);
     if (push.kind === "serverNotice" && push.body.code === 2002 && this.tokenProvider) this.renew();
@@ -496,7 +533,7 @@ export class Client extends Operations {
         connection.close();
         return;
       }
-      const { restored, failed, changeStream } = await this.restore(connection);
+      const { restored, failed, changeStream, events } = await this.restore(connection);
       if (connection.isClosed) {
         cause = connection.closeReason ?? cause;
         continue;
@@ -507,7 +544,7 @@ export class Client extends Operations {
       }
       this.adopt(connection);
       this.emit({ kind: "connected", welcome: connection.welcome });
-      this.emit({ kind: "restored", restored, failed, changeStream });
+      this.emit({ kind: "restored", restored, failed, changeStream, events });
       return;
     }
   }
@@ -529,7 +566,20 @@ export class Client extends Operations {
         this.ledger.drop(op, body);
       }
     }
-    return { restored, failed, changeStream };
+    // The online-only events missed meanwhile (SPEC SB-13.4-9), once the subscriptions are back; null when the
+    // client has no position yet or the request failed.
+    let events = null;
+    const point = this.ledger.eventReplay;
+    if (point !== null && !connection.isClosed) {
+      const body = { epoch: point.epoch, after: point.position };
+      try {
+        events = await connection.request("resumeEvents", body, this.requestTimeout);
+        this.ledger.record("resumeEvents", body, events);
+      } catch (e) {
+        events = null;
+      }
+    }
+    return { restored, failed, changeStream, events };
   }
 }
 

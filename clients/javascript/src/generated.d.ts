@@ -281,6 +281,18 @@ export interface SubscribedEvent {
   onlineClientTypes: Array<ClientType | number>;
   /** Application data of a published event. Limit: at most 4096 bytes. */
   ext: string;
+  /**
+   * On an online-only application event (publishEvent with onlineOnly): the run of the delivering node's event
+   * replay ring (the node's start time in microseconds); 0 on every other event (online states, kept events, the
+   * sync after subscribing or at login). See resumeEvents.
+   */
+  epoch: Int;
+  /**
+   * With epoch: the event's place in the delivering node's numbering of online-only events (1, 2, ...; the numbers
+   * a session receives grow but skip the events it is not sent). A client keeps the epoch and position of the last
+   * one it received and asks resumeEvents for what it missed after a reconnect.
+   */
+  position: Int;
 }
 
 /** SubscribedEvent as an argument: every key optional. */
@@ -300,6 +312,18 @@ export interface SubscribedEventArg {
   onlineClientTypes?: ReadonlyArray<ClientType | number>;
   /** Application data of a published event. Limit: at most 4096 bytes. */
   ext?: string;
+  /**
+   * On an online-only application event (publishEvent with onlineOnly): the run of the delivering node's event
+   * replay ring (the node's start time in microseconds); 0 on every other event (online states, kept events, the
+   * sync after subscribing or at login). See resumeEvents.
+   */
+  epoch?: Int;
+  /**
+   * With epoch: the event's place in the delivering node's numbering of online-only events (1, 2, ...; the numbers
+   * a session receives grow but skip the events it is not sent). A client keeps the epoch and position of the last
+   * one it received and asks resumeEvents for what it missed after a reconnect.
+   */
+  position?: Int;
 }
 
 /** A user's profile record. */
@@ -656,6 +680,39 @@ export interface RenewTokenResponse {
   expiresAtMs: Int;
 }
 
+/** The request body of `resumeEvents`: every key optional. */
+export interface ResumeEventsRequest {
+  /**
+   * The epoch of the last online-only event the client received (or of the subscribeEvent answer); 0: nothing to
+   * resume, the answer gives this node's epoch and position only.
+   */
+  epoch?: Int;
+  /**
+   * The position of the last online-only event the client received in that epoch (or of the subscribeEvent answer);
+   * the events after it are replayed.
+   */
+  after?: Int;
+}
+
+/** The response of `resumeEvents`. */
+export interface ResumeEventsResponse {
+  /** This node's epoch. */
+  epoch: Int;
+  /**
+   * The position of the latest online-only event this node numbered; the client continues from here (live events
+   * have greater positions).
+   */
+  position: Int;
+  /**
+   * A resume was asked for and could not be served whole (another epoch, a position this node never gave, or events
+   * after it no longer held): online-only events may have been missed. False: every event after `after` that the
+   * caller may receive follows the answer.
+   */
+  gap: boolean;
+  /** How many events follow the answer (in subscribedEvents pushes, before any live one). */
+  replayed: Int;
+}
+
 /** The request body of `setChannelMetadata`: every key optional. */
 export interface SetChannelMetadataRequest {
   /** Limit: 1-64 bytes. */
@@ -1008,6 +1065,13 @@ export interface SubscribeEventRequest {
 export interface SubscribeEventResponse {
   /** Publishers not subscribed (invalid ids). */
   failedPublishers: Array<string>;
+  /** The run of this node's event replay ring (its start time in microseconds), as online-only events carry it. */
+  epoch: Int;
+  /**
+   * The position of the latest online-only event this node numbered (0: none yet): a client that receives nothing
+   * before a reconnect resumes from here.
+   */
+  position: Int;
 }
 
 /** The request body of `unsubscribeEvent`: every key optional. */
@@ -1764,6 +1828,17 @@ export declare class Operations {
    * user. Errors: invalidToken, tokenExpired, permissionDenied.
    */
   renewToken(args?: RenewTokenRequest, options?: CallOptions): Promise<RenewTokenResponse>;
+  /**
+   * `resumeEvents` (op 0x05, event). Replays the online-only events (publishEvent with onlineOnly) this node
+   * delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after
+   * `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the
+   * user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in
+   * order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or
+   * is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says
+   * gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not
+   * replayed (the login sync gives them).
+   */
+  resumeEvents(args?: ResumeEventsRequest, options?: CallOptions): Promise<ResumeEventsResponse>;
   /**
    * `setChannelMetadata` (op 0x08, storage). Adds items to a channel's metadata set and overwrites items whose key
    * exists, in call order. Creates the set when absent. Atomic: all items or none. Errors: revisionConflict,

@@ -318,6 +318,18 @@ export const SCHEMA = {
           "type": "string",
           "doc": "Application data of a published event.",
           "limit": "at most 4096 bytes"
+        },
+        {
+          "n": 9,
+          "name": "epoch",
+          "type": "uint",
+          "doc": "On an online-only application event (publishEvent with onlineOnly): the run of the delivering node's event replay ring (the node's start time in microseconds); 0 on every other event (online states, kept events, the sync after subscribing or at login). See resumeEvents."
+        },
+        {
+          "n": 10,
+          "name": "position",
+          "type": "uint",
+          "doc": "With epoch: the event's place in the delivering node's numbering of online-only events (1, 2, ...; the numbers a session receives grow but skip the events it is not sent). A client keeps the epoch and position of the last one it received and asks resumeEvents for what it missed after a reconnect."
         }
       ]
     },
@@ -1035,6 +1047,56 @@ export const SCHEMA = {
         "tokenExpired",
         "permissionDenied"
       ]
+    },
+    {
+      "op": 5,
+      "name": "resumeEvents",
+      "area": "event",
+      "doc": "Replays the online-only events (publishEvent with onlineOnly) this node delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not replayed (the login sync gives them).",
+      "authorize": {
+        "always": "replays only events of publishers the caller's user subscribes to now, filtered by the session's grants as live events are"
+      },
+      "request": [
+        {
+          "n": 1,
+          "name": "epoch",
+          "type": "uint",
+          "doc": "The epoch of the last online-only event the client received (or of the subscribeEvent answer); 0: nothing to resume, the answer gives this node's epoch and position only."
+        },
+        {
+          "n": 2,
+          "name": "after",
+          "type": "uint",
+          "doc": "The position of the last online-only event the client received in that epoch (or of the subscribeEvent answer); the events after it are replayed."
+        }
+      ],
+      "response": [
+        {
+          "n": 1,
+          "name": "epoch",
+          "type": "uint",
+          "doc": "This node's epoch."
+        },
+        {
+          "n": 2,
+          "name": "position",
+          "type": "uint",
+          "doc": "The position of the latest online-only event this node numbered; the client continues from here (live events have greater positions)."
+        },
+        {
+          "n": 3,
+          "name": "gap",
+          "type": "bool",
+          "doc": "A resume was asked for and could not be served whole (another epoch, a position this node never gave, or events after it no longer held): online-only events may have been missed. False: every event after `after` that the caller may receive follows the answer."
+        },
+        {
+          "n": 4,
+          "name": "replayed",
+          "type": "uint",
+          "doc": "How many events follow the answer (in subscribedEvents pushes, before any live one)."
+        }
+      ],
+      "errors": []
     },
     {
       "op": 8,
@@ -2120,6 +2182,18 @@ export const SCHEMA = {
           "type": "string",
           "repeated": true,
           "doc": "Publishers not subscribed (invalid ids)."
+        },
+        {
+          "n": 2,
+          "name": "epoch",
+          "type": "uint",
+          "doc": "The run of this node's event replay ring (its start time in microseconds), as online-only events carry it."
+        },
+        {
+          "n": 3,
+          "name": "position",
+          "type": "uint",
+          "doc": "The position of the latest online-only event this node numbered (0: none yet): a client that receives nothing before a reconnect resumes from here."
         }
       ],
       "errors": [
@@ -4686,6 +4760,23 @@ export class Operations {
    */
   renewToken(args = {}, options = {}) {
     return this.call("renewToken", args, options);
+  }
+
+  /**
+   * `resumeEvents` (op 0x05, event). Replays the online-only events (publishEvent with onlineOnly) this node
+   * delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after
+   * `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by the
+   * user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents pushes, in
+   * order. When the node cannot tell that it holds every event after `after` (another epoch: the node restarted or
+   * is another node of a cluster; or events after it were dropped from the ring by count or age) the answer says
+   * gap: events may be missing, and the client re-reads the state it follows. Kept events and online states are not
+   * replayed (the login sync gives them). Fields left out are not sent (the server uses their defaults).
+   * @param {import('./generated').ResumeEventsRequest} [args]
+   * @param {{timeout?: number}} [options] timeout in milliseconds
+   * @returns {Promise<import('./generated').ResumeEventsResponse>}
+   */
+  resumeEvents(args = {}, options = {}) {
+    return this.call("resumeEvents", args, options);
   }
 
   /**

@@ -1,6 +1,6 @@
 // Declarations of the client's public API (hand-written; the schema's types are in generated.d.ts, generated).
 import { Operations } from "./generated.js";
-import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, MetadataItem, StorageEvent, SubscribeChangesResponse, Welcome } from "./generated.js";
+import type { CallOptions, GoAway as GoAwayBody, PushBodies, PushKind, MetadataItem, StorageEvent, ResumeEventsResponse, SubscribeChangesResponse, Welcome } from "./generated.js";
 
 export * from "./generated.js";
 
@@ -76,6 +76,9 @@ export type ConnectionEvent =
       failed: Array<[string, object, SwitchboardError]>;
       /** The resumed admin change stream's answer (subscribeChanges), or null: its gap says to re-read state. */
       changeStream: SubscribeChangesResponse | null;
+      /** The answer of the resume of online-only events (resumeEvents, SPEC SB-13.4-9), or null when the client
+       * had no position yet (or the request failed): the replayed events follow; gap says some may be missing. */
+      events: ResumeEventsResponse | null;
     }
   | { kind: "tokenRenewed" }
   | { kind: "tokenRenewalFailed"; error: SwitchboardError };
@@ -139,6 +142,9 @@ export declare class Client extends Operations {
   ping(timeoutMs?: number): Promise<number>;
   pushes<K extends PushKind>(...kinds: K[]): Stream<Push<K>>;
   connectionEvents(): Stream<ConnectionEvent>;
+  /** Where the client stands in the server's numbering of online-only events: the epoch and the greatest position
+   * received (from the events and the subscribeEvent answers), or null; a reconnect resumes from it (SPEC SB-13.4-9). */
+  readonly eventReplayPosition: { epoch: number | bigint; position: number | bigint } | null;
   on(what: "push", listener: (push: Push) => void): () => void;
   on(what: "connection", listener: (event: ConnectionEvent) => void): () => void;
 }

@@ -12,6 +12,8 @@ extension RequestAuthorizer {
             return nil  // ends the caller's own session
         case .renewToken:
             return nil  // the new token is verified as at login, for the same user, role and grants
+        case .resumeEvents:
+            return nil  // replays only events of publishers the caller's user subscribes to now, filtered by the session's grants as live events are
         case .setChannelMetadata(let body):
             return self.require(.write, channel: body.channel, body.channelType)
         case .getChannelMetadata(let body):
@@ -127,6 +129,7 @@ extension RequestAuthorizer {
     static let rules: [Opcode: String] = [
         .logout: "always allowed (ends the caller's own session)",
         .renewToken: "always allowed (the new token is verified as at login, for the same user, role and grants)",
+        .resumeEvents: "always allowed (replays only events of publishers the caller's user subscribes to now, filtered by the session's grants as live events are)",
         .setChannelMetadata: "`write` on the channel",
         .getChannelMetadata: "`read` on the channel",
         .updateChannelMetadata: "`write` on the channel",

@@ -87,6 +87,8 @@ extension SubscribedEvent {
         if generator.bool() { value.expiresAtMs = generator.uint64() }
         for _ in 0..<generator.count() { value.onlineClientTypes.append(ClientType(rawValue: generator.enumRaw(known: ClientType.allKnown.map(\.rawValue)))) }
         if generator.bool() { value.ext = generator.string() }
+        if generator.bool() { value.epoch = generator.uint64() }
+        if generator.bool() { value.position = generator.uint64() }
         return value
     }
 }
@@ -231,6 +233,28 @@ extension RenewTokenResponse {
     package static func random(using generator: inout RandomValueGenerator) -> RenewTokenResponse {
         var value = RenewTokenResponse()
         if generator.bool() { value.expiresAtMs = generator.uint64() }
+        return value
+    }
+}
+
+extension ResumeEventsRequest {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ResumeEventsRequest {
+        var value = ResumeEventsRequest()
+        if generator.bool() { value.epoch = generator.uint64() }
+        if generator.bool() { value.after = generator.uint64() }
+        return value
+    }
+}
+
+extension ResumeEventsResponse {
+    /// A random value: each field set or not, with a random value.
+    package static func random(using generator: inout RandomValueGenerator) -> ResumeEventsResponse {
+        var value = ResumeEventsResponse()
+        if generator.bool() { value.epoch = generator.uint64() }
+        if generator.bool() { value.position = generator.uint64() }
+        if generator.bool() { value.gap = generator.bool() }
+        if generator.bool() { value.replayed = generator.uint64() }
         return value
     }
 }
@@ -534,6 +558,8 @@ extension SubscribeEventResponse {
     package static func random(using generator: inout RandomValueGenerator) -> SubscribeEventResponse {
         var value = SubscribeEventResponse()
         for _ in 0..<generator.count() { value.failedPublishers.append(generator.string()) }
+        if generator.bool() { value.epoch = generator.uint64() }
+        if generator.bool() { value.position = generator.uint64() }
         return value
     }
 }
@@ -1225,60 +1251,61 @@ extension ChannelBroadcast {
 extension Request {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Request {
-        switch generator.index(below: 54) {
+        switch generator.index(below: 55) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenRequest.random(using: &generator))
-        case 2: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
-        case 3: return .getChannelMetadata(GetChannelMetadataRequest.random(using: &generator))
-        case 4: return .updateChannelMetadata(UpdateChannelMetadataRequest.random(using: &generator))
-        case 5: return .removeChannelMetadata(RemoveChannelMetadataRequest.random(using: &generator))
-        case 6: return .setUserMetadata(SetUserMetadataRequest.random(using: &generator))
-        case 7: return .getUserMetadata(GetUserMetadataRequest.random(using: &generator))
-        case 8: return .updateUserMetadata(UpdateUserMetadataRequest.random(using: &generator))
-        case 9: return .removeUserMetadata(RemoveUserMetadataRequest.random(using: &generator))
-        case 10: return .subscribeUserMetadata(SubscribeUserMetadataRequest.random(using: &generator))
-        case 11: return .unsubscribeUserMetadata(UnsubscribeUserMetadataRequest.random(using: &generator))
-        case 12: return .setLock(SetLockRequest.random(using: &generator))
-        case 13: return .acquireLock(AcquireLockRequest.random(using: &generator))
-        case 14: return .releaseLock(ReleaseLockRequest.random(using: &generator))
-        case 15: return .removeLock(RemoveLockRequest.random(using: &generator))
-        case 16: return .revokeLock(RevokeLockRequest.random(using: &generator))
-        case 17: return .getLocks(GetLocksRequest.random(using: &generator))
-        case 18: return .subscribeChannel(SubscribeChannelRequest.random(using: &generator))
-        case 19: return .unsubscribeChannel(UnsubscribeChannelRequest.random(using: &generator))
-        case 20: return .whoNow(WhoNowRequest.random(using: &generator))
-        case 21: return .whereNow(WhereNowRequest.random(using: &generator))
-        case 22: return .setState(SetStateRequest.random(using: &generator))
-        case 23: return .getState(GetStateRequest.random(using: &generator))
-        case 24: return .removeState(RemoveStateRequest.random(using: &generator))
-        case 25: return .subscribeEvent(SubscribeEventRequest.random(using: &generator))
-        case 26: return .unsubscribeEvent(UnsubscribeEventRequest.random(using: &generator))
-        case 27: return .publishEvent(PublishEventRequest.random(using: &generator))
-        case 28: return .queryEventSubscriptions(QueryEventSubscriptionsRequest.random(using: &generator))
-        case 29: return .setWill(SetWillRequest.random(using: &generator))
-        case 30: return .getWill(EmptyBody.random(using: &generator))
-        case 31: return .setUserInfo(SetUserInfoRequest.random(using: &generator))
-        case 32: return .getUserInfo(GetUserInfoRequest.random(using: &generator))
-        case 33: return .setGroupInfo(SetGroupInfoRequest.random(using: &generator))
-        case 34: return .getGroupInfo(GetGroupInfoRequest.random(using: &generator))
-        case 35: return .setGroupMemberInfo(SetGroupMemberInfoRequest.random(using: &generator))
-        case 36: return .getGroupMemberInfo(GetGroupMemberInfoRequest.random(using: &generator))
-        case 37: return .updateGroupMembers(UpdateGroupMembersRequest.random(using: &generator))
-        case 38: return .getGroupMembers(GetGroupMembersRequest.random(using: &generator))
-        case 39: return .clearProfile(ClearProfileRequest.random(using: &generator))
-        case 40: return .subscribeProfiles(SubscribeProfilesRequest.random(using: &generator))
-        case 41: return .unsubscribeProfiles(UnsubscribeProfilesRequest.random(using: &generator))
-        case 42: return .registerProvider(RegisterProviderRequest.random(using: &generator))
-        case 43: return .answerProvider(AnswerProviderRequest.random(using: &generator))
-        case 44: return .kickUser(KickUserRequest.random(using: &generator))
-        case 45: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
-        case 46: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
-        case 47: return .listChannels(ListChannelsRequest.random(using: &generator))
-        case 48: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
-        case 49: return .info(EmptyBody.random(using: &generator))
-        case 50: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
-        case 51: return .unsubscribeChanges(EmptyBody.random(using: &generator))
-        case 52: return .broadcast(BroadcastRequest.random(using: &generator))
+        case 2: return .resumeEvents(ResumeEventsRequest.random(using: &generator))
+        case 3: return .setChannelMetadata(SetChannelMetadataRequest.random(using: &generator))
+        case 4: return .getChannelMetadata(GetChannelMetadataRequest.random(using: &generator))
+        case 5: return .updateChannelMetadata(UpdateChannelMetadataRequest.random(using: &generator))
+        case 6: return .removeChannelMetadata(RemoveChannelMetadataRequest.random(using: &generator))
+        case 7: return .setUserMetadata(SetUserMetadataRequest.random(using: &generator))
+        case 8: return .getUserMetadata(GetUserMetadataRequest.random(using: &generator))
+        case 9: return .updateUserMetadata(UpdateUserMetadataRequest.random(using: &generator))
+        case 10: return .removeUserMetadata(RemoveUserMetadataRequest.random(using: &generator))
+        case 11: return .subscribeUserMetadata(SubscribeUserMetadataRequest.random(using: &generator))
+        case 12: return .unsubscribeUserMetadata(UnsubscribeUserMetadataRequest.random(using: &generator))
+        case 13: return .setLock(SetLockRequest.random(using: &generator))
+        case 14: return .acquireLock(AcquireLockRequest.random(using: &generator))
+        case 15: return .releaseLock(ReleaseLockRequest.random(using: &generator))
+        case 16: return .removeLock(RemoveLockRequest.random(using: &generator))
+        case 17: return .revokeLock(RevokeLockRequest.random(using: &generator))
+        case 18: return .getLocks(GetLocksRequest.random(using: &generator))
+        case 19: return .subscribeChannel(SubscribeChannelRequest.random(using: &generator))
+        case 20: return .unsubscribeChannel(UnsubscribeChannelRequest.random(using: &generator))
+        case 21: return .whoNow(WhoNowRequest.random(using: &generator))
+        case 22: return .whereNow(WhereNowRequest.random(using: &generator))
+        case 23: return .setState(SetStateRequest.random(using: &generator))
+        case 24: return .getState(GetStateRequest.random(using: &generator))
+        case 25: return .removeState(RemoveStateRequest.random(using: &generator))
+        case 26: return .subscribeEvent(SubscribeEventRequest.random(using: &generator))
+        case 27: return .unsubscribeEvent(UnsubscribeEventRequest.random(using: &generator))
+        case 28: return .publishEvent(PublishEventRequest.random(using: &generator))
+        case 29: return .queryEventSubscriptions(QueryEventSubscriptionsRequest.random(using: &generator))
+        case 30: return .setWill(SetWillRequest.random(using: &generator))
+        case 31: return .getWill(EmptyBody.random(using: &generator))
+        case 32: return .setUserInfo(SetUserInfoRequest.random(using: &generator))
+        case 33: return .getUserInfo(GetUserInfoRequest.random(using: &generator))
+        case 34: return .setGroupInfo(SetGroupInfoRequest.random(using: &generator))
+        case 35: return .getGroupInfo(GetGroupInfoRequest.random(using: &generator))
+        case 36: return .setGroupMemberInfo(SetGroupMemberInfoRequest.random(using: &generator))
+        case 37: return .getGroupMemberInfo(GetGroupMemberInfoRequest.random(using: &generator))
+        case 38: return .updateGroupMembers(UpdateGroupMembersRequest.random(using: &generator))
+        case 39: return .getGroupMembers(GetGroupMembersRequest.random(using: &generator))
+        case 40: return .clearProfile(ClearProfileRequest.random(using: &generator))
+        case 41: return .subscribeProfiles(SubscribeProfilesRequest.random(using: &generator))
+        case 42: return .unsubscribeProfiles(UnsubscribeProfilesRequest.random(using: &generator))
+        case 43: return .registerProvider(RegisterProviderRequest.random(using: &generator))
+        case 44: return .answerProvider(AnswerProviderRequest.random(using: &generator))
+        case 45: return .kickUser(KickUserRequest.random(using: &generator))
+        case 46: return .forceUnsubscribe(ForceUnsubscribeRequest.random(using: &generator))
+        case 47: return .revokeTokens(RevokeTokensRequest.random(using: &generator))
+        case 48: return .listChannels(ListChannelsRequest.random(using: &generator))
+        case 49: return .getLastSeen(GetLastSeenRequest.random(using: &generator))
+        case 50: return .info(EmptyBody.random(using: &generator))
+        case 51: return .subscribeChanges(SubscribeChangesRequest.random(using: &generator))
+        case 52: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 53: return .broadcast(BroadcastRequest.random(using: &generator))
         default: return .rewindBroadcasts(RewindBroadcastsRequest.random(using: &generator))
         }
     }
@@ -1287,60 +1314,61 @@ extension Request {
 extension Response {
     /// A random case with a random payload.
     package static func random(using generator: inout RandomValueGenerator) -> Response {
-        switch generator.index(below: 54) {
+        switch generator.index(below: 55) {
         case 0: return .logout(EmptyBody.random(using: &generator))
         case 1: return .renewToken(RenewTokenResponse.random(using: &generator))
-        case 2: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
-        case 3: return .getChannelMetadata(GetChannelMetadataResponse.random(using: &generator))
-        case 4: return .updateChannelMetadata(UpdateChannelMetadataResponse.random(using: &generator))
-        case 5: return .removeChannelMetadata(RemoveChannelMetadataResponse.random(using: &generator))
-        case 6: return .setUserMetadata(SetUserMetadataResponse.random(using: &generator))
-        case 7: return .getUserMetadata(GetUserMetadataResponse.random(using: &generator))
-        case 8: return .updateUserMetadata(UpdateUserMetadataResponse.random(using: &generator))
-        case 9: return .removeUserMetadata(RemoveUserMetadataResponse.random(using: &generator))
-        case 10: return .subscribeUserMetadata(EmptyBody.random(using: &generator))
-        case 11: return .unsubscribeUserMetadata(EmptyBody.random(using: &generator))
-        case 12: return .setLock(EmptyBody.random(using: &generator))
-        case 13: return .acquireLock(EmptyBody.random(using: &generator))
-        case 14: return .releaseLock(EmptyBody.random(using: &generator))
-        case 15: return .removeLock(EmptyBody.random(using: &generator))
-        case 16: return .revokeLock(EmptyBody.random(using: &generator))
-        case 17: return .getLocks(GetLocksResponse.random(using: &generator))
-        case 18: return .subscribeChannel(EmptyBody.random(using: &generator))
-        case 19: return .unsubscribeChannel(EmptyBody.random(using: &generator))
-        case 20: return .whoNow(WhoNowResponse.random(using: &generator))
-        case 21: return .whereNow(WhereNowResponse.random(using: &generator))
-        case 22: return .setState(EmptyBody.random(using: &generator))
-        case 23: return .getState(GetStateResponse.random(using: &generator))
-        case 24: return .removeState(EmptyBody.random(using: &generator))
-        case 25: return .subscribeEvent(SubscribeEventResponse.random(using: &generator))
-        case 26: return .unsubscribeEvent(EmptyBody.random(using: &generator))
-        case 27: return .publishEvent(PublishEventResponse.random(using: &generator))
-        case 28: return .queryEventSubscriptions(QueryEventSubscriptionsResponse.random(using: &generator))
-        case 29: return .setWill(SetWillResponse.random(using: &generator))
-        case 30: return .getWill(GetWillResponse.random(using: &generator))
-        case 31: return .setUserInfo(EmptyBody.random(using: &generator))
-        case 32: return .getUserInfo(GetUserInfoResponse.random(using: &generator))
-        case 33: return .setGroupInfo(EmptyBody.random(using: &generator))
-        case 34: return .getGroupInfo(GetGroupInfoResponse.random(using: &generator))
-        case 35: return .setGroupMemberInfo(EmptyBody.random(using: &generator))
-        case 36: return .getGroupMemberInfo(GetGroupMemberInfoResponse.random(using: &generator))
-        case 37: return .updateGroupMembers(UpdateGroupMembersResponse.random(using: &generator))
-        case 38: return .getGroupMembers(GetGroupMembersResponse.random(using: &generator))
-        case 39: return .clearProfile(ClearProfileResponse.random(using: &generator))
-        case 40: return .subscribeProfiles(EmptyBody.random(using: &generator))
-        case 41: return .unsubscribeProfiles(EmptyBody.random(using: &generator))
-        case 42: return .registerProvider(EmptyBody.random(using: &generator))
-        case 43: return .answerProvider(EmptyBody.random(using: &generator))
-        case 44: return .kickUser(KickUserResponse.random(using: &generator))
-        case 45: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
-        case 46: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
-        case 47: return .listChannels(ListChannelsResponse.random(using: &generator))
-        case 48: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
-        case 49: return .info(InfoResponse.random(using: &generator))
-        case 50: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
-        case 51: return .unsubscribeChanges(EmptyBody.random(using: &generator))
-        case 52: return .broadcast(BroadcastResponse.random(using: &generator))
+        case 2: return .resumeEvents(ResumeEventsResponse.random(using: &generator))
+        case 3: return .setChannelMetadata(SetChannelMetadataResponse.random(using: &generator))
+        case 4: return .getChannelMetadata(GetChannelMetadataResponse.random(using: &generator))
+        case 5: return .updateChannelMetadata(UpdateChannelMetadataResponse.random(using: &generator))
+        case 6: return .removeChannelMetadata(RemoveChannelMetadataResponse.random(using: &generator))
+        case 7: return .setUserMetadata(SetUserMetadataResponse.random(using: &generator))
+        case 8: return .getUserMetadata(GetUserMetadataResponse.random(using: &generator))
+        case 9: return .updateUserMetadata(UpdateUserMetadataResponse.random(using: &generator))
+        case 10: return .removeUserMetadata(RemoveUserMetadataResponse.random(using: &generator))
+        case 11: return .subscribeUserMetadata(EmptyBody.random(using: &generator))
+        case 12: return .unsubscribeUserMetadata(EmptyBody.random(using: &generator))
+        case 13: return .setLock(EmptyBody.random(using: &generator))
+        case 14: return .acquireLock(EmptyBody.random(using: &generator))
+        case 15: return .releaseLock(EmptyBody.random(using: &generator))
+        case 16: return .removeLock(EmptyBody.random(using: &generator))
+        case 17: return .revokeLock(EmptyBody.random(using: &generator))
+        case 18: return .getLocks(GetLocksResponse.random(using: &generator))
+        case 19: return .subscribeChannel(EmptyBody.random(using: &generator))
+        case 20: return .unsubscribeChannel(EmptyBody.random(using: &generator))
+        case 21: return .whoNow(WhoNowResponse.random(using: &generator))
+        case 22: return .whereNow(WhereNowResponse.random(using: &generator))
+        case 23: return .setState(EmptyBody.random(using: &generator))
+        case 24: return .getState(GetStateResponse.random(using: &generator))
+        case 25: return .removeState(EmptyBody.random(using: &generator))
+        case 26: return .subscribeEvent(SubscribeEventResponse.random(using: &generator))
+        case 27: return .unsubscribeEvent(EmptyBody.random(using: &generator))
+        case 28: return .publishEvent(PublishEventResponse.random(using: &generator))
+        case 29: return .queryEventSubscriptions(QueryEventSubscriptionsResponse.random(using: &generator))
+        case 30: return .setWill(SetWillResponse.random(using: &generator))
+        case 31: return .getWill(GetWillResponse.random(using: &generator))
+        case 32: return .setUserInfo(EmptyBody.random(using: &generator))
+        case 33: return .getUserInfo(GetUserInfoResponse.random(using: &generator))
+        case 34: return .setGroupInfo(EmptyBody.random(using: &generator))
+        case 35: return .getGroupInfo(GetGroupInfoResponse.random(using: &generator))
+        case 36: return .setGroupMemberInfo(EmptyBody.random(using: &generator))
+        case 37: return .getGroupMemberInfo(GetGroupMemberInfoResponse.random(using: &generator))
+        case 38: return .updateGroupMembers(UpdateGroupMembersResponse.random(using: &generator))
+        case 39: return .getGroupMembers(GetGroupMembersResponse.random(using: &generator))
+        case 40: return .clearProfile(ClearProfileResponse.random(using: &generator))
+        case 41: return .subscribeProfiles(EmptyBody.random(using: &generator))
+        case 42: return .unsubscribeProfiles(EmptyBody.random(using: &generator))
+        case 43: return .registerProvider(EmptyBody.random(using: &generator))
+        case 44: return .answerProvider(EmptyBody.random(using: &generator))
+        case 45: return .kickUser(KickUserResponse.random(using: &generator))
+        case 46: return .forceUnsubscribe(ForceUnsubscribeResponse.random(using: &generator))
+        case 47: return .revokeTokens(RevokeTokensResponse.random(using: &generator))
+        case 48: return .listChannels(ListChannelsResponse.random(using: &generator))
+        case 49: return .getLastSeen(GetLastSeenResponse.random(using: &generator))
+        case 50: return .info(InfoResponse.random(using: &generator))
+        case 51: return .subscribeChanges(SubscribeChangesResponse.random(using: &generator))
+        case 52: return .unsubscribeChanges(EmptyBody.random(using: &generator))
+        case 53: return .broadcast(BroadcastResponse.random(using: &generator))
         default: return .rewindBroadcasts(RewindBroadcastsResponse.random(using: &generator))
         }
     }

@@ -392,6 +392,8 @@ class SubscribedEvent(TypedDict):
     expiresAtMs: int
     onlineClientTypes: List[Union[ClientType, int]]
     ext: str
+    epoch: int
+    position: int
 
 
 class SubscribedEventArg(TypedDict, total=False):
@@ -404,6 +406,8 @@ class SubscribedEventArg(TypedDict, total=False):
     expiresAtMs: int
     onlineClientTypes: Sequence[Union[ClientType, int]]
     ext: str
+    epoch: int
+    position: int
 
 
 class UserInfo(TypedDict):
@@ -596,6 +600,14 @@ class RenewTokenResponse(TypedDict):
     expiresAtMs: int
 
 
+class ResumeEventsResponse(TypedDict):
+    """The response of `resumeEvents`."""
+    epoch: int
+    position: int
+    gap: bool
+    replayed: int
+
+
 class SetChannelMetadataResponse(TypedDict):
     """The response of `setChannelMetadata`."""
     majorRevision: int
@@ -666,6 +678,8 @@ class GetStateResponse(TypedDict):
 class SubscribeEventResponse(TypedDict):
     """The response of `subscribeEvent`."""
     failedPublishers: List[str]
+    epoch: int
+    position: int
 
 
 class PublishEventResponse(TypedDict):
@@ -1021,6 +1035,27 @@ class Operations:
         body: Dict[str, Any] = {}
         body["token"] = token
         return cast(RenewTokenResponse, await self.call("renewToken", body, timeout=timeout))
+
+    async def resume_events(
+        self,
+        *, epoch: Optional[int] = None, after: Optional[int] = None, timeout: Optional[float] = None,
+    ) -> ResumeEventsResponse:
+        """`resumeEvents` (op 0x05, event). Replays the online-only events (publishEvent with onlineOnly) this node
+        delivered after a position, for a client that reconnected (SPEC.md §13.4, event replay): the events after
+        `after` that the node still holds, published by a publisher the caller's user is subscribed to now (or by
+        the user itself with multiDeviceSync) and unexpired, follow the answer in one or more subscribedEvents
+        pushes, in order. When the node cannot tell that it holds every event after `after` (another epoch: the node
+        restarted or is another node of a cluster; or events after it were dropped from the ring by count or age)
+        the answer says gap: events may be missing, and the client re-reads the state it follows. Kept events and
+        online states are not replayed (the login sync gives them). Fields left None are not sent (the server uses
+        their defaults).
+        """
+        body: Dict[str, Any] = {}
+        if epoch is not None:
+            body["epoch"] = epoch
+        if after is not None:
+            body["after"] = after
+        return cast(ResumeEventsResponse, await self.call("resumeEvents", body, timeout=timeout))
 
     async def set_channel_metadata(
         self,

@@ -62,6 +62,10 @@ class ConnectionEvent:
     #: `restored`: the answer of the resumed admin change stream (subscribeChanges), if one was open; its `gap`
     #: says the changes missed could not all be replayed and the app re-reads the state it follows.
     change_stream: Optional[Dict[str, Any]] = None
+    #: `restored`: the answer of the resume of online-only events (resumeEvents, SPEC SB-13.4-9), if the client had
+    #: a position to resume from: the `replayed` events follow; `gap` says some may be missing. None otherwise, or
+    #: when the request failed.
+    events: Optional[Dict[str, Any]] = None
 
 
 T = TypeVar("T")
@@ -138,6 +142,24 @@ class _Ledger:
         self.will: Optional[Dict[str, Any]] = None          # setWill: registered again on a new session
         # set -> majorRevision of the last storage event received (SPEC SB-13.1-8)
         self.revisions: Dict[Tuple[str, str, str], int] = {}
+        # (epoch, position) of the last online-only event received (SPEC SB-13.4-9); None: nothing to resume
+        self.event_replay: Optional[Tuple[int, int]] = None
+
+    def note_event_position(self, epoch: int, position: int) -> None:
+        """A position of the server's numbering of online-only events: in the same epoch the greater counts,
+        another epoch replaces it."""
+        if not epoch:
+            return
+        if self.event_replay is not None and self.event_replay[0] == epoch:
+            self.event_replay = (epoch, max(self.event_replay[1], position))
+        else:
+            self.event_replay = (epoch, position)
+
+    def note_events(self, events: List[Dict[str, Any]]) -> None:
+        """A subscribedEvents push arrived: a new session asks for the online-only events after the last one."""
+        for event in events:
+            if event.get("epoch"):
+                self.note_event_position(event["epoch"], event.get("position", 0))
 
     @staticmethod
     def set_key(storage_type: Any, target: str, channel_type: Any = "message") -> Tuple[str, str, str]:
@@ -158,6 +180,15 @@ class _Ledger:
 
     def record(self, op: str, body: Dict[str, Any], response: Optional[Dict[str, Any]] = None) -> None:
         """Called after a successful request."""
+        if op == "subscribeEvent" and response is not None:
+            self.note_event_position(response.get("epoch", 0), response.get("position", 0))
+            return
+        if op == "resumeEvents" and response is not None:
+            # Same epoch without a gap: the replayed events follow and move the point on.
+            if response.get("epoch") != body.get("epoch", 0) or response.get("gap"):
+                self.event_replay = None
+                self.note_event_position(response.get("epoch", 0), response.get("position", 0))
+            return
         if op == "subscribeChanges" and response is not None:
             same_run = self.changes is not None and self.changes.get("resumeEpoch") == response["epoch"]
             seen = self.changes.get("resumeFrom", 0) if same_run and self.changes is not None else 0
@@ -337,6 +368,12 @@ class Client(Operations):
         return self._connection.welcome if self._connection is not None else None
 
     @property
+    def event_replay_position(self) -> Optional[Tuple[int, int]]:
+        """Where the client stands in the server's numbering of online-only events: (epoch, greatest position
+        received) from the events and the subscribeEvent answers, or None; a reconnect resumes from it."""
+        return self._ledger.event_replay
+
+    @property
     def connection(self) -> Optional[Connection]:
         """The current connection (it changes after each reconnect)."""
         return self._connection
@@ -432,6 +469,8 @@ class Client(Operations):
             self._ledger.note_change(push.body["position"])
         if push.kind == "storageEvent":
             self._ledger.note_storage_event(push.body)
+        if push.kind == "subscribedEvents":
+            self._ledger.note_events(push.body.get("events", []))
         for stream in self._push_streams:
             stream._offer(push)
         if push.kind == "serverNotice" and push.body["code"] == ErrorCode.tokenExpired and self.token_provider:
@@ -557,19 +596,20 @@ class Client(Operations):
                     return
                 cause = e
                 continue
-            restored, failed, change_stream = await self._restore(connection)
+            restored, failed, change_stream, events = await self._restore(connection)
             if connection.closed.is_set():
                 cause = connection.close_reason or cause
                 continue
             self._adopt(connection)
             log.info("reconnected to %s: session %s", self.endpoint, connection.welcome["sessionId"])
             self._emit(ConnectionEvent("connected", welcome=connection.welcome))
-            self._emit(ConnectionEvent("restored", restored=restored, failed=failed, change_stream=change_stream))
+            self._emit(ConnectionEvent(
+                "restored", restored=restored, failed=failed, change_stream=change_stream, events=events))
             return
 
     async def _restore(self, connection: Connection) -> Tuple[List[Tuple[str, Dict[str, Any]]],
                                                                List[Tuple[str, Dict[str, Any], SwitchboardError]],
-                                                               Optional[Dict[str, Any]]]:
+                                                               Optional[Dict[str, Any]], Optional[Dict[str, Any]]]:
         restored: List[Tuple[str, Dict[str, Any]]] = []
         failed: List[Tuple[str, Dict[str, Any], SwitchboardError]] = []
         change_stream: Optional[Dict[str, Any]] = None
@@ -586,7 +626,18 @@ class Client(Operations):
                 log.warning("%s %s was not restored: %s", op, body, e)
                 failed.append((op, body, e))
                 self._ledger.drop(op, body)
-        return restored, failed, change_stream
+        # The online-only events missed meanwhile (SPEC SB-13.4-9), once the subscriptions are back.
+        events: Optional[Dict[str, Any]] = None
+        point = self._ledger.event_replay
+        if point is not None and not connection.closed.is_set():
+            body = {"epoch": point[0], "after": point[1]}
+            try:
+                events = await connection.request("resumeEvents", body, self.request_timeout)
+                self._ledger.record("resumeEvents", body, events)
+            except SwitchboardError as e:
+                log.warning("online-only events were not resumed: %s", e)
+                events = None
+        return restored, failed, change_stream, events
 
 
 class MetadataSetCopy:
