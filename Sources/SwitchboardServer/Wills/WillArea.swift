@@ -46,8 +46,8 @@ public final class WillArea: RequestHandler, SessionObserver {
         self.caller.withLock { $0 = caller }
     }
 
-    /// Registered wills and wills waiting out their delay (for tests and statistics).
-    var counts: (registered: Int, pending: Int) {
+    /// Registered wills and wills waiting out their delay on this node (for tests and statistics).
+    public var counts: (registered: Int, pending: Int) {
         self.book.withLock { ($0.registeredCount, $0.pendingCount) }
     }
 
