@@ -67,8 +67,12 @@ struct WebhookProcessTests {
         receiver.failing = false
         let (second, _) = try await Self.start(database: database.path, webhooks: file.path, log: log.path)
         defer { second.killAndWait() }
-        let delivered = try await receiver.wait(timeout: .seconds(20)) { $0.filter { $0.status == 200 }.count >= 4 }
-        let accepted = receiver.accepted
+        // At least once: a loaded machine may time a request out that then arrives, and send it again with its id.
+        let delivered = try await receiver.wait(timeout: .seconds(20)) {
+            Set($0.filter { $0.status == 200 }.map(\.id)).count >= 4
+        }
+        var seenIDs: Set<String> = []
+        let accepted = receiver.accepted.filter { seenIDs.insert($0.id).inserted }  // first arrival of each id
         #expect(delivered, "\(accepted.map(\.type))")
         #expect(Array(accepted.map(\.type).prefix(4)) == ["presence.join", "storage.set", "storage.set", "storage.set"])
         let values = accepted.dropFirst().prefix(3).map { request -> String in
@@ -77,6 +81,5 @@ struct WebhookProcessTests {
         }
         #expect(values == ["1", "2", "3"])
         #expect(refusedIDs.isSubset(of: Set(accepted.map(\.id))))
-        #expect(Set(accepted.map(\.id)).count == accepted.count)
     }
 }

@@ -122,8 +122,14 @@ import Testing
             #expect(otherRun.gap && otherRun.replayed == 0 && otherRun.epoch == subscribed.epoch)
             let future = try await Self.resume(a, epoch: subscribed.epoch, after: subscribed.position + 100)
             #expect(future.gap && future.replayed == 0)
-            let whole = try await Self.resume(a, epoch: subscribed.epoch, after: subscribed.position)
+            // The event reached this session live: a resume on it does not send it again.
+            let live = try await Self.resume(a, epoch: subscribed.epoch, after: subscribed.position)
+            #expect(!live.gap && live.replayed == 0)
+            // A session of A that started after it gets it.
+            let later = try await gateway.connect(.tcp, user: "A")
+            let whole = try await Self.resume(later, epoch: subscribed.epoch, after: subscribed.position)
             #expect(!whole.gap && whole.replayed == 1)
+            await later.close()
             await a.close()
             await b.close()
         }

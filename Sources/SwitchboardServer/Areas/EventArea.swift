@@ -139,7 +139,7 @@ public final class EventArea: RequestHandler, SessionObserver {
             case .resumeEvents(let r):
                 let session = context.session
                 let resumed = self.domain.resume(
-                    epoch: r.epoch, after: r.after, for: user, nowMs: context.nowMillis,
+                    epoch: r.epoch, after: r.after, for: user, session: session, nowMs: context.nowMillis,
                     include: { Self.may(session, receive: $0) },
                     deliver: { events in
                         // Queued behind the answer, and (under the domain's lock) before any live event after it.

@@ -146,6 +146,9 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         var order = SubscriptionOrder()
         /// This node's numbering of the online-only events it delivers, and the latest of them for replay.
         var replay: OnlineEventRing
+        /// Each online session's replay ceiling: the latest position numbered when it started. Events numbered
+        /// after it reached the session live, so a replay to it stops there (no event twice).
+        var replayCeiling: [ObjectIdentifier: UInt64] = [:]
     }
 
     /// A session whose start the engine has not recorded yet.
@@ -477,15 +480,18 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
     /// Replays to a reconnected client of `user` the online-only events this node numbered after `after` in `epoch`
     /// (`resumeEvents`): those it still holds, unexpired, of publishers `user` subscribes to now (or `user`'s own
     /// with multiDeviceSync) that `include` accepts (the session's grants), handed to `deliver` in order under the
-    /// domain's lock, so that a live event delivered after the call follows them.
+    /// domain's lock, so that a live event delivered after the call follows them. Events numbered after `session`
+    /// started are left out: they reached it live.
     public func resume(
-        epoch: UInt64, after: UInt64, for user: String, nowMs now: Int64, include: (SubscribedEvent) -> Bool,
-        deliver: ([SubscribedEvent]) -> Void
+        epoch: UInt64, after: UInt64, for user: String, session: Session, nowMs now: Int64,
+        include: (SubscribedEvent) -> Bool, deliver: ([SubscribedEvent]) -> Void
     ) -> Resumed {
         self.state.withLock { state in
             let mine = state.subscriptions[user] ?? [:]
+            let ceiling = state.replayCeiling[ObjectIdentifier(session)] ?? UInt64.max
             let found = state.replay.resume(epoch: epoch, after: after, nowMs: now) { entry in
                 let event = entry.event
+                guard event.position <= ceiling else { return false }
                 guard Int64(clamping: event.expiresAtMs) > now else { return false }
                 let subscribed = (mine[event.publisher]?.expiresAtMs ?? Int64.min) > now
                 guard subscribed || (entry.multiDeviceSync && event.publisher == user) else { return false }
@@ -508,6 +514,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let id = ObjectIdentifier(session)
         self.state.withLock { state in
             state.online[user, default: OnlineSessions()].insert(session)
+            state.replayCeiling[id] = state.replay.latest
             state.pendingSync[id] = PendingSync(user: user, startedAtMs: session.eventStartedAtMs)
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
         }
@@ -551,6 +558,7 @@ public final class EventSubscriptions<Session: EventSession>: Sendable {
         let now = self.nowMillis()
         let keepOffline: Bool = self.state.withLock { state in
             state.pendingSync[ObjectIdentifier(session)] = nil
+            state.replayCeiling[ObjectIdentifier(session)] = nil
             state.online[user]?.remove(session)
             Self.forgetFanOutLists(ofPublishersSubscribedBy: user, in: &state)
             guard state.online[user]?.isEmpty ?? true else { return false }
