@@ -239,12 +239,30 @@ enum LoopbackHTTP {
     }
 }
 
-/// `value` without the members whose values the server makes up per call (times, event ids), at any depth.
+/// What `body` returns, or nil when it has not returned within `seconds` (it is cancelled then): bounds a wait for
+/// pushes that come at once, in a test where they may never come.
+func within<T: Sendable>(seconds: Int = 10, _ body: @escaping @Sendable () async throws -> T?) async throws -> T? {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        let first = try await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
+
+/// `value` without the members whose values the server makes up per call (times, event ids, broadcast sequences),
+/// at any depth.
 func withoutVolatile(_ value: JSONValue) -> JSONValue {
     switch value {
     case .object(let members):
         return .object(
-            members.filter { !($0.key.hasSuffix("Ms") || $0.key.hasSuffix("Ts") || $0.key == "eventId") }
+            members.filter {
+                !($0.key.hasSuffix("Ms") || $0.key.hasSuffix("Ts") || $0.key == "eventId" || $0.key == "sequence")
+            }
                 .map { ($0.key, withoutVolatile($0.value)) })
     case .array(let elements):
         return .array(elements.map(withoutVolatile))

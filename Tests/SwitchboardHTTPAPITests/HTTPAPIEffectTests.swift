@@ -54,35 +54,63 @@ struct HTTPAPIEffectTests {
             let written = try await gateway.call("setChannelMetadata", #"{"channel":"room","items":[{"key":"k","value":"v"}]}"#)
             #expect(written.status == 200, "\(written)")
             // Both pushes within 10 s (they come at once; the wait bounds a test whose pushes never come).
-            let seen = try await withThrowingTaskGroup(of: (event: Bool, storage: Bool).self) { group in
-                group.addTask {
-                    var sawEvent = false
-                    var sawStorage = false
-                    for await push in alice.pushes {
-                        switch push {
-                        case .subscribedEvents(let event):
-                            sawEvent = sawEvent || event.events.contains {
-                                $0.publisher == APITokens.keyName && $0.value == 10007 && $0.ext == "hello"
-                            }
-                        case .storageEvent(let event) where event.eventType == .set:
-                            sawStorage = sawStorage || (event.target == "room" && event.publisher == APITokens.keyName)
-                        default:
-                            break
+            let seen = try await within { () -> (event: Bool, storage: Bool)? in
+                var sawEvent = false
+                var sawStorage = false
+                for await push in alice.pushes {
+                    switch push {
+                    case .subscribedEvents(let event):
+                        sawEvent = sawEvent || event.events.contains {
+                            $0.publisher == APITokens.keyName && $0.value == 10007 && $0.ext == "hello"
                         }
-                        if sawEvent && sawStorage { break }
+                    case .storageEvent(let event) where event.eventType == .set:
+                        sawStorage = sawStorage || (event.target == "room" && event.publisher == APITokens.keyName)
+                    default:
+                        break
                     }
-                    return (sawEvent, sawStorage)
+                    if sawEvent && sawStorage { break }
                 }
-                group.addTask {
-                    try await Task.sleep(for: .seconds(10))
-                    return (false, false)
-                }
-                let first = try await group.next() ?? (false, false)
-                group.cancelAll()
-                return first
-            }
+                return (sawEvent, sawStorage)
+            } ?? (false, false)
             #expect(seen.event, "no event of \(APITokens.keyName) with value 10007 reached the subscriber")
             #expect(seen.storage, "no storage event by \(APITokens.keyName) reached the member")
+        }
+    }
+
+    @Test("an item written over HTTP with ttlMs answers its expiresAtMs, expires with an expired event to wire members, and a bad ttlMs is the wire's invalidTtl")
+    func itemTTLOverHTTP() async throws {
+        try await withAPIGateway { gateway in
+            let alice = try await gateway.connect("alice")
+            defer { Task { await alice.close() } }
+            _ = try await alice.send(
+                .subscribeChannel(SubscribeChannelRequest(channel: "room", withMetadata: true, withPresence: false)))
+            let before = UInt64(Date().timeIntervalSince1970 * 1000)
+            let set = try await gateway.call(
+                "setChannelMetadata",
+                #"{"channel":"room","items":[{"key":"typing","value":"yes","ttlMs":400},{"key":"title","value":"t"}]}"#)
+            #expect(set.status == 200, "\(set)")
+            let got = try await gateway.call("getChannelMetadata", #"{"channel":"room"}"#)
+            let items = try #require(try got.json["items"]?.arrayValue, "\(got)")
+            let typing = try #require(items.first { $0["key"]?.stringValue == "typing" }, "\(got)")
+            let deadline = try #require(typing["expiresAtMs"]?.uint64Value, "\(got)")
+            #expect(deadline >= before + 400 && deadline <= before + 400 + 5_000, "\(got)")
+            #expect(items.first { $0["key"]?.stringValue == "title" }?["expiresAtMs"] == nil, "\(got)")
+
+            // The expiry reaches the wire member (within 10 s: it comes after 0.4 s; the bound ends a test where it
+            // never does).
+            let expired = try await within { () -> StorageEvent? in
+                for await push in alice.pushes {
+                    if case .storageEvent(let event) = push, event.eventType == .expired { return event }
+                }
+                return nil
+            }
+            #expect(expired?.items.map(\.key) == ["typing"], "\(String(describing: expired))")
+            let after = try await gateway.call("getChannelMetadata", #"{"channel":"room"}"#)
+            #expect(try after.json["items"]?.arrayValue?.compactMap { $0["key"]?.stringValue } == ["title"], "\(after)")
+
+            let bad = try await gateway.call(
+                "setUserMetadata", #"{"userId":"alice","items":[{"key":"k","value":"v","ttlMs":5}]}"#)
+            #expect(bad.status == 400 && bad.error?.name == "invalidTtl", "\(bad)")
         }
     }
 

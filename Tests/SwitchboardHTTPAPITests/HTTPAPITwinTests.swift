@@ -48,6 +48,9 @@ struct HTTPAPITwinTests {
         Step("setUserMetadata", #"{"userId":"alice","items":[{"key":"k","value":"v"}],"majorRevision":0}"#),
         Step("setUserMetadata", #"{"userId":"alice","items":[{"key":"k","value":"v"}],"majorRevision":0}"#, "revisionConflict"),
         Step("getUserMetadata", #"{"userId":"alice"}"#),
+        // Item TTLs (SB-13.1-9): the deadline is the server's (left out of the comparison), the refusal the wire's.
+        Step("setUserMetadata", #"{"userId":"alice","items":[{"key":"t","value":"v","ttlMs":600000}]}"#),
+        Step("setChannelMetadata", #"{"channel":"room","items":[{"key":"brief","value":"y","ttlMs":99}]}"#, "invalidTtl"),
         Step("updateUserMetadata", #"{"userId":"alice","items":[{"key":"k","value":"w"}]}"#),
         Step("updateUserMetadata", #"{"userId":"bob","items":[{"key":"k","value":"w"}]}"#, "metadataNotFound"),
         Step("removeUserMetadata", #"{"userId":"alice"}"#),
@@ -74,6 +77,12 @@ struct HTTPAPITwinTests {
         Step("publishEvent", #"{"eventType":1,"value":5}"#, "reservedEventValue"),
         Step("publishEvent", #"{"eventType":9,"value":10005}"#, "unsupportedEventType"),
         Step("queryEventSubscriptions", #"{"eventType":1,"publishers":["backend"]}"#),
+        // Alice is the lobby's one member: both deliver to her; the sequences are each node's own (left out).
+        Step("broadcast", #"{"channel":"lobby","data":"{\"cursor\":[1,2]}"}"#),
+        Step("broadcast", #"{"channel":"lobby","data":"x","echo":true,"noRewind":true}"#),
+        Step("broadcast", #"{"channel":"lobby","channelType":"stream","data":"x"}"#),
+        Step("broadcast", #"{"channel":"lobby","data":"\#(String(repeating: "x", count: 4097))"}"#, "broadcastTooLarge"),
+        Step("broadcast", #"{"channel":"","data":"x"}"#, "invalidArgument"),
         Step("setUserInfo", #"{"info":{"userId":"alice","name":"Alice","extra":"{}"}}"#),
         Step("getUserInfo", #"{"userIds":["alice","zed"]}"#),
         Step("setGroupInfo", #"{"info":{"groupId":"g1","name":"Group one"}}"#),

@@ -104,6 +104,12 @@ def resolve(by_name, ref, side):
     return resolve(by_name, spec, side) if isinstance(spec, str) else spec
 
 
+def api_note(api, name):
+    """What differs for the API's caller, who holds no session (`httpApi.notes`), as a paragraph of its own."""
+    note = api.get("notes", {}).get(name)
+    return "\n\n" + note if note else ""
+
+
 def document(schema):
     api = schema["httpApi"]
     by_name = {o["name"]: o for o in schema["operations"]}
@@ -124,6 +130,9 @@ def document(schema):
     error_schema["properties"]["name"] = {"type": "string", "description": "The error's name (SPEC.md §9)."}
     error_schema["required"] = ["code", "name"]
     components["Error"] = error_schema
+    unlisted = set(api.get("notes", {})) - set(api["operations"])
+    if unlisted:
+        raise SystemExit("httpApi.notes names operations the API does not serve: %s" % ", ".join(sorted(unlisted)))
     paths = {}
     for name in api["operations"]:
         op = by_name[name]
@@ -154,7 +163,8 @@ def document(schema):
         paths[api["pathPrefix"] + name] = {"post": {
             "operationId": name,
             "summary": op["doc"].split(". ")[0].rstrip(".") + ".",
-            "description": op["doc"] + "\n\nWire twin: `%s` (op 0x%02X, Protocol/SPEC.md)." % (name, op["op"]),
+            "description": op["doc"] + api_note(api, name)
+            + "\n\nWire twin: `%s` (op 0x%02X, Protocol/SPEC.md)." % (name, op["op"]),
             "tags": [op["area"]],
             "requestBody": {
                 "required": True,

@@ -31,6 +31,7 @@ enum APIOperations {
         .getState,
         .publishEvent,
         .queryEventSubscriptions,
+        .broadcast,
         .setUserInfo,
         .getUserInfo,
         .setGroupInfo,
@@ -81,7 +82,7 @@ enum APIOperations {
   "info": {
     "title": "Switchboard HTTP API",
     "version": "1",
-    "description": "The HTTP API (Docs/http-api.md): the wire operations a backend calls, as JSON over HTTP on the gateway's --api listener. Each listed operation is `POST pathPrefix + name` with the canonical JSON rendering of its request body (SPEC.md §10: fields by name, absent fields take their defaults, an unknown field is malformedBody); a success answers 200 with the response body's rendering (fields that hold their default left out), a failure the wire's ErrorBody with the error's name and an HTTP status by the error's class. The operations run as the wire's do, through the same command areas and the same grant check, as the caller: an API key's name, or an admin token's user. Operations that need a live session (subscriptions, state in a channel, logout, providers) are not here."
+    "description": "The HTTP API (Docs/http-api.md): the wire operations a backend calls, as JSON over HTTP on the gateway's --api listener. Each listed operation is `POST pathPrefix + name` with the canonical JSON rendering of its request body (SPEC.md §10: fields by name, absent fields take their defaults, an unknown field is malformedBody); a success answers 200 with the response body's rendering (fields that hold their default left out), a failure the wire's ErrorBody with the error's name and an HTTP status by the error's class. The operations run as the wire's do, through the same command areas and the same grant check, as the caller: an API key's name, or an admin token's user. Operations that need a live session are not here: subscriptions and what resumes them (subscribeChannel, subscribeUserMetadata with sinceRevision, subscribeEvent, resumeEvents, subscribeProfiles, subscribeChanges, their unsubscribes, rewindBroadcasts, which needs a membership), state in a channel (setState, removeState), last wills (setWill, getWill: a will fires when its session ends), logout, renewToken and providers. Where the API's caller differs from a session's, `notes` says so in the operation's description."
   },
   "security": [
     {
@@ -2016,6 +2017,108 @@ enum APIOperations {
           },
           "413": {
             "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "500": {
+            "description": "Internal Server Error: internal (8000).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "503": {
+            "description": "Service Unavailable: unavailable (8004), shuttingDown (8002).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        }
+      }
+    },
+    "/v1/broadcast": {
+      "post": {
+        "operationId": "broadcast",
+        "summary": "Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo.",
+        "description": "Sends an ephemeral message to the channel's members (SPEC.md §13.11): every session subscribed to the channel of that name and type (subscribeChannel) gets a channelBroadcast push, the sender's other sessions included; the sending session gets it only with echo. Nothing is stored on disk: the node keeps the channel's recent broadcasts in memory for rewindBroadcasts. The sender need not be a member. Limited per session (3010).\n\nOver the HTTP API the caller holds no session and is a member of no channel. Receivers see as `sender` the caller's user id: the API key's name, or the admin token's user (`api` on an open development API), as publishEvent's publisher is. `echo` has no effect. The per-session broadcast rate (3010) does not apply: the API's callers are the app's own backends, as for the wire's request rate. `delivered` counts this node's receiving sessions; the other nodes of a cluster deliver it to theirs. SPEC.md SB-13.11-9.\n\nWire twin: `broadcast` (op 0x3D, Protocol/SPEC.md).",
+        "tags": [
+          "channel"
+        ],
+        "requestBody": {
+          "required": true,
+          "content": {
+            "application/json": {
+              "schema": {
+                "$ref": "#/components/schemas/BroadcastRequest"
+              }
+            }
+          }
+        },
+        "responses": {
+          "200": {
+            "description": "Done.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/BroadcastResponse"
+                }
+              }
+            }
+          },
+          "400": {
+            "description": "Bad Request: broadcastTooLarge (7015), invalidArgument (7000), identifierTooLong (7001), malformedBody (1000), invalidUtf8 (1006).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "401": {
+            "description": "Unauthorized: notAuthenticated (2000), invalidToken (2001), tokenExpired (2002), tokenRevoked (2005).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "403": {
+            "description": "Forbidden: permissionDenied (2003).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "413": {
+            "description": "Content Too Large: frameTooLarge (1001).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "429": {
+            "description": "Too Many Requests: broadcastRateLimited (3010).",
             "content": {
               "application/json": {
                 "schema": {
@@ -5250,6 +5353,56 @@ enum APIOperations {
             "items": {
               "$ref": "#/components/schemas/EventSubscription"
             }
+          }
+        },
+        "additionalProperties": false
+      },
+      "BroadcastRequest": {
+        "type": "object",
+        "description": "Request of `broadcast` (wire op 0x3D).",
+        "properties": {
+          "channel": {
+            "type": "string",
+            "description": "Limit: 1-64 bytes."
+          },
+          "channelType": {
+            "$ref": "#/components/schemas/ChannelType"
+          },
+          "data": {
+            "type": "string",
+            "description": "The application's payload (text, e.g. JSON). Limit: at most 4096 bytes (7015)."
+          },
+          "echo": {
+            "type": "boolean",
+            "description": "Also deliver to the sending session when it is a member."
+          },
+          "noRewind": {
+            "type": "boolean",
+            "description": "Deliver only: do not keep it for rewind (a cursor position nobody needs later)."
+          }
+        },
+        "additionalProperties": false
+      },
+      "BroadcastResponse": {
+        "type": "object",
+        "description": "Response of `broadcast`: fields that hold their default are left out.",
+        "properties": {
+          "sequence": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "The broadcast's sequence in the channel on the node that took it."
+          },
+          "timestampMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615
+          },
+          "delivered": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "How many sessions of this node it was sent to (other nodes' members are not counted)."
           }
         },
         "additionalProperties": false

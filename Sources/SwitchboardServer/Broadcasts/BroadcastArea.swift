@@ -60,6 +60,10 @@ public final class BroadcastArea: RequestHandler, SessionObserver, RelayedBroadc
     /// How many channels have broadcasts kept in memory.
     public var channelsKept: Int { self.state.withLock { $0.rings.count } }
 
+    /// How many sessions have a broadcast rate of their own in memory (one per client session that broadcast, until
+    /// it ends; never the HTTP API's callers, which have no session).
+    public var sessionsRateLimited: Int { self.state.withLock { $0.buckets.count } }
+
     public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         do throws(RequestRejection) {
             switch request {
@@ -91,16 +95,21 @@ public final class BroadcastArea: RequestHandler, SessionObserver, RelayedBroadc
         let configuration = self.configuration
         let publisher = self.publisher
         let relay = self.relay
+        // A caller inside the gateway (the HTTP API's backends) has no session to limit, and no end that would drop
+        // its bucket: the per-session rate is a client's (SB-13.11-9).
+        let limited = !session.isInternalCaller
         let outcome: Result<(push: ChannelBroadcast, delivered: Int), RequestRejection> = self.state.withLock { state in
-            let id = ObjectIdentifier(session)
-            var bucket = state.buckets[id]
-                ?? TokenBucket(rate: configuration.ratePerSecond, burst: configuration.burst, now: .now())
-            let wait = bucket.take(now: .now())
-            state.buckets[id] = bucket
-            if let wait {
-                var body = ErrorBody(.broadcastRateLimited, "over \(configuration.ratePerSecond) broadcasts a second")
-                body.retryAfterMs = UInt64(max(wait.nanoseconds / 1_000_000, 1))
-                return .failure(RequestRejection(body))
+            if limited {
+                let id = ObjectIdentifier(session)
+                var bucket = state.buckets[id]
+                    ?? TokenBucket(rate: configuration.ratePerSecond, burst: configuration.burst, now: .now())
+                let wait = bucket.take(now: .now())
+                state.buckets[id] = bucket
+                if let wait {
+                    var body = ErrorBody(.broadcastRateLimited, "over \(configuration.ratePerSecond) broadcasts a second")
+                    body.retryAfterMs = UInt64(max(wait.nanoseconds / 1_000_000, 1))
+                    return .failure(RequestRejection(body))
+                }
             }
             let push = ChannelBroadcast(
                 channel: key.name, channelType: key.type, sequence: state.nextSequence, sender: session.info.userID,

@@ -71,6 +71,10 @@ public final class SessionHandle: Sendable, Hashable {
         self.maxSubscriptions = 0
     }
 
+    /// Whether this is the session of a caller inside the gateway (``InternalCaller``: the HTTP API, the inspector),
+    /// which has no connection, rather than a client's.
+    var isInternalCaller: Bool { self.connection == nil }
+
     /// Counts `count` new subscriptions against the connection's limit.
     ///
     /// - Returns: false, counting nothing, when they would pass ``ServerConfiguration/Limits/maxSubscriptionsPerConnection``

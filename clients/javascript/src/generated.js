@@ -964,7 +964,7 @@ export const SCHEMA = {
     }
   },
   "httpApi": {
-    "doc": "The HTTP API (Docs/http-api.md): the wire operations a backend calls, as JSON over HTTP on the gateway's --api listener. Each listed operation is `POST pathPrefix + name` with the canonical JSON rendering of its request body (SPEC.md §10: fields by name, absent fields take their defaults, an unknown field is malformedBody); a success answers 200 with the response body's rendering (fields that hold their default left out), a failure the wire's ErrorBody with the error's name and an HTTP status by the error's class. The operations run as the wire's do, through the same command areas and the same grant check, as the caller: an API key's name, or an admin token's user. Operations that need a live session (subscriptions, state in a channel, logout, providers) are not here.",
+    "doc": "The HTTP API (Docs/http-api.md): the wire operations a backend calls, as JSON over HTTP on the gateway's --api listener. Each listed operation is `POST pathPrefix + name` with the canonical JSON rendering of its request body (SPEC.md §10: fields by name, absent fields take their defaults, an unknown field is malformedBody); a success answers 200 with the response body's rendering (fields that hold their default left out), a failure the wire's ErrorBody with the error's name and an HTTP status by the error's class. The operations run as the wire's do, through the same command areas and the same grant check, as the caller: an API key's name, or an admin token's user. Operations that need a live session are not here: subscriptions and what resumes them (subscribeChannel, subscribeUserMetadata with sinceRevision, subscribeEvent, resumeEvents, subscribeProfiles, subscribeChanges, their unsubscribes, rewindBroadcasts, which needs a membership), state in a channel (setState, removeState), last wills (setWill, getWill: a will fires when its session ends), logout, renewToken and providers. Where the API's caller differs from a session's, `notes` says so in the operation's description.",
     "pathPrefix": "/v1/",
     "documentPath": "/openapi.json",
     "operations": [
@@ -987,6 +987,7 @@ export const SCHEMA = {
       "getState",
       "publishEvent",
       "queryEventSubscriptions",
+      "broadcast",
       "setUserInfo",
       "getUserInfo",
       "setGroupInfo",
@@ -1002,7 +1003,10 @@ export const SCHEMA = {
       "listChannels",
       "getLastSeen",
       "info"
-    ]
+    ],
+    "notes": {
+      "broadcast": "Over the HTTP API the caller holds no session and is a member of no channel. Receivers see as `sender` the caller's user id: the API key's name, or the admin token's user (`api` on an open development API), as publishEvent's publisher is. `echo` has no effect. The per-session broadcast rate (3010) does not apply: the API's callers are the app's own backends, as for the wire's request rate. `delivered` counts this node's receiving sessions; the other nodes of a cluster deliver it to theirs. SPEC.md SB-13.11-9."
+    }
   },
   "operations": [
     {
