@@ -1,5 +1,6 @@
 import Configuration
 import Foundation
+import SwitchboardServer
 import SwitchboardStore
 
 /// The settings of `switchboard serve`, each named by its long option: `--max-connections` is the key
@@ -69,6 +70,11 @@ struct ServeSettings: Equatable, Sendable {
     var providerTimeoutMs = 5_000
     var eventReplayCapacity = EventReplayLimits.defaultCapacity
     var eventReplaySeconds = Int(EventReplayLimits.defaultMaxAgeMs / 1000)
+    var broadcastMaxBytes = BroadcastConfiguration().maxDataBytes
+    var broadcastRate = BroadcastConfiguration().ratePerSecond
+    var broadcastBurst = BroadcastConfiguration().burst
+    var broadcastRewindCount = BroadcastConfiguration().rewindCount
+    var broadcastRewindSeconds = BroadcastConfiguration().rewindSeconds
     /// Nil: no metrics endpoint.
     var metricsPort: Int?
     /// The address the metrics endpoint binds.
@@ -170,6 +176,11 @@ struct ServeSettings: Equatable, Sendable {
         .integer("provider-timeout-ms", \.providerTimeoutMs, 100...600_000),
         .integer("event-replay-capacity", \.eventReplayCapacity, 0...10_000_000),
         .integer("event-replay-seconds", \.eventReplaySeconds, 0...3_600),
+        .integer("broadcast-max-bytes", \.broadcastMaxBytes, 1...BroadcastConfiguration.maxDataBytesLimit),
+        .integer("broadcast-rate", \.broadcastRate, 1...100_000),
+        .integer("broadcast-burst", \.broadcastBurst, 1...1_000_000),
+        .integer("broadcast-rewind-count", \.broadcastRewindCount, 0...BroadcastConfiguration.maxRewindCountLimit),
+        .integer("broadcast-rewind-seconds", \.broadcastRewindSeconds, 1...BroadcastConfiguration.maxRewindSecondsLimit),
         .optionalInteger("metrics-port", \.metricsPort, 0...65_535),
         .string("metrics-host", \.metricsHost),
         .string("inspector", \.inspector),

@@ -202,6 +202,21 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("event-replay-seconds"), help: "How long (0-3600 s) each node holds an online-only event for clients that resume after a reconnect (default: \(defaults.eventReplaySeconds)).")
     var eventReplaySeconds: Int?
 
+    @Option(name: .customLong("broadcast-max-bytes"), help: "The longest channel broadcast's data accepted, 1-4096 bytes (longer: 7015) (default: \(defaults.broadcastMaxBytes)).")
+    var broadcastMaxBytes: Int?
+
+    @Option(name: .customLong("broadcast-rate"), help: "Channel broadcasts a session may send per second on average, 1-100000 (more: 3010) (default: \(defaults.broadcastRate)).")
+    var broadcastRate: Int?
+
+    @Option(name: .customLong("broadcast-burst"), help: "Channel broadcasts a session may send at once after being idle, 1-1000000 (default: \(defaults.broadcastBurst)).")
+    var broadcastBurst: Int?
+
+    @Option(name: .customLong("broadcast-rewind-count"), help: "How many of a channel's recent broadcasts each node keeps for rewindBroadcasts, 0-100 (default: \(defaults.broadcastRewindCount)).")
+    var broadcastRewindCount: Int?
+
+    @Option(name: .customLong("broadcast-rewind-seconds"), help: "How long (1-300 s) each node keeps a channel broadcast for rewindBroadcasts (default: \(defaults.broadcastRewindSeconds)).")
+    var broadcastRewindSeconds: Int?
+
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics (PORT 0-65535; 0: any free port) on METRICS-HOST:PORT/metrics and the gateway's health on /health (200, or 503 while starting or draining).")
     var metricsPort: Int?
 
@@ -274,6 +289,11 @@ struct ServeOptions: ParsableArguments {
         put("provider-timeout-ms", self.providerTimeoutMs)
         put("event-replay-capacity", self.eventReplayCapacity)
         put("event-replay-seconds", self.eventReplaySeconds)
+        put("broadcast-max-bytes", self.broadcastMaxBytes)
+        put("broadcast-rate", self.broadcastRate)
+        put("broadcast-burst", self.broadcastBurst)
+        put("broadcast-rewind-count", self.broadcastRewindCount)
+        put("broadcast-rewind-seconds", self.broadcastRewindSeconds)
         put("metrics-port", self.metricsPort)
         put("metrics-host", self.metricsHost)
         put("log-level", self.logLevel)
@@ -453,6 +473,9 @@ extension ServeSettings {
         applicationConfiguration.providerTimeout = .milliseconds(Int64(self.providerTimeoutMs))
         applicationConfiguration.eventReplay = EventReplayLimits(
             capacity: self.eventReplayCapacity, maxAgeMs: Int64(self.eventReplaySeconds) * 1000)
+        applicationConfiguration.broadcasts = BroadcastConfiguration(
+            maxDataBytes: self.broadcastMaxBytes, ratePerSecond: self.broadcastRate, burst: self.broadcastBurst,
+            rewindCount: self.broadcastRewindCount, rewindSeconds: self.broadcastRewindSeconds)
         var nodeID: String?
         var clusterEngine: PostgresCluster?
         if let url = self.cluster {

@@ -29,7 +29,7 @@ import Testing
     @Test func everyNumericOptionHasARange() {
         let numeric = ServeSettings.keys.filter { $0.type == .int }.map(\.name)
         #expect(Set(Self.outOfRange.map(\.key)) == Set(numeric))
-        #expect(numeric.count == 24)
+        #expect(numeric.count == 29)
     }
 
     /// The arguments and environment that give `key` the value `value` from `source`, and the name the message
