@@ -101,6 +101,39 @@ struct OutputFormattingTests {
             == "storageEvent snapshot user Tony majorRevision=3 resumeFailed")
     }
 
+    @Test("an expiring item prints its deadline; an expired event prints the keys that expired")
+    func itemTTLText() {
+        let read = GetChannelMetadataResponse(majorRevision: 2, items: [
+            MetadataItem(key: "typing", value: "yes", revision: 2, expiresAtMs: 1_700_000_000_500),
+        ])
+        #expect(Rendering.lines(for: .getChannelMetadata(read), format: .text).last
+            == "typing=yes  revision=2 expires=2023-11-14T22:13:20.500Z")
+        let expired = StorageEvent(
+            storageType: .channel, eventType: .expired, target: "room", majorRevision: 3,
+            items: [MetadataItem(key: "typing", revision: 2)])
+        #expect(Rendering.line(for: .storageEvent(expired), format: .text) == "storageEvent expired channel room majorRevision=3: typing")
+    }
+
+    @Test("a will prints its delay and each action as JSON; a rewind one line per broadcast and the latest sequence")
+    func willAndBroadcastText() {
+        let will = GetWillResponse(
+            actions: [WillAction(operation: 34, value: 10_001)], delaySeconds: 30)
+        #expect(Rendering.lines(for: .getWill(will), format: .text)
+            == ["will of 1 action(s), fires after 30 s", #"  {"operation":34,"value":10001}"#])
+        #expect(Rendering.lines(for: .getWill(GetWillResponse()), format: .text) == ["no will"])
+        #expect(Rendering.lines(for: .setWill(SetWillResponse(actions: 2)), format: .text) == ["will registered: 2 action(s)"])
+        let rewound = RewindBroadcastsResponse(
+            broadcasts: [RewoundBroadcast(sequence: 9, sender: "ana", data: "hi there", timestampMs: 1_700_000_000_000)],
+            latestSequence: 11)
+        #expect(Rendering.lines(for: .rewindBroadcasts(rewound), format: .text)
+            == [#"#9 2023-11-14T22:13:20.000Z from ana data="hi there""#, "latestSequence 11"])
+        #expect(Rendering.lines(for: .broadcast(BroadcastResponse(sequence: 12, timestampMs: 1, delivered: 3)), format: .text)
+            == ["broadcast #12 delivered=3"])
+        let push = ChannelBroadcast(channel: "doc", channelType: .stream, sequence: 12, sender: "ana", data: "hi there")
+        #expect(Rendering.line(for: .channelBroadcast(push), format: .text)
+            == #"channelBroadcast doc(stream) #12 from ana data="hi there""#)
+    }
+
     @Test("a server error prints 'error <code> <name>: <message>' with its CAS details")
     func serverErrorText() {
         let body = ErrorBody(code: 5001, message: "item revision differs", currentRevision: 4, key: "Name")

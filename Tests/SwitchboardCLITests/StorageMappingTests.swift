@@ -22,6 +22,25 @@ struct StorageMappingTests {
             == .subscribeChannel(SubscribeChannelRequest(channel: "lobby", withMetadata: true, sinceRevision: 7)))
     }
 
+    @Test("--ttl-ms gives every written item its TTL on sets and updates of both kinds; without it the items have none")
+    func ttlMsMapsToEachItem() throws {
+        #expect(try request("user-meta", "set", "Tony", "typing=yes", "mood=ok", "--ttl-ms", "1500")
+            == .setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [
+                MetadataItem(key: "typing", value: "yes", ttlMs: 1_500), MetadataItem(key: "mood", value: "ok", ttlMs: 1_500),
+            ])))
+        #expect(try request("user-meta", "update", "Tony", "typing=no", "--ttl-ms", "100")
+            == .updateUserMetadata(UpdateUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "typing", value: "no", ttlMs: 100)])))
+        #expect(try request("channel-meta", "set", "room", "cursor=1,2", "--ttl-ms", "2000", "--item-revision", "cursor=0")
+            == .setChannelMetadata(SetChannelMetadataRequest(
+                channel: "room", items: [MetadataItem(key: "cursor", value: "1,2", revision: 0, ttlMs: 2_000)])))
+        #expect(try request("channel-meta", "update", "room", "cursor=3,4", "--ttl-ms", "2000")
+            == .updateChannelMetadata(UpdateChannelMetadataRequest(
+                channel: "room", items: [MetadataItem(key: "cursor", value: "3,4", ttlMs: 2_000)])))
+        #expect(try request("channel-meta", "set", "room", "k=v")
+            == .setChannelMetadata(SetChannelMetadataRequest(channel: "room", items: [MetadataItem(key: "k", value: "v")])))
+        #expect(isUsageError("user-meta", "set", "Tony", "k=v", "--ttl-ms", "soon"))
+    }
+
     @Test("a value keeps everything after the first '=' and may be empty")
     func valuesKeepLaterEqualsSigns() throws {
         let mapped = try request("user-meta", "set", "-", "formula=a=b", "empty=")

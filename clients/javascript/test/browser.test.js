@@ -1,6 +1,6 @@
 // In headless Chromium: a page logs in with the client over the browser's own WebSocket to the gateway's WebSocket
-// listener (its origin on --websocket-origins), joins a channel and sees another client's change arrive, compressed;
-// a page of an origin not on the list is refused.
+// listener (its origin on --websocket-origins), joins a channel and sees another client's change arrive, compressed,
+// and a channel broadcast, which it answers with its own; a page of an origin not on the list is refused.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "../src/index.js";
@@ -28,6 +28,15 @@ test("a page in headless Chromium logs in, joins a channel and sees another clie
     await tony.setChannelMetadata({ channel: "lobby", items: [{ key: "topic", value: topic }] });
     assert.deepEqual(await evaluate("window.change"), { publisher: "tony", compressed: true, length: topic.length });
     assert.equal(await evaluate("document.getElementById('topic').textContent"), topic);
+
+    // A channel broadcast reaches the page, and the page's own reaches tony (SPEC 13.11).
+    const atTony = tony.pushes("channelBroadcast");
+    await tony.subscribeChannel({ channel: "lobby", withPresence: false });
+    await tony.broadcast({ channel: "lobby", data: '{"cursor":[1,2]}' });
+    assert.deepEqual(await evaluate("window.broadcast"), { sender: "tony", data: '{"cursor":[1,2]}', answerDelivered: 1 });
+    const answer = (await atTony.next(5000)).body;
+    assert.equal(answer.sender, "browser");
+    assert.equal(answer.data, 'seen {"cursor":[1,2]}');
 
     // The same page from an origin not on --websocket-origins: the gateway answers the upgrade with 403.
     const elsewhere = await serveFiles();
