@@ -5,6 +5,7 @@ import SwitchboardClient
 import SwitchboardTestSupport
 import SwitchboardWebhooks
 import SwitchboardWire
+import Synchronization
 import Testing
 
 /// `switchboard --cluster … --webhooks FILE` as processes sharing a PostgreSQL server of the test's own, sending to a
@@ -337,6 +338,79 @@ struct WebhookClusterTests {
             #expect(try after.json["deadLetters"]?.arrayValue?.isEmpty == true, "\(after)")
             #expect(try await writer.call("deleteWebhookDeadLetter", #"{"id":"\#(id)"}"#).status == 404)
             await erin.close()
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
+    /// The `channelBroadcast` pushes a connection received so far, collected by a task of its own.
+    final class Broadcasts: Sendable {
+        private final class Box: Sendable {
+            let seen = Mutex<[ChannelBroadcast]>([])
+        }
+
+        private let box = Box()
+        private let task: Task<Void, Never>
+
+        init(_ connection: SwitchboardConnection) {
+            let box = self.box
+            self.task = Task {
+                for await push in connection.pushes {
+                    if case .channelBroadcast(let broadcast) = push { box.seen.withLock { $0.append(broadcast) } }
+                }
+            }
+        }
+
+        deinit { self.task.cancel() }
+
+        /// The data of those received, without the probes.
+        var data: [String] { self.all.map(\.data).filter { $0 != "probe" } }
+        var all: [ChannelBroadcast] { self.box.seen.withLock { $0 } }
+    }
+
+    @Test("a broadcast over one node's HTTP API reaches the channel's wire members on every node, in order, with the key's name as sender, and each node keeps it for rewind")
+    func apiBroadcastReachesEveryNode() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { Task { await receiver.stop() } }
+        let cluster = try await Cluster(receiver: receiver, channels: #"["room.none"]"#, kinds: #"["storage"]"#)
+        do {
+            let first = try await cluster.start(0)
+            let second = try await cluster.start(1)
+            let near = try await first.connect("near")
+            let far = try await second.connect("far")
+            let atNear = Broadcasts(near)
+            let atFar = Broadcasts(far)
+            for member in [near, far] {
+                _ = try await member.send(.subscribeChannel(SubscribeChannelRequest(channel: "board", withPresence: false)))
+            }
+            // Node 2 may still be starting to follow the others' broadcasts: probe until one gets across.
+            let crossed = try await eventually {
+                let probe = try await first.call("broadcast", #"{"channel":"board","data":"probe","noRewind":true}"#)
+                #expect(probe.status == 200, "\(probe)")
+                try await Task.sleep(for: .milliseconds(100))
+                return !atFar.all.isEmpty
+            }
+            try #require(crossed, "no broadcast reached node 2")
+            for data in ["one", "two", "three"] {
+                let sent = try await first.call("broadcast", #"{"channel":"board","data":"\#(data)"}"#)
+                #expect(try sent.status == 200 && sent.json["delivered"] == .uint(1), "\(sent)")
+            }
+            #expect(try await eventually { atFar.data.count >= 3 && atNear.data.count >= 3 })
+            #expect(atFar.data == ["one", "two", "three"])
+            #expect(atNear.data == ["one", "two", "three"])
+            #expect((atFar.all + atNear.all).allSatisfy { $0.sender == APITokens.keyName })
+            guard case .rewindBroadcasts(let rewound) = try await far.send(
+                .rewindBroadcasts(RewindBroadcastsRequest(channel: "board")))
+            else {
+                Issue.record("not a rewindBroadcasts response")
+                return
+            }
+            #expect(rewound.broadcasts.map(\.data) == ["one", "two", "three"])
+            #expect(rewound.broadcasts.allSatisfy { $0.sender == APITokens.keyName })
+            await near.close()
+            await far.close()
         } catch {
             await cluster.stop()
             throw error
