@@ -115,9 +115,13 @@ public final class MetadataStore: Sendable {
         var states = [ShardState](repeating: ShardState(), count: shardCount)
         let perShard = sets.count / shardCount + 1
         for index in states.indices { states[index].sets.reserveCapacity(perShard) }
+        // The gateway's own file: expiries it announced before their commit may have been lost with a crash
+        // (SB-13.1-9). A shared database's expiries are announced once committed.
+        let loadedAtMs = backend != nil && coordinator == nil ? configuration.clock.nowMs() : 0
         for stored in sets {
             let index = Self.shardIndex(of: stored.scope, shardCount: shardCount)
-            let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            var set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            if loadedAtMs != 0 { set.raiseRevisionOverOverdueItems(at: loadedAtMs) }
             states[index].sets[stored.scope] = set
             // Items whose deadline passed while the gateway was down go at the first sweep (SB-13.1-9).
             if set.earliestExpiryMs != 0 { states[index].expiries.push(set.earliestExpiryMs, stored.scope) }
@@ -169,16 +173,19 @@ public final class MetadataStore: Sendable {
     public func resume(_ scope: MetadataScope, from revision: UInt64) throws(SwitchboardStoreError) -> MetadataSnapshot {
         if revision == 0 { return try self.get(scope) }
         if let error = self.readError(scope) { throw error }
+        let nowMs = self.clock.nowMs()
         let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
         if let set, let changes = set.changes(since: revision) {
+            // An item past its deadline is not read, swept or not (SB-13.1-9).
             return MetadataSnapshot(
-                scope: scope, majorRevision: set.majorRevision, items: changes.items, resumedFrom: revision,
-                removedKeys: changes.removedKeys)
+                scope: scope, majorRevision: set.majorRevision, items: changes.items.filter { !$0.isExpired(at: nowMs) },
+                resumedFrom: revision, removedKeys: changes.removedKeys)
         }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [], resumeFailed: true)
         }
-        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items, resumeFailed: true)
+        return MetadataSnapshot(
+            scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs), resumeFailed: true)
     }
 
     /// Writes the body of the answer to a get of `scope` to `sink`, straight from the set under its shard's lock: the
