@@ -19,7 +19,8 @@ struct ExpiryAnnouncementTests {
     private func store(_ backend: RecordingBackend, _ heard: Recorder<String>) throws -> MetadataStore {
         let store = try MetadataStore.load(
             from: backend,
-            configuration: StoreConfiguration(durability: .acknowledgeAfterCommit, probeIntervalMs: 10, clock: clock.storeClock),
+            configuration: StoreConfiguration(
+                durability: .acknowledgeAfterCommit, probeIntervalMs: 10, clock: clock.storeClock),
             logger: silentLogger)
         store.setExpiryHandler { outcome in
             heard.append("expired \(outcome.items.map(\.key).joined(separator: ",")) @\(outcome.majorRevision)")
@@ -61,9 +62,9 @@ struct ExpiryAnnouncementTests {
         let heard = Recorder<String>()
         let store = try self.store(backend, heard)
         backend.closeGate()
-        store.write(MetadataWriteRequest(.set, scope: scope, items: [item("c", "3")]), caller: "alice", nowMs: clock.ms) {
-            answer in heard.append("set @\((try? answer.get().majorRevision) ?? 0)")
-        }
+        store.write(
+            MetadataWriteRequest(.set, scope: scope, items: [item("c", "3")]), caller: "alice", nowMs: clock.ms
+        ) { answer in heard.append("set @\((try? answer.get().majorRevision) ?? 0)") }
         #expect(await eventually { backend.blockedCalls == 1 })
         clock.advance(byMs: 1_000)
         store.expireDueItems()
@@ -136,9 +137,8 @@ struct ExpiryAnnouncementTests {
         let keys = (0..<40).map { "k\($0)" }
         // Deadlines out of insertion order, so expiries remove from the middle of the set.
         let order = keys.indices.map { ($0 * 17) % 40 }
-        try await store.apply(
-            .set, scope, keys.indices.map { MetadataItem(key: keys[$0], value: "v", ttlMs: UInt64(1_000 + order[$0] * 100)) },
-            nowMs: clock.ms)
+        let items = keys.indices.map { MetadataItem(key: keys[$0], value: "v", ttlMs: UInt64(1_000 + order[$0] * 100)) }
+        try await store.apply(.set, scope, items, nowMs: clock.ms)
         clock.advance(byMs: 1_000)
         for step in 0..<25 {
             if step > 0 { clock.advance(byMs: 100) }

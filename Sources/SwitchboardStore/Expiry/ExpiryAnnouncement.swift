@@ -1,7 +1,8 @@
 import Synchronization
 
 /// An expiry's `expired` outcome, announced exactly once by whichever comes first: the shard's outbox right after the
-/// sweep, or the write-back answering the writes of its commit in order (``LocalWrites/expireDue(nowMs:store:expired:)``).
+/// sweep, or the write-back answering the writes of its commit in order
+/// (``LocalWrites/expireDue(nowMs:store:expired:)``).
 ///
 /// The second caller waits until the first one's announcement returned. So a write decided after the expiry, whose
 /// answer the write-back gives after the expiry's place in the same or an earlier commit, is never reported before

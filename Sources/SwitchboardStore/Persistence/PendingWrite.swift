@@ -31,7 +31,9 @@ struct PendingWrite: Sendable {
     /// (``ShardState/committed(_:through:)``) does not replay it.
     var announced: Bool
 
-    init(_ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?, announced: Bool = false) {
+    init(
+        _ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?, announced: Bool = false
+    ) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
         self.sequence = sequence
