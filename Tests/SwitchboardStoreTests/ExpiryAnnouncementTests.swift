@@ -134,9 +134,10 @@ struct ExpiryAnnouncementTests {
 
     @Test func aLargeSetFindsEveryKeyAfterItsItemsExpireOneByOne() async throws {
         let store = memoryStore(clock: clock.storeClock)
-        let keys = (0..<40).map { "k\($0)" }
+        // 60 items, 35 left after the expiries: the set keeps its key index throughout.
+        let keys = (0..<60).map { "k\($0)" }
         // Deadlines out of insertion order, so expiries remove from the middle of the set.
-        let order = keys.indices.map { ($0 * 17) % 40 }
+        let order = keys.indices.map { ($0 * 17) % 60 }
         let items = keys.indices.map { MetadataItem(key: keys[$0], value: "v", ttlMs: UInt64(1_000 + order[$0] * 100)) }
         try await store.apply(.set, scope, items, nowMs: clock.ms)
         clock.advance(byMs: 1_000)
