@@ -95,15 +95,19 @@ import Testing
     @Test func deadlinesSurviveARestartAndItemsDueWhileStoppedAreGoneAfterIt() async throws {
         let place = FullGatewayPlace()
         defer { place.remove() }
-        try await withFullGateway(at: place) { gateway in
+        let soonMs = try await withFullGateway(at: place) { gateway in
             let tony = makeClient(gateway, .unix, user: "Tony")
             try await tony.connect()
             _ = try await tony.setUserMetadata(
-                items: [.expiring("soon", "1", after: .milliseconds(200)), .expiring("late", "2", after: .seconds(600))])
+                items: [.expiring("soon", "1", after: .seconds(3)), .expiring("late", "2", after: .seconds(600))])
+            let written = try await tony.getUserMetadata()
             await tony.close()
+            return written.items.first { $0.key == "soon" }?.expiresAtMs ?? 0
         }
         let stopped = UInt64(Date().timeIntervalSince1970 * 1000)
-        try await Task.sleep(for: .milliseconds(400))
+        // "soon" is due only once the gateway stopped (else its sweep would have expired it, at majorRevision 2).
+        try #require(stopped < soonMs)
+        try await Task.sleep(for: .milliseconds(Int64(soonMs - stopped) + 200))
         try await withFullGateway(at: place) { gateway in
             let tony = makeClient(gateway, .unix, user: "Tony")
             try await tony.connect()
