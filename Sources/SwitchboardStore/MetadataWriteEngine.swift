@@ -51,6 +51,10 @@ protocol MetadataWriteEngine: Sendable {
 /// ``Durability/acknowledgeBeforeCommit``) or after their group commit to the SQLite file
 /// (``Durability/acknowledgeAfterCommit``).
 struct LocalWrites: MetadataWriteEngine {
+    /// The most sets one sweep expires in one shard: a backlog (a restart after a long stop) is taken 10 ms at a time,
+    /// so the shard's lock is never held for more than one such batch.
+    static let setsPerShardPerSweep = 512
+
     enum Mode: Sendable {
         case memoryOnly
         case acknowledgeAfterCommit
@@ -159,6 +163,7 @@ struct LocalWrites: MetadataWriteEngine {
     /// `Protocol/SPEC.md` SB-13.1-9).
     ///
     /// The commit is the writer queue's, never the caller's (the sweep goes on meanwhile), whatever the commit driver.
+    /// A shard's due sets past ``setsPerShardPerSweep`` wait for the next sweep.
     func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
         let mode = self.mode
         var queued = false
@@ -168,7 +173,9 @@ struct LocalWrites: MetadataWriteEngine {
                     { state -> Bool in
                         guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return false }
                         var queued = false
-                        while let due = state.expiries.popDue(nowMs) {
+                        var looked = 0
+                        while looked < Self.setsPerShardPerSweep, let due = state.expiries.popDue(nowMs) {
+                            looked += 1
                             let scope = due.scope
                             // Behind a write waiting for its commit (or whose answer is on its way): announced after
                             // that write's answer, once committed; readers keep the set's committed copy meanwhile.

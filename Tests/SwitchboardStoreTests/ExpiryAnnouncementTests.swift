@@ -132,6 +132,23 @@ struct ExpiryAnnouncementTests {
         #expect(await restarted.flush())
     }
 
+    @Test func aSweepExpiresAtMost512SetsOfAShardAndTheNextSweepTheRest() async throws {
+        let store = MetadataStore(
+            configuration: StoreConfiguration(shardCount: 1, clock: clock.storeClock), logger: silentLogger)
+        let heard = Recorder<String>()
+        store.setExpiryHandler { heard.append($0.scope.name) }
+        for index in 0..<600 {
+            try await store.apply(
+                .set, .user("u\(index)"), [MetadataItem(key: "k", value: "v", ttlMs: 100)], nowMs: clock.ms)
+        }
+        clock.advance(byMs: 100)
+        store.expireDueItems()
+        #expect(heard.count == 512)
+        store.expireDueItems()
+        #expect(heard.count == 600)
+        #expect(Set(heard.all).count == 600)
+    }
+
     @Test func aLargeSetFindsEveryKeyAfterItsItemsExpireOneByOne() async throws {
         let store = memoryStore(clock: clock.storeClock)
         // 60 items, 35 left after the expiries: the set keeps its key index throughout.
