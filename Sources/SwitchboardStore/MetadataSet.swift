@@ -195,7 +195,8 @@ struct MetadataSet: Sendable {
                 self.items.removeLast(count - kept)
             }
         }
-        guard var moved = index, self.items.count > Self.indexThreshold else {
+        // Taken out of `index`, so that the dictionary is still uniquely referenced (not copied) as it changes.
+        guard self.items.count > Self.indexThreshold, var moved = index.take() else {
             self.rebuildIndex()
             return
         }
