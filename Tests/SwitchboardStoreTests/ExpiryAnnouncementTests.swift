@@ -1,3 +1,4 @@
+import Dispatch
 import SwitchboardStore
 import SwitchboardWire
 import Testing
@@ -76,6 +77,31 @@ struct ExpiryAnnouncementTests {
         #expect(heard.all == ["set @2", "expired a @3"])
         #expect(await store.flush())
         #expect(store.read(scope).majorRevision == 3)
+    }
+
+    @Test func anExpiryWhileAWriteOfItsSetIsBeingAnsweredIsAnnouncedAfterThatAnswer() async throws {
+        let backend = RecordingBackend(initial: [storedSet()])
+        let heard = Recorder<String>()
+        let store = try self.store(backend, heard)
+        let answering = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        // The write's answer (on the committing thread) holds until the test lets it go: its commit is done, and the
+        // set reads as committed, but its event has not left yet.
+        store.write(
+            MetadataWriteRequest(.set, scope: scope, items: [item("c", "3")]), caller: "alice", nowMs: clock.ms
+        ) { answer in
+            answering.signal()
+            release.wait()
+            heard.append("set @\((try? answer.get().majorRevision) ?? 0)")
+        }
+        #expect(await eventually { answering.wait(timeout: .now()) == .success })
+        #expect(store.read(scope).majorRevision == 2)
+        clock.advance(byMs: 1_000)
+        store.expireDueItems()
+        #expect(heard.all.isEmpty)
+        release.signal()
+        #expect(await eventually { heard.count == 2 })
+        #expect(heard.all == ["set @2", "expired a @3"])
     }
 
     @Test func aFailedCommitKeepsAnAnnouncedExpiryAndTheProbeCommitsIt() async throws {
