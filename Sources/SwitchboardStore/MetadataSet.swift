@@ -55,6 +55,21 @@ struct MetadataSet: Sendable {
         self.earliestExpiryMs = Self.earliestDeadline(of: self.items, after: 0)
     }
 
+    /// Raises ``majorRevision`` by the number of items whose deadline is at or before `nowMs`, for a set loaded from a
+    /// gateway's own file (``MetadataStore/load(from:configuration:logger:metricsFactory:)``).
+    ///
+    /// An expiry is announced before its commit (``LocalWrites/expireDue(nowMs:store:expired:)``), so a crash may
+    /// leave announced expiries of the set uncommitted: a run of them, each removing at least one of these items (still
+    /// stored, past their deadline) at the next majorRevision. Raised so, the set's next change (the first sweep's
+    /// expiry of these items, or a write before it) takes a majorRevision above any such announcement, and a resume
+    /// from any revision it carried gets the items' removal (``removalsKnownAfter`` stays at the stored revision).
+    mutating func raiseRevisionOverOverdueItems(at nowMs: UInt64) {
+        guard !self.isRemoved, self.earliestExpiryMs != 0, self.earliestExpiryMs <= nowMs else { return }
+        var overdue: UInt64 = 0
+        for item in self.items where item.isExpired(at: nowMs) { overdue += 1 }
+        self.majorRevision &+= overdue
+    }
+
     /// Whether the set holds an item whose deadline is at or before `nowMs` (it reads as absent until swept).
     func hasExpiredItems(at nowMs: UInt64) -> Bool {
         self.earliestExpiryMs != 0 && self.earliestExpiryMs <= nowMs
@@ -146,11 +161,19 @@ struct MetadataSet: Sendable {
     }
 
     /// Removes the items at `positions` (distinct, any order) in one pass, keeping the order of the others.
+    ///
+    /// The key index (if any) is updated, not rebuilt: the removed keys leave it and the items after the first removed
+    /// one get their new positions (an expiry removes an item or two at a time from large sets).
     mutating func remove(at positions: UnsafeBufferPointer<Int>) {
         self.noteRemovals(positions)
+        var index = self.index
+        self.index = nil  // uniquely referenced while it changes
+        var first = self.items.count
         if positions.count == 1 {
-            let old = self.items.remove(at: positions[0])
+            first = positions[0]
+            let old = self.items.remove(at: first)
             self.byteCount -= old.key.utf8.count + old.value.utf8.count
+            index?.removeValue(forKey: UTF8Key(old.key))
         } else {
             let count = self.items.count
             withUnsafeTemporaryAllocation(of: Bool.self, capacity: count) { doomed in
@@ -159,8 +182,11 @@ struct MetadataSet: Sendable {
                 var kept = 0
                 for position in 0..<count {
                     if doomed[position] {
+                        // Still the item first at `position`: swaps only ever reach back to earlier places.
                         let old = self.items[position]
                         self.byteCount -= old.key.utf8.count + old.value.utf8.count
+                        index?.removeValue(forKey: UTF8Key(old.key))
+                        first = min(first, position)
                     } else {
                         if kept != position { self.items.swapAt(kept, position) }
                         kept += 1
@@ -169,7 +195,13 @@ struct MetadataSet: Sendable {
                 self.items.removeLast(count - kept)
             }
         }
-        self.rebuildIndex()
+        // Taken out of `index`, so that the dictionary is still uniquely referenced (not copied) as it changes.
+        guard self.items.count > Self.indexThreshold, var moved = index.take() else {
+            self.rebuildIndex()
+            return
+        }
+        for position in first..<self.items.count { moved[UTF8Key(self.items[position].key)] = position }
+        self.index = moved
     }
 
     /// Applies a write decided before, whose majorRevision is this set's next: its written items overwrite or are

@@ -24,8 +24,9 @@ import Synchronization
 /// committed or not (a compare-and-set behind a write sees its revision), but a set with uncommitted writes keeps its
 /// state as last committed for readers (``ShardState/uncommitted``); a write refused by such a set's state is
 /// answered after the writes it was decided against committed. If a commit fails, its writes and every later one
-/// are reverted to that committed state, so nobody has read them. Under ``Durability/acknowledgeBeforeCommit``
-/// reads see every acknowledged write at once, before it is durable; in a memory-only store, every write. A store on
+/// are reverted to that committed state, so nobody has read them. Expiries are the exception: announced before their
+/// commit (``expireDueItems(nowMs:)``), they are read at once and never reverted. Under
+/// ``Durability/acknowledgeBeforeCommit`` reads see every acknowledged write at once, before it is durable; in a memory-only store, every write. A store on
 /// a shared database (``open(shared:locks:configuration:logger:)``) holds committed sets only.
 /// Locks are not persisted: they belong to sessions, which do not survive a restart either.
 public final class MetadataStore: Sendable {
@@ -115,9 +116,13 @@ public final class MetadataStore: Sendable {
         var states = [ShardState](repeating: ShardState(), count: shardCount)
         let perShard = sets.count / shardCount + 1
         for index in states.indices { states[index].sets.reserveCapacity(perShard) }
+        // The gateway's own file: expiries it announced before their commit may have been lost with a crash
+        // (SB-13.1-9). A shared database's expiries are announced once committed.
+        let loadedAtMs = backend != nil && coordinator == nil ? configuration.clock.nowMs() : 0
         for stored in sets {
             let index = Self.shardIndex(of: stored.scope, shardCount: shardCount)
-            let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            var set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            if loadedAtMs != 0 { set.raiseRevisionOverOverdueItems(at: loadedAtMs) }
             states[index].sets[stored.scope] = set
             // Items whose deadline passed while the gateway was down go at the first sweep (SB-13.1-9).
             if set.earliestExpiryMs != 0 { states[index].expiries.push(set.earliestExpiryMs, stored.scope) }
@@ -169,16 +174,20 @@ public final class MetadataStore: Sendable {
     public func resume(_ scope: MetadataScope, from revision: UInt64) throws(SwitchboardStoreError) -> MetadataSnapshot {
         if revision == 0 { return try self.get(scope) }
         if let error = self.readError(scope) { throw error }
+        let nowMs = self.clock.nowMs()
         let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
         if let set, let changes = set.changes(since: revision) {
+            // An item past its deadline is not read, swept or not (SB-13.1-9).
             return MetadataSnapshot(
-                scope: scope, majorRevision: set.majorRevision, items: changes.items, resumedFrom: revision,
+                scope: scope, majorRevision: set.majorRevision,
+                items: changes.items.filter { !$0.isExpired(at: nowMs) }, resumedFrom: revision,
                 removedKeys: changes.removedKeys)
         }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [], resumeFailed: true)
         }
-        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.items, resumeFailed: true)
+        return MetadataSnapshot(
+            scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs), resumeFailed: true)
     }
 
     /// Writes the body of the answer to a get of `scope` to `sink`, straight from the set under its shard's lock: the
@@ -276,8 +285,9 @@ public final class MetadataStore: Sendable {
     // MARK: - Expiry
 
     /// Sets who hears of every expiry this store performs: an `expired` outcome per set, with the expired keys and
-    /// the set's new majorRevision (`Protocol/SPEC.md` SB-13.1-9). Under acknowledge-after-commit it comes once the
-    /// expiry committed.
+    /// the set's new majorRevision (`Protocol/SPEC.md` SB-13.1-9). On a gateway's own file it comes at the sweep,
+    /// before the expiry's commit, unless the set has a write waiting for its commit (then after that write's answer,
+    /// once committed); on a shared database once committed.
     public func setExpiryHandler(_ handler: @escaping @Sendable (WriteOutcome) -> Void) {
         let boxed = ExpiryHandler(handler)
         self.expiryHandler.withLock { $0 = boxed }

@@ -51,6 +51,10 @@ protocol MetadataWriteEngine: Sendable {
 /// ``Durability/acknowledgeBeforeCommit``) or after their group commit to the SQLite file
 /// (``Durability/acknowledgeAfterCommit``).
 struct LocalWrites: MetadataWriteEngine {
+    /// The most sets one sweep expires in one shard: a backlog (a restart after a long stop) is taken 10 ms at a time,
+    /// so the shard's lock is never held for more than one such batch.
+    static let setsPerShardPerSweep = 512
+
     enum Mode: Sendable {
         case memoryOnly
         case acknowledgeAfterCommit
@@ -111,7 +115,9 @@ struct LocalWrites: MetadataWriteEngine {
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
-                            PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                            PendingWrite(
+                                applied, shardIndex: index, sequence: state.nextSequence, completion: nil,
+                                announced: true))
                     }
                     return nil
                 }
@@ -144,9 +150,20 @@ struct LocalWrites: MetadataWriteEngine {
         if !self.commitsAreCallerDriven { writeBack?.scheduleDrain() }
     }
 
-    /// Pops each shard's due entries and expires their sets' due items as changes of their own, queued, stored and
-    /// answered (to `expired`) as a write is: so an expiry is as durable as a remove, and under
-    /// acknowledge-after-commit reported once committed.
+    /// Pops each shard's due entries and expires their sets' due items as changes of their own, queued and stored as
+    /// a write is, so an expiry is as durable as a remove.
+    ///
+    /// An expiry is announced (to `expired`) at once, before its commit, unless its set has a write waiting for its
+    /// commit under acknowledge-after-commit: then it is announced after that write's answer, once committed, so a
+    /// set's events keep their order. An announced expiry is what readers see from then on, and it is not reverted
+    /// if its commit fails: the write-back keeps it and the probe commits it (as an acknowledge-before-commit write).
+    /// It can be announced before its commit because it is decided by what is stored: its items stay stored with
+    /// their deadlines until it commits, so after a crash the first sweep expires them again, at a majorRevision
+    /// above any an announcement may have carried (see ``MetadataSet/raiseRevisionOverOverdueItems(at:)``;
+    /// `Protocol/SPEC.md` SB-13.1-9).
+    ///
+    /// The commit is the writer queue's, never the caller's (the sweep goes on meanwhile), whatever the commit driver.
+    /// A shard's due sets past ``setsPerShardPerSweep`` wait for the next sweep.
     func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
         let mode = self.mode
         var queued = false
@@ -156,38 +173,42 @@ struct LocalWrites: MetadataWriteEngine {
                     { state -> Bool in
                         guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return false }
                         var queued = false
-                        while let due = state.expiries.popDue(nowMs) {
+                        var looked = 0
+                        while looked < Self.setsPerShardPerSweep, let due = state.expiries.popDue(nowMs) {
+                            looked += 1
                             let scope = due.scope
+                            // Behind a write waiting for its commit (or whose answer is on its way): announced after
+                            // that write's answer, once committed; readers keep the set's committed copy meanwhile.
+                            let waits = mode == .acknowledgeAfterCommit && state.expiryWaits(scope)
                             let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
-                            let committed = isClean ? state.sets[scope] : nil
+                            let committed = waits && isClean ? state.sets[scope] : nil
                             let (applied, next) = MetadataSet.expire(&state.sets[scope], scope: scope, nowMs: nowMs)
                             if next != 0 { state.expiries.push(next, scope) }
                             guard let applied else { continue }
-                            switch mode {
-                            case .memoryOnly:
+                            if mode == .memoryOnly {
                                 state.outbox.append(.write(expired, .success(applied.outcome)))
-                            case .acknowledgeBeforeCommit:
-                                state.outbox.append(.write(expired, .success(applied.outcome)))
-                                state.appendPending(
-                                    PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
-                                queued = true
-                            case .acknowledgeAfterCommit:
-                                let sequence = state.nextSequence
+                                continue
+                            }
+                            queued = true
+                            let sequence = state.nextSequence
+                            if waits {
                                 state.appendPending(
                                     PendingWrite(applied, shardIndex: index, sequence: sequence, completion: expired))
                                 state.noteUncommitted(scope, sequence: sequence, committed: committed)
-                                queued = true
+                            } else {
+                                let announcement = ExpiryAnnouncement(expired, applied.outcome).completion
+                                state.outbox.append(.write(announcement, .success(applied.outcome)))
+                                state.appendPending(
+                                    PendingWrite(
+                                        applied, shardIndex: index, sequence: sequence, completion: announcement,
+                                        announced: true))
                             }
                         }
                         return queued
                     }, deliver: store.deliver) || queued
         }
         guard queued else { return }
-        if self.commitsAreCallerDriven {
-            self.writeBack?.drainNow()
-        } else {
-            self.writeBack?.scheduleDrain()
-        }
+        self.writeBack?.scheduleDrain()
     }
 
     var commitsAreCallerDriven: Bool {

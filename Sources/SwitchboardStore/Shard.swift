@@ -37,6 +37,10 @@ struct ShardState: Sendable {
     var delivering = false
     /// When to look at which set for items past their deadline (`Protocol/SPEC.md` SB-13.1-9).
     var expiries = ExpiryQueue()
+    /// Acknowledge-after-commit: the sets with committed writes being answered now (on the committing thread), each
+    /// with how many. Meanwhile the sweep announces no expiry of them before its commit: its event would overtake
+    /// theirs.
+    var answering: [MetadataScope: Int] = [:]
 
     /// Appends a write for the write-back writer. The clock is read once per batch of this shard, not per write.
     mutating func appendPending(_ write: PendingWrite) {
@@ -75,10 +79,12 @@ struct ShardState: Sendable {
 
     /// Moves the committed view on by `writes`, the writes this shard had appended through `sequence`, which just
     /// committed. A set with no write behind them is committed as it is (readers read it again); for a set with
-    /// writes behind them, the committed copy replays their writes.
+    /// writes behind them, the committed copy replays their writes. An announced write (``PendingWrite/announced``)
+    /// is in the committed copy already: a set takes one only while it has no uncommitted write, so the copy, made
+    /// at its first uncommitted write, was made after it.
     mutating func committed(_ writes: [PendingWrite], through sequence: Int) {
         guard !self.uncommitted.isEmpty else { return }
-        for write in writes where write.refusal == nil {
+        for write in writes where write.refusal == nil && !write.announced {
             guard let index = self.uncommitted.index(forKey: write.scope) else { continue }
             let last = self.uncommitted.values[index].lastSequence
             if last > sequence {
@@ -87,6 +93,33 @@ struct ShardState: Sendable {
                 self.uncommitted.remove(at: index)
             }
         }
+    }
+
+    /// Notes the sets of `writes`, just committed, as being answered (``answering``); announced writes and deferred
+    /// refusals report no change and are left out.
+    mutating func beginAnswering(_ writes: [PendingWrite]) {
+        for write in writes where !write.announced && write.refusal == nil {
+            self.answering[write.scope, default: 0] += 1
+        }
+    }
+
+    /// The writes noted by ``beginAnswering(_:)`` were answered.
+    mutating func endAnswering(_ writes: [PendingWrite]) {
+        for write in writes where !write.announced && write.refusal == nil {
+            guard let index = self.answering.index(forKey: write.scope) else { continue }
+            if self.answering.values[index] > 1 {
+                self.answering.values[index] -= 1
+            } else {
+                self.answering.remove(at: index)
+            }
+        }
+    }
+
+    /// Whether an expiry of `scope` must be announced after its commit (acknowledge-after-commit): the set has a write
+    /// waiting for its commit, or being answered.
+    func expiryWaits(_ scope: MetadataScope) -> Bool {
+        (!self.uncommitted.isEmpty && self.uncommitted[scope] != nil)
+            || (!self.answering.isEmpty && self.answering[scope] != nil)
     }
 
     /// Puts every set with uncommitted writes back as last committed (the transaction holding the oldest of them

@@ -28,7 +28,9 @@ final class MetadataWriteLog: GroupCommitLog {
         var inFlightSinceNs: UInt64 = 0
         /// Monotonic ns when the current commit started.
         var commitStartNs: UInt64 = 0
-        /// Acknowledge-before-commit: the batch whose commit failed, retried by the probe.
+        /// The writes of a failed commit that were answered or announced already, retried by the probe: the whole
+        /// batch under acknowledge-before-commit; its announced expiries (and those queued behind it) under
+        /// acknowledge-after-commit.
         var retained: [PendingWrite] = []
     }
 
@@ -122,11 +124,16 @@ final class MetadataWriteLog: GroupCommitLog {
     }
 
     func committed(_ batch: CollectedWrites) {
-        if self.durability == .acknowledgeAfterCommit {
-            // Readers see the batch from here on, before its writers are answered (so a writer reads its write).
+        let answersAfterCommit = self.durability == .acknowledgeAfterCommit
+        if answersAfterCommit {
+            // Readers see the batch from here on, before its writers are answered (so a writer reads its write); until
+            // they are, the sweep announces no expiry of their sets before its commit (it would overtake their events).
             for (list, through) in zip(batch.lists, batch.throughSequences) {
                 guard let shardIndex = list.first?.shardIndex else { continue }
-                self.shards[shardIndex].state.withLock { $0.committed(list, through: through) }
+                self.shards[shardIndex].state.withLock { state in
+                    state.committed(list, through: through)
+                    state.beginAnswering(list)
+                }
             }
         }
         let end = DispatchTime.now().uptimeNanoseconds
@@ -143,6 +150,12 @@ final class MetadataWriteLog: GroupCommitLog {
         for list in batch.lists {
             for index in list.indices {
                 list[index].completion?(list[index].answer)
+            }
+        }
+        if answersAfterCommit {
+            for list in batch.lists {
+                guard let shardIndex = list.first?.shardIndex else { continue }
+                self.shards[shardIndex].state.withLock { $0.endAnswering(list) }
             }
         }
     }
@@ -171,7 +184,14 @@ final class MetadataWriteLog: GroupCommitLog {
                 }
                 reverted.append(contentsOf: later)
             }
-            self.writer.withLock { $0.inFlightSinceNs = 0 }
+            // Expiries announced before their commit stay applied (``ShardState/revertUncommitted()`` leaves them:
+            // they are in every committed copy) and are kept, in order, for the probe to commit.
+            let announced = reverted.filter(\.announced)
+            if !announced.isEmpty { reverted.removeAll(where: \.announced) }
+            self.writer.withLock { state in
+                state.inFlightSinceNs = 0
+                state.retained = announced
+            }
             self.finished.wrappingAdd(reverted.count, ordering: .sequentiallyConsistent)
             let failure = SwitchboardStoreError(
                 .storageFailure, "the database refused the write; nothing was changed",

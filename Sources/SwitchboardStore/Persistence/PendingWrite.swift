@@ -25,8 +25,15 @@ struct PendingWrite: Sendable {
     var refusal: Refusal?
     /// Answers the writer after the commit; nil when it was answered already (acknowledge-before-commit).
     var completion: WriteCompletion?
+    /// Its answer or event left before its commit and the shard's sets (and readers) hold it already: a write under
+    /// acknowledge-before-commit, or an expiry announced at once (``LocalWrites/expireDue(nowMs:store:expired:)``).
+    /// A failed commit keeps it for the probe to retry instead of reverting it, and the committed view
+    /// (``ShardState/committed(_:through:)``) does not replay it.
+    var announced: Bool
 
-    init(_ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?) {
+    init(
+        _ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?, announced: Bool = false
+    ) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
         self.sequence = sequence
@@ -37,6 +44,7 @@ struct PendingWrite: Sendable {
         self.items = applied.outcome.items
         self.refusal = nil
         self.completion = completion
+        self.announced = announced
     }
 
     init(
@@ -53,6 +61,7 @@ struct PendingWrite: Sendable {
         self.items = []
         self.refusal = Refusal(error: refusal)
         self.completion = completion
+        self.announced = false
     }
 
     /// What the writer is told after the commit.
