@@ -45,6 +45,10 @@ protocol MetadataWriteEngine: Sendable {
 
     /// Write-back queue length, lag and health; nil when nothing is written back.
     var writeBackStatus: WriteBackStatus? { get }
+
+    /// Whether the engine writes the webhook deliveries of its writes in their transactions once
+    /// ``MetadataStore/webhookHook`` has a sink.
+    var storesWebhooksInTransactions: Bool { get }
 }
 
 /// The writes of a single gateway: decided and applied in their shard at once, answered at once (memory only,
@@ -61,24 +65,29 @@ struct LocalWrites: MetadataWriteEngine {
     private let commitDriver: CommitDriver
     /// The SQLite write-back (nil: memory only).
     private let writeBack: MetadataWriteBack?
+    private let webhookHook: WebhookHook
+    let storesWebhooksInTransactions: Bool
 
     init(
-        shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, logger: Logger,
-        metricsFactory: (any MetricsFactory)?
+        shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, webhookHook: WebhookHook,
+        logger: Logger, metricsFactory: (any MetricsFactory)?
     ) {
         self.commitDriver = configuration.commitDriver
+        self.webhookHook = webhookHook
         guard let backend else {
             self.mode = .memoryOnly
             self.writeBack = nil
+            self.storesWebhooksInTransactions = false
             return
         }
+        self.storesWebhooksInTransactions = backend.storesWebhookDeliveries
         self.mode =
             configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         self.writeBack = MetadataWriteBack(
             backend: backend, shards: shards, durability: configuration.durability,
             probeIntervalMs: max(configuration.probeIntervalMs, 1),
             writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,
-            logger: logger,
+            webhookHook: webhookHook, logger: logger,
             metrics: StoreMetrics(factory: metricsFactory))
     }
 
@@ -90,6 +99,8 @@ struct LocalWrites: MetadataWriteEngine {
         let index = store.shardIndex(of: request.scope)
         let mode = self.mode
         let writeBack = self.writeBack
+        // The storage event's publisher and time, for its webhooks written in the write's transaction.
+        let origin = writeBack != nil && self.webhookHook.isInstalled ? WriteOrigin(caller: caller, nowMs: nowMs) : nil
         let refusal = store.shards[index].perform(
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
@@ -111,7 +122,8 @@ struct LocalWrites: MetadataWriteEngine {
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
-                            PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                            PendingWrite(
+                                applied, shardIndex: index, sequence: state.nextSequence, completion: nil, origin: origin))
                     }
                     return nil
                 }
@@ -131,7 +143,8 @@ struct LocalWrites: MetadataWriteEngine {
                             refusal: error, scope: request.scope, shardIndex: index, sequence: sequence,
                             completion: completion))
                 case .success(let applied):
-                    state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
+                    state.appendPending(
+                        PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion, origin: origin))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                 }
@@ -150,6 +163,7 @@ struct LocalWrites: MetadataWriteEngine {
     func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
         let mode = self.mode
         var queued = false
+        let origin = self.writeBack != nil && self.webhookHook.isInstalled ? WriteOrigin(caller: "", nowMs: nowMs) : nil
         for index in store.shards.indices {
             queued =
                 store.shards[index].perform(
@@ -169,12 +183,16 @@ struct LocalWrites: MetadataWriteEngine {
                             case .acknowledgeBeforeCommit:
                                 state.outbox.append(.write(expired, .success(applied.outcome)))
                                 state.appendPending(
-                                    PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
+                                    PendingWrite(
+                                        applied, shardIndex: index, sequence: state.nextSequence, completion: nil,
+                                        origin: origin))
                                 queued = true
                             case .acknowledgeAfterCommit:
                                 let sequence = state.nextSequence
                                 state.appendPending(
-                                    PendingWrite(applied, shardIndex: index, sequence: sequence, completion: expired))
+                                    PendingWrite(
+                                        applied, shardIndex: index, sequence: sequence, completion: expired,
+                                        origin: origin))
                                 state.noteUncommitted(scope, sequence: sequence, committed: committed)
                                 queued = true
                             }
@@ -278,4 +296,7 @@ extension CoordinatedWriter: MetadataWriteEngine {
     }
 
     var writeBackStatus: WriteBackStatus? { nil }
+
+    /// Not yet: the shared database's writes report their webhooks after their commit.
+    var storesWebhooksInTransactions: Bool { false }
 }

@@ -8,6 +8,7 @@ import NIOHTTP1
 import ServiceLifecycle
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardWire
 import Synchronization
 
 /// Sends the gateway's webhooks (`Docs/webhooks.md`): it takes the events the areas decide (``record(_:)``), puts one
@@ -96,6 +97,36 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     public func deliveries(for events: [WebhookEvent]) -> [WebhookDelivery] {
         self.configuration.deliveries(for: events, node: self.node)
     }
+
+    /// Itself, when its outbox takes deliveries that a store's transaction inserted: a single gateway's
+    /// (``WebhookOutbox``, in the metadata file).
+    public var transactional: (any TransactionalWebhookSink)? { self.outbox is WebhookOutbox ? self : nil }
+}
+
+extension WebhookDispatcher: TransactionalWebhookSink {
+    public func deliveries(storage event: StorageEvent) -> [WebhookDelivery] {
+        guard let webhook = WebhookEvent.storage(event) else { return [] }
+        return self.deliveries(for: [webhook])
+    }
+
+    public func deliveries(lock event: LockEvent) -> [WebhookDelivery] {
+        guard let webhook = WebhookEvent.lock(event) else { return [] }
+        return self.deliveries(for: [webhook])
+    }
+
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {
+        self.outbox.reserve(&deliveries)
+    }
+
+    /// The deliveries join their queues and are sent from now on.
+    public func committed(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.outbox.adopt(deliveries)
+        self.wakeUp.yield()
+    }
+}
+
+extension WebhookDispatcher {
 
     // MARK: WebhookAdministration
 

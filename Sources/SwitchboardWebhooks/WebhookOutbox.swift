@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import SwitchboardStore
 import Synchronization
@@ -7,13 +8,15 @@ extension WebhookDelivery {
     var queue: WebhookOutbox.QueueKey { .init(endpoint: self.endpoint, orderingKey: self.orderingKey) }
 }
 
-/// The durable outbox of webhook deliveries (`Docs/webhooks.md`): a SQLite file (`<database>.webhooks`) holding every
-/// event not yet delivered and the dead letters, and the same in memory, one queue per (endpoint, ordering key).
+/// The durable outbox of webhook deliveries (`Docs/webhooks.md`): two tables of a single gateway's metadata file
+/// (``WebhookOutboxTable``) holding every event not yet delivered and the dead letters, and the same in memory, one
+/// queue per (endpoint, ordering key).
 ///
-/// Changes are taken at once in memory (``append(_:)`` never blocks on the disk) and written by ``flush()`` in one
-/// transaction, in the order they were made; the dispatcher flushes every few milliseconds and when it stops. After a
-/// restart ``load()`` brings back what was not delivered: each event is sent at least once, and its id lets the
-/// receiver drop a repeat.
+/// Storage and lock events are inserted by the metadata and lock writers in the transactions of their changes
+/// (``reserve(_:)`` numbers them, ``adopt(_:)`` queues them once committed). Other changes are taken at once in memory
+/// (``append(_:)`` never blocks on the disk) and written by ``flush()`` in one transaction, in the order they were
+/// made; the dispatcher flushes every few milliseconds and when it stops. After a restart ``load()`` brings back what
+/// was not delivered: each event is sent at least once, and its id lets the receiver drop a repeat.
 public final class WebhookOutbox: WebhookOutboxEngine {
     /// A queue: an endpoint's events with one ordering key, delivered one at a time, in order.
     struct QueueKey: Hashable, Sendable {
@@ -45,11 +48,21 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     private let state = Mutex(State())
     private let database: any DatabaseWriter
 
-    /// Opens (creating it) the outbox at `path`, or one in memory for nil, and loads what it holds.
-    /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or read.
-    public init(path: String?) throws {
+    /// Opens (creating its tables) the outbox in the SQLite file at `path`, or one in memory for nil, and loads what
+    /// it holds. On a single gateway `path` is the metadata file, where the metadata and lock writers insert their
+    /// changes' deliveries in the changes' own transactions (``WebhookOutboxTable``); this connection commits with
+    /// `synchronous = NORMAL` and waits up to 5 s for theirs.
+    ///
+    /// - Parameters:
+    ///   - path: The database file (nil: in memory).
+    ///   - legacyPath: An outbox file of its own (`<database>.webhooks`, as earlier versions kept it): its rows are
+    ///     moved into `path` in one transaction, with their ids and order, and the file is deleted.
+    /// - Throws: GRDB's `DatabaseError` when a file cannot be opened or read.
+    public init(path: String?, importing legacyPath: String? = nil) throws {
         if let path {
-            let queue = try DatabaseQueue(path: path)
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
             try queue.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
@@ -58,20 +71,41 @@ public final class WebhookOutbox: WebhookOutboxEngine {
         } else {
             self.database = try DatabaseQueue()
         }
-        try self.database.write { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE IF NOT EXISTS webhook_outbox (
-                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
-                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                        next_attempt_ms INTEGER NOT NULL, last_error TEXT NOT NULL);
-                    CREATE TABLE IF NOT EXISTS webhook_dead_letters (
-                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
-                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                        last_error TEXT NOT NULL, failed_ms INTEGER NOT NULL);
-                    """)
+        try self.database.write { db in try db.execute(sql: WebhookOutboxTable.createSQL) }
+        if let legacyPath, FileManager.default.fileExists(atPath: legacyPath) {
+            try self.importRows(from: legacyPath)
         }
         try self.load()
+    }
+
+    /// Moves the rows of the outbox file at `legacyPath` to the end of this one's, in their order, and deletes it.
+    private func importRows(from legacyPath: String) throws {
+        let legacy = try DatabaseQueue(path: legacyPath)
+        let (pending, dead) = try legacy.read { db in
+            (
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_outbox ORDER BY seq"),
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_dead_letters ORDER BY seq")
+            )
+        }
+        try legacy.close()
+        try self.database.write { db in
+            let first = (try Int64.fetchOne(
+                db, sql: "SELECT max(seq) FROM (SELECT seq FROM webhook_outbox UNION ALL SELECT seq FROM webhook_dead_letters)") ?? 0) + 1
+            var seq = first
+            for row in pending {
+                var delivery = Self.delivery(row)
+                delivery.seq = seq
+                seq += 1
+                try Self.write(.insert(delivery), db)
+            }
+            for row in dead {
+                var delivery = Self.delivery(row)
+                delivery.seq = seq
+                seq += 1
+                try Self.insertDeadLetter(delivery, failedMs: row["failed_ms"], db)
+            }
+        }
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: legacyPath + suffix) }
     }
 
     private static func delivery(_ row: Row) -> WebhookDelivery {
@@ -121,6 +155,28 @@ public final class WebhookOutbox: WebhookOutboxEngine {
                 state.queues[delivery.queue, default: []].append(delivery)
                 state.pendingCount += 1
                 state.changes.append(.insert(delivery))
+            }
+        }
+    }
+
+    /// Gives `deliveries` the next places in the outbox, in order, for the store's transaction that inserts them.
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.state.withLock { state in
+            for index in deliveries.indices {
+                deliveries[index].seq = state.nextSeq
+                state.nextSeq += 1
+            }
+        }
+    }
+
+    /// Deliveries a store's committed transaction inserted: they join their queues (their rows are written already).
+    public func adopt(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.state.withLock { state in
+            for delivery in deliveries {
+                state.queues[delivery.queue, default: []].append(delivery)
+                state.pendingCount += 1
             }
         }
     }
@@ -242,12 +298,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     private static func write(_ change: Change, _ db: Database) throws {
         switch change {
         case .insert(let d):
-            try db.execute(
-                sql: """
-                    INSERT INTO webhook_outbox (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
-                        next_attempt_ms, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.nextAttemptMs, d.lastError])
+            try WebhookOutboxTable.insert([d], in: db)
         case .retry(let d):
             try db.execute(
                 sql: "UPDATE webhook_outbox SET attempts = ?, next_attempt_ms = ?, last_error = ? WHERE seq = ?",
@@ -256,17 +307,21 @@ public final class WebhookOutbox: WebhookOutboxEngine {
             try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [seq])
         case .deadLetter(let d, let failedMs):
             try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [d.seq])
-            try db.execute(
-                sql: """
-                    INSERT INTO webhook_dead_letters (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
-                        last_error, failed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.lastError, failedMs])
+            try Self.insertDeadLetter(d, failedMs: failedMs, db)
         case .requeue(let deadSeq, let d):
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [deadSeq])
             try Self.write(.insert(d), db)
         case .deleteDeadLetter(let seq):
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [seq])
         }
+    }
+
+    private static func insertDeadLetter(_ d: WebhookDelivery, failedMs: Int64, _ db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT INTO webhook_dead_letters (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
+                    last_error, failed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.lastError, failedMs])
     }
 }

@@ -547,7 +547,7 @@ extension ServeSettings {
         return HTTPAPI(configuration: api)
     }
 
-    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox at `<database>.webhooks`, or, on a node
+    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox in the metadata file `<database>`, or, on a node
     /// of `cluster`, the cluster's shared outbox in PostgreSQL; nil without a webhooks file.
     ///
     /// - Throws: `ValidationError` for a file that cannot be read or is not a usable configuration, or an outbox that
@@ -574,11 +574,13 @@ extension ServeSettings {
                 configuration: configuration, outbox: outbox, kindsWrittenByEngines: ["online"], node: node,
                 metricsFactory: metricsFactory, logger: Logger(label: "switchboard.webhooks"))
         }
+        // The outbox is in the metadata file, so storage and lock events are written in their changes' transactions;
+        // an outbox file of an earlier version (`<database>.webhooks`) is moved into it.
         let outbox: WebhookOutbox
         do {
-            outbox = try WebhookOutbox(path: self.database + ".webhooks")
+            outbox = try WebhookOutbox(path: self.database, importing: self.database + ".webhooks")
         } catch {
-            throw ValidationError("webhooks: cannot open the outbox \(self.database).webhooks: \(error)")
+            throw ValidationError("webhooks: cannot open the outbox in \(self.database): \(error)")
         }
         return WebhookDispatcher(
             configuration: configuration, outbox: outbox, metricsFactory: metricsFactory,

@@ -73,6 +73,15 @@ public struct WebhookEvent: Sendable, Hashable {
 public protocol WebhookSink: Sendable {
     /// Takes `events` for delivery, in order.
     func record(_ events: [WebhookEvent])
+
+    /// Where a store that writes webhook deliveries in the transactions of its changes gets them (nil: none; the
+    /// default). The storage area hands it to the metadata store (``MetadataStore/writeWebhooksInTransactions(_:)``).
+    var transactional: (any TransactionalWebhookSink)? { get }
+}
+
+extension WebhookSink {
+    /// None.
+    public var transactional: (any TransactionalWebhookSink)? { nil }
 }
 
 extension WebhookEvent {

@@ -25,8 +25,14 @@ struct PendingWrite: Sendable {
     var refusal: Refusal?
     /// Answers the writer after the commit; nil when it was answered already (acknowledge-before-commit).
     var completion: WriteCompletion?
+    /// Who wrote it and when, kept only while webhooks are written in the store's transactions (its storage event's
+    /// publisher and time).
+    var origin: WriteOrigin?
 
-    init(_ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?) {
+    init(
+        _ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?,
+        origin: WriteOrigin? = nil
+    ) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
         self.sequence = sequence
@@ -37,6 +43,7 @@ struct PendingWrite: Sendable {
         self.items = applied.outcome.items
         self.refusal = nil
         self.completion = completion
+        self.origin = origin
     }
 
     init(
@@ -71,5 +78,18 @@ final class Refusal: Sendable {
 
     init(error: SwitchboardStoreError) {
         self.error = error
+    }
+}
+
+/// Who made a write and when, boxed (only while webhooks are written in transactions: ``WebhookHook``).
+final class WriteOrigin: Sendable {
+    /// The storage event's publisher ("" for an expiry).
+    let caller: String
+    /// The storage event's time, ms since the Unix epoch.
+    let nowMs: UInt64
+
+    init(caller: String, nowMs: UInt64) {
+        self.caller = caller
+        self.nowMs = nowMs
     }
 }

@@ -93,4 +93,20 @@ public protocol WebhookOutboxEngine: Sendable {
 
     /// Deletes dead letter `id`; false if there is none.
     func deleteDeadLetter(id: String) async throws -> Bool
+
+    /// Gives `deliveries` their `seq`, in order, for a transaction of a store that inserts their rows itself (the
+    /// transactional outbox: ``TransactionalWebhookSink``). Default: nothing (the database assigns it).
+    func reserve(_ deliveries: inout [WebhookDelivery])
+
+    /// Deliveries whose rows a store's transaction inserted and committed: they join their queues without being
+    /// written again. Default: nothing (the outbox reads them from its database).
+    func adopt(_ deliveries: [WebhookDelivery])
+}
+
+extension WebhookOutboxEngine {
+    /// Nothing: the database assigns the order.
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {}
+
+    /// Nothing: the outbox reads committed rows from its database.
+    public func adopt(_ deliveries: [WebhookDelivery]) {}
 }

@@ -1,0 +1,109 @@
+import GRDB
+import SwitchboardWire
+import Synchronization
+
+/// The SQLite tables of a single gateway's webhook outbox (`Docs/webhooks.md`), kept in the metadata file: the
+/// metadata and lock writers insert the deliveries of the changes they store in the same transaction
+/// (``insert(_:in:)``), and the outbox (SwitchboardWebhooks' `WebhookOutbox`) reads, settles and deletes them.
+///
+/// One file because SQLite commits a transaction over several attached WAL files atomically per file only
+/// (https://sqlite.org/lang_attach.html): a crash between the files' commits would keep a change without its
+/// webhook, or the webhook of a change that is not stored.
+public enum WebhookOutboxTable {
+    /// Creates both tables if missing (the outbox and the metadata file's schema run it alike).
+    public static let createSQL = """
+        CREATE TABLE IF NOT EXISTS webhook_outbox (
+            seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
+            type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
+            next_attempt_ms INTEGER NOT NULL, last_error TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS webhook_dead_letters (
+            seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
+            type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
+            last_error TEXT NOT NULL, failed_ms INTEGER NOT NULL);
+        """
+
+    /// Inserts `deliveries` (their `seq` assigned) into `webhook_outbox` within `db`'s transaction.
+    /// - Throws: GRDB's `DatabaseError`.
+    public static func insert(_ deliveries: [WebhookDelivery], in db: Database) throws {
+        guard !deliveries.isEmpty else { return }
+        let statement = try db.cachedStatement(
+            sql: """
+                INSERT INTO webhook_outbox (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
+                    next_attempt_ms, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for d in deliveries {
+            try statement.execute(arguments: [
+                d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.nextAttemptMs,
+                d.lastError,
+            ])
+        }
+    }
+}
+
+/// Where a store that writes its changes in transactions gets the webhook deliveries of those changes, to write them
+/// in the same transaction (the transactional outbox: a change and its webhook are both stored or neither), and
+/// whom it tells once they committed. The webhook dispatcher is one (`Docs/webhooks.md`).
+public protocol TransactionalWebhookSink: Sendable {
+    /// The deliveries of a storage write's event (none when no endpoint wants it), not yet in an outbox.
+    func deliveries(storage event: StorageEvent) -> [WebhookDelivery]
+
+    /// The deliveries of a lock change's event (none when no endpoint wants it), not yet in an outbox.
+    func deliveries(lock event: LockEvent) -> [WebhookDelivery]
+
+    /// Gives `deliveries` their place in the outbox (`seq`), in order, before a transaction inserts them.
+    func reserve(_ deliveries: inout [WebhookDelivery])
+
+    /// The transaction that inserted `deliveries` committed: they may be sent.
+    func committed(_ deliveries: [WebhookDelivery])
+}
+
+/// The sink a store's engines write webhook deliveries for, once installed (``MetadataStore/writeWebhooksInTransactions(_:)``).
+final class WebhookHook: Sendable {
+    private let installed = Mutex<(any TransactionalWebhookSink)?>(nil)
+    private let isInstalledFlag = Atomic<Bool>(false)
+
+    /// Whether a sink is installed (without taking the lock: checked on every write).
+    var isInstalled: Bool { self.isInstalledFlag.load(ordering: .acquiring) }
+
+    /// The sink, if one is installed.
+    var sink: (any TransactionalWebhookSink)? { self.installed.withLock { $0 } }
+
+    func install(_ sink: any TransactionalWebhookSink) {
+        self.installed.withLock { $0 = sink }
+        self.isInstalledFlag.store(true, ordering: .releasing)
+    }
+
+    /// The deliveries of the storage events of `writes` (those written with an ``PendingWrite/origin``), reserved.
+    func storageDeliveries<Writes: Sequence<PendingWrite>>(_ writes: Writes) -> [WebhookDelivery] {
+        guard let sink = self.sink else { return [] }
+        var deliveries: [WebhookDelivery] = []
+        for write in writes where write.refusal == nil {
+            guard let origin = write.origin, case .success(let outcome) = write.answer else { continue }
+            deliveries += sink.deliveries(
+                storage: outcome.storageEvent(publisher: origin.caller, timestampMs: origin.nowMs))
+        }
+        sink.reserve(&deliveries)
+        return deliveries
+    }
+
+    /// Tells the sink that `deliveries` committed.
+    func committed(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty, let sink = self.sink else { return }
+        sink.committed(deliveries)
+    }
+
+    /// The deliveries of the lock events among `held`, reserved; and `held` with those events marked as written
+    /// (``Delivery/lockEventWebhooksWritten(_:)``). Nil without a sink.
+    func lockDeliveries(_ held: [Delivery]) -> (deliveries: [WebhookDelivery], held: [Delivery])? {
+        guard let sink = self.sink else { return nil }
+        var deliveries: [WebhookDelivery] = []
+        var marked = held
+        for index in marked.indices {
+            guard case .lockEvent(let event) = marked[index] else { continue }
+            deliveries += sink.deliveries(lock: event)
+            marked[index] = .lockEventWebhooksWritten(event)
+        }
+        sink.reserve(&deliveries)
+        return (deliveries, marked)
+    }
+}
