@@ -297,6 +297,6 @@ extension CoordinatedWriter: MetadataWriteEngine {
 
     var writeBackStatus: WriteBackStatus? { nil }
 
-    /// Not yet: the shared database's writes report their webhooks after their commit.
-    var storesWebhooksInTransactions: Bool { false }
+    /// When the shared database keeps the webhook outbox: each batch's webhooks go in its transaction.
+    var storesWebhooksInTransactions: Bool { self.backend.storesWebhookDeliveries }
 }

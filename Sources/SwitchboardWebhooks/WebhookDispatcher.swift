@@ -98,9 +98,9 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         self.configuration.deliveries(for: events, node: self.node)
     }
 
-    /// Itself, when its outbox takes deliveries that a store's transaction inserted: a single gateway's
-    /// (``WebhookOutbox``, in the metadata file).
-    public var transactional: (any TransactionalWebhookSink)? { self.outbox is WebhookOutbox ? self : nil }
+    /// Itself: a store whose transactions insert into the database of its outbox (a single gateway's metadata file
+    /// with ``WebhookOutbox`` opened on it, a cluster's PostgreSQL) writes storage and lock events in them.
+    public var transactional: (any TransactionalWebhookSink)? { self }
 }
 
 extension WebhookDispatcher: TransactionalWebhookSink {
