@@ -372,6 +372,7 @@ public final class MetadataStore: Sendable {
     ///   itself (``setDecidedLockEventHandler(_:)``, the write completions).
     public func writeWebhooksInTransactions(_ sink: any TransactionalWebhookSink) -> Bool {
         guard self.writes.storesWebhooksInTransactions, self.locks.storesWebhooksInTransactions else { return false }
+        if let database = (self.writes as? LocalWrites)?.database { sink.shareDatabase(database) }
         self.webhookHook.install(sink)
         return true
     }

@@ -1,3 +1,4 @@
+import GRDB
 import CoreMetrics
 import Logging
 import SwitchboardWire
@@ -67,6 +68,8 @@ struct LocalWrites: MetadataWriteEngine {
     private let writeBack: MetadataWriteBack?
     private let webhookHook: WebhookHook
     let storesWebhooksInTransactions: Bool
+    /// The SQLite file's connection, when the backend is one (``SQLiteBackend``).
+    let database: (any DatabaseWriter)?
 
     init(
         shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, webhookHook: WebhookHook,
@@ -78,9 +81,11 @@ struct LocalWrites: MetadataWriteEngine {
             self.mode = .memoryOnly
             self.writeBack = nil
             self.storesWebhooksInTransactions = false
+            self.database = nil
             return
         }
         self.storesWebhooksInTransactions = backend.storesWebhookDeliveries
+        self.database = (backend as? SQLiteBackend)?.database
         self.mode =
             configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         self.writeBack = MetadataWriteBack(

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import CoreMetrics
 import Foundation
+import GRDB
 import Logging
 import Metrics
 import NIOCore
@@ -116,6 +117,10 @@ extension WebhookDispatcher: TransactionalWebhookSink {
 
     public func reserve(_ deliveries: inout [WebhookDelivery]) {
         self.outbox.reserve(&deliveries)
+    }
+
+    public func shareDatabase(_ database: any DatabaseWriter) {
+        (self.outbox as? WebhookOutbox)?.shareDatabase(database)
     }
 
     /// The deliveries join their queues and are sent from now on.

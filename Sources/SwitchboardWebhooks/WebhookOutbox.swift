@@ -46,7 +46,10 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     }
 
     private let state = Mutex(State())
+    /// The outbox's own connection (loading, importing), and the one its changes are written through: its own, or
+    /// the metadata file's writer once shared (``shareDatabase(_:)``).
     private let database: any DatabaseWriter
+    private let shared = Mutex<(any DatabaseWriter)?>(nil)
 
     /// Opens (creating its tables) the outbox in the SQLite file at `path`, or one in memory for nil, and loads what
     /// it holds. On a single gateway `path` is the metadata file, where the metadata and lock writers insert their
@@ -157,6 +160,12 @@ public final class WebhookOutbox: WebhookOutboxEngine {
                 state.changes.append(.insert(delivery))
             }
         }
+    }
+
+    /// Writes through `database`, the metadata file's writer (this outbox's file), from now on: one connection
+    /// commits both, one transaction after the other, so neither waits for the other's lock.
+    public func shareDatabase(_ database: any DatabaseWriter) {
+        self.shared.withLock { $0 = database }
     }
 
     /// Gives `deliveries` the next places in the outbox, in order, for the store's transaction that inserts them.
@@ -286,8 +295,22 @@ public final class WebhookOutbox: WebhookOutboxEngine {
         }
         guard !changes.isEmpty else { return }
         do {
-            try self.database.write { db in
-                for change in changes { try Self.write(change, db) }
+            if let shared = self.shared.withLock({ $0 }) {
+                // The metadata file's writer commits with synchronous = FULL; these changes need no sync of their own
+                // (a delivery whose deletion a power loss undoes is sent again, with its id).
+                try shared.writeWithoutTransaction { db in
+                    let level = try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? 2
+                    try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                    defer { try? db.execute(sql: "PRAGMA synchronous = \(level)") }
+                    try db.inTransaction {
+                        for change in changes { try Self.write(change, db) }
+                        return .commit
+                    }
+                }
+            } else {
+                try self.database.write { db in
+                    for change in changes { try Self.write(change, db) }
+                }
             }
         } catch {
             self.state.withLock { $0.changes.insert(contentsOf: changes, at: 0) }

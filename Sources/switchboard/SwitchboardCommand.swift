@@ -100,7 +100,7 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("api-key-file"), help: ArgumentHelp("The HTTP API's keys: one `NAME SECRET` a line (# comments); a request with Authorization: Bearer SECRET runs as the admin user NAME. Secrets are at least 16 bytes.", valueName: "path"))
     var apiKeyFile: String?
 
-    @Option(name: .customLong("webhooks"), help: ArgumentHelp("A JSON file of webhook endpoints: presence, online-state, storage and lock events POSTed to the application's URLs, signed (Standard Webhooks), retried, in order per channel, from a durable outbox beside the database (Docs/webhooks.md).", valueName: "path"))
+    @Option(name: .customLong("webhooks"), help: ArgumentHelp("A JSON file of webhook endpoints: presence, online-state, storage and lock events POSTed to the application's URLs, signed (Standard Webhooks), retried, in order per channel, from a durable outbox in the database file (Docs/webhooks.md).", valueName: "path"))
     var webhooks: String?
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")

@@ -31,6 +31,9 @@ public final class SQLiteBackend: MetadataBackend {
                 schema: SQLiteSchema.schema))
     }
 
+    /// The connection that writes the file (the webhook outbox writes through it too: ``WebhookOutboxTable``).
+    var database: any DatabaseWriter { self.writer }
+
     /// The channel locks kept in the same file (``SQLiteLockFile``), committed by the same writer.
     func lockFile(clock: StoreClock) -> SQLiteLockFile {
         SQLiteLockFile(writer: self.writer, clock: clock)

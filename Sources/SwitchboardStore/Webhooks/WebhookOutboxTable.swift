@@ -55,6 +55,11 @@ public protocol TransactionalWebhookSink: Sendable {
 
     /// The transaction that inserted `deliveries` committed: they may be sent.
     func committed(_ deliveries: [WebhookDelivery])
+
+    /// The store's transactions are those of `database` (a single gateway's metadata file): the outbox, in the same
+    /// file, writes through the same connection from now on, one transaction after another, instead of waiting for
+    /// the file's lock on a connection of its own. Called once, when the sink is installed on such a store.
+    func shareDatabase(_ database: any DatabaseWriter)
 }
 
 /// The sink a store's engines write webhook deliveries for, once installed (``MetadataStore/writeWebhooksInTransactions(_:)``).
