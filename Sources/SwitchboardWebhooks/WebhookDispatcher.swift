@@ -78,6 +78,31 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         self.wakeUp = continuation
         self.wakeUps = Mutex(stream)
         self.metrics.update(outbox: outbox)
+        self.timeOutMembersOfThePreviousRun()
+    }
+
+    /// The members the previous run reported joined and never left (it was killed, so they are gone): each one's
+    /// endpoint gets a `presence.timeout` (`data` `{"restarted": true}`), written with the ledger's entry removed.
+    private func timeOutMembersOfThePreviousRun() {
+        let members = self.outbox.membersAtOpen
+        guard !members.isEmpty else { return }
+        let now = UInt64(max(self.nowMillis(), 0))
+        var deliveries: [WebhookDelivery] = []
+        for member in members {
+            guard self.endpoints[member.endpoint] != nil else { continue }
+            let event = WebhookEvent(
+                type: "presence.timeout", channel: member.channel, userID: member.userID, timestampMs: now,
+                data: .object([("restarted", .bool(true))]))
+            let id = "msg_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+            deliveries.append(
+                WebhookDelivery(
+                    seq: 0, id: id, endpoint: member.endpoint, orderingKey: event.orderingKey, type: event.type,
+                    body: event.jsonBody(id: id, node: self.node), createdMs: Int64(now)))
+        }
+        self.logger.info(
+            "presence.timeout webhooks for the members of a gateway that stopped without telling their leave",
+            metadata: ["members": "\(members.count)"])
+        self.outbox.append(deliveries, presence: members.map { WebhookPresenceChange(member: $0, joined: false) })
     }
 
     // MARK: WebhookSink
@@ -89,7 +114,18 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
             ? events : events.filter { !self.kindsWrittenByEngines.contains(String($0.kind)) }
         let deliveries = self.deliveries(for: taken)
         guard !deliveries.isEmpty else { return }
-        self.outbox.append(deliveries)
+        // The presence ledger: who each endpoint was told joined and not yet left (timed out after a kill).
+        var presence: [WebhookPresenceChange] = []
+        for event in taken where event.kind == "presence" && event.type != "presence.state" {
+            guard let channel = event.channel else { continue }
+            for endpoint in self.endpointList where endpoint.wants(event) {
+                presence.append(
+                    WebhookPresenceChange(
+                        member: WebhookPresenceMember(endpoint: endpoint.name, channel: channel, userID: event.userID),
+                        joined: event.type == "presence.join"))
+            }
+        }
+        self.outbox.append(deliveries, presence: presence)
         self.wakeUp.yield()
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import SwitchboardStore
+import SwitchboardWire
 import Synchronization
 
 extension WebhookDelivery {
@@ -31,6 +32,8 @@ public final class WebhookOutbox: WebhookOutboxEngine {
         case deadLetter(WebhookDelivery, failedMs: Int64)
         case requeue(deadSeq: Int64, WebhookDelivery)
         case deleteDeadLetter(seq: Int64)
+        case memberJoined(WebhookPresenceMember)
+        case memberLeft(WebhookPresenceMember)
     }
 
     struct State {
@@ -50,6 +53,8 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     /// the metadata file's writer once shared (``shareDatabase(_:)``).
     private let database: any DatabaseWriter
     private let shared = Mutex<(any DatabaseWriter)?>(nil)
+    /// The presence ledger as loaded.
+    public let membersAtOpen: [WebhookPresenceMember]
 
     /// Opens (creating its tables) the outbox in the SQLite file at `path`, or one in memory for nil, and loads what
     /// it holds. On a single gateway `path` is the metadata file, where the metadata and lock writers insert their
@@ -62,6 +67,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     ///     moved into `path` in one transaction, with their ids and order, and the file is deleted.
     /// - Throws: GRDB's `DatabaseError` when a file cannot be opened or read.
     public init(path: String?, importing legacyPath: String? = nil) throws {
+        let database: any DatabaseWriter
         if let path {
             var configuration = Configuration()
             configuration.busyMode = .timeout(5)
@@ -70,19 +76,28 @@ public final class WebhookOutbox: WebhookOutboxEngine {
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
-            self.database = queue
+            database = queue
         } else {
-            self.database = try DatabaseQueue()
+            database = try DatabaseQueue()
         }
-        try self.database.write { db in try db.execute(sql: WebhookOutboxTable.createSQL) }
+        try database.write { db in try db.execute(sql: WebhookOutboxTable.createSQL) }
         if let legacyPath, FileManager.default.fileExists(atPath: legacyPath) {
-            try self.importRows(from: legacyPath)
+            try Self.importRows(from: legacyPath, into: database)
         }
+        self.membersAtOpen = try database.read { db in
+            try Row.fetchAll(db, sql: "SELECT endpoint, channel_type, channel, user_id FROM webhook_presence_ledger").map { row in
+                let type: Int64 = row[1]
+                return WebhookPresenceMember(
+                    endpoint: row[0], channel: ChannelKey(name: row[2], type: ChannelType(rawValue: UInt32(truncatingIfNeeded: type))),
+                    userID: row[3])
+            }
+        }
+        self.database = database
         try self.load()
     }
 
     /// Moves the rows of the outbox file at `legacyPath` to the end of this one's, in their order, and deletes it.
-    private func importRows(from legacyPath: String) throws {
+    private static func importRows(from legacyPath: String, into database: any DatabaseWriter) throws {
         let legacy = try DatabaseQueue(path: legacyPath)
         let (pending, dead) = try legacy.read { db in
             (
@@ -91,7 +106,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
             )
         }
         try legacy.close()
-        try self.database.write { db in
+        try database.write { db in
             let first = (try Int64.fetchOne(
                 db, sql: "SELECT max(seq) FROM (SELECT seq FROM webhook_outbox UNION ALL SELECT seq FROM webhook_dead_letters)") ?? 0) + 1
             var seq = first
@@ -187,6 +202,21 @@ public final class WebhookOutbox: WebhookOutboxEngine {
                 state.queues[delivery.queue, default: []].append(delivery)
                 state.pendingCount += 1
             }
+        }
+    }
+
+    /// Appends `deliveries` and the presence ledger's changes, written in one flush, in order.
+    public func append(_ deliveries: [WebhookDelivery], presence: [WebhookPresenceChange]) {
+        guard !presence.isEmpty else { return self.append(deliveries) }
+        self.state.withLock { state in
+            for var delivery in deliveries {
+                delivery.seq = state.nextSeq
+                state.nextSeq += 1
+                state.queues[delivery.queue, default: []].append(delivery)
+                state.pendingCount += 1
+                state.changes.append(.insert(delivery))
+            }
+            state.changes += presence.map { $0.joined ? Change.memberJoined($0.member) : Change.memberLeft($0.member) }
         }
     }
 
@@ -336,6 +366,14 @@ public final class WebhookOutbox: WebhookOutboxEngine {
             try Self.write(.insert(d), db)
         case .deleteDeadLetter(let seq):
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [seq])
+        case .memberJoined(let m):
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO webhook_presence_ledger (endpoint, channel_type, channel, user_id) VALUES (?, ?, ?, ?)",
+                arguments: [m.endpoint, Int64(m.channel.type.rawValue), m.channel.name, m.userID])
+        case .memberLeft(let m):
+            try db.execute(
+                sql: "DELETE FROM webhook_presence_ledger WHERE endpoint = ? AND channel_type = ? AND channel = ? AND user_id = ?",
+                arguments: [m.endpoint, Int64(m.channel.type.rawValue), m.channel.name, m.userID])
         }
     }
 

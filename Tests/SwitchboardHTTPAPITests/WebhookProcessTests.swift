@@ -266,4 +266,46 @@ struct WebhookProcessTests {
         #expect(reported == stored, "missing \(stored.subtracting(reported).sorted().prefix(20)), extra \(reported.subtracting(stored).sorted().prefix(20))")
         #expect(Set(acknowledged).isSubset(of: reported), "\(Set(acknowledged).subtracting(reported).sorted().prefix(20))")
     }
+
+    @Test("members joined when a gateway is killed with SIGKILL get one presence.timeout webhook each after its restart, and no more after the next")
+    func membersOfAKilledGatewayTimeOutOnceAfterItsRestart() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { Task { await receiver.stop() } }
+        let files = try Files(receiver: receiver, channels: #""room""#, kinds: #""presence""#)
+        defer { files.remove() }
+        let (first, port) = try await Self.start(
+            database: files.database.path, webhooks: files.config.path, log: files.log.path)
+        var members: [SwitchboardConnection] = []
+        for user in ["ann", "bob", "cid"] {
+            let member = try await SwitchboardConnection.connect(
+                ClientConfiguration(endpoint: .tcp(host: "127.0.0.1", port: port), userID: user))
+            _ = try await member.send(.subscribeChannel(SubscribeChannelRequest(channel: "room")))
+            members.append(member)
+        }
+        // bob leaves before the kill: his leave is sent, and no timeout.
+        _ = try await members[1].send(.unsubscribeChannel(UnsubscribeChannelRequest(channel: "room")))
+        func events(_ type: String) -> [String] {
+            var seen: Set<String> = []
+            return receiver.received.filter { $0.type == type && seen.insert($0.id).inserted }.compactMap {
+                $0.json["userId"] as? String
+            }.sorted()
+        }
+        #expect(try await receiver.wait(timeout: .seconds(20)) { _ in events("presence.join").count == 3 && events("presence.leave").count == 1 })
+        try await Task.sleep(for: .milliseconds(300))  // the ledger is written with the events, every 20 ms
+        first.killAndWait()
+        for member in members { await member.close() }
+
+        let (second, _) = try await Self.start(database: files.database.path, webhooks: files.config.path, log: files.log.path)
+        #expect(try await receiver.wait(timeout: .seconds(20)) { _ in events("presence.timeout").count >= 2 })
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(events("presence.timeout") == ["ann", "cid"])
+        second.killAndWait()
+        // The timeouts took the members out of the ledger: the next start sends none again.
+        let (third, _) = try await Self.start(database: files.database.path, webhooks: files.config.path, log: files.log.path)
+        defer { third.killAndWait() }
+        try await Task.sleep(for: .seconds(1))
+        #expect(events("presence.timeout") == ["ann", "cid"])
+        let timeouts = receiver.received.filter { $0.type == "presence.timeout" }
+        #expect(timeouts.allSatisfy { ($0.json["data"] as? [String: Any])?["restarted"] as? Bool == true && $0.json["channel"] as? String == "room" })
+    }
 }

@@ -20,6 +20,9 @@ public enum WebhookOutboxTable {
             seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
             type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
             last_error TEXT NOT NULL, failed_ms INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS webhook_presence_ledger (
+            endpoint TEXT NOT NULL, channel_type INTEGER NOT NULL, channel TEXT NOT NULL, user_id TEXT NOT NULL,
+            PRIMARY KEY (endpoint, channel_type, channel, user_id)) WITHOUT ROWID;
         """
 
     /// Inserts `deliveries` (their `seq` assigned) into `webhook_outbox` within `db`'s transaction.
@@ -37,6 +40,39 @@ public enum WebhookOutboxTable {
                 d.lastError,
             ])
         }
+    }
+}
+
+/// A member whose `presence.join` an endpoint's outbox holds (or sent) and whose leave or timeout it does not: the
+/// outbox's presence ledger, kept in the transaction that writes those events (`Docs/webhooks.md`). After a gateway
+/// was killed, its members are gone; each entry left becomes a `presence.timeout`.
+public struct WebhookPresenceMember: Sendable, Hashable {
+    /// The endpoint told of the join.
+    public var endpoint: String
+    /// The channel.
+    public var channel: ChannelKey
+    /// The member.
+    public var userID: String
+
+    /// Creates an entry.
+    public init(endpoint: String, channel: ChannelKey, userID: String) {
+        self.endpoint = endpoint
+        self.channel = channel
+        self.userID = userID
+    }
+}
+
+/// A change of the presence ledger: `member` joined (enters it) or left or timed out (leaves it).
+public struct WebhookPresenceChange: Sendable, Hashable {
+    /// The member.
+    public var member: WebhookPresenceMember
+    /// Joined (true) or gone (false).
+    public var joined: Bool
+
+    /// Creates a change.
+    public init(member: WebhookPresenceMember, joined: Bool) {
+        self.member = member
+        self.joined = joined
     }
 }
 
