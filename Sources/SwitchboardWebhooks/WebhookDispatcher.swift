@@ -45,6 +45,11 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     private let wakeUps: Mutex<AsyncStream<Void>?>
     /// Requests in flight now.
     private let inFlight = Atomic<Int>(0)
+    /// ``record(_:)`` calls that appended deliveries.
+    private let recorded = Atomic<Int>(0)
+    /// How far the outbox is written, who waits for more, and whether the sender runs.
+    private let written = Mutex<(through: Int, waiters: [(count: Int, done: @Sendable () -> Void)], running: Bool)>(
+        (0, [], false))
 
     /// Creates the dispatcher on `outbox`.
     ///
@@ -126,6 +131,7 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
             }
         }
         self.outbox.append(deliveries, presence: presence)
+        self.recorded.add(1, ordering: .sequentiallyConsistent)
         self.wakeUp.yield()
     }
 
@@ -169,6 +175,19 @@ extension WebhookDispatcher: TransactionalWebhookSink {
 
 extension WebhookDispatcher {
 
+    public var recordedCount: Int { self.recorded.load(ordering: .sequentiallyConsistent) }
+
+    /// Calls `done` after the outbox write that follows the `count`th recording (at once when written already, or
+    /// when the sender does not run).
+    public func whenWritten(through count: Int, _ done: @escaping @Sendable () -> Void) {
+        let now = self.written.withLock { written -> Bool in
+            guard written.running, written.through < count else { return true }
+            written.waiters.append((count, done))
+            return false
+        }
+        if now { done() }
+    }
+
     // MARK: WebhookAdministration
 
     public func deadLetters(after: String?, limit: Int) async throws -> [WebhookDeadLetter] {
@@ -206,6 +225,7 @@ extension WebhookDispatcher {
         clientConfiguration.redirectConfiguration = .disallow
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: clientConfiguration)
         let names = Set(self.endpoints.keys)
+        self.written.withLock { $0.running = true }
         // A tick wakes the loop for retries that come due and for the outbox's periodic write.
         let ticker = Task { [wakeUp] in
             while !Task.isCancelled {
@@ -242,12 +262,28 @@ extension WebhookDispatcher {
         }
         ticker.cancel()
         await self.flushOutbox()
+        // Stopped: whoever still waits (the outbox refused the last writes) is answered; later ones at once.
+        let waiting = self.written.withLock { written in
+            written.running = false
+            defer { written.waiters = [] }
+            return written.waiters
+        }
+        for waiter in waiting { waiter.done() }
         try? await client.shutdown()
     }
 
     private func flushOutbox() async {
+        // Every recording counted here is in the changes the flush takes (counted after its append).
+        let through = self.recorded.load(ordering: .sequentiallyConsistent)
         do {
             try await self.outbox.flush()
+            let ready = self.written.withLock { written -> [@Sendable () -> Void] in
+                written.through = max(written.through, through)
+                let ready = written.waiters.filter { $0.count <= through }.map(\.done)
+                written.waiters.removeAll { $0.count <= through }
+                return ready
+            }
+            for done in ready { done() }
         } catch {
             self.logger.error("cannot write the webhook outbox: \(error)")
         }

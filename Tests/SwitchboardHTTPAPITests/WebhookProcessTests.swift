@@ -308,4 +308,40 @@ struct WebhookProcessTests {
         let timeouts = receiver.received.filter { $0.type == "presence.timeout" }
         #expect(timeouts.allSatisfy { ($0.json["data"] as? [String: Any])?["restarted"] as? Bool == true && $0.json["channel"] as? String == "room" })
     }
+
+    @Test("a gateway killed with SIGKILL amid joins: every join it answered has its webhook, and each member it reported joined one timeout after the restart")
+    func answeredJoinsHaveTheirWebhooks() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { Task { await receiver.stop() } }
+        let files = try Files(receiver: receiver, channels: #""room.*""#, kinds: #""presence""#)
+        defer { files.remove() }
+        let (first, port) = try await Self.start(
+            database: files.database.path, webhooks: files.config.path, log: files.log.path)
+        // Each join is to a channel of its own.
+        let answered = try await Self.killMidStream(
+            first, port: port, connections: 16, acknowledgedBeforeKill: 400
+        ) { connection, n in
+            _ = try await connection.send(.subscribeChannel(SubscribeChannelRequest(channel: "room.\(n)")))
+            return "room.\(n)"
+        }
+        let (second, _) = try await Self.start(
+            database: files.database.path, webhooks: files.config.path, log: files.log.path)
+        defer { second.killAndWait() }
+        func channels(_ type: String) -> [String] {
+            var seen: Set<String> = []
+            return receiver.received.filter { $0.type == type && seen.insert($0.id).inserted }.compactMap {
+                $0.json["channel"] as? String
+            }
+        }
+        let complete = try await receiver.wait(timeout: .seconds(30)) { _ in
+            Set(channels("presence.join")).isSuperset(of: answered)
+                && Set(channels("presence.timeout")) == Set(channels("presence.join"))
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let joined = Set(channels("presence.join"))
+        #expect(complete)
+        #expect(Set(answered).isSubset(of: joined), "\(Set(answered).subtracting(joined).sorted().prefix(20))")
+        // Every member reported joined is reported gone, once.
+        #expect(channels("presence.timeout").sorted() == joined.sorted())
+    }
 }
