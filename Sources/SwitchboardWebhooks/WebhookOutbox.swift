@@ -165,16 +165,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
 
     /// Appends deliveries (their `seq` is assigned here, in order) to their queues.
     public func append(_ deliveries: [WebhookDelivery]) {
-        guard !deliveries.isEmpty else { return }
-        self.state.withLock { state in
-            for var delivery in deliveries {
-                delivery.seq = state.nextSeq
-                state.nextSeq += 1
-                state.queues[delivery.queue, default: []].append(delivery)
-                state.pendingCount += 1
-                state.changes.append(.insert(delivery))
-            }
-        }
+        self.append(deliveries, presence: [])
     }
 
     /// Writes through `database`, the metadata file's writer (this outbox's file), from now on: one connection
@@ -207,7 +198,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
 
     /// Appends `deliveries` and the presence ledger's changes, written in one flush, in order.
     public func append(_ deliveries: [WebhookDelivery], presence: [WebhookPresenceChange]) {
-        guard !presence.isEmpty else { return self.append(deliveries) }
+        guard !deliveries.isEmpty || !presence.isEmpty else { return }
         self.state.withLock { state in
             for var delivery in deliveries {
                 delivery.seq = state.nextSeq
