@@ -50,6 +50,8 @@ public final class MetadataStore: Sendable {
     let lockCount = Atomic<Int>(0)
     /// Metadata writes that passed validation and went to the write engine (the `info` operation's write rate).
     private let writesTaken = Atomic<Int>(0)
+    /// Where the engines write the webhook deliveries of the changes they store, once installed.
+    let webhookHook = WebhookHook()
 
     /// An empty store that keeps everything in memory only.
     /// - Parameters:
@@ -140,8 +142,8 @@ public final class MetadataStore: Sendable {
             self.writes = coordinator
         } else {
             self.writes = LocalWrites(
-                shards: self.shards, backend: backend, configuration: configuration, logger: logger,
-                metricsFactory: metricsFactory)
+                shards: self.shards, backend: backend, configuration: configuration, webhookHook: self.webhookHook,
+                logger: logger, metricsFactory: metricsFactory)
         }
     }
 
@@ -371,6 +373,20 @@ public final class MetadataStore: Sendable {
         self.decidedLockEventHandler.withLock { $0 = handler }
     }
 
+    /// Has the engines write the webhook deliveries of the storage and lock changes this gateway decides in the
+    /// transactions that store those changes (`Docs/webhooks.md`): a change and its webhooks are stored together or
+    /// not at all, whether the change is acknowledged before or after its commit. Done when both engines store every
+    /// change in a transaction of the database the outbox is in (a single gateway's SQLite file).
+    ///
+    /// - Returns: Whether they do; when false nothing is installed and the caller reports the changes to the webhooks
+    ///   itself (``setDecidedLockEventHandler(_:)``, the write completions).
+    public func writeWebhooksInTransactions(_ sink: any TransactionalWebhookSink) -> Bool {
+        guard self.writes.storesWebhooksInTransactions, self.locks.storesWebhooksInTransactions else { return false }
+        if let database = (self.writes as? LocalWrites)?.database { sink.shareDatabase(database) }
+        self.webhookHook.install(sink)
+        return true
+    }
+
     /// Installs the handler that receives every write another gateway committed, once this store's copy holds it
     /// (``deliverCommittedElsewhere(_:)``); replaces any previous one. A store no other gateway writes never calls it.
     ///
@@ -394,7 +410,7 @@ public final class MetadataStore: Sendable {
         case .lockEvent(let event):
             if let handler = self.decidedLockEventHandler.withLock({ $0 }) { handler(event) }
             if let handler = self.lockEventHandler.withLock({ $0 }) { handler(event) }
-        case .lockEventElsewhere(let event):
+        case .lockEventElsewhere(let event), .lockEventWebhooksWritten(let event):
             if let handler = self.lockEventHandler.withLock({ $0 }) { handler(event) }
         }
     }

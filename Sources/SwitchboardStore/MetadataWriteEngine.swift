@@ -1,3 +1,4 @@
+import GRDB
 import CoreMetrics
 import Logging
 import SwitchboardWire
@@ -45,6 +46,10 @@ protocol MetadataWriteEngine: Sendable {
 
     /// Write-back queue length, lag and health; nil when nothing is written back.
     var writeBackStatus: WriteBackStatus? { get }
+
+    /// Whether the engine writes the webhook deliveries of its writes in their transactions once
+    /// ``MetadataStore/webhookHook`` has a sink.
+    var storesWebhooksInTransactions: Bool { get }
 }
 
 /// The writes of a single gateway: decided and applied in their shard at once, answered at once (memory only,
@@ -65,24 +70,33 @@ struct LocalWrites: MetadataWriteEngine {
     private let commitDriver: CommitDriver
     /// The SQLite write-back (nil: memory only).
     private let writeBack: MetadataWriteBack?
+    private let webhookHook: WebhookHook
+    let storesWebhooksInTransactions: Bool
+    /// The SQLite file's connection, when the backend is one (``SQLiteBackend``).
+    let database: (any DatabaseWriter)?
 
     init(
-        shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, logger: Logger,
-        metricsFactory: (any MetricsFactory)?
+        shards: [Shard], backend: (any MetadataBackend)?, configuration: StoreConfiguration, webhookHook: WebhookHook,
+        logger: Logger, metricsFactory: (any MetricsFactory)?
     ) {
         self.commitDriver = configuration.commitDriver
+        self.webhookHook = webhookHook
         guard let backend else {
             self.mode = .memoryOnly
             self.writeBack = nil
+            self.storesWebhooksInTransactions = false
+            self.database = nil
             return
         }
+        self.storesWebhooksInTransactions = backend.storesWebhookDeliveries
+        self.database = (backend as? SQLiteBackend)?.database
         self.mode =
             configuration.durability == .acknowledgeAfterCommit ? .acknowledgeAfterCommit : .acknowledgeBeforeCommit
         self.writeBack = MetadataWriteBack(
             backend: backend, shards: shards, durability: configuration.durability,
             probeIntervalMs: max(configuration.probeIntervalMs, 1),
             writeBehindDelayMs: configuration.durability == .acknowledgeBeforeCommit ? configuration.writeBehindDelayMs : 0,
-            logger: logger,
+            webhookHook: webhookHook, logger: logger,
             metrics: StoreMetrics(factory: metricsFactory))
     }
 
@@ -94,6 +108,8 @@ struct LocalWrites: MetadataWriteEngine {
         let index = store.shardIndex(of: request.scope)
         let mode = self.mode
         let writeBack = self.writeBack
+        // The storage event's publisher and time, for its webhooks written in the write's transaction.
+        let origin = writeBack != nil && self.webhookHook.isInstalled ? WriteOrigin(caller: caller, nowMs: nowMs) : nil
         let refusal = store.shards[index].perform(
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
@@ -117,7 +133,7 @@ struct LocalWrites: MetadataWriteEngine {
                         state.appendPending(
                             PendingWrite(
                                 applied, shardIndex: index, sequence: state.nextSequence, completion: nil,
-                                announced: true))
+                                announced: true, origin: origin))
                     }
                     return nil
                 }
@@ -137,7 +153,8 @@ struct LocalWrites: MetadataWriteEngine {
                             refusal: error, scope: request.scope, shardIndex: index, sequence: sequence,
                             completion: completion))
                 case .success(let applied):
-                    state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
+                    state.appendPending(
+                        PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion, origin: origin))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
                 }
@@ -167,6 +184,7 @@ struct LocalWrites: MetadataWriteEngine {
     func expireDue(nowMs: UInt64, store: MetadataStore, expired: @escaping WriteCompletion) {
         let mode = self.mode
         var queued = false
+        let origin = self.writeBack != nil && self.webhookHook.isInstalled ? WriteOrigin(caller: "", nowMs: nowMs) : nil
         for index in store.shards.indices {
             queued =
                 store.shards[index].perform(
@@ -193,7 +211,9 @@ struct LocalWrites: MetadataWriteEngine {
                             let sequence = state.nextSequence
                             if waits {
                                 state.appendPending(
-                                    PendingWrite(applied, shardIndex: index, sequence: sequence, completion: expired))
+                                    PendingWrite(
+                                        applied, shardIndex: index, sequence: sequence, completion: expired,
+                                        origin: origin))
                                 state.noteUncommitted(scope, sequence: sequence, committed: committed)
                             } else {
                                 let announcement = ExpiryAnnouncement(expired, applied.outcome).completion
@@ -201,7 +221,7 @@ struct LocalWrites: MetadataWriteEngine {
                                 state.appendPending(
                                     PendingWrite(
                                         applied, shardIndex: index, sequence: sequence, completion: announcement,
-                                        announced: true))
+                                        announced: true, origin: origin))
                             }
                         }
                         return queued
@@ -299,4 +319,7 @@ extension CoordinatedWriter: MetadataWriteEngine {
     }
 
     var writeBackStatus: WriteBackStatus? { nil }
+
+    /// When the shared database keeps the webhook outbox: each batch's webhooks go in its transaction.
+    var storesWebhooksInTransactions: Bool { self.backend.storesWebhookDeliveries }
 }

@@ -12,6 +12,9 @@ enum Delivery: Sendable {
     case lockEvent(LockEvent)
     /// Report a lock change another gateway decided (and committed) to the lock event handler only.
     case lockEventElsewhere(LockEvent)
+    /// Report a lock change this gateway decided whose webhooks were written in the transaction that stored it: to
+    /// the lock event handler only.
+    case lockEventWebhooksWritten(LockEvent)
 }
 
 /// Everything one shard owns. Only touched under the shard's lock.

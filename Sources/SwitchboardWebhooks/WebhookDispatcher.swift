@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import CoreMetrics
 import Foundation
+import GRDB
 import Logging
 import Metrics
 import NIOCore
@@ -8,6 +9,7 @@ import NIOHTTP1
 import ServiceLifecycle
 import SwitchboardServer
 import SwitchboardStore
+import SwitchboardWire
 import Synchronization
 
 /// Sends the gateway's webhooks (`Docs/webhooks.md`): it takes the events the areas decide (``record(_:)``), puts one
@@ -43,6 +45,11 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     private let wakeUps: Mutex<AsyncStream<Void>?>
     /// Requests in flight now.
     private let inFlight = Atomic<Int>(0)
+    /// ``record(_:)`` calls that appended deliveries.
+    private let recorded = Atomic<Int>(0)
+    /// How far the outbox is written, who waits for more, and whether the sender runs.
+    private let written = Mutex<(through: Int, waiters: [(count: Int, done: @Sendable () -> Void)], running: Bool)>(
+        (0, [], false))
 
     /// Creates the dispatcher on `outbox`.
     ///
@@ -76,6 +83,31 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         self.wakeUp = continuation
         self.wakeUps = Mutex(stream)
         self.metrics.update(outbox: outbox)
+        self.timeOutMembersOfThePreviousRun()
+    }
+
+    /// The members the previous run reported joined and never left (it was killed, so they are gone): each one's
+    /// endpoint gets a `presence.timeout` (`data` `{"restarted": true}`), written with the ledger's entry removed.
+    private func timeOutMembersOfThePreviousRun() {
+        let members = self.outbox.membersAtOpen
+        guard !members.isEmpty else { return }
+        let now = UInt64(max(self.nowMillis(), 0))
+        var deliveries: [WebhookDelivery] = []
+        for member in members {
+            guard self.endpoints[member.endpoint] != nil else { continue }
+            let event = WebhookEvent(
+                type: "presence.timeout", channel: member.channel, userID: member.userID, timestampMs: now,
+                data: .object([("restarted", .bool(true))]))
+            let id = "msg_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+            deliveries.append(
+                WebhookDelivery(
+                    seq: 0, id: id, endpoint: member.endpoint, orderingKey: event.orderingKey, type: event.type,
+                    body: event.jsonBody(id: id, node: self.node), createdMs: Int64(now)))
+        }
+        self.logger.info(
+            "presence.timeout webhooks for the members of a gateway that stopped without telling their leave",
+            metadata: ["members": "\(members.count)"])
+        self.outbox.append(deliveries, presence: members.map { WebhookPresenceChange(member: $0, joined: false) })
     }
 
     // MARK: WebhookSink
@@ -87,7 +119,19 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
             ? events : events.filter { !self.kindsWrittenByEngines.contains(String($0.kind)) }
         let deliveries = self.deliveries(for: taken)
         guard !deliveries.isEmpty else { return }
-        self.outbox.append(deliveries)
+        // The presence ledger: who each endpoint was told joined and not yet left (timed out after a kill).
+        var presence: [WebhookPresenceChange] = []
+        for event in taken where event.kind == "presence" && event.type != "presence.state" {
+            guard let channel = event.channel else { continue }
+            for endpoint in self.endpointList where endpoint.wants(event) {
+                presence.append(
+                    WebhookPresenceChange(
+                        member: WebhookPresenceMember(endpoint: endpoint.name, channel: channel, userID: event.userID),
+                        joined: event.type == "presence.join"))
+            }
+        }
+        self.outbox.append(deliveries, presence: presence)
+        self.recorded.add(1, ordering: .sequentiallyConsistent)
         self.wakeUp.yield()
     }
 
@@ -95,6 +139,53 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
     /// an engine that writes events in its own transaction writes (``kindsWrittenByEngines``).
     public func deliveries(for events: [WebhookEvent]) -> [WebhookDelivery] {
         self.configuration.deliveries(for: events, node: self.node)
+    }
+
+    /// Itself: a store whose transactions insert into the database of its outbox (a single gateway's metadata file
+    /// with ``WebhookOutbox`` opened on it, a cluster's PostgreSQL) writes storage and lock events in them.
+    public var transactional: (any TransactionalWebhookSink)? { self }
+}
+
+extension WebhookDispatcher: TransactionalWebhookSink {
+    public func deliveries(storage event: StorageEvent) -> [WebhookDelivery] {
+        guard let webhook = WebhookEvent.storage(event) else { return [] }
+        return self.deliveries(for: [webhook])
+    }
+
+    public func deliveries(lock event: LockEvent) -> [WebhookDelivery] {
+        guard let webhook = WebhookEvent.lock(event) else { return [] }
+        return self.deliveries(for: [webhook])
+    }
+
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {
+        self.outbox.reserve(&deliveries)
+    }
+
+    public func shareDatabase(_ database: any DatabaseWriter) {
+        (self.outbox as? WebhookOutbox)?.shareDatabase(database)
+    }
+
+    /// The deliveries join their queues and are sent from now on.
+    public func committed(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.outbox.adopt(deliveries)
+        self.wakeUp.yield()
+    }
+}
+
+extension WebhookDispatcher {
+
+    public var recordedCount: Int { self.recorded.load(ordering: .sequentiallyConsistent) }
+
+    /// Calls `done` after the outbox write that follows the `count`th recording (at once when written already, or
+    /// when the sender does not run).
+    public func whenWritten(through count: Int, _ done: @escaping @Sendable () -> Void) {
+        let now = self.written.withLock { written -> Bool in
+            guard written.running, written.through < count else { return true }
+            written.waiters.append((count, done))
+            return false
+        }
+        if now { done() }
     }
 
     // MARK: WebhookAdministration
@@ -134,6 +225,7 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         clientConfiguration.redirectConfiguration = .disallow
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: clientConfiguration)
         let names = Set(self.endpoints.keys)
+        self.written.withLock { $0.running = true }
         // A tick wakes the loop for retries that come due and for the outbox's periodic write.
         let ticker = Task { [wakeUp] in
             while !Task.isCancelled {
@@ -170,12 +262,28 @@ public final class WebhookDispatcher: WebhookSink, WebhookAdministration, Servic
         }
         ticker.cancel()
         await self.flushOutbox()
+        // Stopped: whoever still waits (the outbox refused the last writes) is answered; later ones at once.
+        let waiting = self.written.withLock { written in
+            written.running = false
+            defer { written.waiters = [] }
+            return written.waiters
+        }
+        for waiter in waiting { waiter.done() }
         try? await client.shutdown()
     }
 
     private func flushOutbox() async {
+        // Every recording counted here is in the changes the flush takes (counted after its append).
+        let through = self.recorded.load(ordering: .sequentiallyConsistent)
         do {
             try await self.outbox.flush()
+            let ready = self.written.withLock { written -> [@Sendable () -> Void] in
+                written.through = max(written.through, through)
+                let ready = written.waiters.filter { $0.count <= through }.map(\.done)
+                written.waiters.removeAll { $0.count <= through }
+                return ready
+            }
+            for done in ready { done() }
         } catch {
             self.logger.error("cannot write the webhook outbox: \(error)")
         }

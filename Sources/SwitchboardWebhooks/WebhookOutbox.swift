@@ -1,5 +1,7 @@
+import Foundation
 import GRDB
 import SwitchboardStore
+import SwitchboardWire
 import Synchronization
 
 extension WebhookDelivery {
@@ -7,13 +9,15 @@ extension WebhookDelivery {
     var queue: WebhookOutbox.QueueKey { .init(endpoint: self.endpoint, orderingKey: self.orderingKey) }
 }
 
-/// The durable outbox of webhook deliveries (`Docs/webhooks.md`): a SQLite file (`<database>.webhooks`) holding every
-/// event not yet delivered and the dead letters, and the same in memory, one queue per (endpoint, ordering key).
+/// The durable outbox of webhook deliveries (`Docs/webhooks.md`): two tables of a single gateway's metadata file
+/// (``WebhookOutboxTable``) holding every event not yet delivered and the dead letters, and the same in memory, one
+/// queue per (endpoint, ordering key).
 ///
-/// Changes are taken at once in memory (``append(_:)`` never blocks on the disk) and written by ``flush()`` in one
-/// transaction, in the order they were made; the dispatcher flushes every few milliseconds and when it stops. After a
-/// restart ``load()`` brings back what was not delivered: each event is sent at least once, and its id lets the
-/// receiver drop a repeat.
+/// Storage and lock events are inserted by the metadata and lock writers in the transactions of their changes
+/// (``reserve(_:)`` numbers them, ``adopt(_:)`` queues them once committed). Other changes are taken at once in memory
+/// (``append(_:)`` never blocks on the disk) and written by ``flush()`` in one transaction, in the order they were
+/// made; the dispatcher flushes every few milliseconds and when it stops. After a restart ``load()`` brings back what
+/// was not delivered: each event is sent at least once, and its id lets the receiver drop a repeat.
 public final class WebhookOutbox: WebhookOutboxEngine {
     /// A queue: an endpoint's events with one ordering key, delivered one at a time, in order.
     struct QueueKey: Hashable, Sendable {
@@ -28,6 +32,8 @@ public final class WebhookOutbox: WebhookOutboxEngine {
         case deadLetter(WebhookDelivery, failedMs: Int64)
         case requeue(deadSeq: Int64, WebhookDelivery)
         case deleteDeadLetter(seq: Int64)
+        case memberJoined(WebhookPresenceMember)
+        case memberLeft(WebhookPresenceMember)
     }
 
     struct State {
@@ -43,35 +49,81 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     }
 
     private let state = Mutex(State())
+    /// The outbox's own connection (loading, importing), and the one its changes are written through: its own, or
+    /// the metadata file's writer once shared (``shareDatabase(_:)``).
     private let database: any DatabaseWriter
+    private let shared = Mutex<(any DatabaseWriter)?>(nil)
+    /// The presence ledger as loaded.
+    public let membersAtOpen: [WebhookPresenceMember]
 
-    /// Opens (creating it) the outbox at `path`, or one in memory for nil, and loads what it holds.
-    /// - Throws: GRDB's `DatabaseError` when the file cannot be opened or read.
-    public init(path: String?) throws {
+    /// Opens (creating its tables) the outbox in the SQLite file at `path`, or one in memory for nil, and loads what
+    /// it holds. On a single gateway `path` is the metadata file, where the metadata and lock writers insert their
+    /// changes' deliveries in the changes' own transactions (``WebhookOutboxTable``); this connection commits with
+    /// `synchronous = NORMAL` and waits up to 5 s for theirs.
+    ///
+    /// - Parameters:
+    ///   - path: The database file (nil: in memory).
+    ///   - legacyPath: An outbox file of its own (`<database>.webhooks`, as earlier versions kept it): its rows are
+    ///     moved into `path` in one transaction, with their ids and order, and the file is deleted.
+    /// - Throws: GRDB's `DatabaseError` when a file cannot be opened or read.
+    public init(path: String?, importing legacyPath: String? = nil) throws {
+        let database: any DatabaseWriter
         if let path {
-            let queue = try DatabaseQueue(path: path)
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
             try queue.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
-            self.database = queue
+            database = queue
         } else {
-            self.database = try DatabaseQueue()
+            database = try DatabaseQueue()
         }
-        try self.database.write { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE IF NOT EXISTS webhook_outbox (
-                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
-                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                        next_attempt_ms INTEGER NOT NULL, last_error TEXT NOT NULL);
-                    CREATE TABLE IF NOT EXISTS webhook_dead_letters (
-                        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, endpoint TEXT NOT NULL, ordering_key TEXT NOT NULL,
-                        type TEXT NOT NULL, body TEXT NOT NULL, created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                        last_error TEXT NOT NULL, failed_ms INTEGER NOT NULL);
-                    """)
+        try database.write { db in try db.execute(sql: WebhookOutboxTable.createSQL) }
+        if let legacyPath, FileManager.default.fileExists(atPath: legacyPath) {
+            try Self.importRows(from: legacyPath, into: database)
         }
+        self.membersAtOpen = try database.read { db in
+            try Row.fetchAll(db, sql: "SELECT endpoint, channel_type, channel, user_id FROM webhook_presence_ledger").map { row in
+                let type: Int64 = row[1]
+                return WebhookPresenceMember(
+                    endpoint: row[0], channel: ChannelKey(name: row[2], type: ChannelType(rawValue: UInt32(truncatingIfNeeded: type))),
+                    userID: row[3])
+            }
+        }
+        self.database = database
         try self.load()
+    }
+
+    /// Moves the rows of the outbox file at `legacyPath` to the end of this one's, in their order, and deletes it.
+    private static func importRows(from legacyPath: String, into database: any DatabaseWriter) throws {
+        let legacy = try DatabaseQueue(path: legacyPath)
+        let (pending, dead) = try legacy.read { db in
+            (
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_outbox ORDER BY seq"),
+                try Row.fetchAll(db, sql: "SELECT * FROM webhook_dead_letters ORDER BY seq")
+            )
+        }
+        try legacy.close()
+        try database.write { db in
+            let first = (try Int64.fetchOne(
+                db, sql: "SELECT max(seq) FROM (SELECT seq FROM webhook_outbox UNION ALL SELECT seq FROM webhook_dead_letters)") ?? 0) + 1
+            var seq = first
+            for row in pending {
+                var delivery = Self.delivery(row)
+                delivery.seq = seq
+                seq += 1
+                try Self.write(.insert(delivery), db)
+            }
+            for row in dead {
+                var delivery = Self.delivery(row)
+                delivery.seq = seq
+                seq += 1
+                try Self.insertDeadLetter(delivery, failedMs: row["failed_ms"], db)
+            }
+        }
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: legacyPath + suffix) }
     }
 
     private static func delivery(_ row: Row) -> WebhookDelivery {
@@ -113,7 +165,40 @@ public final class WebhookOutbox: WebhookOutboxEngine {
 
     /// Appends deliveries (their `seq` is assigned here, in order) to their queues.
     public func append(_ deliveries: [WebhookDelivery]) {
+        self.append(deliveries, presence: [])
+    }
+
+    /// Writes through `database`, the metadata file's writer (this outbox's file), from now on: one connection
+    /// commits both, one transaction after the other, so neither waits for the other's lock.
+    public func shareDatabase(_ database: any DatabaseWriter) {
+        self.shared.withLock { $0 = database }
+    }
+
+    /// Gives `deliveries` the next places in the outbox, in order, for the store's transaction that inserts them.
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {
         guard !deliveries.isEmpty else { return }
+        self.state.withLock { state in
+            for index in deliveries.indices {
+                deliveries[index].seq = state.nextSeq
+                state.nextSeq += 1
+            }
+        }
+    }
+
+    /// Deliveries a store's committed transaction inserted: they join their queues (their rows are written already).
+    public func adopt(_ deliveries: [WebhookDelivery]) {
+        guard !deliveries.isEmpty else { return }
+        self.state.withLock { state in
+            for delivery in deliveries {
+                state.queues[delivery.queue, default: []].append(delivery)
+                state.pendingCount += 1
+            }
+        }
+    }
+
+    /// Appends `deliveries` and the presence ledger's changes, written in one flush, in order.
+    public func append(_ deliveries: [WebhookDelivery], presence: [WebhookPresenceChange]) {
+        guard !deliveries.isEmpty || !presence.isEmpty else { return }
         self.state.withLock { state in
             for var delivery in deliveries {
                 delivery.seq = state.nextSeq
@@ -122,6 +207,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
                 state.pendingCount += 1
                 state.changes.append(.insert(delivery))
             }
+            state.changes += presence.map { $0.joined ? Change.memberJoined($0.member) : Change.memberLeft($0.member) }
         }
     }
 
@@ -230,8 +316,22 @@ public final class WebhookOutbox: WebhookOutboxEngine {
         }
         guard !changes.isEmpty else { return }
         do {
-            try self.database.write { db in
-                for change in changes { try Self.write(change, db) }
+            if let shared = self.shared.withLock({ $0 }) {
+                // The metadata file's writer commits with synchronous = FULL; these changes need no sync of their own
+                // (a delivery whose deletion a power loss undoes is sent again, with its id).
+                try shared.writeWithoutTransaction { db in
+                    let level = try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? 2
+                    try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                    defer { try? db.execute(sql: "PRAGMA synchronous = \(level)") }
+                    try db.inTransaction {
+                        for change in changes { try Self.write(change, db) }
+                        return .commit
+                    }
+                }
+            } else {
+                try self.database.write { db in
+                    for change in changes { try Self.write(change, db) }
+                }
             }
         } catch {
             self.state.withLock { $0.changes.insert(contentsOf: changes, at: 0) }
@@ -242,12 +342,7 @@ public final class WebhookOutbox: WebhookOutboxEngine {
     private static func write(_ change: Change, _ db: Database) throws {
         switch change {
         case .insert(let d):
-            try db.execute(
-                sql: """
-                    INSERT INTO webhook_outbox (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
-                        next_attempt_ms, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.nextAttemptMs, d.lastError])
+            try WebhookOutboxTable.insert([d], in: db)
         case .retry(let d):
             try db.execute(
                 sql: "UPDATE webhook_outbox SET attempts = ?, next_attempt_ms = ?, last_error = ? WHERE seq = ?",
@@ -256,17 +351,29 @@ public final class WebhookOutbox: WebhookOutboxEngine {
             try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [seq])
         case .deadLetter(let d, let failedMs):
             try db.execute(sql: "DELETE FROM webhook_outbox WHERE seq = ?", arguments: [d.seq])
-            try db.execute(
-                sql: """
-                    INSERT INTO webhook_dead_letters (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
-                        last_error, failed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.lastError, failedMs])
+            try Self.insertDeadLetter(d, failedMs: failedMs, db)
         case .requeue(let deadSeq, let d):
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [deadSeq])
             try Self.write(.insert(d), db)
         case .deleteDeadLetter(let seq):
             try db.execute(sql: "DELETE FROM webhook_dead_letters WHERE seq = ?", arguments: [seq])
+        case .memberJoined(let m):
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO webhook_presence_ledger (endpoint, channel_type, channel, user_id) VALUES (?, ?, ?, ?)",
+                arguments: [m.endpoint, Int64(m.channel.type.rawValue), m.channel.name, m.userID])
+        case .memberLeft(let m):
+            try db.execute(
+                sql: "DELETE FROM webhook_presence_ledger WHERE endpoint = ? AND channel_type = ? AND channel = ? AND user_id = ?",
+                arguments: [m.endpoint, Int64(m.channel.type.rawValue), m.channel.name, m.userID])
         }
+    }
+
+    private static func insertDeadLetter(_ d: WebhookDelivery, failedMs: Int64, _ db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT INTO webhook_dead_letters (seq, id, endpoint, ordering_key, type, body, created_ms, attempts,
+                    last_error, failed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [d.seq, d.id, d.endpoint, d.orderingKey, d.type, d.body, d.createdMs, d.attempts, d.lastError, failedMs])
     }
 }

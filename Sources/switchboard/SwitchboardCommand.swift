@@ -100,7 +100,7 @@ struct ServeOptions: ParsableArguments {
     @Option(name: .customLong("api-key-file"), help: ArgumentHelp("The HTTP API's keys: one `NAME SECRET` a line (# comments); a request with Authorization: Bearer SECRET runs as the admin user NAME. Secrets are at least 16 bytes.", valueName: "path"))
     var apiKeyFile: String?
 
-    @Option(name: .customLong("webhooks"), help: ArgumentHelp("A JSON file of webhook endpoints: presence, online-state, storage and lock events POSTed to the application's URLs, signed (Standard Webhooks), retried, in order per channel, from a durable outbox beside the database (Docs/webhooks.md).", valueName: "path"))
+    @Option(name: .customLong("webhooks"), help: ArgumentHelp("A JSON file of webhook endpoints: presence, online-state, storage and lock events POSTed to the application's URLs, signed (Standard Webhooks), retried, in order per channel, from a durable outbox in the database file (Docs/webhooks.md).", valueName: "path"))
     var webhooks: String?
 
     @Option(name: .customLong("unix-socket"), help: "Unix domain socket path, or \"off\". A stale socket file is replaced; a live one is not (default: \(defaults.unixSocket)).")
@@ -570,7 +570,7 @@ extension ServeSettings {
         return HTTPAPI(configuration: api)
     }
 
-    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox at `<database>.webhooks`, or, on a node
+    /// The webhook dispatcher these settings ask for (`webhooks`), its outbox in the metadata file `<database>`, or, on a node
     /// of `cluster`, the cluster's shared outbox in PostgreSQL; nil without a webhooks file.
     ///
     /// - Throws: `ValidationError` for a file that cannot be read or is not a usable configuration, or an outbox that
@@ -597,11 +597,13 @@ extension ServeSettings {
                 configuration: configuration, outbox: outbox, kindsWrittenByEngines: ["online"], node: node,
                 metricsFactory: metricsFactory, logger: Logger(label: "switchboard.webhooks"))
         }
+        // The outbox is in the metadata file, so storage and lock events are written in their changes' transactions;
+        // an outbox file of an earlier version (`<database>.webhooks`) is moved into it.
         let outbox: WebhookOutbox
         do {
-            outbox = try WebhookOutbox(path: self.database + ".webhooks")
+            outbox = try WebhookOutbox(path: self.database, importing: self.database + ".webhooks")
         } catch {
-            throw ValidationError("webhooks: cannot open the outbox \(self.database).webhooks: \(error)")
+            throw ValidationError("webhooks: cannot open the outbox in \(self.database): \(error)")
         }
         return WebhookDispatcher(
             configuration: configuration, outbox: outbox, metricsFactory: metricsFactory,

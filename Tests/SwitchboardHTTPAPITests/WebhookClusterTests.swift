@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import SwitchboardClient
+import SwitchboardServer
 import SwitchboardTestSupport
 import SwitchboardWebhooks
 import SwitchboardWire
@@ -39,12 +40,15 @@ struct WebhookClusterTests {
         let postgres: TestPostgres
         let directory: TemporaryPath
         let webhooks: String
+        /// More arguments of every node.
+        let arguments: [String]
         var nodes: [Node] = []
 
         init(
             receiver: WebhookReceiver, channels: String = #"["room*"]"#, kinds: String = #"["presence","online","storage"]"#,
-            timeoutMs: Int = 2_000, maxAttempts: Int = 1_000
+            timeoutMs: Int = 2_000, maxAttempts: Int = 1_000, arguments: [String] = []
         ) async throws {
+            self.arguments = arguments
             self.postgres = try await TestPostgres.start()
             self.directory = try TemporaryPath.directory("sbwebhookcluster")
             self.webhooks = self.directory.path + "/webhooks.json"
@@ -81,7 +85,7 @@ struct WebhookClusterTests {
                     // A dead node is seen within about 5 s (node timeout 4 s), and its members time out at once.
                     "--presence-timeout", "5",
                     "--api", "127.0.0.1:\(apiPort)", "--api-key-file", self.directory.path + "/keys",
-                ],
+                ] + self.arguments,
                 environment: environment, stderr: .file(log))
             let deadline = ContinuousClock.now + .seconds(60)
             while ContinuousClock.now < deadline, process.isRunning {
@@ -301,6 +305,73 @@ struct WebhookClusterTests {
             #expect(nodes.count == 1, "the events name the node that decided them: \(nodes)")
             let left = try await eventually { try await cluster.postgres.psql("SELECT count(*) FROM sb_webhook_outbox") == "0" }
             #expect(left)
+        } catch {
+            await cluster.stop()
+            throw error
+        }
+        await cluster.stop()
+    }
+
+    @Test("a node killed with kill -9 amid storage writes and lock changes: another node sends the webhook of each change the database holds, and of no other")
+    func anotherNodeSendsTheWebhooksOfAKilledWritersChanges() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { Task { await receiver.stop() } }
+        // Setting a lock takes an admin: tokens of the API tests' secret.
+        let cluster = try await Cluster(
+            receiver: receiver, kinds: #"["storage","lock"]"#,
+            arguments: ["--token-secret", String(decoding: APITokens.secret, as: UTF8.self)])
+        do {
+            let writer = try await cluster.start(0)
+            let survivor = try await cluster.start(1)
+            // Even numbers write the set `room` (each a new revision), odd ones set a lock on a channel of their own.
+            let acknowledged = try await WebhookProcessTests.killMidStream(
+                writer.process, port: writer.port, connections: 8, admin: true, acknowledgedBeforeKill: 300
+            ) { connection, n -> String in
+                if n % 2 == 0 {
+                    let response = try await connection.send(
+                        .setChannelMetadata(
+                            SetChannelMetadataRequest(channel: "room", items: [MetadataItem(key: "k", value: "\(n)")])))
+                    guard case .setChannelMetadata(let answer) = response else {
+                        throw LoopbackHTTP.Failure(description: "\(response)")
+                    }
+                    return "revision \(answer.majorRevision)"
+                }
+                _ = try await connection.send(.setLock(SetLockRequest(channel: "roomlock.\(n)", lockName: "L", ttlSeconds: 300)))
+                return "lock roomlock.\(n)"
+            }
+
+            // What the database holds, read through the surviving node.
+            let reader = try await SwitchboardConnection.connect(
+                ClientConfiguration(
+                    endpoint: .tcp(host: "127.0.0.1", port: survivor.port), userID: "reader",
+                    token: APITokens.token("reader", role: .admin)))
+            var stored: Set<String> = []
+            let read = try await reader.send(.getChannelMetadata(GetChannelMetadataRequest(channel: "room")))
+            guard case .getChannelMetadata(let set) = read else { Issue.record("\(read)"); return }
+            for revision in 1...max(set.majorRevision, 1) { stored.insert("revision \(revision)") }
+            for n in stride(from: 1, through: 2 * acknowledged.count + 40, by: 2) {
+                let response = try await reader.send(.getLocks(GetLocksRequest(channel: "roomlock.\(n)")))
+                if case .getLocks(let answer) = response, !answer.locks.isEmpty { stored.insert("lock roomlock.\(n)") }
+            }
+            await reader.close()
+            func changes(_ received: [WebhookReceiver.Received]) -> Set<String> {
+                Set(received.compactMap { request -> String? in
+                    switch request.type {
+                    case "storage.set":
+                        let value = (request.json["data"] as? [String: Any])?["majorRevision"]
+                        return ((value as? Int).map(String.init) ?? (value as? NSNumber)?.stringValue).map { "revision \($0)" }
+                    case "lock.set": return (request.json["channel"] as? String).map { "lock \($0)" }
+                    default: return nil
+                    }
+                })
+            }
+            // The killed node's claims are taken over when it is swept (about 5 s) or their lease runs out (7 s).
+            let complete = try await receiver.wait(timeout: .seconds(60)) { changes($0).isSuperset(of: stored) }
+            try await Task.sleep(for: .milliseconds(500))
+            let reported = changes(receiver.received)
+            #expect(complete)
+            #expect(reported == stored, "missing \(stored.subtracting(reported).sorted().prefix(20)), extra \(reported.subtracting(stored).sorted().prefix(20))")
+            #expect(Set(acknowledged).isSubset(of: reported), "\(Set(acknowledged).subtracting(reported).sorted().prefix(20))")
         } catch {
             await cluster.stop()
             throw error

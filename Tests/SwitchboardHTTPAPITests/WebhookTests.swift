@@ -242,6 +242,77 @@ struct WebhookTests {
         #expect(try WebhookOutbox(path: path).pendingCount == 0)
     }
 
+    @Test("an outbox file of an earlier version is moved into the database at the start: its events and dead letters keep their ids and order, and the file is deleted")
+    func legacyOutboxFileIsImported() async throws {
+        let database = TemporaryPath("sb-webhooks-db", suffix: ".sqlite")
+        defer { database.remove() }
+        let legacy = database.path + ".webhooks"
+        defer { for suffix in TemporaryPath.sqliteSuffixes { try? FileManager.default.removeItem(atPath: legacy + suffix) } }
+        let old = try WebhookOutbox(path: legacy)
+        let deliveries = (1...3).map { n in
+            WebhookDelivery(
+                seq: 0, id: "msg_\(n)", endpoint: "app", orderingKey: "channel:message:room", type: "storage.set",
+                body: "{\"n\":\(n)}", createdMs: Int64(n))
+        }
+        old.append(deliveries)
+        // The first becomes a dead letter.
+        let claimed = old.claimDue(now: 10, limit: 10, endpoints: ["app"])
+        #expect(claimed.map(\.id) == ["msg_1"])
+        old.failed(claimed[0], deadAtMs: 20)
+        try old.flush()
+        // The database already holds an event of its own.
+        let current = try WebhookOutbox(path: database.path)
+        current.append([WebhookDelivery(
+            seq: 0, id: "msg_0", endpoint: "app", orderingKey: "channel:message:room", type: "storage.set", body: "{}",
+            createdMs: 0)])
+        try current.flush()
+
+        let imported = try WebhookOutbox(path: database.path, importing: legacy)
+        #expect(!FileManager.default.fileExists(atPath: legacy))
+        #expect(imported.pendingCount == 3)
+        #expect(imported.deadLetters(after: nil, limit: 10).map(\.delivery.id) == ["msg_1"])
+        var order: [String] = []
+        while let next = imported.claimDue(now: 100, limit: 1, endpoints: ["app"]).first {
+            order.append(next.id)
+            imported.delivered(next)
+        }
+        #expect(order == ["msg_0", "msg_2", "msg_3"])
+    }
+
+    @Test("deliveries a store's transaction inserted are sent only once adopted, after the outbox's own earlier events of their queue, and survive a reopening")
+    func reservedDeliveriesJoinTheirQueuesWhenAdopted() throws {
+        // (The metadata file and the outbox: one SQLite file, two connections.)
+        let database = TemporaryPath("sb-webhooks-db", suffix: ".sqlite")
+        defer { database.remove() }
+        let outbox = try WebhookOutbox(path: database.path)
+        func delivery(_ id: String) -> WebhookDelivery {
+            WebhookDelivery(
+                seq: 0, id: id, endpoint: "app", orderingKey: "channel:message:room", type: "storage.set", body: "{}",
+                createdMs: 1)
+        }
+        outbox.append([delivery("own")])
+        var inserted = [delivery("tx1"), delivery("tx2")]
+        outbox.reserve(&inserted)
+        #expect(inserted.map(\.seq) == [2, 3])
+        // The metadata store's transaction inserts them (with an empty batch of changes).
+        let metadata = try SQLiteBackend(path: database.path)
+        try metadata.apply([], webhooks: inserted)
+        try metadata.close()
+        #expect(outbox.pendingCount == 1)  // not sent before their transaction committed and they were adopted
+        outbox.adopt(inserted)
+        try outbox.flush()
+        #expect(outbox.pendingCount == 3)
+        #expect(try WebhookOutbox(path: database.path).pendingCount == 3)  // each row written once
+        var order: [String] = []
+        while let next = outbox.claimDue(now: 100, limit: 1, endpoints: ["app"]).first {
+            order.append(next.id)
+            outbox.delivered(next)
+        }
+        #expect(order == ["own", "tx1", "tx2"])
+        try outbox.flush()
+        #expect(try WebhookOutbox(path: database.path).pendingCount == 0)
+    }
+
     /// Runs `dispatcher` as a service while `body` runs, then stops it gracefully.
     static func run(_ dispatcher: WebhookDispatcher, _ body: @Sendable () async throws -> Void) async throws {
         var logger = Logger(label: "test-webhooks")

@@ -35,6 +35,9 @@ final class PostgresLockBackend: SharedLockBackend {
         }
     }
 
+    /// A change's webhooks are inserted into the shared outbox (`sb_webhook_outbox`) in its transaction.
+    var storesWebhookDeliveries: Bool { true }
+
     func withChannelLocked<Result: Sendable>(
         _ channel: MetadataScope,
         _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
@@ -135,6 +138,8 @@ final class PostgresLockBackend: SharedLockBackend {
             UPDATE sb_metadata_set SET lock_revision = \(Int64(bitPattern: commit.locks.revision))
             WHERE storage_type = \(storageType) AND channel_type = \(channelType) AND name = \(name)
             """, logger: logger)
+        // This gateway's webhooks of the change, in its transaction.
+        try await PostgresWebhookOutbox.insert(commit.webhooks, on: connection, logger: logger)
         return try await ChangeFeedRows.append(
             [ChangeFeedRows.Row(kind: .lock, payload: LockCoding.encode(commit))], node: node, notify: notify,
             on: connection, logger: logger)

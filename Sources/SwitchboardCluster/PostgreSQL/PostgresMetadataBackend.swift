@@ -37,6 +37,9 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
     /// (``PostgresPool/withTransaction(_:timeout:_:)``): every statement, COMMIT included, waits at most until then.
     /// On expiry the connection is closed (and not used again) and the wait ends with ``DeadlineExceeded``; when
     /// that happens during COMMIT, or the connection breaks then, ``SharedCommitOutcomeUnknown`` is thrown instead.
+    /// A batch's webhooks are inserted into the shared outbox (`sb_webhook_outbox`) in its transaction.
+    var storesWebhookDeliveries: Bool { true }
+
     func withTransaction<Result: Sendable>(
         _ body: (any SharedMetadataTransaction) async throws -> Result
     ) async throws -> Result {
@@ -182,6 +185,13 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
 
         func readSets(_ scopes: [MetadataScope]) async throws -> [StoredSet] {
             try await PostgresMetadataBackend.readSets(scopes, on: self.connection, by: self.deadline, logger: self.logger)
+        }
+
+        func apply(_ batch: [ChangeRecord], changes: [MetadataChange], webhooks: [WebhookDelivery]) async throws {
+            try await self.apply(batch, changes: changes)
+            guard !webhooks.isEmpty else { return }
+            let (connection, logger) = (self.connection, self.logger)
+            try await self.bounded { try await PostgresWebhookOutbox.insert(webhooks, on: connection, logger: logger) }
         }
 
         func apply(_ batch: [ChangeRecord], changes: [MetadataChange]) async throws {

@@ -117,18 +117,38 @@ public final class PresenceArea: RequestHandler, SessionObserver {
     public func handle(_ request: Request, context: RequestContext) -> RequestOutcome {
         do throws(RequestRejection) {
             switch request {
-            case .subscribeChannel(let body): return .response(try self.subscribe(body, context: context))
-            case .unsubscribeChannel(let body): return .response(try self.unsubscribe(body, context: context))
+            case .subscribeChannel(let body):
+                return try self.answeredOnceWritten(context) { () throws(RequestRejection) in try self.subscribe(body, context: context) }
+            case .unsubscribeChannel(let body):
+                return try self.answeredOnceWritten(context) { () throws(RequestRejection) in try self.unsubscribe(body, context: context) }
             case .whoNow(let body): return .response(try self.whoNow(body, context: context))
             case .whereNow(let body): return .response(try self.whereNow(body, context: context))
-            case .setState(let body): return .response(try self.setState(body, context: context))
+            case .setState(let body):
+                return try self.answeredOnceWritten(context) { () throws(RequestRejection) in try self.setState(body, context: context) }
             case .getState(let body): return .response(try self.getState(body, context: context))
-            case .removeState(let body): return .response(try self.removeState(body, context: context))
+            case .removeState(let body):
+                return try self.answeredOnceWritten(context) { () throws(RequestRejection) in try self.removeState(body, context: context) }
             default: return .failure(ErrorBody(.unavailable, "\(request.operation.name) is not a presence operation"))
             }
         } catch {
             return .failure(error.body)
         }
+    }
+
+    /// Runs `change` (a join, leave or state change) and answers it once the webhook events it recorded are in the
+    /// durable outbox (`Docs/webhooks.md`): no acknowledged presence change loses its webhook to a crash. Answered at
+    /// once when it recorded none (no endpoint wants them, no webhooks).
+    private func answeredOnceWritten(
+        _ context: RequestContext, _ change: () throws(RequestRejection) -> Response
+    ) throws(RequestRejection) -> RequestOutcome {
+        guard let webhooks = self.publisher.webhooks else { return .response(try change()) }
+        let before = webhooks.recordedCount
+        let response = try change()
+        let after = webhooks.recordedCount
+        guard after != before else { return .response(response) }
+        let responder = context.responder
+        webhooks.whenWritten(through: after) { responder.succeed(response) }
+        return .deferred
     }
 
     /// Nothing to do: a session is in no channel until it subscribes.

@@ -23,6 +23,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     private let nowMillis: @Sendable () -> Int64
     /// Event loops with a commit scheduled for the end of their current tick.
     private let commitsScheduled = Mutex<Set<ObjectIdentifier>>([])
+    /// The store writes the webhooks of its writes and stored lock changes in their transactions: this area does not
+    /// report them (`Docs/webhooks.md`).
+    private let webhooksInTransactions: Bool
 
     /// Creates the area and routes the store's lock events to channel members that asked for them.
     ///
@@ -41,8 +44,12 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         self.publisher = publisher
         self.nowMillis = nowMillis
         let changeTap = self.changeTap
+        // On a single gateway's file the store writes storage and lock webhooks in the transactions of their changes.
+        let webhooksInTransactions = publisher.webhooks?.transactional.map { store.writeWebhooksInTransactions($0) } ?? false
+        self.webhooksInTransactions = webhooksInTransactions
         if let webhooks = publisher.webhooks {
-            // Only the changes this gateway decided: in a cluster each is reported by the node that made it.
+            // Only the changes this gateway decided: in a cluster each is reported by the node that made it. (Changes
+            // whose webhooks the store wrote in their transaction do not come here.)
             store.setDecidedLockEventHandler { event in
                 if let webhook = WebhookEvent.lock(event) { webhooks.record([webhook]) }
             }
@@ -56,7 +63,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         // when the expiry ran.
         store.setExpiryHandler { outcome in
             let event = outcome.storageEvent(publisher: "", timestampMs: UInt64(max(nowMillis(), 0)))
-            if let webhook = WebhookEvent.storage(event) { publisher.webhooks?.record([webhook]) }
+            if !webhooksInTransactions, let webhook = WebhookEvent.storage(event) { publisher.webhooks?.record([webhook]) }
             changeTap.emit(.storage(event))
             publisher.publish(.storageEvent(event), to: .metadataSubscribers(of: outcome.scope))
         }
@@ -225,7 +232,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
     /// Sends the write's storage event to the channel's metadata subscribers or the user's metadata subscribers;
     /// the event is built only when someone receives it.
     private func publish(_ outcome: WriteOutcome, publisher: String, timestampMs: UInt64) {
-        if let webhooks = self.publisher.webhooks,
+        if !self.webhooksInTransactions, let webhooks = self.publisher.webhooks,
             let event = WebhookEvent.storage(outcome.storageEvent(publisher: publisher, timestampMs: timestampMs))
         {
             webhooks.record([event])

@@ -73,6 +73,29 @@ public struct WebhookEvent: Sendable, Hashable {
 public protocol WebhookSink: Sendable {
     /// Takes `events` for delivery, in order.
     func record(_ events: [WebhookEvent])
+
+    /// How many times ``record(_:)`` took events some endpoint wants (grows only): with ``whenWritten(through:_:)``, what
+    /// a request waits for before it is answered. Default: 0.
+    var recordedCount: Int { get }
+
+    /// Calls `done` once everything recorded up to `count` (``recordedCount``) is in the durable outbox (at once when
+    /// the sender does not run). The presence area answers a join, leave or state change that way (`Docs/webhooks.md`).
+    func whenWritten(through count: Int, _ done: @escaping @Sendable () -> Void)
+
+    /// Where a store that writes webhook deliveries in the transactions of its changes gets them (nil: none; the
+    /// default). The storage area hands it to the metadata store (``MetadataStore/writeWebhooksInTransactions(_:)``).
+    var transactional: (any TransactionalWebhookSink)? { get }
+}
+
+extension WebhookSink {
+    /// None.
+    public var transactional: (any TransactionalWebhookSink)? { nil }
+
+    /// 0: nothing is waited for.
+    public var recordedCount: Int { 0 }
+
+    /// Calls `done` at once.
+    public func whenWritten(through count: Int, _ done: @escaping @Sendable () -> Void) { done() }
 }
 
 extension WebhookEvent {

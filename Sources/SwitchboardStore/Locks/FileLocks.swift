@@ -34,6 +34,9 @@ final class FileLocks: LockEngine {
 
     var countsEveryLock: Bool { true }
 
+    /// Lock events' webhooks go in the transaction that stores their change.
+    var storesWebhooksInTransactions: Bool { true }
+
     /// Queues `operation` on `channel`; `completion` (if any) gets its outcome once stored.
     ///
     /// - Returns: nil: nothing is decided within the call.
@@ -144,9 +147,14 @@ final class FileLocks: LockEngine {
                 return decision
             }, deliver: store.deliver)
         if !decision.changes.isEmpty {
+            // The webhooks of its lock events go in the same transaction (then the events are not reported to the
+            // webhooks again).
+            let webhooks = store.webhookHook.lockDeliveries(decision.held)
             do {
-                try await self.file.store(decision.changes)
-                shard.perform({ state in state.outbox.append(contentsOf: decision.held) }, deliver: store.deliver)
+                try await self.file.store(decision.changes, webhooks: webhooks?.deliveries ?? [])
+                if let webhooks { store.webhookHook.committed(webhooks.deliveries) }
+                let held = webhooks?.held ?? decision.held
+                shard.perform({ state in state.outbox.append(contentsOf: held) }, deliver: store.deliver)
             } catch {
                 self.logger.error(
                     "storing a lock change failed; nothing changed",

@@ -44,6 +44,14 @@ protocol LockEngine: Sendable {
 
     /// Expires the leases that ran out at `now`.
     func tick(now: UInt64, store: MetadataStore)
+
+    /// Whether the engine writes the webhook deliveries of its lock events in the transactions that store their
+    /// changes once ``MetadataStore/webhookHook`` has a sink (default: false).
+    var storesWebhooksInTransactions: Bool { get }
+}
+
+extension LockEngine {
+    var storesWebhooksInTransactions: Bool { false }
 }
 
 /// The locks of a single gateway: decided at once on the channel's shard, under its lock.

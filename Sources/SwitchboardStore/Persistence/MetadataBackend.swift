@@ -23,11 +23,30 @@ public protocol MetadataBackend: Sendable {
 
     /// Releases the database. The default does nothing.
     func close() throws
+
+    /// Whether ``apply(_:webhooks:)`` stores webhook deliveries (in the outbox table of the same database). The
+    /// default: false.
+    var storesWebhookDeliveries: Bool { get }
+
+    /// Applies `batch` and inserts `webhooks` (the deliveries of its writes' storage events, `seq` assigned) into the
+    /// webhook outbox in one transaction: all of it or nothing. Only called with deliveries when
+    /// ``storesWebhookDeliveries``; the default applies `batch` alone.
+    /// - Throws: When the transaction did not commit.
+    func apply(_ batch: [ChangeRecord], webhooks: [WebhookDelivery]) throws
 }
 
 extension MetadataBackend {
     /// Does nothing.
     public func close() throws {}
+
+    /// False: the backend keeps no webhook outbox.
+    public var storesWebhookDeliveries: Bool { false }
+
+    /// Applies `batch`; `webhooks` must be empty (``storesWebhookDeliveries`` is false).
+    public func apply(_ batch: [ChangeRecord], webhooks: [WebhookDelivery]) throws {
+        precondition(webhooks.isEmpty, "this metadata backend keeps no webhook outbox")
+        try self.apply(batch)
+    }
 }
 
 /// One metadata set as a backend stores it.

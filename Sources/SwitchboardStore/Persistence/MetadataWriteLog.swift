@@ -32,6 +32,8 @@ final class MetadataWriteLog: GroupCommitLog {
         /// batch under acknowledge-before-commit; its announced expiries (and those queued behind it) under
         /// acknowledge-after-commit.
         var retained: [PendingWrite] = []
+        /// The webhook deliveries the current commit inserted, told to the sink once it committed.
+        var committingWebhooks: [WebhookDelivery] = []
     }
 
     let durability: Durability
@@ -39,6 +41,7 @@ final class MetadataWriteLog: GroupCommitLog {
     private let backend: any MetadataBackend
     private let shards: [Shard]
     private let logger: Logger
+    private let webhookHook: WebhookHook
     let metrics: StoreMetrics
     /// Writes ever committed or reverted.
     private let finished = Atomic<Int>(0)
@@ -47,9 +50,10 @@ final class MetadataWriteLog: GroupCommitLog {
     var refusesWritesAfterAFailedCommit: Bool { true }
 
     init(
-        backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64, logger: Logger,
-        metrics: StoreMetrics
+        backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64,
+        webhookHook: WebhookHook = WebhookHook(), logger: Logger, metrics: StoreMetrics
     ) {
+        self.webhookHook = webhookHook
         self.backend = backend
         self.shards = shards
         self.durability = durability
@@ -117,10 +121,13 @@ final class MetadataWriteLog: GroupCommitLog {
 
     func commit(_ batch: CollectedWrites) throws {
         let records = ChangeBatch.records(from: batch.lists)
+        // Their webhooks go in the same transaction: stored with the writes or not at all.
+        let webhooks = self.webhookHook.isInstalled ? self.webhookHook.storageDeliveries(batch) : []
         let start = DispatchTime.now().uptimeNanoseconds
         self.writer.withLock { $0.commitStartNs = start }
         // A batch of deferred refusals only has nothing to store (and an empty batch would be a probe).
-        if !records.isEmpty { try self.backend.apply(records) }
+        if !records.isEmpty { try self.backend.apply(records, webhooks: webhooks) }
+        self.writer.withLock { $0.committingWebhooks = webhooks }
     }
 
     func committed(_ batch: CollectedWrites) {
@@ -137,10 +144,14 @@ final class MetadataWriteLog: GroupCommitLog {
             }
         }
         let end = DispatchTime.now().uptimeNanoseconds
-        let (oldest, start) = self.writer.withLock { state in
-            defer { state.inFlightSinceNs = 0 }
-            return (state.inFlightSinceNs, state.commitStartNs)
+        let (oldest, start, webhooks) = self.writer.withLock { state in
+            defer {
+                state.inFlightSinceNs = 0
+                state.committingWebhooks = []
+            }
+            return (state.inFlightSinceNs, state.commitStartNs, state.committingWebhooks)
         }
+        self.webhookHook.committed(webhooks)
         self.finished.wrappingAdd(batch.count, ordering: .sequentiallyConsistent)
         self.metrics.commits.increment()
         self.metrics.commitDuration.recordNanoseconds(Int64(end - start))
@@ -208,7 +219,9 @@ final class MetadataWriteLog: GroupCommitLog {
     /// Retries the retained batch, or an empty probe batch.
     func probe() throws {
         let retained = self.writer.withLock { $0.retained }
-        try self.backend.apply(retained.isEmpty ? [] : ChangeBatch.records(from: retained))
+        let webhooks = self.webhookHook.isInstalled ? self.webhookHook.storageDeliveries(retained) : []
+        try self.backend.apply(retained.isEmpty ? [] : ChangeBatch.records(from: retained), webhooks: webhooks)
+        self.webhookHook.committed(webhooks)
         if !retained.isEmpty {
             self.writer.withLock { state in
                 state.retained = []
@@ -244,12 +257,12 @@ extension GroupCommitEngine where Log == MetadataWriteLog {
     /// Creates the metadata file's engine; `writeBehindDelayMs` gathers acknowledge-before-commit writes.
     convenience init(
         backend: any MetadataBackend, shards: [Shard], durability: Durability, probeIntervalMs: UInt64,
-        writeBehindDelayMs: UInt64 = 0, logger: Logger, metrics: StoreMetrics
+        writeBehindDelayMs: UInt64 = 0, webhookHook: WebhookHook = WebhookHook(), logger: Logger, metrics: StoreMetrics
     ) {
         self.init(
             log: MetadataWriteLog(
                 backend: backend, shards: shards, durability: durability, probeIntervalMs: probeIntervalMs,
-                logger: logger, metrics: metrics),
+                webhookHook: webhookHook, logger: logger, metrics: metrics),
             label: "switchboard.store.writeback",
             gatheringDelayMs: durability == .acknowledgeBeforeCommit ? Int(clamping: writeBehindDelayMs) : 0,
             probeIntervalMs: Int(clamping: probeIntervalMs))

@@ -30,9 +30,13 @@ struct PendingWrite: Sendable {
     /// A failed commit keeps it for the probe to retry instead of reverting it, and the committed view
     /// (``ShardState/committed(_:through:)``) does not replay it.
     var announced: Bool
+    /// Who wrote it and when, kept only while webhooks are written in the store's transactions (its storage event's
+    /// publisher and time).
+    var origin: WriteOrigin?
 
     init(
-        _ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?, announced: Bool = false
+        _ applied: AppliedWrite, shardIndex: Int, sequence: Int, completion: WriteCompletion?, announced: Bool = false,
+        origin: WriteOrigin? = nil
     ) {
         self.scope = applied.outcome.scope
         self.shardIndex = shardIndex
@@ -45,6 +49,7 @@ struct PendingWrite: Sendable {
         self.refusal = nil
         self.completion = completion
         self.announced = announced
+        self.origin = origin
     }
 
     init(
@@ -80,5 +85,18 @@ final class Refusal: Sendable {
 
     init(error: SwitchboardStoreError) {
         self.error = error
+    }
+}
+
+/// Who made a write and when, boxed (only while webhooks are written in transactions: ``WebhookHook``).
+final class WriteOrigin: Sendable {
+    /// The storage event's publisher ("" for an expiry).
+    let caller: String
+    /// The storage event's time, ms since the Unix epoch.
+    let nowMs: UInt64
+
+    init(caller: String, nowMs: UInt64) {
+        self.caller = caller
+        self.nowMs = nowMs
     }
 }

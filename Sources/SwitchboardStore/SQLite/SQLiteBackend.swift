@@ -31,6 +31,9 @@ public final class SQLiteBackend: MetadataBackend {
                 schema: SQLiteSchema.schema))
     }
 
+    /// The connection that writes the file (the webhook outbox writes through it too: ``WebhookOutboxTable``).
+    var database: any DatabaseWriter { self.writer }
+
     /// The channel locks kept in the same file (``SQLiteLockFile``), committed by the same writer.
     func lockFile(clock: StoreClock) -> SQLiteLockFile {
         SQLiteLockFile(writer: self.writer, clock: clock)
@@ -69,7 +72,16 @@ public final class SQLiteBackend: MetadataBackend {
 
     /// Applies the batch in one transaction: set rows first, then item rows, each in primary-key order.
     public func apply(_ batch: [ChangeRecord]) throws {
+        try self.apply(batch, webhooks: [])
+    }
+
+    /// The webhook outbox is a table of this file (``WebhookOutboxTable``).
+    public var storesWebhookDeliveries: Bool { true }
+
+    /// Applies the batch and inserts `webhooks` into the file's webhook outbox in one transaction.
+    public func apply(_ batch: [ChangeRecord], webhooks: [WebhookDelivery]) throws {
         try self.writer.write { db in
+            try WebhookOutboxTable.insert(webhooks, in: db)
             guard !batch.isEmpty else {
                 try db.execute(sql: SQLiteSchema.probe)
                 return

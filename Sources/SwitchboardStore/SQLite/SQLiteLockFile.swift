@@ -49,10 +49,12 @@ final class SQLiteLockFile: Sendable {
         return channels
     }
 
-    /// Stores the locks of every channel of `changes` in one synced transaction.
-    func store(_ changes: [StoredChannelLocks]) async throws {
+    /// Stores the locks of every channel of `changes`, and inserts `webhooks` (their events' deliveries) into the
+    /// file's webhook outbox, in one synced transaction.
+    func store(_ changes: [StoredChannelLocks], webhooks: [WebhookDelivery] = []) async throws {
         try await self.writer.write { db in
             for locks in changes { try Self.store(locks, in: db) }
+            try WebhookOutboxTable.insert(webhooks, in: db)
         }
     }
 

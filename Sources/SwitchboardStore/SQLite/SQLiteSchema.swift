@@ -9,6 +9,7 @@ import GRDB
 /// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0. `channel_locks` has one
 /// row per channel with locks: its lock revision and its locks, JSON-encoded (``SQLiteLockFile``). An item's
 /// `expires_at` is its expiry in ms since the Unix epoch, 0 when it has no TTL (`Protocol/SPEC.md` SB-13.1-9).
+/// `webhook_outbox` and `webhook_dead_letters` are the webhook outbox (``WebhookOutboxTable``).
 enum SQLiteSchema {
     static let schema = SQLiteFile.Schema(migrations: [
         (
@@ -59,6 +60,7 @@ enum SQLiteSchema {
                     ALTER TABLE metadata_item ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
                     """
         ),
+        ("v4-webhook-outbox", WebhookOutboxTable.createSQL),
     ])
 
     static let upsertSet = """

@@ -213,7 +213,14 @@ final class CoordinatedWriter: Sendable {
                 }
                 decided.set(sets: sets, results: results)
                 guard !applied.isEmpty else { return }
-                try await transaction.apply(ChangeBatch.records(from: applied), changes: changes)
+                // Their webhooks go in this transaction: stored with the writes or not at all.
+                var webhooks: [WebhookDelivery] = []
+                if let sink = store.webhookHook.sink {
+                    for change in changes { webhooks += sink.deliveries(storage: change.storageEvent) }
+                    sink.reserve(&webhooks)
+                }
+                decided.webhooks = webhooks
+                try await transaction.apply(ChangeBatch.records(from: applied), changes: changes, webhooks: webhooks)
             }
         } catch {
             // Nothing was installed: the decided copies are dropped, and no reader saw them.
@@ -233,6 +240,7 @@ final class CoordinatedWriter: Sendable {
             return
         }
         // Committed: readers see the batch from here on, then its writers are answered (and publish its events).
+        store.webhookHook.committed(decided.webhooks)
         store.installDecided(decided.sets)
         for (write, result) in zip(batch, decided.results) { write.completion(result) }
     }
@@ -302,6 +310,8 @@ private final class DecidedBatch: @unchecked Sendable {
     // Written inside the transaction and read after it returns, by the one task running the batch.
     private(set) var sets: [MetadataScope: MetadataSet] = [:]
     private(set) var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
+    /// The webhook deliveries the transaction inserted.
+    var webhooks: [WebhookDelivery] = []
 
     func set(sets: [MetadataScope: MetadataSet], results: [Result<WriteOutcome, SwitchboardStoreError>]) {
         self.sets = sets

@@ -71,11 +71,15 @@ public struct LockCommit: Sendable, Hashable {
     public var locks: StoredChannelLocks
     /// The lock events, in order.
     public var events: [LockEvent]
+    /// The deliveries of the events this gateway's webhooks send, inserted into the shared webhook outbox in the
+    /// change's transaction (when the backend ``SharedLockBackend/storesWebhookDeliveries``).
+    public var webhooks: [WebhookDelivery]
 
     /// Creates a change.
-    public init(locks: StoredChannelLocks, events: [LockEvent]) {
+    public init(locks: StoredChannelLocks, events: [LockEvent], webhooks: [WebhookDelivery] = []) {
         self.locks = locks
         self.events = events
+        self.webhooks = webhooks
     }
 }
 
@@ -100,4 +104,13 @@ public protocol SharedLockBackend: Sendable {
         _ channel: MetadataScope,
         _ decide: (StoredChannelLocks, _ holdersOnlineElsewhere: Set<String>?) throws -> (commit: LockCommit?, result: Result)
     ) async throws -> Result
+
+    /// Whether a committed change's ``LockCommit/webhooks`` are stored (in the database's shared webhook outbox, in the
+    /// change's transaction). The default: false.
+    var storesWebhookDeliveries: Bool { get }
+}
+
+extension SharedLockBackend {
+    /// False: the database keeps no webhook outbox.
+    public var storesWebhookDeliveries: Bool { false }
 }

@@ -25,6 +25,9 @@ final class SharedLocks: LockEngine {
     /// Other gateways' locks arrive without this store counting them.
     var countsEveryLock: Bool { false }
 
+    /// Lock events' webhooks go in the transaction of their change when the database keeps the webhook outbox.
+    var storesWebhooksInTransactions: Bool { self.backend.storesWebhookDeliveries }
+
     /// Queues `operation` on `channel`; `completion` (if any) gets its outcome once committed.
     ///
     /// - Returns: nil: nothing is decided within the call.
@@ -120,11 +123,19 @@ final class SharedLocks: LockEngine {
                     if case .lockEvent(let event) = delivery { return event }
                     return nil
                 }
+                // Their webhooks go in this transaction (then the events are not reported to the webhooks again).
+                let webhooks = store.webhookHook.lockDeliveries(out)
                 let commit = LockCommit(
                     locks: StoredChannelLocks(channel: channel, revision: committed.revision &+ 1, locks: locks),
-                    events: events)
-                return (commit, decided.committing(at: commit.locks.revision))
+                    events: events, webhooks: webhooks?.deliveries ?? [])
+                var committing = decided.committing(at: commit.locks.revision)
+                if let webhooks {
+                    committing.deliveries = webhooks.held
+                    committing.webhooks = webhooks.deliveries
+                }
+                return (commit, committing)
             }
+            store.webhookHook.committed(decided.webhooks)
             shard.perform(
                 { state in
                     if let revision = decided.revision {
@@ -157,6 +168,8 @@ private struct DecidedLockOperation: @unchecked Sendable {
     var error: SwitchboardStoreError?
     /// The committed revision when the operation changed the channel's locks.
     var revision: UInt64?
+    /// The webhook deliveries its transaction inserted.
+    var webhooks: [WebhookDelivery] = []
 
     func committing(at revision: UInt64) -> DecidedLockOperation {
         var copy = self

@@ -17,6 +17,15 @@ public protocol SharedMetadataBackend: Sendable {
     func withTransaction<Result: Sendable>(
         _ body: (any SharedMetadataTransaction) async throws -> Result
     ) async throws -> Result
+
+    /// Whether a transaction's ``SharedMetadataTransaction/apply(_:changes:webhooks:)`` stores webhook deliveries (in
+    /// the database's shared webhook outbox). The default: false.
+    var storesWebhookDeliveries: Bool { get }
+}
+
+extension SharedMetadataBackend {
+    /// False: the database keeps no webhook outbox.
+    public var storesWebhookDeliveries: Bool { false }
 }
 
 /// COMMIT was sent but its answer never came (the connection broke, its deadline passed): the transaction may or may
@@ -55,6 +64,19 @@ public protocol SharedMetadataTransaction {
     /// Writes the net changes `batch` (as ``MetadataBackend/apply(_:)`` would) and appends `changes` to the change
     /// feed, in order.
     func apply(_ batch: [ChangeRecord], changes: [MetadataChange]) async throws
+
+    /// ``apply(_:changes:)``, and inserts `webhooks` (the deliveries of the changes' storage events) into the shared
+    /// webhook outbox, in this transaction. Only called with deliveries when the backend
+    /// ``SharedMetadataBackend/storesWebhookDeliveries``; the default applies the changes alone.
+    func apply(_ batch: [ChangeRecord], changes: [MetadataChange], webhooks: [WebhookDelivery]) async throws
+}
+
+extension SharedMetadataTransaction {
+    /// ``apply(_:changes:)``; `webhooks` must be empty.
+    public func apply(_ batch: [ChangeRecord], changes: [MetadataChange], webhooks: [WebhookDelivery]) async throws {
+        precondition(webhooks.isEmpty, "this shared database keeps no webhook outbox")
+        try await self.apply(batch, changes: changes)
+    }
 }
 
 /// What one committed write did: what the change feed carries to the other gateways, which bring their copy of the

@@ -93,4 +93,36 @@ public protocol WebhookOutboxEngine: Sendable {
 
     /// Deletes dead letter `id`; false if there is none.
     func deleteDeadLetter(id: String) async throws -> Bool
+
+    /// ``append(_:)``, and, in the same write, the presence ledger's changes, in order. Default: ``append(_:)`` alone
+    /// (the outbox keeps no ledger).
+    func append(_ deliveries: [WebhookDelivery], presence: [WebhookPresenceChange])
+
+    /// The ledger's members as the outbox was opened: those whose join was written and whose leave was not (none
+    /// after a graceful stop). Default: none.
+    var membersAtOpen: [WebhookPresenceMember] { get }
+
+    /// Gives `deliveries` their `seq`, in order, for a transaction of a store that inserts their rows itself (the
+    /// transactional outbox: ``TransactionalWebhookSink``). Default: nothing (the database assigns it).
+    func reserve(_ deliveries: inout [WebhookDelivery])
+
+    /// Deliveries whose rows a store's transaction inserted and committed: they join their queues without being
+    /// written again. Default: nothing (the outbox reads them from its database).
+    func adopt(_ deliveries: [WebhookDelivery])
+}
+
+extension WebhookOutboxEngine {
+    /// ``append(_:)``: no ledger.
+    public func append(_ deliveries: [WebhookDelivery], presence: [WebhookPresenceChange]) {
+        self.append(deliveries)
+    }
+
+    /// None: no ledger.
+    public var membersAtOpen: [WebhookPresenceMember] { [] }
+
+    /// Nothing: the database assigns the order.
+    public func reserve(_ deliveries: inout [WebhookDelivery]) {}
+
+    /// Nothing: the outbox reads committed rows from its database.
+    public func adopt(_ deliveries: [WebhookDelivery]) {}
 }
