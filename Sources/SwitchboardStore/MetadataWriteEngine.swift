@@ -90,6 +90,7 @@ struct LocalWrites: MetadataWriteEngine {
         let index = store.shardIndex(of: request.scope)
         let mode = self.mode
         let writeBack = self.writeBack
+        let expiryCompletion = store.expiryCompletion
         let refusal = store.shards[index].perform(
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
@@ -98,6 +99,12 @@ struct LocalWrites: MetadataWriteEngine {
                         channel: request.scope, lock: request.lock, caller: caller)
                 {
                     return refusal
+                }
+                // A set past its own deadline expires before the write is decided, with its `expired` event, so
+                // the write meets (and its event reports) a set that no longer exists (SB-13.1-10).
+                if state.sets[request.scope]?.isExpiredWhole(at: nowMs) == true {
+                    _ = Self.expireWhole(
+                        request.scope, in: &state, shardIndex: index, nowMs: nowMs, mode: mode, expired: expiryCompletion)
                 }
                 guard mode == .acknowledgeAfterCommit else {
                     let applied: AppliedWrite
@@ -109,6 +116,9 @@ struct LocalWrites: MetadataWriteEngine {
                     }
                     state.outbox.append(.write(completion, .success(applied.outcome)))
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
+                    if applied.scheduleSetExpiryMs != 0 {
+                        state.expiries.push(applied.scheduleSetExpiryMs, request.scope)
+                    }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
                             PendingWrite(applied, shardIndex: index, sequence: state.nextSequence, completion: nil))
@@ -134,6 +144,9 @@ struct LocalWrites: MetadataWriteEngine {
                     state.appendPending(PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
+                    if applied.scheduleSetExpiryMs != 0 {
+                        state.expiries.push(applied.scheduleSetExpiryMs, request.scope)
+                    }
                 }
                 return nil
             }, deliver: store.deliver)
@@ -158,6 +171,13 @@ struct LocalWrites: MetadataWriteEngine {
                         var queued = false
                         while let due = state.expiries.popDue(nowMs) {
                             let scope = due.scope
+                            // The whole set's own TTL first: a set expiry wins over its items' (SB-13.1-10).
+                            if Self.expireWhole(
+                                scope, in: &state, shardIndex: index, nowMs: nowMs, mode: mode, expired: expired)
+                            {
+                                queued = queued || mode != .memoryOnly
+                                continue
+                            }
                             let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
                             let committed = isClean ? state.sets[scope] : nil
                             let (applied, next) = MetadataSet.expire(&state.sets[scope], scope: scope, nowMs: nowMs)
@@ -188,6 +208,32 @@ struct LocalWrites: MetadataWriteEngine {
         } else {
             self.writeBack?.scheduleDrain()
         }
+    }
+
+    /// Expires the set of `scope` as a whole when its own deadline is due at `nowMs`, as one change queued, stored
+    /// and answered (to `expired`) as a whole-set remove is; else schedules the set's refreshed deadline, if any.
+    /// - Returns: Whether the set expired.
+    private static func expireWhole(
+        _ scope: MetadataScope, in state: inout ShardState, shardIndex: Int, nowMs: UInt64, mode: Mode,
+        expired: @escaping WriteCompletion
+    ) -> Bool {
+        let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
+        let committed = isClean ? state.sets[scope] : nil
+        let (applied, next) = MetadataSet.expireWhole(&state.sets[scope], scope: scope, nowMs: nowMs)
+        if next != 0 { state.expiries.push(next, scope) }
+        guard let applied else { return false }
+        switch mode {
+        case .memoryOnly:
+            state.outbox.append(.write(expired, .success(applied.outcome)))
+        case .acknowledgeBeforeCommit:
+            state.outbox.append(.write(expired, .success(applied.outcome)))
+            state.appendPending(PendingWrite(applied, shardIndex: shardIndex, sequence: state.nextSequence, completion: nil))
+        case .acknowledgeAfterCommit:
+            let sequence = state.nextSequence
+            state.appendPending(PendingWrite(applied, shardIndex: shardIndex, sequence: sequence, completion: expired))
+            state.noteUncommitted(scope, sequence: sequence, committed: committed)
+        }
+        return true
     }
 
     var commitsAreCallerDriven: Bool {
@@ -223,6 +269,10 @@ extension CoordinatedWriter: MetadataWriteEngine {
     ) {
         if let error = store.scopeError(request.scope) {
             completion(.failure(error))
+            return
+        }
+        if request.setTtlMs != 0, request.operation != .remove {
+            completion(.failure(SwitchboardStoreError(.unavailable, "set TTLs are not available in a cluster yet")))
             return
         }
         self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))

@@ -4582,6 +4582,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4595,6 +4601,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4628,6 +4640,12 @@ enum APIOperations {
             "items": {
               "$ref": "#/components/schemas/MetadataItem"
             }
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
           }
         },
         "additionalProperties": false
@@ -4668,6 +4686,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4681,6 +4705,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4721,6 +4751,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4734,6 +4770,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4765,6 +4807,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4778,6 +4826,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4812,6 +4866,12 @@ enum APIOperations {
           "userId": {
             "type": "string",
             "description": "The user whose set this is (the caller when the request's userId was empty)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
           }
         },
         "additionalProperties": false
@@ -4843,6 +4903,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4856,6 +4922,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4887,6 +4959,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4900,6 +4978,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
