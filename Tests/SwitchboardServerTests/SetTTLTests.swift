@@ -155,12 +155,6 @@ import Testing
         }
     }
 
-    /// Sends `request` as `id` and returns the next message.
-    private static func ask(_ socket: RawSocket, _ id: UInt32, _ request: Request) async throws -> SwitchboardMessage? {
-        socket.send(.request(id: id, request))
-        return try await socket.next()
-    }
-
     @Test func aSetDeadlineSurvivesKillDashNineAndASetDueWhileDownIsSweptAtStart() async throws {
         try #require(
             FileManager.default.isExecutableFile(atPath: ProcessTests.executable.path), "build the switchboard product first")
@@ -172,7 +166,7 @@ import Testing
         _ = try await tony.login("Tony")
         let soon = SetChannelMetadataRequest(
             channel: "soon", items: [MetadataItem(key: "k", value: "v")], setTtlMs: 300)
-        guard case .response(1, .setChannelMetadata(let answered)) = try await Self.ask(tony, 1, .setChannelMetadata(soon))
+        guard case .response(1, .setChannelMetadata(let answered)) = try await DurableLockProcessTests.ask(tony, 1, .setChannelMetadata(soon))
         else {
             Issue.record("the set with a TTL was not acknowledged")
             return
@@ -180,7 +174,7 @@ import Testing
         #expect(answered.expiresAtMs != 0)
         let late = SetChannelMetadataRequest(
             channel: "late", items: [MetadataItem(key: "k", value: "v")], setTtlMs: 600_000)
-        guard case .response(2, .setChannelMetadata(let lateAnswer)) = try await Self.ask(tony, 2, .setChannelMetadata(late))
+        guard case .response(2, .setChannelMetadata(let lateAnswer)) = try await DurableLockProcessTests.ask(tony, 2, .setChannelMetadata(late))
         else {
             Issue.record("the long TTL was not acknowledged")
             return
@@ -194,14 +188,14 @@ import Testing
         defer { second.killAndWait() }
         let ann = try await ProcessTests.connectWhenListening(files.socket.path)
         _ = try await ann.login("Ann")
-        guard case .response(1, .getChannelMetadata(let gone)) = try await Self.ask(
+        guard case .response(1, .getChannelMetadata(let gone)) = try await DurableLockProcessTests.ask(
             ann, 1, .getChannelMetadata(GetChannelMetadataRequest(channel: "soon")))
         else {
             Issue.record("no answer to the get after the restart")
             return
         }
         #expect(gone.majorRevision == 0 && gone.items.isEmpty)
-        guard case .response(2, .getChannelMetadata(let kept)) = try await Self.ask(
+        guard case .response(2, .getChannelMetadata(let kept)) = try await DurableLockProcessTests.ask(
             ann, 2, .getChannelMetadata(GetChannelMetadataRequest(channel: "late")))
         else {
             Issue.record("no answer to the second get")

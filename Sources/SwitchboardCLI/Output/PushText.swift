@@ -59,6 +59,7 @@ public enum PushText {
             ? "channel \(Self.channelName(event.target, event.channelType))"
             : "user \(TextQuoting.quoted(event.target))"
         var line = "storageEvent \(event.eventType) \(target) majorRevision=\(event.majorRevision)"
+        line += ResponseText.setExpiry(event.expiresAtMs)
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
         if event.resumedFrom > 0 { line += " resumedFrom=\(event.resumedFrom)" }
         if event.resumeFailed { line += " resumeFailed" }
