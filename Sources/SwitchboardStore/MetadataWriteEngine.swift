@@ -271,10 +271,6 @@ extension CoordinatedWriter: MetadataWriteEngine {
             completion(.failure(error))
             return
         }
-        if request.setTtlMs != 0, request.operation != .remove {
-            completion(.failure(SwitchboardStoreError(.unavailable, "set TTLs are not available in a cluster yet")))
-            return
-        }
         self.enqueue(.init(request: request, caller: caller, nowMs: nowMs, completion: completion))
     }
 
@@ -290,6 +286,16 @@ extension CoordinatedWriter: MetadataWriteEngine {
                 guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return }
                 while let entry = state.expiries.popDue(nowMs) {
                     guard var set = state.sets[entry.scope] else { continue }
+                    // The set's own deadline (SB-13.1-10): expired in the batch as a whole-set removal.
+                    if set.isExpiredWhole(at: nowMs) {
+                        due.append(entry.scope)
+                        state.expiries.push(nowMs + 1_000, entry.scope)
+                        continue
+                    }
+                    state.sets[entry.scope] = nil
+                    let next = set.rescheduleSetExpiry(at: nowMs)
+                    state.sets[entry.scope] = set
+                    if next != 0 { state.expiries.push(next, entry.scope) }
                     if set.hasExpiredItems(at: nowMs) {
                         due.append(entry.scope)
                         state.expiries.push(nowMs + 1_000, entry.scope)
