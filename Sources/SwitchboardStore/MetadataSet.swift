@@ -69,6 +69,9 @@ struct MetadataSet: Sendable {
         !self.isRemoved && self.expiresAtMs != 0 && self.expiresAtMs <= nowMs
     }
 
+    /// Whether the set has a deadline of its own or an entry for one pending in the shard's queue.
+    var hasSetExpiryWork: Bool { self.expiresAtMs != 0 || self.setExpiryScheduledMs != 0 }
+
     /// Applies a write's `setTtlMs` (validated): 0 keeps the set's deadline, -1 clears it, n > 0 sets it to
     /// `nowMs` + n.
     /// - Returns: A deadline to schedule in the shard's ``ExpiryQueue``; 0 when an earlier entry is pending (it

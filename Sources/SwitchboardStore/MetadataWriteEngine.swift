@@ -217,6 +217,8 @@ struct LocalWrites: MetadataWriteEngine {
         _ scope: MetadataScope, in state: inout ShardState, shardIndex: Int, nowMs: UInt64, mode: Mode,
         expired: @escaping WriteCompletion
     ) -> Bool {
+        // Most sets have no TTL of their own: their entries (item deadlines) cost one look here.
+        guard state.sets[scope]?.hasSetExpiryWork == true else { return false }
         let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
         let committed = isClean ? state.sets[scope] : nil
         let (applied, next) = MetadataSet.expireWhole(&state.sets[scope], scope: scope, nowMs: nowMs)
