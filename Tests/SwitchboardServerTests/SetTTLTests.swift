@@ -133,6 +133,26 @@ import Testing
         }
     }
 
+    @Test func aResumeFromBeforeASetExpiredAnswersAsForARemovedSet() async throws {
+        try await withFullGateway { gateway in
+            let tony = makeClient(gateway, .unix, user: "Tony")
+            let ana = makeClient(gateway, .tcp, user: "Ana")
+            try await tony.connect()
+            try await ana.connect()
+            let first = try await tony.setChannelMetadata(
+                channel: "room", items: [MetadataItem(key: "a", value: "1")], options: .expiringSet(after: .milliseconds(300)))
+            let events = Recorder(ana.storageEvents)
+            try await Task.sleep(for: .milliseconds(600))  // past the deadline: swept, or hidden until it is
+            try await ana.subscribeChannel(
+                channel: "room", options: ChannelSubscriptionOptions(withMetadata: true, sinceRevision: first.majorRevision))
+            let snapshot = try #require(await events.first { $0.eventType == .snapshot })
+            #expect(snapshot.resumeFailed && snapshot.resumedFrom == 0)
+            #expect(snapshot.majorRevision == 0 && snapshot.items.isEmpty && snapshot.expiresAtMs == 0)
+            await tony.close()
+            await ana.close()
+        }
+    }
+
     @Test func itemTtlsInsideASetWithATtlExpireFirstThenTheSetAsAWhole() async throws {
         try await withFullGateway { gateway in
             let tony = makeClient(gateway, .unix, user: "Tony")
