@@ -436,6 +436,11 @@ def frames_file():
                            "storageEventType": "update", "majorRevision": 5,
                            "items": [{"key": "topic", "value": "finals", "revision": 9}], "author": "Ann",
                            "timestampMs": T0})),
+        valid("push.change.userMetadataSetTtl", "Admin change stream: a write to a user set with a TTL of its own "
+              "(expiresAtMs, field 17).",
+              P("change", {"position": 4101, "kind": "userMetadata", "userId": "player-9", "storageEventType": "update",
+                           "majorRevision": 2, "items": [{"key": "status", "value": "away", "revision": 2}],
+                           "author": "player-9", "timestampMs": T0, "expiresAtMs": T0 + 60000})),
         valid("push.change.lock", "Admin change stream: a lock was acquired.",
               P("change", {"position": 4100, "kind": "lock", "channel": "room.7", "lockEventType": "acquired",
                            "locks": [{"lockName": "mic", "owner": "Ann", "ttlSeconds": 30}], "timestampMs": T0})),

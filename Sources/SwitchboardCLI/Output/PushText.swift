@@ -38,6 +38,7 @@ public enum PushText {
             }
         case .channelMetadata, .userMetadata:
             line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
+            line += ResponseText.setExpiry(change.expiresAtMs)
             if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
             line += Self.items(change.items, removed: change.storageEventType == .remove || change.storageEventType == .expired)
         case .lock:

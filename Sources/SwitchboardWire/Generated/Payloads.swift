@@ -8975,6 +8975,7 @@ extension Unsubscribed: JSONRepresentable {
 /// | 14 | lockEventType | LockEventType |
 /// | 15 | locks | repeated LockDetail |
 /// | 16 | timestampMs | uint |
+/// | 17 | expiresAtMs | uint |
 public struct Change: WireCodable {
     /// The change's position in this node's change log (increasing by 1 per change the node learns, of every kind and channel).
     public var position: UInt64
@@ -8991,7 +8992,7 @@ public struct Change: WireCodable {
     public var onlineValue: UInt64
     /// online: the client types the user is online on after the change.
     public var onlineClientTypes: [ClientType]
-    /// Metadata kinds: set, update or remove.
+    /// Metadata kinds: set, update, remove or expired.
     public var storageEventType: StorageEventType
     /// Metadata kinds: the set's majorRevision after the change.
     public var majorRevision: UInt64
@@ -9004,9 +9005,11 @@ public struct Change: WireCodable {
     public var locks: [LockDetail]
     /// When the node learned the change (server ms).
     public var timestampMs: UInt64
+    /// Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has none or no longer exists.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(position: UInt64 = 0, kind: ChangeKind = .presenceJoin, channel: String = "", channelType: ChannelType = .message, userId: String = "", states: [StateItem] = [], totalOccupancy: UInt64 = 0, onlineValue: UInt64 = 0, onlineClientTypes: [ClientType] = [], storageEventType: StorageEventType = .set, majorRevision: UInt64 = 0, items: [MetadataItem] = [], author: String = "", lockEventType: LockEventType = .set, locks: [LockDetail] = [], timestampMs: UInt64 = 0) {
+    public init(position: UInt64 = 0, kind: ChangeKind = .presenceJoin, channel: String = "", channelType: ChannelType = .message, userId: String = "", states: [StateItem] = [], totalOccupancy: UInt64 = 0, onlineValue: UInt64 = 0, onlineClientTypes: [ClientType] = [], storageEventType: StorageEventType = .set, majorRevision: UInt64 = 0, items: [MetadataItem] = [], author: String = "", lockEventType: LockEventType = .set, locks: [LockDetail] = [], timestampMs: UInt64 = 0, expiresAtMs: UInt64 = 0) {
         self.position = position
         self.kind = kind
         self.channel = channel
@@ -9023,6 +9026,7 @@ public struct Change: WireCodable {
         self.lockEventType = lockEventType
         self.locks = locks
         self.timestampMs = timestampMs
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -9089,6 +9093,9 @@ public struct Change: WireCodable {
             case 16:
                 try reader.require(field.wireType, is: .varint, field: 16)
                 self.timestampMs = try reader.readVarint()
+            case 17:
+                try reader.require(field.wireType, is: .varint, field: 17)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -9113,6 +9120,7 @@ public struct Change: WireCodable {
         if !(self.lockEventType == .set) { size += WireField.varintFieldSize(14, UInt64(self.lockEventType.rawValue)) }
         for element in self.locks { size += WireField.lengthDelimitedFieldSize(15, length: element.wireSize) }
         if !(self.timestampMs == 0) { size += WireField.varintFieldSize(16, self.timestampMs) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(17, self.expiresAtMs) }
         return size
     }
 
@@ -9133,6 +9141,7 @@ public struct Change: WireCodable {
         if !(self.lockEventType == .set) { writer.writeVarintField(14, UInt64(self.lockEventType.rawValue)) }
         for element in self.locks { writer.writeMessageField(15, element) }
         if !(self.timestampMs == 0) { writer.writeVarintField(16, self.timestampMs) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(17, self.expiresAtMs) }
     }
 }
 
@@ -9155,6 +9164,7 @@ extension Change: JSONRepresentable {
         if !(self.lockEventType == .set) { members.append(("lockEventType", self.lockEventType.jsonValue)) }
         if !self.locks.isEmpty { members.append(("locks", .array(self.locks.map { $0.jsonValue }))) }
         if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -9190,6 +9200,7 @@ extension Change: JSONRepresentable {
                     self.locks.append(try LockDetail(json: element))
                 }
             case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: Change has no field \(member.key)")
             }
         }

@@ -1745,7 +1745,7 @@ export interface Change {
   onlineValue: Int;
   /** online: the client types the user is online on after the change. */
   onlineClientTypes: Array<ClientType | number>;
-  /** Metadata kinds: set, update or remove. Default: "set". */
+  /** Metadata kinds: set, update, remove or expired. Default: "set". */
   storageEventType: StorageEventType | number;
   /** Metadata kinds: the set's majorRevision after the change. */
   majorRevision: Int;
@@ -1759,6 +1759,11 @@ export interface Change {
   locks: Array<LockDetail>;
   /** When the node learned the change (server ms). */
   timestampMs: Int;
+  /**
+   * Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has
+   * none or no longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /**

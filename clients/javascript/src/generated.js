@@ -4012,7 +4012,7 @@ export const SCHEMA = {
           "name": "storageEventType",
           "type": "StorageEventType",
           "default": "set",
-          "doc": "Metadata kinds: set, update or remove."
+          "doc": "Metadata kinds: set, update, remove or expired."
         },
         {
           "n": 11,
@@ -4051,6 +4051,12 @@ export const SCHEMA = {
           "name": "timestampMs",
           "type": "uint",
           "doc": "When the node learned the change (server ms)."
+        },
+        {
+          "n": 17,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has none or no longer exists."
         }
       ]
     },

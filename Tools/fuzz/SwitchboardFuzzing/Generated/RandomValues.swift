@@ -1237,6 +1237,7 @@ extension Change {
         if generator.bool() { value.lockEventType = LockEventType(rawValue: generator.enumRaw(known: LockEventType.allKnown.map(\.rawValue))) }
         for _ in 0..<generator.count() { value.locks.append(LockDetail.random(using: &generator)) }
         if generator.bool() { value.timestampMs = generator.uint64() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }

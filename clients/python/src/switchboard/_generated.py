@@ -933,6 +933,7 @@ class Change(TypedDict):
     lockEventType: Union[LockEventType, int]
     locks: List[LockDetail]
     timestampMs: int
+    expiresAtMs: int
 
 
 class ChannelBroadcast(TypedDict):
