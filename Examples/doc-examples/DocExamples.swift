@@ -95,6 +95,10 @@ func calls(_ client: SwitchboardClient) async throws {
                                         options: MetadataWriteOptions(majorRevision: Int64(topic.majorRevision)))
     // An item the server removes 30 s after the write, with an `expired` storage event (SB-13.1-9)
     try await client.setUserMetadata(items: [.expiring("typing", "yes", after: .seconds(30))])
+    // A set the server removes as a whole 10 min after this write (one `expired` event, no items; SB-13.1-10); later
+    // writes keep the deadline, another `.expiringSet` refreshes it, `.clearingSetTtl` clears it
+    try await client.setChannelMetadata(channel: "lobby", items: [MetadataItem(key: "poll", value: "open")],
+                                        options: .expiringSet(after: .seconds(600)))
 
     // Locks (§13.2)
     try await client.setLock(channel: "lobby", name: "mic", ttlSeconds: 30)

@@ -361,6 +361,15 @@ def frames_file():
               P("storageEvent", {"storageType": "channel", "eventType": "set", "target": "lobby", "majorRevision": 5,
                                  "items": [{"key": "cursor", "value": "3,4", "revision": 5, "expiresAtMs": T0 + 5000}],
                                  "publisher": "Tony", "timestampMs": T0})),
+        valid("push.storageEvent.expiredSet", "A whole set reached its own TTL (setTtlMs, SB-13.1-10): no items, "
+              "majorRevision 0, no publisher, no expiresAtMs.",
+              P("storageEvent", {"storageType": "channel", "eventType": "expired", "target": "lobby",
+                                 "timestampMs": T0})),
+        valid("push.storageEvent.setWithSetTtl", "A write to a set that has a TTL of its own: the event carries the "
+              "set's expiresAtMs (field 12).",
+              P("storageEvent", {"eventType": "update", "target": "Tony", "majorRevision": 4,
+                                 "items": [{"key": "status", "value": "away", "revision": 4}],
+                                 "publisher": "Tony", "timestampMs": T0, "expiresAtMs": T0 + 60000})),
         valid("push.lockEvent", "Lock acquired.", P("lockEvent", {"channel": "lobby", "eventType": "acquired",
               "locks": [{"lockName": "editor", "owner": "Tony", "ttlSeconds": 60}], "timestampMs": T0})),
         valid("push.lockEvent.snapshot", "Lock snapshot after subscribing withLock.",
@@ -427,6 +436,11 @@ def frames_file():
                            "storageEventType": "update", "majorRevision": 5,
                            "items": [{"key": "topic", "value": "finals", "revision": 9}], "author": "Ann",
                            "timestampMs": T0})),
+        valid("push.change.userMetadataSetTtl", "Admin change stream: a write to a user set with a TTL of its own "
+              "(expiresAtMs, field 17).",
+              P("change", {"position": 4101, "kind": "userMetadata", "userId": "player-9", "storageEventType": "update",
+                           "majorRevision": 2, "items": [{"key": "status", "value": "away", "revision": 2}],
+                           "author": "player-9", "timestampMs": T0, "expiresAtMs": T0 + 60000})),
         valid("push.change.lock", "Admin change stream: a lock was acquired.",
               P("change", {"position": 4100, "kind": "lock", "channel": "room.7", "lockEventType": "acquired",
                            "locks": [{"lockName": "mic", "owner": "Ann", "ttlSeconds": 30}], "timestampMs": T0})),
@@ -452,6 +466,22 @@ def frames_file():
                   {"key": "typing", "value": "yes", "revision": 3, "expiresAtMs": T0 + 300}]})),
         valid("error.invalidTtl", "An item's ttlMs outside 100 ms..365 days.",
               E("setUserMetadata", 10, 7017, message="ttlMs must be 0 or 100-31536000000", key="typing")),
+        valid("request.setUserMetadata.setTtl", "A write that gives the whole set a TTL of 60 s (setTtlMs, field 6, "
+              "a sint: 60000 zigzags to 120000).",
+              R("setUserMetadata", 11, {"items": [{"key": "status", "value": "away"}], "setTtlMs": 60000})),
+        valid("request.updateChannelMetadata.clearSetTtl", "A write that clears the set's TTL (setTtlMs -1, field 8: "
+              "zigzag 1).",
+              R("updateChannelMetadata", 12, {"channel": "lobby", "items": [{"key": "topic", "value": "x"}],
+                                              "setTtlMs": -1})),
+        valid("response.setUserMetadata.setTtl", "The write's answer: the new majorRevision and the set's expiresAtMs "
+              "(field 2).",
+              S("setUserMetadata", 11, {"majorRevision": 4, "expiresAtMs": T0 + 60000})),
+        valid("response.getChannelMetadata.setTtl", "A get answer of a set with a TTL of its own: its expiresAtMs "
+              "(field 3).",
+              S("getChannelMetadata", 13, {"majorRevision": 4, "items": [{"key": "topic", "value": "x", "revision": 4}],
+                                            "expiresAtMs": T0 + 60000})),
+        valid("error.invalidTtl.set", "A write's setTtlMs neither -1, 0 nor 100 ms..365 days: 7017 with no key.",
+              E("setChannelMetadata", 14, 7017, message="setTtlMs must be -1, 0 or 100-31536000000")),
         valid("error.rateLimited", "Rate limit with retryAfterMs.", E("getUserMetadata", 4, 3000, retryAfterMs=250)),
         valid("error.permissionDenied", "Writing another user's metadata.",
               E("setUserMetadata", 5, 2003, message="may not write metadata of Ann")),

@@ -9,13 +9,30 @@ public struct MetadataWriteOptions: Sendable, Hashable {
     public var recordTimestamp: Bool
     /// Store the caller as each written item's `authorUserId`.
     public var recordAuthor: Bool
+    /// set and update: the TTL of the whole set (`Protocol/SPEC.md` SB-13.1-10): 0 leaves it as it is, -1 clears
+    /// it, 100 ms to 365 days (in ms) expires the set that long after the write. Remove ignores it.
+    public var setTtlMs: Int64
 
-    /// Creates options; the defaults check nothing and record nothing.
-    public init(majorRevision: Int64 = -1, recordTimestamp: Bool = false, recordAuthor: Bool = false) {
+    /// Creates options; the defaults check nothing, record nothing and leave the set's TTL as it is.
+    public init(majorRevision: Int64 = -1, recordTimestamp: Bool = false, recordAuthor: Bool = false, setTtlMs: Int64 = 0) {
         self.majorRevision = majorRevision
         self.recordTimestamp = recordTimestamp
         self.recordAuthor = recordAuthor
+        self.setTtlMs = setTtlMs
     }
+
+    /// Options whose write expires the whole set `ttl` after it (whole milliseconds, 100 ms to 365 days), with
+    /// the other fields as given.
+    public static func expiringSet(
+        after ttl: Duration, majorRevision: Int64 = -1, recordTimestamp: Bool = false, recordAuthor: Bool = false
+    ) -> MetadataWriteOptions {
+        MetadataWriteOptions(
+            majorRevision: majorRevision, recordTimestamp: recordTimestamp, recordAuthor: recordAuthor,
+            setTtlMs: Int64(clamping: ttl.wholeMilliseconds))
+    }
+
+    /// Options whose write clears the set's TTL.
+    public static let clearingSetTtl = MetadataWriteOptions(setTtlMs: -1)
 }
 
 /// Storage: channel and user metadata sets with compare-and-set (`Protocol/SPEC.md` §13.1). Changes arrive on
@@ -141,7 +158,8 @@ extension SwitchboardClient {
     ) -> SetChannelMetadataRequest {
         SetChannelMetadataRequest(
             channel: channel, channelType: type, items: items, majorRevision: options.majorRevision,
-            recordTs: options.recordTimestamp, recordUserId: options.recordAuthor, lock: lock)
+            recordTs: options.recordTimestamp, recordUserId: options.recordAuthor, lock: lock,
+            setTtlMs: options.setTtlMs)
     }
 
     private static func userWrite(
@@ -149,7 +167,7 @@ extension SwitchboardClient {
     ) -> SetUserMetadataRequest {
         SetUserMetadataRequest(
             userId: userID, items: items, majorRevision: options.majorRevision, recordTs: options.recordTimestamp,
-            recordUserId: options.recordAuthor)
+            recordUserId: options.recordAuthor, setTtlMs: options.setTtlMs)
     }
 }
 

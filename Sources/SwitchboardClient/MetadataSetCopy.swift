@@ -4,13 +4,16 @@ import SwitchboardWire
 /// (`Protocol/SPEC.md` SB-13.1-7, SB-13.1-8).
 ///
 /// A whole snapshot replaces the copy; a resumed one (`resumedFrom` above 0) removes its `removedKeys`, then
-/// overwrites or appends its items; set and update overwrite or append; remove deletes the keys, or empties the copy
-/// when it names none (the whole set was removed). ``majorRevision`` is then what to resume from.
+/// overwrites or appends its items; set and update overwrite or append; remove and expired delete the keys, or empty
+/// the copy when they name none (the whole set was removed, or expired: SB-13.1-9, SB-13.1-10). ``majorRevision`` is
+/// then what to resume from, ``expiresAtMs`` when the whole set expires.
 public struct MetadataSetCopy: Sendable, Hashable {
     /// The set's majorRevision as of the last event applied (0: it does not exist).
     public private(set) var majorRevision: UInt64 = 0
     /// The items, in the order the events gave them.
     public private(set) var items: [MetadataItem] = []
+    /// When the whole set expires, in ms since the Unix epoch, as of the last event applied (0: no TTL).
+    public private(set) var expiresAtMs: UInt64 = 0
 
     /// An empty copy (a set never seen).
     public init() {}
@@ -31,15 +34,16 @@ public struct MetadataSetCopy: Sendable, Hashable {
             self.items = event.items
         case .set, .update:
             self.write(event.items)
-        case .remove where event.items.isEmpty:
+        case .remove where event.items.isEmpty, .expired where event.items.isEmpty:
             self.items = []
-        case .remove:
+        case .remove, .expired:
             let removed = Set(event.items.map(\.key))
             self.items.removeAll { removed.contains($0.key) }
         default:
             return  // a kind this client does not know: the copy stays as it was
         }
         self.majorRevision = event.majorRevision
+        self.expiresAtMs = event.expiresAtMs
     }
 
     private mutating func write(_ written: [MetadataItem]) {

@@ -13,6 +13,8 @@ struct AppliedWrite: Sendable {
     /// The set's earliest item deadline moved earlier to this time: the shard schedules a look at the set then
     /// (``ExpiryQueue``); 0 when it did not.
     var scheduleExpiryMs: UInt64 = 0
+    /// The set's own deadline to schedule in the shard's ``ExpiryQueue`` (SB-13.1-10); 0 for none.
+    var scheduleSetExpiryMs: UInt64 = 0
 }
 
 extension MetadataSet {
@@ -41,12 +43,15 @@ extension MetadataSet {
         // Move the set out of the dictionary slot so it is uniquely referenced while it changes.
         var set = entry ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
         entry = nil
+        // A set past its own deadline is gone (SB-13.1-10): a write that gets here creates it anew, above its revision.
+        if set.isExpiredWhole(at: nowMs) { set.markRemoved() }
         let revision = set.beginWrite()
 
         let outcomeRevision: UInt64
         let written: [MetadataItem]
         var removesSet = false
         var scheduleExpiryMs: UInt64 = 0
+        var scheduleSetExpiryMs: UInt64 = 0
         switch request.operation {
         case .set, .update:
             let updateTs = request.recordTs ? nowMs : 0
@@ -68,6 +73,7 @@ extension MetadataSet {
             }
             written = items
             outcomeRevision = revision
+            scheduleSetExpiryMs = set.applySetTtl(request.setTtlMs, nowMs: nowMs)
         case .remove where request.items.isEmpty:
             set.markRemoved()
             removesSet = true
@@ -89,11 +95,29 @@ extension MetadataSet {
 
         let outcome = WriteOutcome(
             scope: request.scope, eventType: request.operation.eventType, majorRevision: outcomeRevision,
-            items: written)
+            items: written, expiresAtMs: set.expiresAtMs)
         return .success(
             AppliedWrite(
                 operation: request.operation, outcome: outcome, storedRevision: revision, removesSet: removesSet,
-                scheduleExpiryMs: scheduleExpiryMs))
+                scheduleExpiryMs: scheduleExpiryMs, scheduleSetExpiryMs: scheduleSetExpiryMs))
+    }
+
+    /// Expires the set in `entry` as a whole when its own deadline is at or before `nowMs` (SB-13.1-10): one change
+    /// of its own, stored as a whole-set removal (the set's revision is remembered, so a set created again continues
+    /// above it) and reported as an `expired` storage event with no items and majorRevision 0.
+    ///
+    /// - Returns: The change, or nil when the set is not due; and a later set deadline to schedule (the TTL was
+    ///   refreshed since the popped entry was pushed), 0 for none.
+    static func expireWhole(_ entry: inout MetadataSet?, scope: MetadataScope, nowMs: UInt64) -> (AppliedWrite?, UInt64) {
+        guard var set = entry else { return (nil, 0) }
+        entry = nil  // uniquely referenced while it changes
+        defer { entry = set }
+        guard set.isExpiredWhole(at: nowMs) else { return (nil, set.rescheduleSetExpiry(at: nowMs)) }
+        _ = set.rescheduleSetExpiry(at: nowMs)
+        let revision = set.beginWrite()
+        set.markRemoved()
+        let outcome = WriteOutcome(scope: scope, eventType: .expired, majorRevision: 0, items: [])
+        return (AppliedWrite(operation: .remove, outcome: outcome, storedRevision: revision, removesSet: true), 0)
     }
 
     /// Expires the items of the set in `entry` that are due at `nowMs`, as one change of its own (an `expired`
@@ -111,7 +135,7 @@ extension MetadataSet {
         guard let expired else { return (nil, next) }
         let outcome = WriteOutcome(
             scope: scope, eventType: .expired, majorRevision: expired.revision,
-            items: expired.keys.map { MetadataItem(key: $0) })
+            items: expired.keys.map { MetadataItem(key: $0) }, expiresAtMs: set.expiresAtMs)
         return (AppliedWrite(operation: .remove, outcome: outcome, storedRevision: expired.revision, removesSet: false), next)
     }
 
@@ -119,7 +143,8 @@ extension MetadataSet {
     private static func stateError(
         _ request: MetadataWriteRequest, _ entry: MetadataSet?, nowMs: UInt64, limits: StoreLimits
     ) -> SwitchboardStoreError? {
-        let live = entry?.isRemoved == false ? entry : nil
+        // A set past its own deadline is absent for every check (SB-13.1-10).
+        let live = entry?.isRemoved == false && entry?.isExpiredWhole(at: nowMs) == false ? entry : nil
         let stored = live?.majorRevision ?? 0
         switch request.majorRevision {
         case -1:

@@ -40,11 +40,20 @@ struct MetadataSet: Sendable {
     /// ``ExpiryQueue`` holds an entry for; 0 when no item has a TTL. Removing or overwriting an item leaves it as it
     /// is (a lower bound); the sweep that reaches it moves it on to the next real deadline.
     private(set) var earliestExpiryMs: UInt64 = 0
+    /// When the whole set expires (its own TTL, `Protocol/SPEC.md` SB-13.1-10), in ms since the Unix epoch; 0: never.
+    private(set) var expiresAtMs: UInt64 = 0
+    /// The deadline of the shard's ``ExpiryQueue`` entry for the set's own TTL not popped yet, 0 when there is none.
+    /// A later deadline (a refreshed TTL) is scheduled when that entry pops, so refreshing a TTL at every write
+    /// adds no entries.
+    private(set) var setExpiryScheduledMs: UInt64 = 0
 
-    /// A set with `items` (insertion order), as loaded from a backend.
-    init(majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem]) {
+    /// A set with `items` (insertion order), as loaded from a backend; `expiresAtMs` is the set's own deadline
+    /// (0: none), which the loader schedules.
+    init(majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem], expiresAtMs: UInt64 = 0) {
         self.majorRevision = majorRevision
         self.isRemoved = isRemoved
+        self.expiresAtMs = isRemoved ? 0 : expiresAtMs
+        self.setExpiryScheduledMs = self.expiresAtMs
         self.removalsKnownAfter = majorRevision
         self.items = isRemoved ? [] : items
         var bytes = 0
@@ -68,6 +77,55 @@ struct MetadataSet: Sendable {
         var overdue: UInt64 = 0
         for item in self.items where item.isExpired(at: nowMs) { overdue += 1 }
         self.majorRevision &+= overdue
+    }
+
+    /// Whether the whole set is past its own deadline at `nowMs` (it reads as absent until swept, SB-13.1-10).
+    func isExpiredWhole(at nowMs: UInt64) -> Bool {
+        !self.isRemoved && self.expiresAtMs != 0 && self.expiresAtMs <= nowMs
+    }
+
+    /// Whether the set has a deadline of its own or an entry for one pending in the shard's queue.
+    var hasSetExpiryWork: Bool { self.expiresAtMs != 0 || self.setExpiryScheduledMs != 0 }
+
+    /// Applies a write's `setTtlMs` (validated): 0 keeps the set's deadline, -1 clears it, n > 0 sets it to
+    /// `nowMs` + n.
+    /// - Returns: A deadline to schedule in the shard's ``ExpiryQueue``; 0 when an earlier entry is pending (it
+    ///   reschedules when it pops) or there is no deadline.
+    mutating func applySetTtl(_ setTtlMs: Int64, nowMs: UInt64) -> UInt64 {
+        switch setTtlMs {
+        case 0:
+            return 0
+        case ..<0:
+            self.expiresAtMs = 0
+            return 0
+        default:
+            self.expiresAtMs = nowMs &+ UInt64(setTtlMs)
+            return self.scheduleSetExpiry()
+        }
+    }
+
+    /// Sets the set's own deadline as a write decided elsewhere left it (a replay), without scheduling.
+    mutating func replaySetDeadline(_ expiresAtMs: UInt64) {
+        self.expiresAtMs = self.isRemoved ? 0 : expiresAtMs
+    }
+
+    /// Notes that an entry for the set's own deadline is going into the queue, unless an earlier one is pending.
+    /// - Returns: The deadline to push, 0 for none.
+    mutating func scheduleSetExpiry() -> UInt64 {
+        guard self.expiresAtMs != 0,
+            self.setExpiryScheduledMs == 0 || self.expiresAtMs < self.setExpiryScheduledMs
+        else { return 0 }
+        self.setExpiryScheduledMs = self.expiresAtMs
+        return self.expiresAtMs
+    }
+
+    /// A popped entry reached the set at `nowMs`: when its set-deadline entry is due, that entry is gone; a later
+    /// deadline (the TTL was refreshed) gets an entry of its own.
+    /// - Returns: The deadline to push, 0 for none.
+    mutating func rescheduleSetExpiry(at nowMs: UInt64) -> UInt64 {
+        guard self.setExpiryScheduledMs != 0, self.setExpiryScheduledMs <= nowMs else { return 0 }
+        self.setExpiryScheduledMs = 0
+        return self.expiresAtMs > nowMs ? self.scheduleSetExpiry() : 0
     }
 
     /// Whether the set holds an item whose deadline is at or before `nowMs` (it reads as absent until swept).
@@ -211,8 +269,10 @@ struct MetadataSet: Sendable {
     ///   - items: set/update: the items as written (with their revision, `updateTs`, author); remove: the keys.
     ///   - removesItems: The write was a remove.
     ///   - removesSet: The write removed the whole set.
-    mutating func replay(items: [MetadataItem], removesItems: Bool, removesSet: Bool) {
+    ///   - expiresAtMs: The set's own deadline after the write (0: none).
+    mutating func replay(items: [MetadataItem], removesItems: Bool, removesSet: Bool, expiresAtMs: UInt64 = 0) {
         _ = self.beginWrite()
+        defer { self.replaySetDeadline(expiresAtMs) }
         if removesSet {
             self.markRemoved()
         } else if removesItems {
@@ -239,6 +299,7 @@ struct MetadataSet: Sendable {
         self.byteCount = 0
         self.index = nil
         self.earliestExpiryMs = 0
+        self.expiresAtMs = 0
     }
 
     /// The changes after `revision`, for a resumed subscription: the items written after it (in the set's order) and

@@ -123,11 +123,14 @@ public final class MetadataStore: Sendable {
         let loadedAtMs = backend != nil && coordinator == nil ? configuration.clock.nowMs() : 0
         for stored in sets {
             let index = Self.shardIndex(of: stored.scope, shardCount: shardCount)
-            var set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+            var set = MetadataSet(
+                majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items,
+                expiresAtMs: stored.expiresAtMs)
             if loadedAtMs != 0 { set.raiseRevisionOverOverdueItems(at: loadedAtMs) }
             states[index].sets[stored.scope] = set
-            // Items whose deadline passed while the gateway was down go at the first sweep (SB-13.1-9).
+            // Items and sets whose deadline passed while the gateway was down go at the first sweep (SB-13.1-9, -10).
             if set.earliestExpiryMs != 0 { states[index].expiries.push(set.earliestExpiryMs, stored.scope) }
+            if set.expiresAtMs != 0 { states[index].expiries.push(set.expiresAtMs, stored.scope) }
         }
         self.shards = states.map { Shard($0) }
         self.limits = configuration.limits
@@ -160,10 +163,12 @@ public final class MetadataStore: Sendable {
         if let error = self.readError(scope) { throw error }
         let nowMs = self.clock.nowMs()
         let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
-        guard let set, !set.isRemoved else {
+        guard let set, !set.isRemoved, !set.isExpiredWhole(at: nowMs) else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [])
         }
-        return MetadataSnapshot(scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs))
+        return MetadataSnapshot(
+            scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs),
+            expiresAtMs: set.expiresAtMs)
     }
 
     /// Reads a set for a subscription that resumes from `revision`, the last majorRevision its client saw
@@ -177,19 +182,22 @@ public final class MetadataStore: Sendable {
         if revision == 0 { return try self.get(scope) }
         if let error = self.readError(scope) { throw error }
         let nowMs = self.clock.nowMs()
-        let set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
+        var set = self.shard(for: scope).state.withLock { $0.readableSet(scope) }
+        // A set past its own deadline answers as a removed one (SB-13.1-10).
+        if set?.isExpiredWhole(at: nowMs) == true { set = nil }
         if let set, let changes = set.changes(since: revision) {
             // An item past its deadline is not read, swept or not (SB-13.1-9).
             return MetadataSnapshot(
                 scope: scope, majorRevision: set.majorRevision,
                 items: changes.items.filter { !$0.isExpired(at: nowMs) }, resumedFrom: revision,
-                removedKeys: changes.removedKeys)
+                removedKeys: changes.removedKeys, expiresAtMs: set.expiresAtMs)
         }
         guard let set, !set.isRemoved else {
             return MetadataSnapshot(scope: scope, majorRevision: 0, items: [], resumeFailed: true)
         }
         return MetadataSnapshot(
-            scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs), resumeFailed: true)
+            scope: scope, majorRevision: set.majorRevision, items: set.readableItems(at: nowMs), resumeFailed: true,
+            expiresAtMs: set.expiresAtMs)
     }
 
     /// Writes the body of the answer to a get of `scope` to `sink`, straight from the set under its shard's lock: the
@@ -201,11 +209,12 @@ public final class MetadataStore: Sendable {
         of scope: MetadataScope, userId: String?, to sink: inout some ResponseBodySink
     ) throws(SwitchboardStoreError) {
         if let error = self.readError(scope) { throw error }
-        // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only).
+        // Field numbers of both responses: majorRevision 1, items 2, userId 3 (user metadata only); the set's
+        // expiresAtMs 3 (channel) or 4 (user).
         let userIdSize = userId.map { $0.isEmpty ? 0 : WireField.lengthDelimitedFieldSize(3, length: $0.utf8.count) } ?? 0
         let nowMs = self.clock.nowMs()
         self.shard(for: scope).state.withLock { state in
-            guard let set = state.readableSet(scope), !set.isRemoved else {
+            guard let set = state.readableSet(scope), !set.isRemoved, !set.isExpiredWhole(at: nowMs) else {
                 sink.writeBody(size: userIdSize) { writer in
                     if let userId, !userId.isEmpty { writer.writeStringField(3, userId) }
                 }
@@ -214,6 +223,8 @@ public final class MetadataStore: Sendable {
             let items = set.readableItems(at: nowMs)
             withUnsafeTemporaryAllocation(of: Int.self, capacity: items.count) { itemSizes in
                 var size = userIdSize
+                let expiresField: UInt32 = userId == nil ? 3 : 4
+                if set.expiresAtMs != 0 { size += WireField.varintFieldSize(expiresField, set.expiresAtMs) }
                 if set.majorRevision != 0 { size += WireField.varintFieldSize(1, set.majorRevision) }
                 for index in items.indices {
                     let itemSize = items[index].wireSize
@@ -228,6 +239,7 @@ public final class MetadataStore: Sendable {
                         items[index].encode(to: &writer)
                     }
                     if let userId, !userId.isEmpty { writer.writeStringField(3, userId) }
+                    if set.expiresAtMs != 0 { writer.writeVarintField(expiresField, set.expiresAtMs) }
                 }
             }
         }
@@ -298,7 +310,12 @@ public final class MetadataStore: Sendable {
     /// Expires every item whose deadline is at or before `nowMs` (``MetadataStoreService`` calls it about every
     /// 10 ms). Each shard pops its due deadlines from a heap, so a call with nothing due costs one look per shard.
     public func expireDueItems(nowMs: UInt64) {
-        self.writes.expireDue(nowMs: nowMs, store: self) { [self] result in
+        self.writes.expireDue(nowMs: nowMs, store: self, expired: self.expiryCompletion)
+    }
+
+    /// Reports an expiry's outcome to the handler set with ``setExpiryHandler(_:)``.
+    var expiryCompletion: WriteCompletion {
+        { [self] result in
             guard case .success(let outcome) = result else { return }
             self.expiryHandler.withLock { $0 }?.call(outcome)
         }
@@ -339,10 +356,13 @@ public final class MetadataStore: Sendable {
     public func contentCounts() -> (sets: Int, items: Int) {
         var sets = 0
         var items = 0
+        let nowMs = self.clock.nowMs()
         for shard in self.shards {
             shard.state.withLock { state in
                 for scope in state.sets.keys {
-                    guard let set = state.readableSet(scope), !set.isRemoved else { continue }
+                    guard let set = state.readableSet(scope), !set.isRemoved, !set.isExpiredWhole(at: nowMs) else {
+                        continue
+                    }
                     sets += 1
                     items += set.items.count
                 }

@@ -38,11 +38,14 @@ public struct MetadataWriteRequest: Sendable, Hashable {
     public var recordUserId: Bool
     /// Channel sets only: if not empty, the write succeeds only while the caller holds this lock on the channel.
     public var lock: String
+    /// set and update: the TTL of the whole set (`Protocol/SPEC.md` SB-13.1-10): 0 leaves it as it is, -1 clears
+    /// it, 100 ms to 365 days expires the set that long after the write. Ignored by remove.
+    public var setTtlMs: Int64
 
     /// Creates a write request.
     public init(
         _ operation: MetadataOperation, scope: MetadataScope, items: [MetadataItem], majorRevision: Int64 = -1,
-        recordTs: Bool = false, recordUserId: Bool = false, lock: String = ""
+        recordTs: Bool = false, recordUserId: Bool = false, lock: String = "", setTtlMs: Int64 = 0
     ) {
         self.operation = operation
         self.scope = scope
@@ -51,6 +54,7 @@ public struct MetadataWriteRequest: Sendable, Hashable {
         self.recordTs = recordTs
         self.recordUserId = recordUserId
         self.lock = lock
+        self.setTtlMs = setTtlMs
     }
 }
 
@@ -65,13 +69,20 @@ public struct WriteOutcome: Sendable, Hashable {
     /// set/update: the written items with their new revision, `updateTs` and `authorUserId`;
     /// remove: the removed keys (values empty, revision -1); whole-set remove: none.
     public var items: [MetadataItem]
+    /// When the whole set expires after the change, in ms since the Unix epoch; 0 when it has no TTL or no longer
+    /// exists (`Protocol/SPEC.md` SB-13.1-10).
+    public var expiresAtMs: UInt64
 
     /// Creates an outcome.
-    public init(scope: MetadataScope, eventType: StorageEventType, majorRevision: UInt64, items: [MetadataItem]) {
+    public init(
+        scope: MetadataScope, eventType: StorageEventType, majorRevision: UInt64, items: [MetadataItem],
+        expiresAtMs: UInt64 = 0
+    ) {
         self.scope = scope
         self.eventType = eventType
         self.majorRevision = majorRevision
         self.items = items
+        self.expiresAtMs = expiresAtMs
     }
 
     /// The storage event push that reports this write.
@@ -82,7 +93,7 @@ public struct WriteOutcome: Sendable, Hashable {
         StorageEvent(
             storageType: self.scope.storageType, eventType: self.eventType, target: self.scope.name,
             channelType: self.scope.isChannel ? self.scope.channelType : .message, majorRevision: self.majorRevision,
-            items: self.items, publisher: publisher, timestampMs: timestampMs)
+            items: self.items, publisher: publisher, timestampMs: timestampMs, expiresAtMs: self.expiresAtMs)
     }
 }
 
@@ -101,11 +112,14 @@ public struct MetadataSnapshot: Sendable, Hashable {
     public var removedKeys: [String]
     /// A resume was asked for and could not be given as changes: ``items`` is the whole set.
     public var resumeFailed: Bool
+    /// When the whole set expires, in ms since the Unix epoch; 0 when it has no TTL or does not exist
+    /// (`Protocol/SPEC.md` SB-13.1-10).
+    public var expiresAtMs: UInt64
 
     /// Creates a snapshot.
     public init(
         scope: MetadataScope, majorRevision: UInt64, items: [MetadataItem], resumedFrom: UInt64 = 0,
-        removedKeys: [String] = [], resumeFailed: Bool = false
+        removedKeys: [String] = [], resumeFailed: Bool = false, expiresAtMs: UInt64 = 0
     ) {
         self.scope = scope
         self.majorRevision = majorRevision
@@ -113,6 +127,7 @@ public struct MetadataSnapshot: Sendable, Hashable {
         self.resumedFrom = resumedFrom
         self.removedKeys = removedKeys
         self.resumeFailed = resumeFailed
+        self.expiresAtMs = expiresAtMs
     }
 
     /// The `snapshot` storage event push sent right after a session subscribes.
@@ -122,7 +137,7 @@ public struct MetadataSnapshot: Sendable, Hashable {
             storageType: self.scope.storageType, eventType: .snapshot, target: self.scope.name,
             channelType: self.scope.isChannel ? self.scope.channelType : .message, majorRevision: self.majorRevision,
             items: self.items, publisher: "", timestampMs: timestampMs, resumedFrom: self.resumedFrom,
-            removedKeys: self.removedKeys, resumeFailed: self.resumeFailed)
+            removedKeys: self.removedKeys, resumeFailed: self.resumeFailed, expiresAtMs: self.expiresAtMs)
     }
 }
 

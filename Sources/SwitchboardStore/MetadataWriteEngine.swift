@@ -110,6 +110,7 @@ struct LocalWrites: MetadataWriteEngine {
         let writeBack = self.writeBack
         // The storage event's publisher and time, for its webhooks written in the write's transaction.
         let origin = writeBack != nil && self.webhookHook.isInstalled ? WriteOrigin(caller: caller, nowMs: nowMs) : nil
+        let expiryCompletion = store.expiryCompletion
         let refusal = store.shards[index].perform(
             { state -> SwitchboardStoreError? in
                 if let writeBack, let refusal = writeBack.admissionError() { return refusal }
@@ -118,6 +119,13 @@ struct LocalWrites: MetadataWriteEngine {
                         channel: request.scope, lock: request.lock, caller: caller)
                 {
                     return refusal
+                }
+                // A set past its own deadline expires before the write is decided, with its `expired` event, so
+                // the write meets (and its event reports) a set that no longer exists (SB-13.1-10).
+                if state.sets[request.scope]?.isExpiredWhole(at: nowMs) == true {
+                    _ = Self.expireWhole(
+                        request.scope, in: &state, shardIndex: index, nowMs: nowMs, mode: mode, expired: expiryCompletion,
+                        origin: origin.map { WriteOrigin(caller: "", nowMs: $0.nowMs) })
                 }
                 guard mode == .acknowledgeAfterCommit else {
                     let applied: AppliedWrite
@@ -129,6 +137,9 @@ struct LocalWrites: MetadataWriteEngine {
                     }
                     state.outbox.append(.write(completion, .success(applied.outcome)))
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
+                    if applied.scheduleSetExpiryMs != 0 {
+                        state.expiries.push(applied.scheduleSetExpiryMs, request.scope)
+                    }
                     if mode == .acknowledgeBeforeCommit {
                         state.appendPending(
                             PendingWrite(
@@ -157,6 +168,9 @@ struct LocalWrites: MetadataWriteEngine {
                         PendingWrite(applied, shardIndex: index, sequence: sequence, completion: completion, origin: origin))
                     state.noteUncommitted(request.scope, sequence: sequence, committed: committed)
                     if applied.scheduleExpiryMs != 0 { state.expiries.push(applied.scheduleExpiryMs, request.scope) }
+                    if applied.scheduleSetExpiryMs != 0 {
+                        state.expiries.push(applied.scheduleSetExpiryMs, request.scope)
+                    }
                 }
                 return nil
             }, deliver: store.deliver)
@@ -195,6 +209,14 @@ struct LocalWrites: MetadataWriteEngine {
                         while looked < Self.setsPerShardPerSweep, let due = state.expiries.popDue(nowMs) {
                             looked += 1
                             let scope = due.scope
+                            // The whole set's own TTL first: a set expiry wins over its items' (SB-13.1-10).
+                            if Self.expireWhole(
+                                scope, in: &state, shardIndex: index, nowMs: nowMs, mode: mode, expired: expired,
+                                origin: origin)
+                            {
+                                queued = queued || mode != .memoryOnly
+                                continue
+                            }
                             // Behind a write waiting for its commit (or whose answer is on its way): announced after
                             // that write's answer, once committed; readers keep the set's committed copy meanwhile.
                             let waits = mode == .acknowledgeAfterCommit && state.expiryWaits(scope)
@@ -229,6 +251,38 @@ struct LocalWrites: MetadataWriteEngine {
         }
         guard queued else { return }
         self.writeBack?.scheduleDrain()
+    }
+
+    /// Expires the set of `scope` as a whole when its own deadline is due at `nowMs`, as one change queued, stored
+    /// and answered (to `expired`) as a whole-set remove is; else schedules the set's refreshed deadline, if any.
+    /// - Returns: Whether the set expired.
+    private static func expireWhole(
+        _ scope: MetadataScope, in state: inout ShardState, shardIndex: Int, nowMs: UInt64, mode: Mode,
+        expired: @escaping WriteCompletion, origin: WriteOrigin?
+    ) -> Bool {
+        // Most sets have no TTL of their own: their entries (item deadlines) cost one look here.
+        guard state.sets[scope]?.hasSetExpiryWork == true else { return false }
+        let isClean = state.uncommitted.isEmpty || state.uncommitted[scope] == nil
+        let committed = isClean ? state.sets[scope] : nil
+        let (applied, next) = MetadataSet.expireWhole(&state.sets[scope], scope: scope, nowMs: nowMs)
+        if next != 0 { state.expiries.push(next, scope) }
+        guard let applied else { return false }
+        switch mode {
+        case .memoryOnly:
+            state.outbox.append(.write(expired, .success(applied.outcome)))
+        case .acknowledgeBeforeCommit:
+            state.outbox.append(.write(expired, .success(applied.outcome)))
+            state.appendPending(
+                PendingWrite(
+                    applied, shardIndex: shardIndex, sequence: state.nextSequence, completion: nil, announced: true,
+                    origin: origin))
+        case .acknowledgeAfterCommit:
+            let sequence = state.nextSequence
+            state.appendPending(
+                PendingWrite(applied, shardIndex: shardIndex, sequence: sequence, completion: expired, origin: origin))
+            state.noteUncommitted(scope, sequence: sequence, committed: committed)
+        }
+        return true
     }
 
     var commitsAreCallerDriven: Bool {
@@ -281,6 +335,16 @@ extension CoordinatedWriter: MetadataWriteEngine {
                 guard let earliest = state.expiries.earliestMs, earliest <= nowMs else { return }
                 while let entry = state.expiries.popDue(nowMs) {
                     guard var set = state.sets[entry.scope] else { continue }
+                    // The set's own deadline (SB-13.1-10): expired in the batch as a whole-set removal.
+                    if set.isExpiredWhole(at: nowMs) {
+                        due.append(entry.scope)
+                        state.expiries.push(nowMs + 1_000, entry.scope)
+                        continue
+                    }
+                    state.sets[entry.scope] = nil
+                    let next = set.rescheduleSetExpiry(at: nowMs)
+                    state.sets[entry.scope] = set
+                    if next != 0 { state.expiries.push(next, entry.scope) }
                     if set.hasExpiredItems(at: nowMs) {
                         due.append(entry.scope)
                         state.expiries.push(nowMs + 1_000, entry.scope)

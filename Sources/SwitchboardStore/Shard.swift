@@ -132,6 +132,7 @@ struct ShardState: Sendable {
             self.sets[scope] = entry.committed
             // Its deadlines may have been looked at (and left the queue) while the reverted writes were current.
             if let deadline = entry.committed?.earliestExpiryMs, deadline != 0 { self.expiries.push(deadline, scope) }
+            if let deadline = entry.committed?.expiresAtMs, deadline != 0 { self.expiries.push(deadline, scope) }
         }
         self.uncommitted.removeAll()
     }
@@ -148,7 +149,9 @@ struct UncommittedSet: Sendable {
     mutating func replay(_ write: PendingWrite) {
         var set = self.committed ?? MetadataSet(majorRevision: 0, isRemoved: true, items: [])
         self.committed = nil  // uniquely referenced while it changes
-        set.replay(items: write.items, removesItems: write.operation == .remove, removesSet: write.removesSet)
+        set.replay(
+            items: write.items, removesItems: write.operation == .remove, removesSet: write.removesSet,
+            expiresAtMs: write.setExpiresAtMs)
         self.committed = set
     }
 }

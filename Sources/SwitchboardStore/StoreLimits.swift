@@ -12,7 +12,7 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxLocksPerChannel: Int
     /// Allowed lock TTLs in seconds (else `7007 invalidLockTtl`).
     public var lockTtlSeconds: ClosedRange<UInt64>
-    /// Allowed item TTLs in ms besides 0 (none) (else `7017 invalidTtl`).
+    /// Allowed item and set TTLs in ms besides 0 (none) (else `7017 invalidTtl`).
     public var itemTtlMs: ClosedRange<UInt64>
 
     /// Creates limits; every parameter defaults to the spec's value.

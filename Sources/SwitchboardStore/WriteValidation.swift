@@ -2,7 +2,8 @@ import SwitchboardWire
 
 extension MetadataWriteRequest {
     /// Checks the request's arguments alone, before any state is read (`Protocol/SPEC.md` SB-13.1-3: argument
-    /// limits `7001`–`7006` and `7017`, then `7000`).
+    /// limits `7001`–`7006` and `7017` (an item's `ttlMs`, then the
+    /// write's `setTtlMs`), then `7000`).
     ///
     /// - Returns: The first rule the request breaks, or nil.
     public func validationError(limits: StoreLimits) -> SwitchboardStoreError? {
@@ -35,6 +36,13 @@ extension MetadataWriteRequest {
                     .invalidTtl,
                     "ttlMs must be 0 or \(limits.itemTtlMs.lowerBound)-\(limits.itemTtlMs.upperBound)", key: item.key)
             }
+        }
+        if checksValues, self.setTtlMs != 0, self.setTtlMs != -1,
+            self.setTtlMs < 0 || !limits.itemTtlMs.contains(UInt64(self.setTtlMs))
+        {
+            return SwitchboardStoreError(
+                .invalidTtl,
+                "setTtlMs must be -1, 0 or \(limits.itemTtlMs.lowerBound)-\(limits.itemTtlMs.upperBound)")
         }
         if let duplicate = self.firstDuplicateKey() {
             return SwitchboardStoreError(.duplicateKey, "the same key twice in one call", key: duplicate)

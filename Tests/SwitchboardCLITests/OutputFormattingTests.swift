@@ -53,6 +53,17 @@ struct OutputFormattingTests {
             == [#"{"kind":"response","op":"setLock","body":{}}"#])
     }
 
+    @Test("a set's own deadline prints as expires= on write answers, gets and storage events; none without a TTL")
+    func setExpiryText() {
+        #expect(ResponseText.lines(for: .setUserMetadata(SetUserMetadataResponse(majorRevision: 2, expiresAtMs: 1_000)))
+            == ["majorRevision 2 expires=\(TextQuoting.instant(milliseconds: 1_000))"])
+        #expect(ResponseText.lines(for: .getChannelMetadata(GetChannelMetadataResponse(majorRevision: 2))) == ["majorRevision 2"])
+        let expired = PushText.line(for: .storageEvent(StorageEvent(eventType: .expired, target: "Tony")))
+        #expect(expired == "storageEvent expired user Tony majorRevision=0")
+        let set = PushText.line(for: .storageEvent(StorageEvent(eventType: .set, target: "Tony", majorRevision: 1, expiresAtMs: 1_000)))
+        #expect(set == "storageEvent set user Tony majorRevision=1 expires=\(TextQuoting.instant(milliseconds: 1_000))")
+    }
+
     @Test("profile reads list records and the ids nobody knew")
     func profileText() {
         let response = GetUserInfoResponse(users: [UserInfo(userId: "Tony", name: "Tony Stark")], missing: ["Nobody"])

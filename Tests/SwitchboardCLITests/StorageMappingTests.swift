@@ -41,6 +41,25 @@ struct StorageMappingTests {
         #expect(isUsageError("user-meta", "set", "Tony", "k=v", "--ttl-ms", "soon"))
     }
 
+    @Test("--set-ttl-ms maps to the write's setTtlMs (SB-13.1-10): n, -1 to clear, 0 by default")
+    func setTtlMapsToSetTtlMs() throws {
+        #expect(try request("user-meta", "set", "Tony", "a=1", "--set-ttl-ms", "5000")
+            == .setUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "a", value: "1")], setTtlMs: 5_000)))
+        #expect(try request("user-meta", "update", "Tony", "a=1", "--set-ttl-ms=-1")
+            == .updateUserMetadata(SetUserMetadataRequest(userId: "Tony", items: [MetadataItem(key: "a", value: "1")], setTtlMs: -1)))
+        guard case .setChannelMetadata(let channel) = try request("channel-meta", "set", "lobby", "a=1", "--set-ttl-ms", "300")
+        else {
+            Issue.record("channel-meta set did not map to setChannelMetadata")
+            return
+        }
+        #expect(channel.setTtlMs == 300)
+        guard case .setUserMetadata(let plain) = try request("user-meta", "set", "Tony", "a=1") else {
+            Issue.record("user-meta set did not map to setUserMetadata")
+            return
+        }
+        #expect(plain.setTtlMs == 0)
+    }
+
     @Test("a value keeps everything after the first '=' and may be empty")
     func valuesKeepLaterEqualsSigns() throws {
         let mapped = try request("user-meta", "set", "-", "formula=a=b", "empty=")

@@ -12,6 +12,23 @@ import Testing
         return bytes
     }()
 
+    @Test("a set TTL shows: setTtlMs in the request, the set's expiresAtMs in the answer and in an expired event")
+    func setTtlFieldsShow() throws {
+        let stream = Bytes.encode([
+            .request(id: 7, .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "a", value: "1")], setTtlMs: -1))),
+            .response(id: 7, .setUserMetadata(SetUserMetadataResponse(majorRevision: 3, expiresAtMs: 1_767_225_600_000))),
+            .push(.storageEvent(StorageEvent(eventType: .expired, target: "Tony"))),
+        ])
+        let events = StreamDumper.dump(stream)
+        let text = events.map { TextRenderer().render($0) }
+        #expect(text.count == 3)
+        #expect(text[0].contains(#""setTtlMs":-1"#), "\(text[0])")
+        #expect(text[1].contains(#""expiresAtMs":1767225600000"#), "\(text[1])")
+        #expect(text[2].contains(#""eventType":"expired""#), "\(text[2])")
+        let json = try JSONValue.parse(JSONLinesRenderer().render(events[1]))
+        #expect(json["message"]?["body"]?["expiresAtMs"]?.uint64Value == 1_767_225_600_000)
+    }
+
     @Test("every JSON line parses, names its event, and a frame's message is the spec's rendering")
     func jsonLinesParse() throws {
         let events = StreamDumper.dump(Self.stream)

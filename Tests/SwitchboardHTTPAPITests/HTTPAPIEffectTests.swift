@@ -41,6 +41,27 @@ struct HTTPAPIEffectTests {
         }
     }
 
+    @Test("a set TTL over HTTP (setTtlMs, SB-13.1-10): the answer and a wire get carry the set's expiresAtMs; a bad one is 7017")
+    func setTtlOverHTTP() async throws {
+        try await withAPIGateway { gateway in
+            let alice = try await gateway.connect("alice")
+            defer { Task { await alice.close() } }
+            let set = try await gateway.call(
+                "setChannelMetadata", #"{"channel":"room","items":[{"key":"k","value":"v"}],"setTtlMs":600000}"#)
+            #expect(set.status == 200, "\(set)")
+            let answer = try set.json
+            let deadline = answer["expiresAtMs"]?.uint64Value ?? 0
+            guard case .getChannelMetadata(let read) = try await alice.send(.getChannelMetadata(GetChannelMetadataRequest(channel: "room"))) else {
+                Issue.record("not a getChannelMetadata response")
+                return
+            }
+            #expect(read.expiresAtMs == deadline && deadline > UInt64(Date().timeIntervalSince1970 * 1000))
+            let bad = try await gateway.call(
+                "setChannelMetadata", #"{"channel":"room","items":[{"key":"k","value":"v"}],"setTtlMs":-5}"#)
+            #expect(bad.error?.name == "invalidTtl", "\(bad)")
+        }
+    }
+
     @Test("an event published over HTTP reaches the wire subscribers of the key's user, storage events too")
     func publishReachesSubscribers() async throws {
         try await withAPIGateway { gateway in

@@ -242,4 +242,22 @@ import Testing
             #expect(Self.changes(pushes.all).map(\.kind) == [.online])
         }
     }
+
+    @Test func aSetTtlShowsInMetadataChangesAndTheSetsExpiryIsOneExpiredChange() async throws {
+        try await withFullGateway { gateway in
+            let ops = try await gateway.connect(.unix, user: "ops")
+            let pushes = Recorder(ops.pushes)
+            _ = try await Self.subscribe(ops, SubscribeChangesRequest(userPattern: "t*"))
+            let user = try await gateway.connect(.unix, user: "t1")
+            let write = try await user.send(
+                .setUserMetadata(SetUserMetadataRequest(items: [MetadataItem(key: "k", value: "v")], setTtlMs: 300)))
+            guard case .setUserMetadata(let written) = write else { throw TestFailure("unexpected \(write)") }
+            let metadata = await pushes.wait(seconds: 10) { Self.changes($0).filter { $0.kind == .userMetadata }.count >= 2 }
+            let changes = Self.changes(metadata).filter { $0.kind == .userMetadata }
+            #expect(changes.first?.storageEventType == .set && changes.first?.expiresAtMs == written.expiresAtMs)
+            #expect(written.expiresAtMs != 0)
+            #expect(changes.last?.storageEventType == .expired && changes.last?.items.isEmpty == true)
+            #expect(changes.last?.majorRevision == 0 && changes.last?.expiresAtMs == 0)
+        }
+    }
 }

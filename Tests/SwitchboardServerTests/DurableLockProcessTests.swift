@@ -7,7 +7,7 @@ import Testing
 /// A single gateway's channel locks survive a restart of the real `switchboard` executable, kill -9 included.
 @Suite struct DurableLockProcessTests {
     /// Sends `request` as `id` and returns the next message (the answer: nothing else is pending on the socket).
-    private static func ask(_ socket: RawSocket, _ id: UInt32, _ request: Request) async throws -> SwitchboardMessage? {
+    static func ask(_ socket: RawSocket, _ id: UInt32, _ request: Request) async throws -> SwitchboardMessage? {
         socket.send(.request(id: id, request))
         return try await socket.next()
     }

@@ -117,11 +117,11 @@ enum ExtremeFields {
     /// A metadata write of `scope` `name` (a channel name or a user id).
     static func write(
         _ write: Write, _ scope: Scope, _ name: String, items: [MetadataItem], majorRevision: Int64 = -1,
-        channelType: ChannelType = .message
+        channelType: ChannelType = .message, setTtlMs: Int64 = 0
     ) -> Request {
         let channel = SetChannelMetadataRequest(
-            channel: name, channelType: channelType, items: items, majorRevision: majorRevision)
-        let user = SetUserMetadataRequest(userId: name, items: items, majorRevision: majorRevision)
+            channel: name, channelType: channelType, items: items, majorRevision: majorRevision, setTtlMs: setTtlMs)
+        let user = SetUserMetadataRequest(userId: name, items: items, majorRevision: majorRevision, setTtlMs: setTtlMs)
         switch (write, scope) {
         case (.set, .channel): return .setChannelMetadata(channel)
         case (.update, .channel): return .updateChannelMetadata(channel)
@@ -191,6 +191,19 @@ enum ExtremeFields {
                             return ExtremeAttempt(
                                 label: value.0, before: before(target),
                                 request: Self.write(op, scope, target, items: [MetadataItem(key: "k", value: "w", ttlMs: value.1)]),
+                                expected: value.1 == 0 || op == .remove ? .success : .error(.invalidTtl))
+                        }))
+                // setTtlMs: 0 leaves the set's TTL; the other extremes are outside -1 and 100 ms..365 days (7017),
+                // except for remove, which ignores it (SB-13.1-10).
+                fields.append(
+                    ExtremeField(
+                        name: "\(name)\(prefix).setTtlMs",
+                        attempts: Extremes.sint.enumerated().map { index, value in
+                            let target = "st\(index)"
+                            return ExtremeAttempt(
+                                label: value.0, before: before(target),
+                                request: Self.write(
+                                    op, scope, target, items: [MetadataItem(key: "k", value: "w")], setTtlMs: value.1),
                                 expected: value.1 == 0 || op == .remove ? .success : .error(.invalidTtl))
                         }))
                 // expiresAtMs is read-only: ignored when sent.

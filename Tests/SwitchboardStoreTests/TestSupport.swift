@@ -163,12 +163,12 @@ extension MetadataStore {
     func apply(
         _ operation: MetadataOperation, _ scope: MetadataScope, _ items: [MetadataItem], majorRevision: Int64 = -1,
         recordTs: Bool = false, recordUserId: Bool = false, lock: String = "", caller: String = "alice",
-        nowMs: UInt64 = 1_000
+        nowMs: UInt64 = 1_000, setTtlMs: Int64 = 0
     ) async throws(SwitchboardStoreError) -> WriteOutcome {
         try await self.write(
             MetadataWriteRequest(
                 operation, scope: scope, items: items, majorRevision: majorRevision, recordTs: recordTs,
-                recordUserId: recordUserId, lock: lock),
+                recordUserId: recordUserId, lock: lock, setTtlMs: setTtlMs),
             caller: caller, nowMs: nowMs)
     }
 

@@ -45,7 +45,7 @@ public struct ChannelMetaSetCommand: RequestCommand {
             channel: self.target.channel, channelType: self.target.channelType,
             items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
-            recordUserId: self.record.recordUserId, lock: self.lock.lock))
+            recordUserId: self.record.recordUserId, lock: self.lock.lock, setTtlMs: self.record.setTtlMs))
     }
 }
 
@@ -72,7 +72,7 @@ public struct ChannelMetaUpdateCommand: RequestCommand {
             channel: self.target.channel, channelType: self.target.channelType,
             items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
-            recordUserId: self.record.recordUserId, lock: self.lock.lock))
+            recordUserId: self.record.recordUserId, lock: self.lock.lock, setTtlMs: self.record.setTtlMs))
     }
 }
 

@@ -35,7 +35,7 @@ public struct UserMetaSetCommand: RequestCommand {
         .setUserMetadata(SetUserMetadataRequest(
             userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
-            recordUserId: self.record.recordUserId))
+            recordUserId: self.record.recordUserId, setTtlMs: self.record.setTtlMs))
     }
 }
 
@@ -60,7 +60,7 @@ public struct UserMetaUpdateCommand: RequestCommand {
         .updateUserMetadata(SetUserMetadataRequest(
             userId: UserID.wire(self.user), items: try MetadataItems.make(self.items, revisions: self.cas.itemRevision, ttlMs: self.record.ttlMs),
             majorRevision: self.cas.majorRevision, recordTs: self.record.recordTs,
-            recordUserId: self.record.recordUserId))
+            recordUserId: self.record.recordUserId, setTtlMs: self.record.setTtlMs))
     }
 }
 

@@ -42,6 +42,11 @@ public struct RecordOptions: ParsableArguments, Sendable {
             + "never, and clears an earlier TTL).", valueName: "ms"))
     public var ttlMs: UInt64 = 0
 
+    @Option(help: ArgumentHelp(
+        "The whole set expires this many ms after the write, with one expired event (100-31536000000; -1 clears its "
+            + "TTL, write it as --set-ttl-ms=-1; default 0: the set keeps its TTL).", valueName: "ms"))
+    public var setTtlMs: Int64 = 0
+
     public init() {}
 }
 

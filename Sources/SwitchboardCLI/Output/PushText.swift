@@ -38,6 +38,7 @@ public enum PushText {
             }
         case .channelMetadata, .userMetadata:
             line += " \(change.storageEventType) majorRevision=\(change.majorRevision)"
+            line += ResponseText.setExpiry(change.expiresAtMs)
             if !change.author.isEmpty { line += " author=\(TextQuoting.quoted(change.author))" }
             line += Self.items(change.items, removed: change.storageEventType == .remove || change.storageEventType == .expired)
         case .lock:
@@ -59,6 +60,7 @@ public enum PushText {
             ? "channel \(Self.channelName(event.target, event.channelType))"
             : "user \(TextQuoting.quoted(event.target))"
         var line = "storageEvent \(event.eventType) \(target) majorRevision=\(event.majorRevision)"
+        line += ResponseText.setExpiry(event.expiresAtMs)
         if !event.publisher.isEmpty { line += " publisher=\(TextQuoting.quoted(event.publisher))" }
         if event.resumedFrom > 0 { line += " resumedFrom=\(event.resumedFrom)" }
         if event.resumeFailed { line += " resumeFailed" }

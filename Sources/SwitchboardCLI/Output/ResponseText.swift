@@ -6,14 +6,16 @@ public enum ResponseText {
     public static func lines(for response: Response) -> [String] {
         switch response {
         case .setChannelMetadata(let body), .updateChannelMetadata(let body), .removeChannelMetadata(let body):
-            return ["majorRevision \(body.majorRevision)"]
+            return ["majorRevision \(body.majorRevision)" + Self.setExpiry(body.expiresAtMs)]
         case .setUserMetadata(let body), .updateUserMetadata(let body), .removeUserMetadata(let body):
-            return ["majorRevision \(body.majorRevision)"]
+            return ["majorRevision \(body.majorRevision)" + Self.setExpiry(body.expiresAtMs)]
         case .getChannelMetadata(let body):
-            return ["majorRevision \(body.majorRevision)"] + body.items.map(Self.metadataItem)
+            return ["majorRevision \(body.majorRevision)" + Self.setExpiry(body.expiresAtMs)]
+                + body.items.map(Self.metadataItem)
         case .getUserMetadata(let body):
             let header = body.userId.isEmpty ? "" : "user \(TextQuoting.quoted(body.userId)) "
-            return ["\(header)majorRevision \(body.majorRevision)"] + body.items.map(Self.metadataItem)
+            return ["\(header)majorRevision \(body.majorRevision)" + Self.setExpiry(body.expiresAtMs)]
+                + body.items.map(Self.metadataItem)
         case .getLocks(let body):
             return body.locks.isEmpty ? ["no locks"] : body.locks.map(Self.lock)
         case .whoNow(let body):
@@ -96,6 +98,11 @@ public enum ResponseText {
             .unsubscribeProfiles, .registerProvider, .answerProvider, .unsubscribeChanges:
             return ["ok"]
         }
+    }
+
+    /// ` expires=<instant>` for a set with a TTL of its own (SB-13.1-10), nothing without.
+    public static func setExpiry(_ expiresAtMs: UInt64) -> String {
+        expiresAtMs == 0 ? "" : " expires=\(TextQuoting.instant(milliseconds: expiresAtMs))"
     }
 
     /// `key=value` and, when set, the item's revision, time, author and expiry.

@@ -115,7 +115,9 @@ enum MetadataChangeCoding {
             event.storageType == .channel
             ? MetadataScope.channel(event.target, type: event.channelType) : MetadataScope.user(event.target)
         return MetadataChange(
-            outcome: WriteOutcome(scope: scope, eventType: event.eventType, majorRevision: event.majorRevision, items: event.items),
+            outcome: WriteOutcome(
+                scope: scope, eventType: event.eventType, majorRevision: event.majorRevision, items: event.items,
+                expiresAtMs: event.expiresAtMs),
             storedRevision: storedRevision, publisher: event.publisher, timestampMs: event.timestampMs)
     }
 }

@@ -75,7 +75,8 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         if let key {
             setRows = try await connection.query(
                 """
-                SELECT s.storage_type, s.channel_type, s.name, s.major_revision, s.is_removed FROM sb_metadata_set s
+                SELECT s.storage_type, s.channel_type, s.name, s.major_revision, s.is_removed, s.expires_at
+                FROM sb_metadata_set s
                 JOIN unnest(\(key.storageTypes)::int2[], \(key.channelTypes)::int2[], \(key.names)::bytea[]) AS k(st, ct, name)
                   ON s.storage_type = k.st AND s.channel_type = k.ct AND s.name = k.name
                 WHERE s.major_revision > 0
@@ -83,16 +84,19 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
         } else {
             setRows = try await connection.query(
                 """
-                SELECT storage_type, channel_type, name, major_revision, is_removed FROM sb_metadata_set
+                SELECT storage_type, channel_type, name, major_revision, is_removed, expires_at FROM sb_metadata_set
                 WHERE major_revision > 0
                 """, by: deadline, logger: logger, "reading sets")
         }
         for row in setRows {
-            let (storageType, channelType, name, revision, removed) = try row.decode(
-                (Int16, Int16, ByteBuffer, Int64, Bool).self)
+            let (storageType, channelType, name, revision, removed, expiresAt) = try row.decode(
+                (Int16, Int16, ByteBuffer, Int64, Bool, Int64).self)
             let scope = ScopeColumns.scope(storageType, channelType, name)
             index[scope] = sets.count
-            sets.append(StoredSet(scope: scope, majorRevision: UInt64(revision), isRemoved: removed, items: []))
+            sets.append(
+                StoredSet(
+                    scope: scope, majorRevision: UInt64(revision), isRemoved: removed, items: [],
+                    expiresAtMs: UInt64(bitPattern: expiresAt)))
         }
         let itemRows: [PostgresRow]
         if let key {
@@ -198,10 +202,11 @@ final class PostgresMetadataBackend: SharedMetadataBackend {
             let sets = ScopeColumns(batch.map(\.scope))
             _ = try await self.query(
                 """
-                UPDATE sb_metadata_set s SET major_revision = u.revision, is_removed = u.removed
+                UPDATE sb_metadata_set s SET major_revision = u.revision, is_removed = u.removed, expires_at = u.expires
                 FROM unnest(\(sets.storageTypes)::int2[], \(sets.channelTypes)::int2[], \(sets.names)::bytea[],
-                            \(batch.map { Int64(bitPattern: $0.majorRevision) })::int8[], \(batch.map(\.isRemoved))::bool[])
-                  AS u(st, ct, name, revision, removed)
+                            \(batch.map { Int64(bitPattern: $0.majorRevision) })::int8[], \(batch.map(\.isRemoved))::bool[],
+                            \(batch.map { Int64(bitPattern: $0.expiresAtMs) })::int8[])
+                  AS u(st, ct, name, revision, removed, expires)
                 WHERE s.storage_type = u.st AND s.channel_type = u.ct AND s.name = u.name
                 """)
             let cleared = ScopeColumns(batch.filter(\.clearsItems).map(\.scope))

@@ -72,6 +72,8 @@ enum PostgresSchema {
         "ALTER TABLE sb_metadata_set ADD COLUMN IF NOT EXISTS lock_revision bigint NOT NULL DEFAULT 0",
         // An item's TTL deadline in ms since the Unix epoch, 0 for none (SPEC SB-13.1-9).
         "ALTER TABLE sb_metadata_item ADD COLUMN IF NOT EXISTS expires_at bigint NOT NULL DEFAULT 0",
+        // A whole set's own TTL deadline in ms since the Unix epoch, 0 for none (SPEC SB-13.1-10).
+        "ALTER TABLE sb_metadata_set ADD COLUMN IF NOT EXISTS expires_at bigint NOT NULL DEFAULT 0",
         """
         CREATE TABLE IF NOT EXISTS sb_lock (
             storage_type smallint NOT NULL,

@@ -4685,6 +4685,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4698,6 +4704,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4731,6 +4743,12 @@ enum APIOperations {
             "items": {
               "$ref": "#/components/schemas/MetadataItem"
             }
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
           }
         },
         "additionalProperties": false
@@ -4771,6 +4789,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4784,6 +4808,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4824,6 +4854,12 @@ enum APIOperations {
           "lock": {
             "type": "string",
             "description": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4837,6 +4873,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4868,6 +4910,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4881,6 +4929,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4915,6 +4969,12 @@ enum APIOperations {
           "userId": {
             "type": "string",
             "description": "The user whose set this is (the caller when the request's userId was empty)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
           }
         },
         "additionalProperties": false
@@ -4946,6 +5006,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -4959,6 +5025,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false
@@ -4990,6 +5062,12 @@ enum APIOperations {
           },
           "recordUserId": {
             "type": "boolean"
+          },
+          "setTtlMs": {
+            "type": "integer",
+            "minimum": -9223372036854775808,
+            "maximum": 9223372036854775807,
+            "description": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms."
           }
         },
         "additionalProperties": false
@@ -5003,6 +5081,12 @@ enum APIOperations {
             "minimum": 0,
             "maximum": 18446744073709551615,
             "description": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+          },
+          "expiresAtMs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 18446744073709551615,
+            "description": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
           }
         },
         "additionalProperties": false

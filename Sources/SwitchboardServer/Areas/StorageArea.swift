@@ -96,7 +96,10 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
             case .getChannelMetadata(let get):
                 let snapshot = try self.store.get(.channel(get.channel, type: get.channelType))
                 return .response(
-                    .getChannelMetadata(GetChannelMetadataResponse(majorRevision: snapshot.majorRevision, items: snapshot.items)))
+                    .getChannelMetadata(
+                        GetChannelMetadataResponse(
+                            majorRevision: snapshot.majorRevision, items: snapshot.items,
+                            expiresAtMs: snapshot.expiresAtMs)))
             case .setUserMetadata(let write):
                 return self.writeUser(.set, write, context) { .setUserMetadata($0) }
             case .updateUserMetadata(let write):
@@ -108,7 +111,9 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
                 let snapshot = try self.store.get(.user(userID))
                 return .response(
                     .getUserMetadata(
-                        GetUserMetadataResponse(majorRevision: snapshot.majorRevision, items: snapshot.items, userId: userID)))
+                        GetUserMetadataResponse(
+                            majorRevision: snapshot.majorRevision, items: snapshot.items, userId: userID,
+                            expiresAtMs: snapshot.expiresAtMs)))
             case .subscribeUserMetadata(let subscribe):
                 return try self.subscribeUser(
                     subscribe.userId.isEmpty ? caller : subscribe.userId, since: subscribe.sinceRevision, context)
@@ -181,8 +186,10 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         let request = MetadataWriteRequest(
             operation, scope: .channel(write.channel, type: write.channelType), items: write.items,
             majorRevision: write.majorRevision, recordTs: write.recordTs, recordUserId: write.recordUserId,
-            lock: write.lock)
-        return self.write(request, context) { response(SetChannelMetadataResponse(majorRevision: $0)) }
+            lock: write.lock, setTtlMs: write.setTtlMs)
+        return self.write(request, context) {
+            response(SetChannelMetadataResponse(majorRevision: $0.majorRevision, expiresAtMs: $0.expiresAtMs))
+        }
     }
 
     private func writeUser(
@@ -194,13 +201,15 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         let userID = write.userId.isEmpty ? context.session.info.userID : write.userId
         let request = MetadataWriteRequest(
             operation, scope: .user(userID), items: write.items, majorRevision: write.majorRevision,
-            recordTs: write.recordTs, recordUserId: write.recordUserId)
-        return self.write(request, context) { response(SetUserMetadataResponse(majorRevision: $0)) }
+            recordTs: write.recordTs, recordUserId: write.recordUserId, setTtlMs: write.setTtlMs)
+        return self.write(request, context) {
+            response(SetUserMetadataResponse(majorRevision: $0.majorRevision, expiresAtMs: $0.expiresAtMs))
+        }
     }
 
     private func write(
         _ request: MetadataWriteRequest, _ context: RequestContext,
-        _ response: @escaping @Sendable (UInt64) -> Response
+        _ response: @escaping @Sendable (WriteOutcome) -> Response
     ) -> RequestOutcome {
         let responder = context.responder
         let publisher = context.session.info.userID
@@ -208,7 +217,7 @@ public final class StorageArea: RequestHandler, SessionObserver, ChannelMembersh
         self.store.write(request, caller: publisher, nowMs: now) { [self] result in
             switch result {
             case .success(let outcome):
-                responder.succeed(response(outcome.majorRevision))
+                responder.succeed(response(outcome))
                 self.publish(outcome, publisher: publisher, timestampMs: now)
             case .failure(let error):
                 responder.fail(error.body)

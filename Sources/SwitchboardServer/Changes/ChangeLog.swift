@@ -195,7 +195,7 @@ public final class ChangeLog: Sendable {
                 kind: isChannel ? .channelMetadata : .userMetadata, channel: isChannel ? event.target : "",
                 channelType: isChannel ? event.channelType : .message, userId: isChannel ? "" : event.target,
                 storageEventType: event.eventType, majorRevision: event.majorRevision, items: event.items,
-                author: event.publisher, timestampMs: now)
+                author: event.publisher, timestampMs: now, expiresAtMs: event.expiresAtMs)
         case .lock(let event):
             return Change(
                 kind: .lock, channel: event.channel, channelType: event.channelType, lockEventType: event.eventType,

@@ -55,6 +55,7 @@ enum ChangeBatch {
         var majorRevision: UInt64 = 0
         var isRemoved = false
         var clearsItems = false
+        var expiresAtMs: UInt64 = 0
         var items: [UTF8Key: ItemChange.Operation] = [:]
 
         init(scope: MetadataScope) {
@@ -63,6 +64,7 @@ enum ChangeBatch {
 
         mutating func add(_ write: PendingWrite) {
             self.majorRevision = write.storedRevision
+            self.expiresAtMs = write.setExpiresAtMs
             if write.removesSet {
                 self.isRemoved = true
                 self.clearsItems = true
@@ -99,7 +101,7 @@ enum ChangeBatch {
             changes.sort { $0.key.utf8Precedes($1.key) }
             return ChangeRecord(
                 scope: self.scope, majorRevision: self.majorRevision, isRemoved: self.isRemoved,
-                clearsItems: self.clearsItems, items: changes)
+                clearsItems: self.clearsItems, items: changes, expiresAtMs: self.expiresAtMs)
         }
     }
 }

@@ -59,13 +59,18 @@ public struct StoredSet: Sendable, Hashable {
     public var isRemoved: Bool
     /// The items in insertion order (none for a tombstone).
     public var items: [MetadataItem]
+    /// When the whole set expires, in ms since the Unix epoch; 0: never (`Protocol/SPEC.md` SB-13.1-10).
+    public var expiresAtMs: UInt64
 
     /// Creates a stored set.
-    public init(scope: MetadataScope, majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem]) {
+    public init(
+        scope: MetadataScope, majorRevision: UInt64, isRemoved: Bool, items: [MetadataItem], expiresAtMs: UInt64 = 0
+    ) {
         self.scope = scope
         self.majorRevision = majorRevision
         self.isRemoved = isRemoved
         self.items = items
+        self.expiresAtMs = expiresAtMs
     }
 }
 
@@ -81,14 +86,20 @@ public struct ChangeRecord: Sendable, Hashable {
     public var clearsItems: Bool
     /// Item changes, sorted by key in UTF-8 byte order, at most one per key.
     public var items: [ItemChange]
+    /// The set's own deadline after the batch, in ms since the Unix epoch; 0: none (`Protocol/SPEC.md` SB-13.1-10).
+    public var expiresAtMs: UInt64
 
     /// Creates a record.
-    public init(scope: MetadataScope, majorRevision: UInt64, isRemoved: Bool, clearsItems: Bool, items: [ItemChange]) {
+    public init(
+        scope: MetadataScope, majorRevision: UInt64, isRemoved: Bool, clearsItems: Bool, items: [ItemChange],
+        expiresAtMs: UInt64 = 0
+    ) {
         self.scope = scope
         self.majorRevision = majorRevision
         self.isRemoved = isRemoved
         self.clearsItems = clearsItems
         self.items = items
+        self.expiresAtMs = expiresAtMs
     }
 }
 

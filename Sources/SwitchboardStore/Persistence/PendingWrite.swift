@@ -19,6 +19,8 @@ struct PendingWrite: Sendable {
     var storedRevision: UInt64
     /// set/update: the written items; remove: the removed keys.
     var items: [MetadataItem]
+    /// The set's own deadline after the write (SB-13.1-10); 0: none.
+    var setExpiresAtMs: UInt64
     /// Acknowledge-after-commit: a write refused by a rule of the set's state (a revision conflict, a missing set or
     /// item, the size limit) while the set had writes not committed yet. It changed nothing and is not stored; its
     /// refusal is answered once the writes before it committed (it was decided against them), or `8001` if they fail.
@@ -46,6 +48,7 @@ struct PendingWrite: Sendable {
         self.removesSet = applied.removesSet
         self.storedRevision = applied.storedRevision
         self.items = applied.outcome.items
+        self.setExpiresAtMs = applied.outcome.expiresAtMs
         self.refusal = nil
         self.completion = completion
         self.announced = announced
@@ -64,6 +67,7 @@ struct PendingWrite: Sendable {
         self.removesSet = false
         self.storedRevision = 0
         self.items = []
+        self.setExpiresAtMs = 0
         self.refusal = Refusal(error: refusal)
         self.completion = completion
         self.announced = false
@@ -75,7 +79,8 @@ struct PendingWrite: Sendable {
         return .success(
             WriteOutcome(
                 scope: self.scope, eventType: self.eventType,
-                majorRevision: self.removesSet ? 0 : self.storedRevision, items: self.items))
+                majorRevision: self.removesSet ? 0 : self.storedRevision, items: self.items,
+                expiresAtMs: self.setExpiresAtMs))
     }
 }
 

@@ -95,6 +95,7 @@ public final class SQLiteBackend: MetadataBackend {
                 upsertSet.bind(scope.name, at: 3)
                 upsertSet.bind(Int64(truncatingIfNeeded: record.majorRevision), at: 4)
                 upsertSet.bind(record.isRemoved, at: 5)
+                upsertSet.bind(Int64(truncatingIfNeeded: record.expiresAtMs), at: 6)
                 try upsertSet.execute()
             }
             let clear = RawStatement(try db.cachedStatement(sql: SQLiteSchema.clearItems))
@@ -163,7 +164,7 @@ public final class SQLiteBackend: MetadataBackend {
             sets.append(
                 StoredSet(
                     scope: scope, majorRevision: UInt64(truncatingIfNeeded: row[3] as Int64), isRemoved: row[4],
-                    items: []))
+                    items: [], expiresAtMs: UInt64(truncatingIfNeeded: row[5] as Int64)))
         }
 
         var current = -1

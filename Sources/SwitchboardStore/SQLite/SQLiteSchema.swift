@@ -8,7 +8,8 @@ import GRDB
 /// scope order, so a batch sorted by key writes each B-tree sequentially and a load reads both in one ordered
 /// pass. `store_health` is the row a health probe writes. A user set has `channel_type` 0. `channel_locks` has one
 /// row per channel with locks: its lock revision and its locks, JSON-encoded (``SQLiteLockFile``). An item's
-/// `expires_at` is its expiry in ms since the Unix epoch, 0 when it has no TTL (`Protocol/SPEC.md` SB-13.1-9).
+/// `expires_at` is its expiry in ms since the Unix epoch, 0 when it has no TTL (`Protocol/SPEC.md` SB-13.1-9); a
+/// set's `expires_at` is the whole set's (SB-13.1-10).
 /// `webhook_outbox` and `webhook_dead_letters` are the webhook outbox (``WebhookOutboxTable``).
 enum SQLiteSchema {
     static let schema = SQLiteFile.Schema(migrations: [
@@ -61,12 +62,20 @@ enum SQLiteSchema {
                     """
         ),
         ("v4-webhook-outbox", WebhookOutboxTable.createSQL),
+        (
+            "v5-set-expiry",
+            """
+                    ALTER TABLE metadata_set ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+                    """
+        ),
     ])
 
     static let upsertSet = """
-        INSERT INTO metadata_set (storage_type, channel_type, name, major_revision, removed) VALUES (?, ?, ?, ?, ?)
+        INSERT INTO metadata_set (storage_type, channel_type, name, major_revision, removed, expires_at)
+        VALUES (?, ?, ?, ?, ?, ?)
         ON CONFLICT (storage_type, channel_type, name)
-        DO UPDATE SET major_revision = excluded.major_revision, removed = excluded.removed
+        DO UPDATE SET major_revision = excluded.major_revision, removed = excluded.removed,
+            expires_at = excluded.expires_at
         """
 
     static let clearItems = """
@@ -100,7 +109,7 @@ enum SQLiteSchema {
     static let probe = "UPDATE store_health SET probes = probes + 1 WHERE id = 1"
 
     static let selectSets = """
-        SELECT storage_type, channel_type, name, major_revision, removed FROM metadata_set
+        SELECT storage_type, channel_type, name, major_revision, removed, expires_at FROM metadata_set
         ORDER BY storage_type, channel_type, name
         """
 

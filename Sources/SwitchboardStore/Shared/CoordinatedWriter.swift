@@ -174,16 +174,36 @@ final class CoordinatedWriter: Sendable {
                     for set in try await transaction.readSets(stale) { read[set.scope] = set }
                     for scope in stale {
                         sets[scope] = read[scope].map {
-                            MetadataSet(majorRevision: $0.majorRevision, isRemoved: $0.isRemoved, items: $0.items)
+                            MetadataSet(
+                                majorRevision: $0.majorRevision, isRemoved: $0.isRemoved, items: $0.items,
+                                expiresAtMs: $0.expiresAtMs)
                         }
                     }
                 }
                 var applied: [PendingWrite] = []
                 var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
                 var changes: [MetadataChange] = []
+                var setExpiries: [WriteOutcome] = []
                 for write in batch {
+                    // A set past its own deadline expires first, as a change of its own (SB-13.1-10): for the sweep
+                    // that asked, and before a write that meets it (its expired event goes out before the write's).
+                    let scope = write.request.scope
+                    if sets[scope]?.isExpiredWhole(at: write.nowMs) == true {
+                        let (expiry, _) = MetadataSet.expireWhole(&sets[scope], scope: scope, nowMs: write.nowMs)
+                        if let expiry {
+                            applied.append(PendingWrite(expiry, shardIndex: 0, sequence: 0, completion: nil))
+                            changes.append(
+                                MetadataChange(
+                                    outcome: expiry.outcome, storedRevision: expiry.storedRevision, publisher: "",
+                                    timestampMs: write.nowMs))
+                            if write.isExpiry {
+                                results.append(.success(expiry.outcome))
+                                continue
+                            }
+                            setExpiries.append(expiry.outcome)
+                        }
+                    }
                     if write.isExpiry {
-                        let scope = write.request.scope
                         let (expiry, _) = MetadataSet.expire(&sets[scope], scope: scope, nowMs: write.nowMs)
                         guard let expiry else {
                             // Expired by another gateway first, or written again meanwhile: nothing to report.
@@ -211,7 +231,7 @@ final class CoordinatedWriter: Sendable {
                         results.append(.failure(error))
                     }
                 }
-                decided.set(sets: sets, results: results)
+                decided.set(sets: sets, results: results, setExpiries: setExpiries)
                 guard !applied.isEmpty else { return }
                 // Their webhooks go in this transaction: stored with the writes or not at all.
                 var webhooks: [WebhookDelivery] = []
@@ -242,6 +262,8 @@ final class CoordinatedWriter: Sendable {
         // Committed: readers see the batch from here on, then its writers are answered (and publish its events).
         store.webhookHook.committed(decided.webhooks)
         store.installDecided(decided.sets)
+        // Sets a write met past their deadline: their expired events go out before the writes' answers and events.
+        for outcome in decided.setExpiries { store.expiryCompletion(.success(outcome)) }
         for (write, result) in zip(batch, decided.results) { write.completion(result) }
     }
 }
@@ -312,9 +334,14 @@ private final class DecidedBatch: @unchecked Sendable {
     private(set) var results: [Result<WriteOutcome, SwitchboardStoreError>] = []
     /// The webhook deliveries the transaction inserted.
     var webhooks: [WebhookDelivery] = []
+    private(set) var setExpiries: [WriteOutcome] = []
 
-    func set(sets: [MetadataScope: MetadataSet], results: [Result<WriteOutcome, SwitchboardStoreError>]) {
+    func set(
+        sets: [MetadataScope: MetadataSet], results: [Result<WriteOutcome, SwitchboardStoreError>],
+        setExpiries: [WriteOutcome]
+    ) {
         self.sets = sets
         self.results = results
+        self.setExpiries = setExpiries
     }
 }

@@ -53,6 +53,8 @@ extension MetadataStore {
             if set.earliestExpiryMs != 0, set.earliestExpiryMs != scheduled {
                 state.expiries.push(set.earliestExpiryMs, scope)
             }
+            let setDeadline = set.scheduleSetExpiry()
+            if setDeadline != 0 { state.expiries.push(setDeadline, scope) }
             state.sets[scope] = set
             return true
         }
@@ -63,10 +65,13 @@ extension MetadataStore {
         for stored in sets {
             self.shard(for: stored.scope).state.withLock { state in
                 guard (state.sets[stored.scope]?.majorRevision ?? 0) < stored.majorRevision else { return }
-                let set = MetadataSet(majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items)
+                let set = MetadataSet(
+                    majorRevision: stored.majorRevision, isRemoved: stored.isRemoved, items: stored.items,
+                    expiresAtMs: stored.expiresAtMs)
                 if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[stored.scope]?.earliestExpiryMs {
                     state.expiries.push(set.earliestExpiryMs, stored.scope)
                 }
+                if set.expiresAtMs != 0 { state.expiries.push(set.expiresAtMs, stored.scope) }
                 state.sets[stored.scope] = set
             }
         }
@@ -120,6 +125,10 @@ extension MetadataStore {
                 if set.earliestExpiryMs != 0, set.earliestExpiryMs != state.sets[scope]?.earliestExpiryMs {
                     state.expiries.push(set.earliestExpiryMs, scope)
                 }
+                // A set deadline the batch set or moved gets an entry (an extra entry costs one look).
+                if set.expiresAtMs != 0, set.expiresAtMs != state.sets[scope]?.expiresAtMs {
+                    state.expiries.push(set.expiresAtMs, scope)
+                }
                 state.sets[scope] = set
             }
         }
@@ -132,6 +141,6 @@ extension MetadataSet {
         self.replay(
             items: change.outcome.items,
             removesItems: change.outcome.eventType == .remove || change.outcome.eventType == .expired,
-            removesSet: change.removesSet)
+            removesSet: change.removesSet, expiresAtMs: change.outcome.expiresAtMs)
     }
 }

@@ -99,8 +99,10 @@ public struct MetadataChange: Sendable, Hashable {
         self.timestampMs = timestampMs
     }
 
-    /// Whether the write removed the whole set.
-    public var removesSet: Bool { self.outcome.eventType == .remove && self.outcome.items.isEmpty }
+    /// Whether the write removed the whole set: a whole-set remove, or the set's own TTL ending (SB-13.1-10).
+    public var removesSet: Bool {
+        (self.outcome.eventType == .remove || self.outcome.eventType == .expired) && self.outcome.items.isEmpty
+    }
 
     /// The storage event subscribers get.
     public var storageEvent: StorageEvent {

@@ -134,7 +134,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let broadcastTooLarge = ErrorCode(rawValue: 7015)
     /// 7016: rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds.
     public static let invalidRewind = ErrorCode(rawValue: 7016)
-    /// 7017: An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms).
+    /// 7017: An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms) (key: the item's); or a write's setTtlMs is not -1, 0 or between 100 ms and 365 days (no key).
     public static let invalidTtl = ErrorCode(rawValue: 7017)
     /// 7021: A last will action names an operation a will cannot run, or fields that operation does not have; the message says which action.
     public static let invalidWillAction = ErrorCode(rawValue: 7021)

@@ -1963,6 +1963,7 @@ extension ResumeEventsResponse: JSONRepresentable {
 /// | 5 | recordTs | bool |
 /// | 6 | recordUserId | bool |
 /// | 7 | lock | string |
+/// | 8 | setTtlMs | sint |
 public struct SetChannelMetadataRequest: WireCodable {
     public var channel: String
     public var channelType: ChannelType
@@ -1975,9 +1976,11 @@ public struct SetChannelMetadataRequest: WireCodable {
     public var recordUserId: Bool
     /// If not empty, the call succeeds only if the caller holds this lock on the channel.
     public var lock: String
+    /// set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests.
+    public var setTtlMs: Int64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(channel: String = "", channelType: ChannelType = .message, items: [MetadataItem] = [], majorRevision: Int64 = -1, recordTs: Bool = false, recordUserId: Bool = false, lock: String = "") {
+    public init(channel: String = "", channelType: ChannelType = .message, items: [MetadataItem] = [], majorRevision: Int64 = -1, recordTs: Bool = false, recordUserId: Bool = false, lock: String = "", setTtlMs: Int64 = 0) {
         self.channel = channel
         self.channelType = channelType
         self.items = items
@@ -1985,6 +1988,7 @@ public struct SetChannelMetadataRequest: WireCodable {
         self.recordTs = recordTs
         self.recordUserId = recordUserId
         self.lock = lock
+        self.setTtlMs = setTtlMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2013,6 +2017,9 @@ public struct SetChannelMetadataRequest: WireCodable {
             case 7:
                 try reader.require(field.wireType, is: .lengthDelimited, field: 7)
                 self.lock = try reader.readString()
+            case 8:
+                try reader.require(field.wireType, is: .varint, field: 8)
+                self.setTtlMs = try reader.readSignedVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2028,6 +2035,7 @@ public struct SetChannelMetadataRequest: WireCodable {
         if !(!self.recordTs) { size += WireField.varintFieldSize(5, (self.recordTs ? 1 : 0)) }
         if !(!self.recordUserId) { size += WireField.varintFieldSize(6, (self.recordUserId ? 1 : 0)) }
         if !(self.lock.isEmpty) { size += WireField.stringFieldSize(7, self.lock) }
+        if !(self.setTtlMs == 0) { size += WireField.varintFieldSize(8, Varint.zigzag(self.setTtlMs)) }
         return size
     }
 
@@ -2039,6 +2047,7 @@ public struct SetChannelMetadataRequest: WireCodable {
         if !(!self.recordTs) { writer.writeVarintField(5, (self.recordTs ? 1 : 0)) }
         if !(!self.recordUserId) { writer.writeVarintField(6, (self.recordUserId ? 1 : 0)) }
         if !(self.lock.isEmpty) { writer.writeStringField(7, self.lock) }
+        if !(self.setTtlMs == 0) { writer.writeVarintField(8, Varint.zigzag(self.setTtlMs)) }
     }
 }
 
@@ -2052,6 +2061,7 @@ extension SetChannelMetadataRequest: JSONRepresentable {
         if !(!self.recordTs) { members.append(("recordTs", .bool(self.recordTs))) }
         if !(!self.recordUserId) { members.append(("recordUserId", .bool(self.recordUserId))) }
         if !(self.lock.isEmpty) { members.append(("lock", .string(self.lock))) }
+        if !(self.setTtlMs == 0) { members.append(("setTtlMs", .int(self.setTtlMs))) }
         return .object(members)
     }
 
@@ -2069,6 +2079,7 @@ extension SetChannelMetadataRequest: JSONRepresentable {
             case "recordTs": self.recordTs = try JSONField.bool(member.value, "recordTs")
             case "recordUserId": self.recordUserId = try JSONField.bool(member.value, "recordUserId")
             case "lock": self.lock = try JSONField.string(member.value, "lock")
+            case "setTtlMs": self.setTtlMs = try JSONField.int64(member.value, "setTtlMs")
             default: throw SwitchboardWireError(.malformedBody, "json: SetChannelMetadataRequest has no field \(member.key)")
             }
         }
@@ -2080,13 +2091,17 @@ extension SetChannelMetadataRequest: JSONRepresentable {
 /// | # | field | type |
 /// |---|---|---|
 /// | 1 | majorRevision | uint |
+/// | 2 | expiresAtMs | uint |
 public struct SetChannelMetadataResponse: WireCodable {
     /// The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist).
     public var majorRevision: UInt64
+    /// Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(majorRevision: UInt64 = 0) {
+    public init(majorRevision: UInt64 = 0, expiresAtMs: UInt64 = 0) {
         self.majorRevision = majorRevision
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2096,6 +2111,9 @@ public struct SetChannelMetadataResponse: WireCodable {
             case 1:
                 try reader.require(field.wireType, is: .varint, field: 1)
                 self.majorRevision = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2105,11 +2123,13 @@ public struct SetChannelMetadataResponse: WireCodable {
     public var wireSize: Int {
         var size = 0
         if !(self.majorRevision == 0) { size += WireField.varintFieldSize(1, self.majorRevision) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(2, self.expiresAtMs) }
         return size
     }
 
     public func encode(to writer: inout WireWriter) {
         if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(2, self.expiresAtMs) }
     }
 }
 
@@ -2117,6 +2137,7 @@ extension SetChannelMetadataResponse: JSONRepresentable {
     public var jsonValue: JSONValue {
         var members: [(key: String, value: JSONValue)] = []
         if !(self.majorRevision == 0) { members.append(("majorRevision", .uint(self.majorRevision))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -2125,6 +2146,7 @@ extension SetChannelMetadataResponse: JSONRepresentable {
         for member in try JSONField.object(json, "SetChannelMetadataResponse") {
             switch member.key {
             case "majorRevision": self.majorRevision = try JSONField.uint64(member.value, "majorRevision")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: SetChannelMetadataResponse has no field \(member.key)")
             }
         }
@@ -2202,15 +2224,19 @@ extension GetChannelMetadataRequest: JSONRepresentable {
 /// |---|---|---|
 /// | 1 | majorRevision | uint |
 /// | 2 | items | repeated MetadataItem |
+/// | 3 | expiresAtMs | uint |
 public struct GetChannelMetadataResponse: WireCodable {
     /// Always >= 0 (0: the set does not exist).
     public var majorRevision: UInt64
     public var items: [MetadataItem]
+    /// Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(majorRevision: UInt64 = 0, items: [MetadataItem] = []) {
+    public init(majorRevision: UInt64 = 0, items: [MetadataItem] = [], expiresAtMs: UInt64 = 0) {
         self.majorRevision = majorRevision
         self.items = items
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2224,6 +2250,9 @@ public struct GetChannelMetadataResponse: WireCodable {
                 try reader.require(field.wireType, is: .lengthDelimited, field: 2)
                 try reader.requireRoom(in: self.items.count, field: 2)
                 self.items.append(try reader.readMessage(MetadataItem.self))
+            case 3:
+                try reader.require(field.wireType, is: .varint, field: 3)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2234,12 +2263,14 @@ public struct GetChannelMetadataResponse: WireCodable {
         var size = 0
         if !(self.majorRevision == 0) { size += WireField.varintFieldSize(1, self.majorRevision) }
         for element in self.items { size += WireField.lengthDelimitedFieldSize(2, length: element.wireSize) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(3, self.expiresAtMs) }
         return size
     }
 
     public func encode(to writer: inout WireWriter) {
         if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
         for element in self.items { writer.writeMessageField(2, element) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(3, self.expiresAtMs) }
     }
 }
 
@@ -2248,6 +2279,7 @@ extension GetChannelMetadataResponse: JSONRepresentable {
         var members: [(key: String, value: JSONValue)] = []
         if !(self.majorRevision == 0) { members.append(("majorRevision", .uint(self.majorRevision))) }
         if !self.items.isEmpty { members.append(("items", .array(self.items.map { $0.jsonValue }))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -2260,6 +2292,7 @@ extension GetChannelMetadataResponse: JSONRepresentable {
                 for element in try JSONField.array(member.value, "items") {
                     self.items.append(try MetadataItem(json: element))
                 }
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: GetChannelMetadataResponse has no field \(member.key)")
             }
         }
@@ -2275,6 +2308,7 @@ extension GetChannelMetadataResponse: JSONRepresentable {
 /// | 3 | majorRevision | sint |
 /// | 4 | recordTs | bool |
 /// | 5 | recordUserId | bool |
+/// | 6 | setTtlMs | sint |
 public struct SetUserMetadataRequest: WireCodable {
     /// Empty means the caller.
     public var userId: String
@@ -2283,14 +2317,17 @@ public struct SetUserMetadataRequest: WireCodable {
     public var majorRevision: Int64
     public var recordTs: Bool
     public var recordUserId: Bool
+    /// set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests.
+    public var setTtlMs: Int64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(userId: String = "", items: [MetadataItem] = [], majorRevision: Int64 = -1, recordTs: Bool = false, recordUserId: Bool = false) {
+    public init(userId: String = "", items: [MetadataItem] = [], majorRevision: Int64 = -1, recordTs: Bool = false, recordUserId: Bool = false, setTtlMs: Int64 = 0) {
         self.userId = userId
         self.items = items
         self.majorRevision = majorRevision
         self.recordTs = recordTs
         self.recordUserId = recordUserId
+        self.setTtlMs = setTtlMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2313,6 +2350,9 @@ public struct SetUserMetadataRequest: WireCodable {
             case 5:
                 try reader.require(field.wireType, is: .varint, field: 5)
                 self.recordUserId = try reader.readBool()
+            case 6:
+                try reader.require(field.wireType, is: .varint, field: 6)
+                self.setTtlMs = try reader.readSignedVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2326,6 +2366,7 @@ public struct SetUserMetadataRequest: WireCodable {
         if !(self.majorRevision == -1) { size += WireField.varintFieldSize(3, Varint.zigzag(self.majorRevision)) }
         if !(!self.recordTs) { size += WireField.varintFieldSize(4, (self.recordTs ? 1 : 0)) }
         if !(!self.recordUserId) { size += WireField.varintFieldSize(5, (self.recordUserId ? 1 : 0)) }
+        if !(self.setTtlMs == 0) { size += WireField.varintFieldSize(6, Varint.zigzag(self.setTtlMs)) }
         return size
     }
 
@@ -2335,6 +2376,7 @@ public struct SetUserMetadataRequest: WireCodable {
         if !(self.majorRevision == -1) { writer.writeVarintField(3, Varint.zigzag(self.majorRevision)) }
         if !(!self.recordTs) { writer.writeVarintField(4, (self.recordTs ? 1 : 0)) }
         if !(!self.recordUserId) { writer.writeVarintField(5, (self.recordUserId ? 1 : 0)) }
+        if !(self.setTtlMs == 0) { writer.writeVarintField(6, Varint.zigzag(self.setTtlMs)) }
     }
 }
 
@@ -2346,6 +2388,7 @@ extension SetUserMetadataRequest: JSONRepresentable {
         if !(self.majorRevision == -1) { members.append(("majorRevision", .int(self.majorRevision))) }
         if !(!self.recordTs) { members.append(("recordTs", .bool(self.recordTs))) }
         if !(!self.recordUserId) { members.append(("recordUserId", .bool(self.recordUserId))) }
+        if !(self.setTtlMs == 0) { members.append(("setTtlMs", .int(self.setTtlMs))) }
         return .object(members)
     }
 
@@ -2361,6 +2404,7 @@ extension SetUserMetadataRequest: JSONRepresentable {
             case "majorRevision": self.majorRevision = try JSONField.int64(member.value, "majorRevision")
             case "recordTs": self.recordTs = try JSONField.bool(member.value, "recordTs")
             case "recordUserId": self.recordUserId = try JSONField.bool(member.value, "recordUserId")
+            case "setTtlMs": self.setTtlMs = try JSONField.int64(member.value, "setTtlMs")
             default: throw SwitchboardWireError(.malformedBody, "json: SetUserMetadataRequest has no field \(member.key)")
             }
         }
@@ -2372,13 +2416,17 @@ extension SetUserMetadataRequest: JSONRepresentable {
 /// | # | field | type |
 /// |---|---|---|
 /// | 1 | majorRevision | uint |
+/// | 2 | expiresAtMs | uint |
 public struct SetUserMetadataResponse: WireCodable {
     /// The set's new majorRevision. Always >= 0 (0: the set does not exist).
     public var majorRevision: UInt64
+    /// Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(majorRevision: UInt64 = 0) {
+    public init(majorRevision: UInt64 = 0, expiresAtMs: UInt64 = 0) {
         self.majorRevision = majorRevision
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2388,6 +2436,9 @@ public struct SetUserMetadataResponse: WireCodable {
             case 1:
                 try reader.require(field.wireType, is: .varint, field: 1)
                 self.majorRevision = try reader.readVarint()
+            case 2:
+                try reader.require(field.wireType, is: .varint, field: 2)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2397,11 +2448,13 @@ public struct SetUserMetadataResponse: WireCodable {
     public var wireSize: Int {
         var size = 0
         if !(self.majorRevision == 0) { size += WireField.varintFieldSize(1, self.majorRevision) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(2, self.expiresAtMs) }
         return size
     }
 
     public func encode(to writer: inout WireWriter) {
         if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(2, self.expiresAtMs) }
     }
 }
 
@@ -2409,6 +2462,7 @@ extension SetUserMetadataResponse: JSONRepresentable {
     public var jsonValue: JSONValue {
         var members: [(key: String, value: JSONValue)] = []
         if !(self.majorRevision == 0) { members.append(("majorRevision", .uint(self.majorRevision))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -2417,6 +2471,7 @@ extension SetUserMetadataResponse: JSONRepresentable {
         for member in try JSONField.object(json, "SetUserMetadataResponse") {
             switch member.key {
             case "majorRevision": self.majorRevision = try JSONField.uint64(member.value, "majorRevision")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: SetUserMetadataResponse has no field \(member.key)")
             }
         }
@@ -2485,18 +2540,22 @@ extension GetUserMetadataRequest: JSONRepresentable {
 /// | 1 | majorRevision | uint |
 /// | 2 | items | repeated MetadataItem |
 /// | 3 | userId | string |
+/// | 4 | expiresAtMs | uint |
 public struct GetUserMetadataResponse: WireCodable {
     /// Always >= 0 (0: the set does not exist).
     public var majorRevision: UInt64
     public var items: [MetadataItem]
     /// The user whose set this is (the caller when the request's userId was empty).
     public var userId: String
+    /// Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(majorRevision: UInt64 = 0, items: [MetadataItem] = [], userId: String = "") {
+    public init(majorRevision: UInt64 = 0, items: [MetadataItem] = [], userId: String = "", expiresAtMs: UInt64 = 0) {
         self.majorRevision = majorRevision
         self.items = items
         self.userId = userId
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -2513,6 +2572,9 @@ public struct GetUserMetadataResponse: WireCodable {
             case 3:
                 try reader.require(field.wireType, is: .lengthDelimited, field: 3)
                 self.userId = try reader.readString()
+            case 4:
+                try reader.require(field.wireType, is: .varint, field: 4)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -2524,6 +2586,7 @@ public struct GetUserMetadataResponse: WireCodable {
         if !(self.majorRevision == 0) { size += WireField.varintFieldSize(1, self.majorRevision) }
         for element in self.items { size += WireField.lengthDelimitedFieldSize(2, length: element.wireSize) }
         if !(self.userId.isEmpty) { size += WireField.stringFieldSize(3, self.userId) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(4, self.expiresAtMs) }
         return size
     }
 
@@ -2531,6 +2594,7 @@ public struct GetUserMetadataResponse: WireCodable {
         if !(self.majorRevision == 0) { writer.writeVarintField(1, self.majorRevision) }
         for element in self.items { writer.writeMessageField(2, element) }
         if !(self.userId.isEmpty) { writer.writeStringField(3, self.userId) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(4, self.expiresAtMs) }
     }
 }
 
@@ -2540,6 +2604,7 @@ extension GetUserMetadataResponse: JSONRepresentable {
         if !(self.majorRevision == 0) { members.append(("majorRevision", .uint(self.majorRevision))) }
         if !self.items.isEmpty { members.append(("items", .array(self.items.map { $0.jsonValue }))) }
         if !(self.userId.isEmpty) { members.append(("userId", .string(self.userId))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -2553,6 +2618,7 @@ extension GetUserMetadataResponse: JSONRepresentable {
                     self.items.append(try MetadataItem(json: element))
                 }
             case "userId": self.userId = try JSONField.string(member.value, "userId")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: GetUserMetadataResponse has no field \(member.key)")
             }
         }
@@ -8001,6 +8067,7 @@ extension GoAway: JSONRepresentable {
 /// | 9 | resumedFrom | uint |
 /// | 10 | removedKeys | repeated string |
 /// | 11 | resumeFailed | bool |
+/// | 12 | expiresAtMs | uint |
 public struct StorageEvent: WireCodable {
     public var storageType: StorageType
     public var eventType: StorageEventType
@@ -8010,7 +8077,7 @@ public struct StorageEvent: WireCodable {
     public var channelType: ChannelType
     /// The set's majorRevision after the change.
     public var majorRevision: UInt64
-    /// snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys.
+    /// snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys (none when the whole set expired: majorRevision 0).
     public var items: [MetadataItem]
     /// Who made the change; empty for expired (the server).
     public var publisher: String
@@ -8021,9 +8088,11 @@ public struct StorageEvent: WireCodable {
     public var removedKeys: [String]
     /// On a snapshot answering a resume that cannot be given as changes (the revision is too old, from the future, of a removed set, or from before the gateway started): the items are the whole set.
     public var resumeFailed: Bool
+    /// Server time in ms when the whole set expires (SPEC.md SB-13.1-10), after the change (snapshot: as read); 0 when it has no TTL or no longer exists (remove of the whole set, expired of the whole set).
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(storageType: StorageType = .user, eventType: StorageEventType = .snapshot, target: String = "", channelType: ChannelType = .message, majorRevision: UInt64 = 0, items: [MetadataItem] = [], publisher: String = "", timestampMs: UInt64 = 0, resumedFrom: UInt64 = 0, removedKeys: [String] = [], resumeFailed: Bool = false) {
+    public init(storageType: StorageType = .user, eventType: StorageEventType = .snapshot, target: String = "", channelType: ChannelType = .message, majorRevision: UInt64 = 0, items: [MetadataItem] = [], publisher: String = "", timestampMs: UInt64 = 0, resumedFrom: UInt64 = 0, removedKeys: [String] = [], resumeFailed: Bool = false, expiresAtMs: UInt64 = 0) {
         self.storageType = storageType
         self.eventType = eventType
         self.target = target
@@ -8035,6 +8104,7 @@ public struct StorageEvent: WireCodable {
         self.resumedFrom = resumedFrom
         self.removedKeys = removedKeys
         self.resumeFailed = resumeFailed
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -8076,6 +8146,9 @@ public struct StorageEvent: WireCodable {
             case 11:
                 try reader.require(field.wireType, is: .varint, field: 11)
                 self.resumeFailed = try reader.readBool()
+            case 12:
+                try reader.require(field.wireType, is: .varint, field: 12)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -8095,6 +8168,7 @@ public struct StorageEvent: WireCodable {
         if !(self.resumedFrom == 0) { size += WireField.varintFieldSize(9, self.resumedFrom) }
         for element in self.removedKeys { size += WireField.stringFieldSize(10, element) }
         if !(!self.resumeFailed) { size += WireField.varintFieldSize(11, (self.resumeFailed ? 1 : 0)) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(12, self.expiresAtMs) }
         return size
     }
 
@@ -8110,6 +8184,7 @@ public struct StorageEvent: WireCodable {
         if !(self.resumedFrom == 0) { writer.writeVarintField(9, self.resumedFrom) }
         for element in self.removedKeys { writer.writeStringField(10, element) }
         if !(!self.resumeFailed) { writer.writeVarintField(11, (self.resumeFailed ? 1 : 0)) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(12, self.expiresAtMs) }
     }
 }
 
@@ -8127,6 +8202,7 @@ extension StorageEvent: JSONRepresentable {
         if !(self.resumedFrom == 0) { members.append(("resumedFrom", .uint(self.resumedFrom))) }
         if !self.removedKeys.isEmpty { members.append(("removedKeys", .array(self.removedKeys.map { .string($0) }))) }
         if !(!self.resumeFailed) { members.append(("resumeFailed", .bool(self.resumeFailed))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -8151,6 +8227,7 @@ extension StorageEvent: JSONRepresentable {
                     self.removedKeys.append(try JSONField.string(element, "removedKeys"))
                 }
             case "resumeFailed": self.resumeFailed = try JSONField.bool(member.value, "resumeFailed")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: StorageEvent has no field \(member.key)")
             }
         }
@@ -8898,6 +8975,7 @@ extension Unsubscribed: JSONRepresentable {
 /// | 14 | lockEventType | LockEventType |
 /// | 15 | locks | repeated LockDetail |
 /// | 16 | timestampMs | uint |
+/// | 17 | expiresAtMs | uint |
 public struct Change: WireCodable {
     /// The change's position in this node's change log (increasing by 1 per change the node learns, of every kind and channel).
     public var position: UInt64
@@ -8914,7 +8992,7 @@ public struct Change: WireCodable {
     public var onlineValue: UInt64
     /// online: the client types the user is online on after the change.
     public var onlineClientTypes: [ClientType]
-    /// Metadata kinds: set, update or remove.
+    /// Metadata kinds: set, update, remove or expired.
     public var storageEventType: StorageEventType
     /// Metadata kinds: the set's majorRevision after the change.
     public var majorRevision: UInt64
@@ -8927,9 +9005,11 @@ public struct Change: WireCodable {
     public var locks: [LockDetail]
     /// When the node learned the change (server ms).
     public var timestampMs: UInt64
+    /// Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has none or no longer exists.
+    public var expiresAtMs: UInt64
 
     /// Creates a value; every field defaults to its wire default.
-    public init(position: UInt64 = 0, kind: ChangeKind = .presenceJoin, channel: String = "", channelType: ChannelType = .message, userId: String = "", states: [StateItem] = [], totalOccupancy: UInt64 = 0, onlineValue: UInt64 = 0, onlineClientTypes: [ClientType] = [], storageEventType: StorageEventType = .set, majorRevision: UInt64 = 0, items: [MetadataItem] = [], author: String = "", lockEventType: LockEventType = .set, locks: [LockDetail] = [], timestampMs: UInt64 = 0) {
+    public init(position: UInt64 = 0, kind: ChangeKind = .presenceJoin, channel: String = "", channelType: ChannelType = .message, userId: String = "", states: [StateItem] = [], totalOccupancy: UInt64 = 0, onlineValue: UInt64 = 0, onlineClientTypes: [ClientType] = [], storageEventType: StorageEventType = .set, majorRevision: UInt64 = 0, items: [MetadataItem] = [], author: String = "", lockEventType: LockEventType = .set, locks: [LockDetail] = [], timestampMs: UInt64 = 0, expiresAtMs: UInt64 = 0) {
         self.position = position
         self.kind = kind
         self.channel = channel
@@ -8946,6 +9026,7 @@ public struct Change: WireCodable {
         self.lockEventType = lockEventType
         self.locks = locks
         self.timestampMs = timestampMs
+        self.expiresAtMs = expiresAtMs
     }
 
     public init(from reader: inout WireReader) throws(SwitchboardWireError) {
@@ -9012,6 +9093,9 @@ public struct Change: WireCodable {
             case 16:
                 try reader.require(field.wireType, is: .varint, field: 16)
                 self.timestampMs = try reader.readVarint()
+            case 17:
+                try reader.require(field.wireType, is: .varint, field: 17)
+                self.expiresAtMs = try reader.readVarint()
             default:
                 try reader.skip(field.wireType)
             }
@@ -9036,6 +9120,7 @@ public struct Change: WireCodable {
         if !(self.lockEventType == .set) { size += WireField.varintFieldSize(14, UInt64(self.lockEventType.rawValue)) }
         for element in self.locks { size += WireField.lengthDelimitedFieldSize(15, length: element.wireSize) }
         if !(self.timestampMs == 0) { size += WireField.varintFieldSize(16, self.timestampMs) }
+        if !(self.expiresAtMs == 0) { size += WireField.varintFieldSize(17, self.expiresAtMs) }
         return size
     }
 
@@ -9056,6 +9141,7 @@ public struct Change: WireCodable {
         if !(self.lockEventType == .set) { writer.writeVarintField(14, UInt64(self.lockEventType.rawValue)) }
         for element in self.locks { writer.writeMessageField(15, element) }
         if !(self.timestampMs == 0) { writer.writeVarintField(16, self.timestampMs) }
+        if !(self.expiresAtMs == 0) { writer.writeVarintField(17, self.expiresAtMs) }
     }
 }
 
@@ -9078,6 +9164,7 @@ extension Change: JSONRepresentable {
         if !(self.lockEventType == .set) { members.append(("lockEventType", self.lockEventType.jsonValue)) }
         if !self.locks.isEmpty { members.append(("locks", .array(self.locks.map { $0.jsonValue }))) }
         if !(self.timestampMs == 0) { members.append(("timestampMs", .uint(self.timestampMs))) }
+        if !(self.expiresAtMs == 0) { members.append(("expiresAtMs", .uint(self.expiresAtMs))) }
         return .object(members)
     }
 
@@ -9113,6 +9200,7 @@ extension Change: JSONRepresentable {
                     self.locks.append(try LockDetail(json: element))
                 }
             case "timestampMs": self.timestampMs = try JSONField.uint64(member.value, "timestampMs")
+            case "expiresAtMs": self.expiresAtMs = try JSONField.uint64(member.value, "expiresAtMs")
             default: throw SwitchboardWireError(.malformedBody, "json: Change has no field \(member.key)")
             }
         }

@@ -586,18 +586,20 @@ export class Client extends Operations {
 /**
  * An app's copy of one metadata set kept from its storage events (SPEC SB-13.1-7, SB-13.1-8): a whole snapshot
  * replaces it; a resumed one (resumedFrom > 0) removes its removedKeys, then overwrites or appends its items; set
- * and update overwrite or append; remove deletes the keys, or empties the copy when it names none. `majorRevision`
- * is what to resume from.
+ * and update overwrite or append; remove and expired delete the keys, or empty the copy when they name none (the
+ * whole set was removed or expired, SB-13.1-9, SB-13.1-10). `majorRevision` is what to resume from, `expiresAtMs`
+ * when the whole set expires (0: no TTL).
  */
 export class MetadataSetCopy {
   constructor() {
     this.majorRevision = 0;
     this.items = [];
+    this.expiresAtMs = 0;
   }
 
   /** Applies a storageEvent push body of this set. */
   apply(event) {
-    const type = { snapshot: 1, set: 2, update: 3, remove: 4 }[event.eventType] ?? event.eventType ?? 1;
+    const type = { snapshot: 1, set: 2, update: 3, remove: 4, expired: 5 }[event.eventType] ?? event.eventType ?? 1;
     const write = (items) => {
       for (const item of items) {
         const at = this.items.findIndex((x) => x.key === item.key);
@@ -613,12 +615,13 @@ export class MetadataSetCopy {
       this.items = [...(event.items ?? [])];
     } else if (type === 2 || type === 3) {
       write(event.items ?? []);
-    } else if (type === 4) {
+    } else if (type === 4 || type === 5) {
       const removed = new Set((event.items ?? []).map((x) => x.key));
       this.items = removed.size === 0 ? [] : this.items.filter((x) => !removed.has(x.key));
     } else {
       return;                                   // a kind this client does not know
     }
     this.majorRevision = event.majorRevision ?? 0;
+    this.expiresAtMs = event.expiresAtMs ?? 0;
   }
 }

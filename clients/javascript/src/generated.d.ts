@@ -732,12 +732,23 @@ export interface SetChannelMetadataRequest {
   recordUserId?: boolean;
   /** If not empty, the call succeeds only if the caller holds this lock on the channel. */
   lock?: string;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `setChannelMetadata`. */
 export interface SetChannelMetadataResponse {
   /** The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `getChannelMetadata`: every key optional. */
@@ -753,6 +764,8 @@ export interface GetChannelMetadataResponse {
   /** Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
   items: Array<MetadataItem>;
+  /** Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist. */
+  expiresAtMs: Int;
 }
 
 /** The request body of `updateChannelMetadata`: every key optional. */
@@ -774,12 +787,23 @@ export interface UpdateChannelMetadataRequest {
   recordUserId?: boolean;
   /** If not empty, the call succeeds only if the caller holds this lock on the channel. */
   lock?: string;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `updateChannelMetadata`. */
 export interface UpdateChannelMetadataResponse {
   /** The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `removeChannelMetadata`: every key optional. */
@@ -801,12 +825,23 @@ export interface RemoveChannelMetadataRequest {
   recordUserId?: boolean;
   /** If not empty, the call succeeds only if the caller holds this lock on the channel. */
   lock?: string;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `removeChannelMetadata`. */
 export interface RemoveChannelMetadataResponse {
   /** The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `setUserMetadata`: every key optional. */
@@ -819,12 +854,23 @@ export interface SetUserMetadataRequest {
   majorRevision?: Int;
   recordTs?: boolean;
   recordUserId?: boolean;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `setUserMetadata`. */
 export interface SetUserMetadataResponse {
   /** The set's new majorRevision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `getUserMetadata`: every key optional. */
@@ -840,6 +886,8 @@ export interface GetUserMetadataResponse {
   items: Array<MetadataItem>;
   /** The user whose set this is (the caller when the request's userId was empty). */
   userId: string;
+  /** Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist. */
+  expiresAtMs: Int;
 }
 
 /** The request body of `updateUserMetadata`: every key optional. */
@@ -852,12 +900,23 @@ export interface UpdateUserMetadataRequest {
   majorRevision?: Int;
   recordTs?: boolean;
   recordUserId?: boolean;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `updateUserMetadata`. */
 export interface UpdateUserMetadataResponse {
   /** The set's new majorRevision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `removeUserMetadata`: every key optional. */
@@ -870,12 +929,23 @@ export interface RemoveUserMetadataRequest {
   majorRevision?: Int;
   recordTs?: boolean;
   recordUserId?: boolean;
+  /**
+   * set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as
+   * it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1
+   * clears it. Else invalidTtl (with no key). Ignored in remove requests. Limit: -1, 0 or 100-31536000000 ms.
+   */
+  setTtlMs?: Int;
 }
 
 /** The response of `removeUserMetadata`. */
 export interface RemoveUserMetadataResponse {
   /** The set's new majorRevision. Always >= 0 (0: the set does not exist). */
   majorRevision: Int;
+  /**
+   * Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no
+   * longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /** The request body of `subscribeUserMetadata`: every key optional. */
@@ -1521,7 +1591,7 @@ export interface StorageEvent {
   majorRevision: Int;
   /**
    * snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none
-   * when the whole set was removed); expired: the expired keys.
+   * when the whole set was removed); expired: the expired keys (none when the whole set expired: majorRevision 0).
    */
   items: Array<MetadataItem>;
   /** Who made the change; empty for expired (the server). */
@@ -1540,6 +1610,11 @@ export interface StorageEvent {
    * a removed set, or from before the gateway started): the items are the whole set.
    */
   resumeFailed: boolean;
+  /**
+   * Server time in ms when the whole set expires (SPEC.md SB-13.1-10), after the change (snapshot: as read); 0 when
+   * it has no TTL or no longer exists (remove of the whole set, expired of the whole set).
+   */
+  expiresAtMs: Int;
 }
 
 /** Push `lockEvent`. Locks of a channel changed (or a snapshot after subscribing with lock events). */
@@ -1670,7 +1745,7 @@ export interface Change {
   onlineValue: Int;
   /** online: the client types the user is online on after the change. */
   onlineClientTypes: Array<ClientType | number>;
-  /** Metadata kinds: set, update or remove. Default: "set". */
+  /** Metadata kinds: set, update, remove or expired. Default: "set". */
   storageEventType: StorageEventType | number;
   /** Metadata kinds: the set's majorRevision after the change. */
   majorRevision: Int;
@@ -1684,6 +1759,11 @@ export interface Change {
   locks: Array<LockDetail>;
   /** When the node learned the change (server ms). */
   timestampMs: Int;
+  /**
+   * Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has
+   * none or no longer exists.
+   */
+  expiresAtMs: Int;
 }
 
 /**

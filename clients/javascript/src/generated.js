@@ -1161,6 +1161,13 @@ export const SCHEMA = {
           "name": "lock",
           "type": "string",
           "doc": "If not empty, the call succeeds only if the caller holds this lock on the channel."
+        },
+        {
+          "n": 8,
+          "name": "setTtlMs",
+          "type": "sint",
+          "doc": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests.",
+          "limit": "-1, 0 or 100-31536000000 ms"
         }
       ],
       "response": [
@@ -1169,6 +1176,12 @@ export const SCHEMA = {
           "name": "majorRevision",
           "type": "uint",
           "doc": "The set's new majorRevision; every written item now has this revision. Always >= 0 (0: the set does not exist)."
+        },
+        {
+          "n": 2,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
         }
       ],
       "errors": [
@@ -1229,6 +1242,12 @@ export const SCHEMA = {
           "name": "items",
           "type": "MetadataItem",
           "repeated": true
+        },
+        {
+          "n": 3,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
         }
       ],
       "errors": [
@@ -1347,6 +1366,13 @@ export const SCHEMA = {
           "n": 5,
           "name": "recordUserId",
           "type": "bool"
+        },
+        {
+          "n": 6,
+          "name": "setTtlMs",
+          "type": "sint",
+          "doc": "set and update requests: the TTL of the whole set (SPEC.md SB-13.1-10): 0, the default, leaves the set's TTL as it is (none for a set the write creates); 100 to 31536000000 expires the set this many ms after the write; -1 clears it. Else invalidTtl (with no key). Ignored in remove requests.",
+          "limit": "-1, 0 or 100-31536000000 ms"
         }
       ],
       "response": [
@@ -1355,6 +1381,12 @@ export const SCHEMA = {
           "name": "majorRevision",
           "type": "uint",
           "doc": "The set's new majorRevision. Always >= 0 (0: the set does not exist)."
+        },
+        {
+          "n": 2,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms when the whole set expires after the write (SPEC.md SB-13.1-10); 0 when it has no TTL or no longer exists."
         }
       ],
       "errors": [
@@ -1413,6 +1445,12 @@ export const SCHEMA = {
           "name": "userId",
           "type": "string",
           "doc": "The user whose set this is (the caller when the request's userId was empty)."
+        },
+        {
+          "n": 4,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10); 0 when it has no TTL or does not exist."
         }
       ],
       "errors": [
@@ -3615,7 +3653,7 @@ export const SCHEMA = {
           "name": "items",
           "type": "MetadataItem",
           "repeated": true,
-          "doc": "snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys."
+          "doc": "snapshot: the whole set; set/update: the written items with their new revisions; remove: the removed keys (none when the whole set was removed); expired: the expired keys (none when the whole set expired: majorRevision 0)."
         },
         {
           "n": 7,
@@ -3646,6 +3684,12 @@ export const SCHEMA = {
           "name": "resumeFailed",
           "type": "bool",
           "doc": "On a snapshot answering a resume that cannot be given as changes (the revision is too old, from the future, of a removed set, or from before the gateway started): the items are the whole set."
+        },
+        {
+          "n": 12,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Server time in ms when the whole set expires (SPEC.md SB-13.1-10), after the change (snapshot: as read); 0 when it has no TTL or no longer exists (remove of the whole set, expired of the whole set)."
         }
       ]
     },
@@ -3972,7 +4016,7 @@ export const SCHEMA = {
           "name": "storageEventType",
           "type": "StorageEventType",
           "default": "set",
-          "doc": "Metadata kinds: set, update or remove."
+          "doc": "Metadata kinds: set, update, remove or expired."
         },
         {
           "n": 11,
@@ -4011,6 +4055,12 @@ export const SCHEMA = {
           "name": "timestampMs",
           "type": "uint",
           "doc": "When the node learned the change (server ms)."
+        },
+        {
+          "n": 17,
+          "name": "expiresAtMs",
+          "type": "uint",
+          "doc": "Metadata kinds: when the whole set expires after the change (its own TTL, SPEC.md SB-13.1-10); 0 when it has none or no longer exists."
         }
       ]
     },
@@ -4473,7 +4523,7 @@ export const SCHEMA = {
       "code": 7017,
       "name": "invalidTtl",
       "open": true,
-      "doc": "An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms)."
+      "doc": "An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms) (key: the item's); or a write's setTtlMs is not -1, 0 or between 100 ms and 365 days (no key)."
     },
     {
       "code": 7021,
@@ -4673,7 +4723,10 @@ export const ErrorCode = Object.freeze({
   broadcastTooLarge: 7015,
   /** rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds. */
   invalidRewind: 7016,
-  /** An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms). */
+  /**
+   * An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms) (key: the item's); or a write's
+   * setTtlMs is not -1, 0 or between 100 ms and 365 days (no key).
+   */
   invalidTtl: 7017,
   /**
    * A last will action names an operation a will cannot run, or fields that operation does not have; the message

@@ -89,6 +89,8 @@ export declare class MetadataSetCopy {
   majorRevision: number;
   /** The items, in the order the events gave them. */
   items: MetadataItem[];
+  /** When the whole set expires, in ms since the Unix epoch, as of the last event applied (0: no TTL; SB-13.1-10). */
+  expiresAtMs: number;
   /** Applies a storageEvent push body of this set. */
   apply(event: StorageEvent): void;
 }

@@ -28,7 +28,7 @@ test("every operation of the schema is a method of Client that sends that op", a
   for (const op of SCHEMA.operations) assert.equal(typeof Client.prototype[op.name], "function", op.name);
   const client = new Client(open.unix, { userId: "ops" });
   await client.connect();
-  assert.deepEqual(await client.setUserMetadata({ items: [{ key: "k", value: "v" }] }), { majorRevision: 1 });
+  assert.deepEqual(await client.setUserMetadata({ items: [{ key: "k", value: "v" }] }), { majorRevision: 1, expiresAtMs: 0 });
   const got = await client.getUserMetadata();
   assert.equal(got.userId, "ops");
   assert.deepEqual(got.items.map((i) => [i.key, i.value, i.revision]), [["k", "v", 1]]);

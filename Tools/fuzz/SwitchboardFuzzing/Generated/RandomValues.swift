@@ -270,6 +270,7 @@ extension SetChannelMetadataRequest {
         if generator.bool() { value.recordTs = generator.bool() }
         if generator.bool() { value.recordUserId = generator.bool() }
         if generator.bool() { value.lock = generator.string() }
+        if generator.bool() { value.setTtlMs = generator.int64() }
         return value
     }
 }
@@ -279,6 +280,7 @@ extension SetChannelMetadataResponse {
     package static func random(using generator: inout RandomValueGenerator) -> SetChannelMetadataResponse {
         var value = SetChannelMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }
@@ -299,6 +301,7 @@ extension GetChannelMetadataResponse {
         var value = GetChannelMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }
@@ -312,6 +315,7 @@ extension SetUserMetadataRequest {
         if generator.bool() { value.majorRevision = generator.int64() }
         if generator.bool() { value.recordTs = generator.bool() }
         if generator.bool() { value.recordUserId = generator.bool() }
+        if generator.bool() { value.setTtlMs = generator.int64() }
         return value
     }
 }
@@ -321,6 +325,7 @@ extension SetUserMetadataResponse {
     package static func random(using generator: inout RandomValueGenerator) -> SetUserMetadataResponse {
         var value = SetUserMetadataResponse()
         if generator.bool() { value.majorRevision = generator.uint64() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }
@@ -341,6 +346,7 @@ extension GetUserMetadataResponse {
         if generator.bool() { value.majorRevision = generator.uint64() }
         for _ in 0..<generator.count() { value.items.append(MetadataItem.random(using: &generator)) }
         if generator.bool() { value.userId = generator.string() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }
@@ -1114,6 +1120,7 @@ extension StorageEvent {
         if generator.bool() { value.resumedFrom = generator.uint64() }
         for _ in 0..<generator.count() { value.removedKeys.append(generator.string()) }
         if generator.bool() { value.resumeFailed = generator.bool() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }
@@ -1230,6 +1237,7 @@ extension Change {
         if generator.bool() { value.lockEventType = LockEventType(rawValue: generator.enumRaw(known: LockEventType.allKnown.map(\.rawValue))) }
         for _ in 0..<generator.count() { value.locks.append(LockDetail.random(using: &generator)) }
         if generator.bool() { value.timestampMs = generator.uint64() }
+        if generator.bool() { value.expiresAtMs = generator.uint64() }
         return value
     }
 }

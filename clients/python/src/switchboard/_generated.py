@@ -254,7 +254,9 @@ class ErrorCode(enum.IntEnum):
     invalidRewind = 7016
     """rewindBroadcasts asked for more than 100 broadcasts or an age over 300 seconds."""
     invalidTtl = 7017
-    """An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms)."""
+    """An item's ttlMs is neither 0 nor between 100 ms and 365 days (31536000000 ms) (key: the item's); or a write's
+    setTtlMs is not -1, 0 or between 100 ms and 365 days (no key).
+    """
     invalidWillAction = 7021
     """A last will action names an operation a will cannot run, or fields that operation does not have; the message
     says which action.
@@ -611,27 +613,32 @@ class ResumeEventsResponse(TypedDict):
 class SetChannelMetadataResponse(TypedDict):
     """The response of `setChannelMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class GetChannelMetadataResponse(TypedDict):
     """The response of `getChannelMetadata`."""
     majorRevision: int
     items: List[MetadataItem]
+    expiresAtMs: int
 
 
 class UpdateChannelMetadataResponse(TypedDict):
     """The response of `updateChannelMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class RemoveChannelMetadataResponse(TypedDict):
     """The response of `removeChannelMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class SetUserMetadataResponse(TypedDict):
     """The response of `setUserMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class GetUserMetadataResponse(TypedDict):
@@ -639,16 +646,19 @@ class GetUserMetadataResponse(TypedDict):
     majorRevision: int
     items: List[MetadataItem]
     userId: str
+    expiresAtMs: int
 
 
 class UpdateUserMetadataResponse(TypedDict):
     """The response of `updateUserMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class RemoveUserMetadataResponse(TypedDict):
     """The response of `removeUserMetadata`."""
     majorRevision: int
+    expiresAtMs: int
 
 
 class GetLocksResponse(TypedDict):
@@ -825,6 +835,7 @@ class StorageEvent(TypedDict):
     resumedFrom: int
     removedKeys: List[str]
     resumeFailed: bool
+    expiresAtMs: int
 
 
 class LockEvent(TypedDict):
@@ -922,6 +933,7 @@ class Change(TypedDict):
     lockEventType: Union[LockEventType, int]
     locks: List[LockDetail]
     timestampMs: int
+    expiresAtMs: int
 
 
 class ChannelBroadcast(TypedDict):
@@ -1062,7 +1074,7 @@ class Operations:
         channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None,
         items: Optional[Sequence[MetadataItemArg]] = None, major_revision: Optional[int] = None,
         record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None, lock: Optional[str] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> SetChannelMetadataResponse:
         """`setChannelMetadata` (op 0x08, storage). Adds items to a channel's metadata set and overwrites items whose
         key exists, in call order. Creates the set when absent. Atomic: all items or none. Fields left None are not
@@ -1084,6 +1096,8 @@ class Operations:
             body["recordUserId"] = record_user_id
         if lock is not None:
             body["lock"] = lock
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(SetChannelMetadataResponse, await self.call("setChannelMetadata", body, timeout=timeout))
 
     async def get_channel_metadata(
@@ -1105,7 +1119,7 @@ class Operations:
         channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None,
         items: Optional[Sequence[MetadataItemArg]] = None, major_revision: Optional[int] = None,
         record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None, lock: Optional[str] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> UpdateChannelMetadataResponse:
         """`updateChannelMetadata` (op 0x0A, storage). Changes existing items only. Fails with itemNotFound, changing
         nothing, if any named item does not exist. Fields left None are not sent (the server uses their defaults).
@@ -1127,6 +1141,8 @@ class Operations:
             body["recordUserId"] = record_user_id
         if lock is not None:
             body["lock"] = lock
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(UpdateChannelMetadataResponse, await self.call("updateChannelMetadata", body, timeout=timeout))
 
     async def remove_channel_metadata(
@@ -1134,7 +1150,7 @@ class Operations:
         channel: str, *, channel_type: Optional[Union[ChannelType, int]] = None,
         items: Optional[Sequence[MetadataItemArg]] = None, major_revision: Optional[int] = None,
         record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None, lock: Optional[str] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> RemoveChannelMetadataResponse:
         """`removeChannelMetadata` (op 0x0B, storage). Removes the named items, or the whole set when no item is named.
         Removing an item or set that does not exist fails. Item values are ignored. Fields left None are not sent
@@ -1156,13 +1172,15 @@ class Operations:
             body["recordUserId"] = record_user_id
         if lock is not None:
             body["lock"] = lock
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(RemoveChannelMetadataResponse, await self.call("removeChannelMetadata", body, timeout=timeout))
 
     async def set_user_metadata(
         self,
         *, user_id: Optional[str] = None, items: Optional[Sequence[MetadataItemArg]] = None,
         major_revision: Optional[int] = None, record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> SetUserMetadataResponse:
         """`setUserMetadata` (op 0x0C, storage). Adds or overwrites items of a user's metadata set, as
         setChannelMetadata does for channels. Needs write on the user (§5.10; the default grants: a user's own).
@@ -1181,6 +1199,8 @@ class Operations:
             body["recordTs"] = record_ts
         if record_user_id is not None:
             body["recordUserId"] = record_user_id
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(SetUserMetadataResponse, await self.call("setUserMetadata", body, timeout=timeout))
 
     async def get_user_metadata(
@@ -1200,7 +1220,7 @@ class Operations:
         self,
         *, user_id: Optional[str] = None, items: Optional[Sequence[MetadataItemArg]] = None,
         major_revision: Optional[int] = None, record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> UpdateUserMetadataResponse:
         """`updateUserMetadata` (op 0x0E, storage). Changes existing items of a user's set only; fails if any named
         item does not exist. Fields left None are not sent (the server uses their defaults). Errors:
@@ -1219,13 +1239,15 @@ class Operations:
             body["recordTs"] = record_ts
         if record_user_id is not None:
             body["recordUserId"] = record_user_id
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(UpdateUserMetadataResponse, await self.call("updateUserMetadata", body, timeout=timeout))
 
     async def remove_user_metadata(
         self,
         *, user_id: Optional[str] = None, items: Optional[Sequence[MetadataItemArg]] = None,
         major_revision: Optional[int] = None, record_ts: Optional[bool] = None, record_user_id: Optional[bool] = None,
-        timeout: Optional[float] = None,
+        set_ttl_ms: Optional[int] = None, timeout: Optional[float] = None,
     ) -> RemoveUserMetadataResponse:
         """`removeUserMetadata` (op 0x0F, storage). Removes the named items of a user's set, or the whole set when no
         item is named. Fields left None are not sent (the server uses their defaults). Errors: metadataNotFound,
@@ -1243,6 +1265,8 @@ class Operations:
             body["recordTs"] = record_ts
         if record_user_id is not None:
             body["recordUserId"] = record_user_id
+        if set_ttl_ms is not None:
+            body["setTtlMs"] = set_ttl_ms
         return cast(RemoveUserMetadataResponse, await self.call("removeUserMetadata", body, timeout=timeout))
 
     async def subscribe_user_metadata(

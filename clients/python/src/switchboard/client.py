@@ -643,11 +643,13 @@ class Client(Operations):
 class MetadataSetCopy:
     """An app's copy of one metadata set kept from its storage events, resumed snapshots included (SPEC SB-13.1-7,
     SB-13.1-8): a whole snapshot replaces it; a resumed one (resumedFrom > 0) removes its removedKeys, then overwrites
-    or appends its items; set and update overwrite or append; remove deletes the keys, or empties the copy when it
-    names none. `major_revision` is what to resume from (sinceRevision)."""
+    or appends its items; set and update overwrite or append; remove and expired delete the keys, or empty the copy
+    when they name none (the whole set was removed or expired, SB-13.1-9, SB-13.1-10). `major_revision` is what to
+    resume from (sinceRevision), `expires_at_ms` when the whole set expires (0: no TTL)."""
 
     def __init__(self) -> None:
         self.major_revision = 0
+        self.expires_at_ms = 0
         self.items: List[Dict[str, Any]] = []
 
     def apply(self, event: Dict[str, Any]) -> None:
@@ -661,12 +663,13 @@ class MetadataSetCopy:
             self.items = list(event.get("items", []))
         elif kind in ("set", "update"):
             self._write(event.get("items", []))
-        elif kind == "remove":
+        elif kind in ("remove", "expired"):
             removed = {item["key"] for item in event.get("items", [])}
             self.items = [item for item in self.items if item["key"] not in removed] if removed else []
         else:
             return  # a kind this client does not know
         self.major_revision = event.get("majorRevision", 0)
+        self.expires_at_ms = event.get("expiresAtMs", 0)
 
     def _write(self, written: List[Dict[str, Any]]) -> None:
         for item in written:
