@@ -245,7 +245,8 @@ public final class SwitchboardGateway: Service, Sendable {
                                     try pipeline.addHandler(NIOSSLServerHandler(context: tls))
                                     try pipeline.addHandler(
                                         TLSHandshakeMonitor(metrics: core.metrics, logger: core.logger))
-                                    try pipeline.addHandler(ConnectionHandler(core: core, socket: nil))
+                                    try pipeline.addHandler(
+                                        ConnectionHandler(core: core, socket: nil, descriptor: descriptor))
                                 }
                             }
                             .withConnectedSocket(descriptor)

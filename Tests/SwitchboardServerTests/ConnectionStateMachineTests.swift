@@ -191,6 +191,18 @@ import Testing
         #expect(late.action == .fail(.handshakeRequired, .protocolError, "no HELLO within the handshake timeout"))
     }
 
+    @Test func anOverdueHelloWhoseBytesTheServerHasNotReadYetIsNotTimedOut() {
+        var machine = Self.connected()
+        let late = Self.start + .seconds(10)
+        #expect(machine.handshakeOverdue(now: late))
+        #expect(!machine.handshakeOverdue(now: late - .nanoseconds(1)))
+        #expect(machine.deadlinesPassed(now: late, nowMillis: 0, firstBytesUnread: true) == .init())
+        let read = machine.deadlinesPassed(now: late + .milliseconds(100), nowMillis: 0, firstBytesUnread: false)
+        #expect(read.action == .fail(.handshakeRequired, .protocolError, "no HELLO within the handshake timeout"))
+        machine.helloAccepted()
+        #expect(!machine.handshakeOverdue(now: late))
+    }
+
     @Test func theHeartbeatWindowCountsFromTheLastCompleteFrame() {
         var machine = Self.connected()
         machine.helloAccepted(heartbeatInterval: .seconds(1))

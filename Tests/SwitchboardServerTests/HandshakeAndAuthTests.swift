@@ -1,5 +1,7 @@
 import Foundation
+import Logging
 import NIOCore
+import NIOPosix
 import SwitchboardClient
 import SwitchboardServer
 import SwitchboardTestSupport
@@ -68,6 +70,56 @@ import Testing
             }
             #expect(goAway.code == 1007)
         }
+    }
+
+    /// A HELLO sent at once but left unread past the handshake timeout because the server's loop was busy (thousands
+    /// of connections at once on a loaded machine) is answered: the server is late, not the client. The loop here
+    /// is held, right after it set up the connection and before it reads, for three handshake timeouts; the deadline
+    /// sweep runs before that read.
+    @Test func aHelloTheBusyServerHasNotReadYetIsAnsweredPastTheHandshakeTimeout() async throws {
+        let socketFile = temporarySocket()
+        defer { socketFile.remove() }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var configuration = ServerConfiguration()
+        configuration.tcpHost = "127.0.0.1"
+        configuration.tcpPort = 0
+        configuration.unixSocketPath = socketFile.path
+        configuration.handshakeTimeout = .milliseconds(200)
+        let (addresses, sink) = AsyncStream<SwitchboardGateway.BoundAddresses>.makeStream()
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let gateway = SwitchboardGateway(
+            configuration: configuration, logger: logger, eventLoopGroup: group, onRunning: { sink.yield($0) })
+        let running = Task { try? await gateway.run() }
+        var iterator = addresses.makeAsyncIterator()
+        let bound = try #require(await iterator.next())
+        let loop = group.next()
+        let registry = gateway.registry
+        // Runs again and again among the loop's tasks (so the loop does no I/O meanwhile) until the connection is
+        // set up, then holds the loop.
+        @Sendable func holdOnceAdmitted() {
+            if registry.connectionCount > 0 {
+                usleep(600_000)
+            } else {
+                usleep(1_000)
+                loop.execute(holdOnceAdmitted)
+            }
+        }
+        loop.execute(holdOnceAdmitted)
+        let socket = try RawSocket(RunningGateway(addresses: bound, gateway: gateway), .unix)
+        socket.send(.control(.hello(Hello(protocolVersion: 1, userId: "late"))))
+        let reply = try await socket.next()
+        guard case .control(.welcome(let welcome)) = reply else {
+            Issue.record("expected WELCOME, got \(String(describing: reply))")
+            running.cancel()
+            _ = await running.value
+            try await group.shutdownGracefully()
+            return
+        }
+        #expect(welcome.userId == "late")
+        running.cancel()
+        _ = await running.value
+        try await group.shutdownGracefully()
     }
 
     @Test(arguments: Transport.allCases)

@@ -1,4 +1,7 @@
 import CoreMetrics
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import NIOCore
 import NIOSSL
@@ -29,6 +32,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// to the socket directly while the channel holds none of it. Nil for TLS connections, whose every byte must go
     /// through the TLS handler in the pipeline, and for channels without a socket (sbbench's in-process sessions).
     private let socket: DirectSocketWriter?
+    /// The connection's socket for asking whether the client's first bytes still wait unread (at the handshake
+    /// deadline, see ``checkDeadlines(now:)``); also known on TLS connections. Never read from or written to here.
+    private let descriptor: CInt?
+    /// Whether the channel delivered any of the client's bytes yet.
+    private var readAny = false
     /// This loop's end-of-tick flush list.
     private var flushBatch: FlushBatch?
     /// The loop's inbox, through which answers completed on other threads arrive (nil off the gateway's loops).
@@ -65,9 +73,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Creates the handler of one connection; with `socket`, output is written to it directly when possible (never
     /// give it for a connection with a TLS handler: direct writes would bypass the encryption).
-    init(core: GatewayCore, socket: DirectSocketWriter? = nil) {
+    ///
+    /// `descriptor`: the connection's socket when `socket` is nil (a TLS connection), for the handshake deadline's
+    /// check that the client's first bytes are not still waiting for the server.
+    init(core: GatewayCore, socket: DirectSocketWriter? = nil, descriptor: CInt? = nil) {
         self.core = core
         self.socket = socket
+        self.descriptor = socket?.descriptor ?? descriptor
         let limits = core.configuration.limits
         self.outbound = OutboundStateMachine(
             limits: OutboundStateMachine.Limits(
@@ -223,6 +235,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let bytes = self.unwrapInboundIn(data)
         self.core.metrics.bytesIn.increment(by: Int64(bytes.readableBytes))
         self.lastReceived = .now()
+        self.readAny = true
         self.readNowMillis = nil
         self.outbound.readStarted()
         if var existing = self.cumulation {
@@ -577,9 +590,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard self.machine.isOpen else { return }
         // The server clock only when a token can expire (the sweep visits every connection).
         let nowMillis = self.machine.tokenExpiresAtMs == nil ? 0 : self.core.nowMillis()
-        let check = self.machine.deadlinesPassed(now: now, nowMillis: nowMillis)
+        // The socket is asked only once HELLO is overdue (rare): a client whose bytes the loop has not read yet is
+        // not timed out for the server's lateness.
+        let firstBytesUnread = self.machine.handshakeOverdue(now: now) && self.firstBytesUnread
+        let check = self.machine.deadlinesPassed(now: now, nowMillis: nowMillis, firstBytesUnread: firstBytesUnread)
+        if firstBytesUnread, self.flushBatch == nil, let context = self.context {
+            // Without the loop's sweep, the one handshake timer checks again shortly.
+            self.handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: FlushBatch.sweepInterval) {
+                [weak self] in self?.checkDeadlines(now: .now())
+            }
+        }
         if let expiry = check.tokenNoticeForExpiryAtMs { self.sendTokenNotice(expiresAtMs: expiry) }
         self.perform(check.action)
+    }
+
+    /// Whether the client sent bytes the server has not read at all yet: nothing reached the handler, reading is not
+    /// held back on purpose (HELLO's verification: its time counts), and the socket holds unread bytes.
+    private var firstBytesUnread: Bool {
+        guard !self.readAny, self.input.decodes, let descriptor = self.descriptor else { return false }
+        var unread: CInt = 0
+        let result = withUnsafeMutablePointer(to: &unread) { ioctl(descriptor, UInt(FIONREAD), $0) }
+        return result == 0 && unread > 0
     }
 
     // MARK: control and requests

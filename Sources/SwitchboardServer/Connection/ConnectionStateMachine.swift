@@ -117,13 +117,23 @@ struct ConnectionStateMachine {
         var action: Action = .none
     }
 
+    /// Whether the handshake timeout has run out at `now` while HELLO is still awaited.
+    func handshakeOverdue(now: NIODeadline) -> Bool {
+        self.state == .awaitingHello && now >= self.handshakeDeadline
+    }
+
     /// The deadlines that passed by `now` (monotonic) and `nowMillis` (server time): no HELLO within the handshake
     /// timeout (1007), the token's notice and expiry (2002, SB-5.3-4), no complete frame for the heartbeat window
     /// (1009, SB-5.6-3).
-    mutating func deadlinesPassed(now: NIODeadline, nowMillis: Int64) -> DeadlineCheck {
+    ///
+    /// `firstBytesUnread`: the client's first bytes wait in the socket, not yet read by the server (its loop is behind,
+    /// a burst of thousands of connections on a loaded machine). The server is late then, not the client: the
+    /// handshake timeout does not end the connection, and the check comes again at the next sweep (by when the loop
+    /// has read them, and HELLO is handled or the client is timed out as usual).
+    mutating func deadlinesPassed(now: NIODeadline, nowMillis: Int64, firstBytesUnread: Bool = false) -> DeadlineCheck {
         switch self.state {
         case .awaitingHello:
-            guard now >= self.handshakeDeadline else { return DeadlineCheck() }
+            guard now >= self.handshakeDeadline, !firstBytesUnread else { return DeadlineCheck() }
             return DeadlineCheck(action: .fail(.handshakeRequired, .protocolError, "no HELLO within the handshake timeout"))
         case .ready, .draining:
             var check = DeadlineCheck()

@@ -40,7 +40,8 @@ enum WebSocketPipeline {
                     let pipeline = channel.pipeline.syncOperations
                     let bridge = WebSocketBridge(maxMessageSize: maxMessage)
                     let connection = ConnectionHandler(
-                        core: core, socket: tls == nil ? DirectSocketWriter(descriptor: descriptor, webSocket: bridge) : nil)
+                        core: core, socket: tls == nil ? DirectSocketWriter(descriptor: descriptor, webSocket: bridge) : nil,
+                        descriptor: descriptor)
                     bridge.connection = connection
                     try pipeline.addHandler(
                         NIOWebSocketFrameAggregator(
