@@ -278,6 +278,8 @@ final class RawSocket: @unchecked Sendable {
     }
 
     private var pending = ByteBuffer()
+    /// Whether a read met the end of the stream (a read that timed out also ends ``next()`` with nil, without this).
+    private(set) var closedByServer = false
     private var decoder = FrameDecoder(direction: .serverToClient)
 
     /// The next message from the server; nil when the server closed the connection.
@@ -316,6 +318,7 @@ final class RawSocket: @unchecked Sendable {
             }
             var chunk = [UInt8](repeating: 0, count: 65_536)
             let count = recv(self.fd, &chunk, chunk.count, 0)
+            if count == 0 { self.closedByServer = true }
             if count <= 0 { return nil }
             self.pending.writeBytes(chunk[0..<count])
         }

@@ -156,13 +156,14 @@ private final class StopFlag: @unchecked Sendable {
 
 extension RawSocket {
     /// The next response, skipping pushes and control frames; nil when none came within `seconds` (the socket's
-    /// reads time out after 5 s: a slow gateway is waited for again) or the connection closed.
+    /// reads time out after 5 s: a slow gateway is waited for again) or at once when the connection closed.
     func nextResponse(seconds: Double = 5) async throws -> SwitchboardMessage? {
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
         repeat {
             while let message = try await self.next() {
                 if case .response = message { return message }
             }
+            if self.closedByServer { return nil }
             try await Task.sleep(for: .milliseconds(10))
         } while ContinuousClock.now < deadline
         return nil
