@@ -138,7 +138,7 @@ func calls(_ client: SwitchboardClient) async throws {
     try check(rooms.channels.isEmpty, "channels under room:: \(rooms)")
     try check(seen.map(\.userId).sorted() == ["ana", "tony"], "last seen: \(seen)")
     let now = try await client.getChannelMetadata(channel: "lobby")
-    try check(now.items.map(\.value) == ["news"], "lobby's metadata: \(now)")
+    try check(now.items.map(\.value) == ["news", "open"] && now.expiresAtMs > 0, "lobby's metadata: \(now)")
 }
 
 /// Pushes: a task that prints each storage event; returns what it printed once tony's change arrived.

@@ -70,8 +70,8 @@ import Testing
             try await tony.connect()
             let events = Recorder(tony.storageEvents)
             try await tony.subscribeUserMetadata()
-            // 1.5 s: long enough that the next request comes before the deadline on a loaded machine too.
-            _ = try await tony.setUserMetadata(items: [.expiring("lease", "a", after: .milliseconds(1_500), revision: 0)])
+            // 4 s: long enough that the next request comes before the deadline on a loaded machine too.
+            _ = try await tony.setUserMetadata(items: [.expiring("lease", "a", after: .seconds(4), revision: 0)])
             // Still there: a create-only write is refused.
             await expectClientError(.itemRevisionConflict) {
                 _ = try await tony.setUserMetadata(items: [MetadataItem(key: "lease", value: "b", revision: 0)])
@@ -99,7 +99,7 @@ import Testing
             let tony = makeClient(gateway, .unix, user: "Tony")
             try await tony.connect()
             _ = try await tony.setUserMetadata(
-                items: [.expiring("soon", "1", after: .seconds(3)), .expiring("late", "2", after: .seconds(600))])
+                items: [.expiring("soon", "1", after: .seconds(8)), .expiring("late", "2", after: .seconds(600))])
             let written = try await tony.getUserMetadata()
             await tony.close()
             return written.items.first { $0.key == "soon" }?.expiresAtMs ?? 0
