@@ -93,23 +93,24 @@ import Testing
             }
             let ann = try await gateway.connect(.unix, user: "ann")
             let first = try await gateway.connect(.tcp, user: "tony", device: "phone")
-            _ = try await Self.setWill(first, [Self.status], delaySeconds: 1)
+            // 4 s: the user's return must come within the delay, and a loaded machine takes over a second to connect.
+            _ = try await Self.setWill(first, [Self.status], delaySeconds: 4)
             await first.close()
             #expect(await tonysWillWaits())
             // Back within the delay, from another device, and gone again (logged out) before the delay is up: the
             // will was cancelled when the user came back.
             let visit = try await gateway.connect(.tcp, user: "tony", device: "laptop")
             _ = try await visit.send(.logout(EmptyBody()))
-            try await Task.sleep(for: .milliseconds(1_200))
+            try await Task.sleep(for: .milliseconds(4_300))
             #expect(try await Self.metadata(of: "tony", ann)["status"] == nil)
 
             // A delay that ends while the user is online on another device: not run either.
             let phone = try await gateway.connect(.tcp, user: "tony", device: "phone")
             let laptop = try await gateway.connect(.tcp, user: "tony", device: "laptop")
-            _ = try await Self.setWill(phone, [Self.status], delaySeconds: 1)
+            _ = try await Self.setWill(phone, [Self.status], delaySeconds: 2)
             await phone.close()
             #expect(await tonysWillWaits())
-            try await Task.sleep(for: .milliseconds(1_300))
+            try await Task.sleep(for: .milliseconds(2_300))
             #expect(try await Self.metadata(of: "tony", ann)["status"] == nil)
 
             // This time nobody comes back: the will runs about a second after the drop, not before.
